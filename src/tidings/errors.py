@@ -1,0 +1,62 @@
+"""The exception tree of tidings.
+
+    TidingsError
+     ├── ConfigurationError      bad settings, campaign or channel declaration (names the field)
+     ├── InvalidInput            bad caller input to notify()/cancel()/replay (names the field)
+     ├── InvalidTransition       a state change not in the transition table (a bug)
+     ├── StoreError              the store cannot do what was asked
+     │    └── SchemaOutOfDate    the database schema is older than this code
+     ├── TransportError          the queue cannot do what was asked
+     └── MessageDecodeError      a queue message is not a tidings message (poison)
+
+Provider answers are not exceptions: a provider returns an ``Outcome`` value
+(accepted, rate limited, transient, permanent, uncertain) and the core decides.
+"""
+
+from __future__ import annotations
+
+
+class TidingsError(Exception):
+    """Base class of every error raised by tidings."""
+
+
+class FieldError(TidingsError):
+    """An error about one named field of the input."""
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        self.message = message
+        super().__init__(f"{field}: {message}")
+
+
+class ConfigurationError(FieldError):
+    """Settings, a channel or a campaign declaration is invalid."""
+
+
+class InvalidInput(FieldError):
+    """Caller input (a key, a recipient, a payload, a date) is invalid."""
+
+
+class InvalidTransition(TidingsError):
+    """A state change that the transition table does not allow."""
+
+    def __init__(self, from_state: str, to_state: str) -> None:
+        self.from_state = from_state
+        self.to_state = to_state
+        super().__init__(f"transition {from_state} -> {to_state} is not allowed")
+
+
+class StoreError(TidingsError):
+    """The store failed to do what was asked."""
+
+
+class SchemaOutOfDate(StoreError):
+    """The database schema is older than this version of tidings: run `tidings db migrate`."""
+
+
+class TransportError(TidingsError):
+    """The transport failed to do what was asked."""
+
+
+class MessageDecodeError(TidingsError):
+    """A queue message cannot be decoded; it is dead-lettered with this reason."""

@@ -1,0 +1,271 @@
+"""Frozen value types that cross the ports: keys, intents, messages, outcomes."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from tidings.errors import InvalidInput, MessageDecodeError
+from tidings.states import State
+
+MAX_KEY_LENGTH = 512
+MAX_PAYLOAD_BYTES = 256 * 1024
+MESSAGE_VERSION = 1
+_KEY_PART = re.compile(r"^[^\s/]+$")
+
+
+def campaign_key(campaign: str, logical_date: str, recipient_id: str, channel: str,
+                 version: int) -> str:
+    """The delivery key of one campaign occurrence for one recipient on one channel.
+
+    >>> campaign_key("weekly-digest", "2026-08-14", "cust_1042", "email", 3)
+    'weekly-digest/2026-08-14/cust_1042/email/v3'
+    """
+    for name, part in (("campaign", campaign), ("logical_date", logical_date),
+                       ("recipient.id", recipient_id), ("channel", channel)):
+        if not _KEY_PART.match(part):
+            raise InvalidInput(name, f"{part!r} must be non-empty with no '/' or spaces")
+    return f"{campaign}/{logical_date}/{recipient_id}/{channel}/v{version}"
+
+
+def notify_key(key: str, channel: str) -> str:
+    """The delivery key of a one-off intent on one channel: ``shipment-4821:customer-73:sms``."""
+    return f"{key}:{channel}"
+
+
+def validate_key(key: str, field_name: str = "key") -> str:
+    if not isinstance(key, str) or not key.strip():
+        raise InvalidInput(field_name, "must be a non-empty string")
+    if len(key) > MAX_KEY_LENGTH:
+        raise InvalidInput(field_name, f"is {len(key)} characters, the limit is {MAX_KEY_LENGTH}")
+    if any(c.isspace() for c in key):
+        raise InvalidInput(field_name, "must not contain whitespace")
+    return key
+
+
+def encode_data(data: dict[str, Any] | None, field_name: str = "data") -> str:
+    """Serialize template data, refusing what is not JSON or is over the payload limit."""
+    try:
+        text = json.dumps(data or {}, separators=(",", ":"), sort_keys=True)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(field_name, f"is not JSON-serializable: {exc}") from None
+    size = len(text.encode())
+    if size > MAX_PAYLOAD_BYTES:
+        raise InvalidInput(field_name, f"is {size} bytes, the limit is {MAX_PAYLOAD_BYTES}")
+    return text
+
+
+@dataclass(frozen=True, kw_only=True)
+class Recipient:
+    """One member of an audience. ``id`` orders the audience for keyset pagination."""
+
+    id: str
+    email: str | None = None
+    phone: str | None = None
+    active: bool = True
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def address(self, channel: str) -> str | None:
+        """The address this recipient has for a channel kind (email or sms)."""
+        return self.phone if channel == "sms" else self.email
+
+
+@dataclass(frozen=True, kw_only=True)
+class IntentDraft:
+    """An intent as admission writes it; inserting an existing key is a no-op."""
+
+    key: str
+    channel: str
+    recipient_id: str
+    address: str
+    template: str
+    data: str = "{}"
+    due_at: float
+    expires_at: float | None = None
+    campaign: str | None = None
+    occurrence: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Intent:
+    """One logical delivery as the ledger holds it."""
+
+    key: str
+    channel: str
+    recipient_id: str
+    address: str
+    template: str
+    data: str
+    campaign: str | None
+    occurrence: str | None
+    state: State
+    due_at: float
+    expires_at: float | None
+    created_at: float
+    updated_at: float
+    selected_at: float | None
+    enqueued_at: float | None
+    accepted_at: float | None
+    finished_at: float | None
+    attempts: int
+    failures: int
+    lease_owner: str | None
+    lease_token: int
+    lease_expires_at: float | None
+    next_attempt_at: float | None
+    receipt: str | None
+    provider_request_id: str | None
+    disposition: str | None
+    reason: str | None
+    cancel_requested: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class Event:
+    """One row of the append-only audit trail."""
+
+    key: str
+    channel: str
+    type: str
+    at: float
+    state: str | None = None
+    attempt: int | None = None
+    worker: str | None = None
+    message_id: str | None = None
+    provider_request_id: str | None = None
+    detail: str | None = None
+
+
+# ---------------------------------------------------------------- queue messages
+
+
+@dataclass(frozen=True, kw_only=True)
+class Message:
+    """What travels on a queue: identifiers only, never rendered content."""
+
+    key: str
+    version: int = MESSAGE_VERSION
+
+    def encode(self) -> str:
+        return json.dumps({"v": self.version, "key": self.key}, separators=(",", ":"))
+
+    @classmethod
+    def decode(cls, body: str | bytes) -> Message:
+        """Parse a queue body; anything unexpected raises MessageDecodeError naming the field."""
+        try:
+            obj = json.loads(body)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise MessageDecodeError(f"body is not JSON: {exc}") from None
+        if not isinstance(obj, dict):
+            raise MessageDecodeError("body is not a JSON object")
+        version = obj.get("v")
+        if version != MESSAGE_VERSION:
+            raise MessageDecodeError(f"v: unknown message version {version!r}")
+        key = obj.get("key")
+        if not isinstance(key, str) or not key:
+            raise MessageDecodeError("key: missing or not a string")
+        return cls(key=key, version=version)
+
+
+@dataclass(frozen=True, kw_only=True)
+class OutgoingMessage:
+    """A message to publish; ``message_id`` is the intent key."""
+
+    message_id: str
+    body: str
+    delay_s: float = 0.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Received:
+    """A message handed to a consumer under a visibility timeout."""
+
+    queue: str
+    message_id: str
+    body: str
+    receipt: str
+    receive_count: int
+    enqueued_at: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeadLetter:
+    queue: str
+    id: str
+    message_id: str
+    body: str
+    reason: str
+    receive_count: int
+    dead_at: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class QueueDepth:
+    ready: int
+    delayed: int
+    in_flight: int
+    dead: int
+    oldest_age_s: float
+
+
+# ---------------------------------------------------------------- provider side
+
+
+@dataclass(frozen=True, kw_only=True)
+class SendRequest:
+    """One send; ``key`` is the idempotency key the provider deduplicates on."""
+
+    key: str
+    channel: str
+    to: str
+    template: str
+    data: str
+    recipient_id: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Accepted:
+    receipt: str
+    request_id: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RateLimited:
+    """HTTP 429 or equivalent; ``retry_after_s`` already parsed relative to the answer's time."""
+
+    retry_after_s: float | None = None
+    request_id: str | None = None
+    reason: str = "rate limited"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Transient:
+    reason: str
+    request_id: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Permanent:
+    reason: str
+    request_id: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Uncertain:
+    """The request may have been accepted but no answer came back."""
+
+    reason: str
+    request_id: str | None = None
+
+
+Outcome = Accepted | RateLimited | Transient | Permanent | Uncertain
+
+
+@dataclass(frozen=True, kw_only=True)
+class Lookup:
+    """A provider's answer to "did you accept this key?"."""
+
+    found: bool
+    receipt: str | None = None

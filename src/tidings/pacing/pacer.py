@@ -1,0 +1,170 @@
+"""The process side of pacing: hands out start slots to a worker's send tasks.
+
+Slots come from the shared state in small batches (``horizon_s`` ahead), so a
+process talks to the backend a few times per second, not once per request. A slot
+started late by more than ``late_tolerance_s`` is forfeited rather than fired late:
+firing it would crowd the next second's window. Finished slots are returned in
+batches with the next reservation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable
+from functools import partial
+from typing import Any, Protocol, TypeVar
+
+from tidings.clock import Clock
+from tidings.pacing import algorithm
+from tidings.pacing.algorithm import PaceLimits
+
+T = TypeVar("T")
+
+
+class PacerBackend(Protocol):
+    """Atomic read-modify-write of a channel's pacer state, shared by processes."""
+
+    async def pacer_transact(
+        self, channel: str, fn: Callable[[dict[str, Any] | None], tuple[dict[str, Any], T]]
+    ) -> T: ...
+
+    async def pacer_read(self, channel: str) -> dict[str, Any] | None: ...
+
+
+class Pacer:
+    """Paces one channel for one worker process against the channel's shared budget."""
+
+    def __init__(
+        self,
+        *,
+        channel: str,
+        limits: PaceLimits,
+        backend: PacerBackend,
+        clock: Clock,
+        worker: str,
+        horizon_s: float = 0.1,
+        late_tolerance_s: float = 0.02,
+        stale_s: float = 120.0,
+        pause_check_s: float = 0.01,
+    ) -> None:
+        self.channel = channel
+        self.limits = limits
+        self._backend = backend
+        self._clock = clock
+        self._worker = worker
+        self._horizon = horizon_s
+        self._late = late_tolerance_s
+        self._stale = stale_s
+        self._pause_check = pause_check_s
+        self._slots: deque[float] = deque()
+        self._lock = asyncio.Lock()
+        self._waiting = 0
+        self._to_release = 0
+        self._retry_at = 0.0
+        self._paused_until = 0.0
+        self._checked_at = float("-inf")
+        self.streak = 0
+        self.forfeited = 0
+        self.reservations = 0
+
+    @property
+    def paused_until(self) -> float:
+        return self._paused_until
+
+    async def acquire(self) -> None:
+        """Wait for a start slot; the caller must ``release()`` when its request ends."""
+        self._waiting += 1
+        try:
+            while True:
+                start = await self._next_slot()
+                if start is None:
+                    await self._clock.sleep(max(0.0, self._retry_at - self._clock.now()))
+                    continue
+                now = self._clock.now()
+                if start > now:
+                    await self._clock.sleep(start - now)
+                    now = self._clock.now()
+                if now - start > self._late:
+                    self.forfeited += 1
+                    self._to_release += 1
+                    continue
+                if await self._is_paused(now):
+                    self._to_release += 1
+                    continue
+                return
+        finally:
+            self._waiting -= 1
+
+    async def release(self) -> None:
+        """Hand a finished slot back (batched with the next reservation)."""
+        self._to_release += 1
+        if self._to_release >= max(1, self.limits.max_in_flight // 4) and not self._lock.locked():
+            await self.flush()
+
+    async def flush(self) -> None:
+        """Return finished slots now (call when idle so other processes may use them)."""
+        async with self._lock:
+            if self._to_release == 0:
+                return
+            count, self._to_release = self._to_release, 0
+            await self._backend.pacer_transact(
+                self.channel,
+                partial(algorithm.give_back, worker=self._worker, release=count,
+                        now=self._clock.now()),
+            )
+
+    async def pause(self, until: float) -> int:
+        """Pause the whole channel (every process) until ``until``; return the 429 streak."""
+        self._paused_until = max(self._paused_until, until)
+        self._drop_slots()
+        self.streak = await self._backend.pacer_transact(
+            self.channel, partial(algorithm.pause, until=until, now=self._clock.now())
+        )
+        return self.streak
+
+    async def succeeded(self) -> None:
+        """An accepted request ends a 429 streak."""
+        if self.streak:
+            self.streak = 0
+            await self._backend.pacer_transact(self.channel, algorithm.clear_streak)
+
+    def _drop_slots(self) -> None:
+        self._to_release += len(self._slots)
+        self._slots.clear()
+
+    async def _next_slot(self) -> float | None:
+        async with self._lock:
+            if not self._slots:
+                await self._refill()
+            return self._slots.popleft() if self._slots else None
+
+    async def _refill(self) -> None:
+        release, self._to_release = self._to_release, 0
+        want = max(self._waiting, 1)
+        grant = await self._backend.pacer_transact(
+            self.channel,
+            partial(algorithm.reserve, limits=self.limits, worker=self._worker, want=want,
+                    release=release, now=self._clock.now(), horizon_s=self._horizon,
+                    stale_s=self._stale),
+        )
+        self.reservations += 1
+        self._slots.extend(grant.starts)
+        self._retry_at = grant.retry_at
+        self._paused_until = max(self._paused_until, grant.paused_until)
+        self.streak = grant.streak
+        self._checked_at = self._clock.now()
+
+    async def _is_paused(self, now: float) -> bool:
+        # Another process's 429 must stop this one too: look at the shared state
+        # at most every ``pause_check_s``.
+        if now - self._checked_at >= self._pause_check:
+            state = await self._backend.pacer_read(self.channel)
+            self._checked_at = now
+            if state is not None:
+                self._paused_until = max(self._paused_until, float(state["paused_until"]))
+        if self._paused_until > now:
+            self._drop_slots()
+            self._retry_at = self._paused_until
+            return True
+        return False

@@ -1,0 +1,159 @@
+"""Intent states, the transition table, and pure deciders.
+
+Each state says who moves an intent into it and who moves it out. Stores apply a
+decision with a guarded update (compare-and-set on state and lease token); a
+transition not in ``TRANSITIONS`` raises ``InvalidTransition``.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+from tidings.errors import InvalidTransition
+from tidings.policy import RetryPolicy, rate_limit_pause, retry_delay
+
+if TYPE_CHECKING:
+    from tidings.model import Outcome
+
+
+class State(StrEnum):
+    SELECTED = "selected"
+    """Admission wrote it. Out: the relay publishes it (enqueued), or cancel/expiry."""
+    ENQUEUED = "enqueued"
+    """A message for it is on its channel queue. Out: a worker claims it."""
+    CLAIMED = "claimed"
+    """A worker holds a lease on it. Out: the worker records the outcome, or the
+    reconciler finds the lease expired (retryable)."""
+    RETRYABLE = "retryable"
+    """A try failed in a way worth retrying, or a lease expired. Out: a worker claims
+    it again once ``next_attempt_at`` passes, or it is republished."""
+    UNCERTAIN = "uncertain"
+    """The provider may have accepted it. Out: the reconciler resolves it (accepted by
+    lookup, else retryable under the same idempotency key)."""
+    ACCEPTED = "accepted"
+    """The provider accepted it; the receipt is stored. Out: provider webhooks only."""
+    DELIVERED = "delivered"
+    """The provider reported delivery after acceptance (accepted_at is kept)."""
+    BOUNCED = "bounced"
+    """The provider reported a bounce after acceptance (accepted_at is kept)."""
+    COMPLAINED = "complained"
+    """The recipient complained after delivery (accepted_at is kept)."""
+    REJECTED = "rejected"
+    """The provider refused it permanently. Terminal."""
+    DEAD = "dead"
+    """The retry budget is spent. Terminal, except for an operator's redrive."""
+    CANCELLED = "cancelled"
+    """Cancelled before a send started. Terminal."""
+    EXPIRED = "expired"
+    """Its freshness deadline passed before a send started. Terminal."""
+
+
+S = State
+TRANSITIONS: dict[State, frozenset[State]] = {
+    S.SELECTED: frozenset({S.ENQUEUED, S.CLAIMED, S.CANCELLED, S.EXPIRED}),
+    # selected -> claimed: the relay published but died before marking it enqueued.
+    S.ENQUEUED: frozenset({S.CLAIMED, S.CANCELLED, S.EXPIRED}),
+    S.CLAIMED: frozenset(
+        {S.ACCEPTED, S.RETRYABLE, S.UNCERTAIN, S.REJECTED, S.DEAD, S.CANCELLED, S.EXPIRED}
+    ),
+    S.RETRYABLE: frozenset({S.ENQUEUED, S.CLAIMED, S.CANCELLED, S.EXPIRED, S.DEAD}),
+    S.UNCERTAIN: frozenset({S.ACCEPTED, S.RETRYABLE}),
+    S.ACCEPTED: frozenset({S.DELIVERED, S.BOUNCED, S.COMPLAINED}),
+    S.DELIVERED: frozenset({S.BOUNCED, S.COMPLAINED}),
+    S.BOUNCED: frozenset(),
+    S.COMPLAINED: frozenset(),
+    S.REJECTED: frozenset(),
+    S.DEAD: frozenset({S.RETRYABLE}),  # operator redrive only
+    S.CANCELLED: frozenset(),
+    S.EXPIRED: frozenset(),
+}
+
+#: States a worker never moves an intent out of: a redelivery is a duplicate.
+DONE: frozenset[State] = frozenset(
+    {S.ACCEPTED, S.DELIVERED, S.BOUNCED, S.COMPLAINED, S.REJECTED, S.DEAD, S.CANCELLED, S.EXPIRED}
+)
+#: States a worker may claim from.
+CLAIMABLE: frozenset[State] = frozenset({S.SELECTED, S.ENQUEUED, S.RETRYABLE})
+#: States counted as accepted by the channel (provider events keep accepted_at).
+ACCEPTED_FAMILY: frozenset[State] = frozenset({S.ACCEPTED, S.DELIVERED, S.BOUNCED, S.COMPLAINED})
+#: Terminal dispositions reported per channel.
+TERMINAL: frozenset[State] = DONE
+
+
+def check(from_state: State, to_state: State) -> None:
+    """Raise InvalidTransition unless the table allows ``from_state -> to_state``."""
+    if to_state not in TRANSITIONS[from_state]:
+        raise InvalidTransition(from_state.value, to_state.value)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Decision:
+    """What to do with a claimed intent after its provider call."""
+
+    to: State
+    event: str
+    reason: str | None = None
+    next_attempt_at: float | None = None
+    count_failure: bool = False
+    channel_pause_until: float | None = None
+    receipt: str | None = None
+    request_id: str | None = None
+
+
+def decide(
+    outcome: Outcome,
+    *,
+    failures: int,
+    policy: RetryPolicy,
+    now: float,
+    rng: random.Random,
+    consecutive_rate_limits: int = 1,
+) -> Decision:
+    """Map a provider outcome to a transition out of ``claimed``.
+
+    ``failures`` is the number of transient failures the intent had before this one.
+    """
+    from tidings.model import Accepted, Permanent, RateLimited, Transient, Uncertain
+
+    match outcome:
+        case Accepted(receipt=receipt, request_id=request_id):
+            return Decision(to=S.ACCEPTED, event="accepted", receipt=receipt,
+                            request_id=request_id)
+        case RateLimited(retry_after_s=retry_after, request_id=request_id):
+            pause = rate_limit_pause(retry_after, consecutive_rate_limits, policy, rng)
+            return Decision(
+                to=S.RETRYABLE, event="rate_limited", reason=outcome.reason,
+                next_attempt_at=now + pause, channel_pause_until=now + pause,
+                request_id=request_id,
+            )
+        case Transient(reason=reason, request_id=request_id):
+            spent = failures + 1
+            if spent >= policy.max_failures:
+                return Decision(
+                    to=S.DEAD, event="dead",
+                    reason=f"retry budget spent after {spent} transient failures: {reason}",
+                    count_failure=True, request_id=request_id,
+                )
+            return Decision(
+                to=S.RETRYABLE, event="transient_failure", reason=reason,
+                next_attempt_at=now + retry_delay(spent, policy, rng), count_failure=True,
+                request_id=request_id,
+            )
+        case Permanent(reason=reason, request_id=request_id):
+            return Decision(to=S.REJECTED, event="rejected", reason=reason, request_id=request_id)
+        case Uncertain(reason=reason, request_id=request_id):
+            return Decision(to=S.UNCERTAIN, event="uncertain", reason=reason,
+                            request_id=request_id)
+    raise TypeError(f"not an outcome: {outcome!r}")  # pragma: no cover
+
+
+def before_send(*, cancel_requested: bool, expires_at: float | None, now: float) -> State | None:
+    """The state a freshly claimed intent must go to instead of being sent, if any."""
+    if cancel_requested:
+        return S.CANCELLED
+    if expires_at is not None and now >= expires_at:
+        return S.EXPIRED
+    return None

@@ -1,0 +1,5 @@
+"""Transport port and its adapters."""
+
+from tidings.transports.base import Transport
+
+__all__ = ["Transport"]

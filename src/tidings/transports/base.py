@@ -1,0 +1,63 @@
+"""The Transport port: per-channel queues, at-least-once, with a visibility timeout.
+
+A received message stays invisible for ``visibility_s``; unacked it comes back with
+``receive_count`` grown by one. ``nack`` makes it visible again after a delay. A
+dead-lettered message leaves the queue for its dead-letter list with a reason.
+``now`` always comes from the caller.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from tidings.model import DeadLetter, OutgoingMessage, QueueDepth, Received
+
+
+class Transport(Protocol):
+    name: str
+
+    async def publish(self, queue: str, messages: Sequence[OutgoingMessage], *, now: float) -> None:
+        """Publish messages, each visible after its ``delay_s``. Publishing the same
+        ``message_id`` twice makes two deliveries (consumers deduplicate)."""
+        ...
+
+    async def receive(
+        self, queue: str, *, max_messages: int, visibility_s: float, now: float
+    ) -> list[Received]:
+        """Take up to ``max_messages`` visible messages, oldest first, hiding them."""
+        ...
+
+    async def ack(self, queue: str, receipts: Sequence[str]) -> None:
+        """Remove messages for good. Acking an unknown or already acked receipt is a no-op."""
+        ...
+
+    async def nack(self, queue: str, receipts: Sequence[tuple[str, float]], *, now: float) -> None:
+        """Make messages visible again after the paired delay (seconds)."""
+        ...
+
+    async def extend(
+        self, queue: str, receipts: Sequence[str], *, visibility_s: float, now: float
+    ) -> None:
+        """Push the visibility timeout of in-flight messages to ``now + visibility_s``."""
+        ...
+
+    async def dead_letter(
+        self, queue: str, receipts: Sequence[tuple[str, str]], *, now: float
+    ) -> None:
+        """Move messages to the dead-letter list with the paired reason."""
+        ...
+
+    async def dead_letters(self, queue: str, *, limit: int = 100) -> list[DeadLetter]: ...
+
+    async def redrive(self, queue: str, ids: Sequence[str], *, now: float) -> int:
+        """Put dead letters back on their queue (visible now); return how many."""
+        ...
+
+    async def depth(self, queue: str, *, now: float) -> QueueDepth: ...
+
+    async def contains(self, queue: str, message_ids: Sequence[str]) -> set[str]:
+        """Which of ``message_ids`` still have a message on the queue (any visibility)."""
+        ...
+
+    async def close(self) -> None: ...
