@@ -1,0 +1,348 @@
+"""Orchestrates the demo: sandbox, scheduler, workers and reconciler as real processes.
+
+The demo process seeds data, starts the processes, injects faults of its own (a
+duplicate publication, a retried scheduler pass, a worker killed mid-flight), shows
+progress, and ends with a report judged by the sandbox's own counts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import random
+import signal
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import httpx
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from tidings.demo.data import AUDIENCE_QUERY, Customers, seed_customers
+from tidings.demo.report import build_report, render_report
+from tidings.model import Message, OutgoingMessage
+from tidings.runtime import Runtime, build_runtime
+from tidings.settings import Settings
+from tidings.states import TERMINAL
+
+ZONE = "Europe/London"
+CAMPAIGN = "weekly-digest"
+SHIPMENT_EVERY = 25
+FUTURE_SHARE = 0.1
+CANCELLED_SHIPMENTS = 20
+DUPLICATED = 50
+DEADLINE_S = 600.0
+
+SANDBOX = {
+    "quotas": {"email": 1500, "sms": 200},
+    "latency": {"email": {"median_ms": 2, "p99_ms": 20}, "sms": {"median_ms": 5, "p99_ms": 50}},
+    "rate_limit": 0.0002,
+    "retry_after_s": 1,
+    "retry_after_date_share": 0.3,
+    "retry_after_missing_share": 0.3,
+    "server_error": 0.005,
+    "timeout": 0.0005,
+    "lost_response": 0.001,
+    "reject_addresses": ["@invalid.example"],
+    "fail_addresses": ["@flaky.example"],
+    "dedupe": False,
+    "hang_s": 10,
+}
+
+
+def simulated_offset(now: float) -> float:
+    """Seconds to add to the real clock so the demo starts just after Monday 09:00."""
+    zone = ZoneInfo(ZONE)
+    local = datetime.fromtimestamp(now, zone)
+    monday = (local - timedelta(days=local.weekday())).replace(
+        hour=9, minute=0, second=0, microsecond=0)
+    if monday.timestamp() < now - 3600:
+        monday += timedelta(days=7)
+    return monday.timestamp() + 1.0 - now
+
+
+def settings_for(workdir: Path, db: Path, customers: Path, sandbox_url: str,
+                 offset: float) -> dict[str, Any]:
+    provider = {"kind": "sandbox", "url": sandbox_url, "timeout_s": 2.0}
+    return {
+        "store": f"sqlite:///{db}",
+        "clock_offset_s": offset,
+        "channels": {
+            "email": {"provider": provider, "quota": f"{SANDBOX['quotas']['email']}/s",  # type: ignore[index]
+                      "max_in_flight": 96},
+            "sms": {"provider": provider, "quota": f"{SANDBOX['quotas']['sms']}/s",  # type: ignore[index]
+                    "max_in_flight": 32},
+        },
+        "campaigns": {
+            CAMPAIGN: {
+                "cron": "0 9 * * 1", "timezone": ZONE, "channels": ["email"],
+                "template": "weekly-digest", "version": 3, "expires_after_s": 86400,
+                "audience": {"sql": {"url": f"sqlite:///{customers}", "query": AUDIENCE_QUERY}},
+            },
+        },
+        "retry": {"max_failures": 4, "base_s": 0.2, "cap_s": 2.0, "rate_limit_floor_s": 0.25,
+                  "rate_limit_cap_s": 5.0},
+        "worker": {"batch_size": 200, "lease_s": 15.0, "visibility_s": 20.0,
+                   "reconcile_every_s": 1.0},
+        "scheduler": {"page_size": 5000, "max_pages": 4, "interval_s": 0.5,
+                      "relay_horizon_s": 5.0, "relay_lease_s": 10.0},
+        "reconciler": {"lost_after_s": 15.0, "uncertain_after_s": 0.5},
+    }
+
+
+def _toml(data: dict[str, Any], prefix: str = "") -> str:
+    """Write the settings as TOML (nested tables); enough for the demo's own settings."""
+    scalars, tables = [], []
+    for key, value in data.items():
+        name = f'"{key}"' if "-" in key or "." in key else key
+        if isinstance(value, dict):
+            tables.append(_toml(value, f"{prefix}{name}."))
+        else:
+            scalars.append(f"{name} = {json.dumps(value)}")
+    head = f"[{prefix[:-1]}]\n" if prefix and scalars else ""
+    return head + "\n".join(scalars) + ("\n\n" if scalars else "") + "".join(tables)
+
+
+@dataclass
+class Procs:
+    workdir: Path
+    config: Path
+    children: dict[str, asyncio.subprocess.Process] = field(default_factory=dict)
+
+    async def start(self, name: str, *args: str) -> asyncio.subprocess.Process:
+        log = open(self.workdir / f"{name}.log", "ab")  # noqa: SIM115, ASYNC230 - the child's
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "tidings", *args, "--config", str(self.config),
+            stdout=log, stderr=log, stdin=asyncio.subprocess.DEVNULL)
+        log.close()
+        self.children[name] = proc
+        return proc
+
+    async def stop_all(self, grace_s: float = 20.0) -> None:
+        for proc in self.children.values():
+            if proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.send_signal(signal.SIGTERM)
+        for proc in self.children.values():
+            try:
+                await asyncio.wait_for(proc.wait(), grace_s)
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                await proc.wait()
+
+
+async def start_sandbox(workdir: Path, seed: int) -> tuple[asyncio.subprocess.Process, str]:
+    config = workdir / "sandbox.json"
+    log = open(workdir / "sandbox.log", "ab")  # noqa: SIM115, ASYNC230 - the child's
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tidings", "sandbox", "--port", "0", "--config", str(config),
+        "--seed", str(seed), stdout=asyncio.subprocess.PIPE, stderr=log,
+        stdin=asyncio.subprocess.DEVNULL)
+    log.close()
+    assert proc.stdout is not None
+    line = (await asyncio.wait_for(proc.stdout.readline(), 30)).decode().strip()
+    if "http://" not in line:
+        proc.kill()
+        raise RuntimeError(f"sandbox did not start: {line!r} (see {workdir / 'sandbox.log'})")
+    return proc, line[line.index("http://"):]
+
+
+async def notify_shipments(runtime: Runtime, customers: Customers, rng: random.Random
+                           ) -> list[str]:
+    """Shipment updates by email and SMS for a subset; some due later, some cancelled."""
+    now = runtime.clock.now()
+    keys: list[str] = []
+    for index, (cid, email, phone) in enumerate(customers.active[::SHIPMENT_EVERY]):
+        later = rng.random() < FUTURE_SHARE
+        keys.extend(await runtime.notify(
+            key=f"shipment-{index:06d}:{cid}", recipient={"id": cid, "email": email,
+                                                         "phone": phone},
+            channels=["email", "sms"], template="shipment-update/v1",
+            data={"shipment": f"SH{index:06d}", "status": "out_for_delivery"},
+            due_at=now + 20.0 if later else None, expires_at=now + 7200.0))
+    for index in range(CANCELLED_SHIPMENTS):
+        cid = customers.active[index * SHIPMENT_EVERY][0]
+        await runtime.cancel(f"shipment-{index:06d}:{cid}", reason="order cancelled")
+    return keys
+
+
+async def inject_duplicates(runtime: Runtime) -> int:
+    """Publish some already-published messages a second time."""
+    digests = [i for i in await runtime.store.intent_find(states=list(TERMINAL), channel="email",
+                                                          limit=DUPLICATED)]
+    now = runtime.clock.now()
+    await runtime.transport.publish("email", [
+        OutgoingMessage(message_id=i.key, body=Message(key=i.key).encode()) for i in digests],
+        now=now)
+    return len(digests)
+
+
+async def retried_pass(runtime: Runtime) -> int:
+    """Run the scheduler pass again, and re-admit the first page from a stale high-water
+    mark, as a retried trigger would: every key exists, so nothing new is admitted."""
+    scheduler = runtime.scheduler()
+    result = await scheduler.run_pass(now=runtime.clock.now())
+    campaign = runtime.campaigns[0]
+    first = await campaign.audience.page(None, 1000)
+    from tidings.model import IntentDraft, campaign_key
+
+    occurrences = await runtime.store.occurrence_list(CAMPAIGN)
+    occ = occurrences[0]
+    drafts = [IntentDraft(
+        key=campaign_key(CAMPAIGN, occ.logical_date, m.id, "email", campaign.version),
+        channel="email", recipient_id=m.id, address=m.email or "", template="weekly-digest/v3",
+        due_at=occ.logical_at, campaign=CAMPAIGN, occurrence=occ.id)
+        for m in first if m.active and m.email]
+    again = await runtime.store.intent_admit(drafts, now=runtime.clock.now())
+    return result.admitted + len(again)
+
+
+async def _progress_loop(runtime: Runtime, progress: Progress | None, tasks: dict[str, Any],
+                         done: asyncio.Event) -> dict[str, dict[str, int]]:
+    counts: dict[str, dict[str, int]] = {}
+    while True:
+        counts = await runtime.store.intent_counts()
+        if progress is not None:
+            for channel, by_state in counts.items():
+                total = sum(by_state.values())
+                finished = sum(n for s, n in by_state.items() if s in TERMINAL)
+                if channel not in tasks:
+                    tasks[channel] = progress.add_task(channel, total=total)
+                progress.update(tasks[channel], total=total, completed=finished)
+        if done.is_set():
+            return counts
+        await asyncio.sleep(0.5)
+
+
+def all_terminal(counts: dict[str, dict[str, int]]) -> bool:
+    return bool(counts) and all(s in TERMINAL for by in counts.values() for s in by)
+
+
+def prepare(db: Path | None, recipients: int, seed: int) -> tuple[Path, Path, Customers]:
+    """A fresh work dir (or the one ``--db`` names), an empty ledger, seeded customers."""
+    workdir = Path(db).parent if db else Path(tempfile.mkdtemp(prefix="tidings-demo-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    db_path = Path(db) if db else workdir / "tidings.db"
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{db_path}{suffix}").unlink(missing_ok=True)
+    (workdir / "sandbox.json").write_text(json.dumps(SANDBOX))
+    return workdir, db_path, seed_customers(workdir / "customers.db", recipients, seed)
+
+
+async def demo(*, recipients: int, db: Path | None, seed: int, as_json: bool,
+               started: float) -> dict[str, Any]:
+    console = Console(stderr=True)
+    quiet = as_json or not console.is_terminal
+    rng = random.Random(seed)
+
+    def say(text: str) -> None:
+        if not as_json:
+            console.print(text)
+
+    workdir, db_path, customers = await asyncio.to_thread(prepare, db, recipients, seed)
+    say(f"[bold]tidings demo[/bold]: {recipients:,} customers, work dir {workdir}")
+    sandbox, url = await start_sandbox(workdir, seed)
+    say(f"sandbox provider at {url} (quota email {SANDBOX['quotas']['email']}/s, "  # type: ignore[index]
+        f"sms {SANDBOX['quotas']['sms']}/s; 429s, 5xx, timeouts, lost responses on)")  # type: ignore[index]
+    offset = simulated_offset(time.time())
+    config = workdir / "tidings.toml"
+    await asyncio.to_thread(config.write_text,
+                            _toml(settings_for(workdir, db_path, customers.path, url, offset)))
+    settings = await asyncio.to_thread(Settings.load, config)
+    runtime = await build_runtime(settings)
+    procs = Procs(workdir, config)
+    injected: dict[str, Any] = {}
+    try:
+        local = datetime.fromtimestamp(runtime.clock.now(), ZoneInfo(ZONE))
+        say(f"simulated time {local:%a %Y-%m-%d %H:%M:%S %Z}")
+        await procs.start("scheduler", "scheduler")
+        for name, channel in (("email-1", "email"), ("email-2", "email"), ("sms-1", "sms")):
+            await procs.start(name, "worker", "--channel", channel)
+        shipments = await notify_shipments(runtime, customers, rng)
+        say(f"{len(shipments):,} shipment-update intents created "
+            f"({CANCELLED_SHIPMENTS} shipments cancelled)")
+        done = asyncio.Event()
+        tasks: dict[str, Any] = {}
+        progress = None if quiet else Progress(
+            TextColumn("{task.description:>6}"), BarColumn(), MofNCompleteColumn(),
+            TimeElapsedColumn(), console=console)
+        if progress is not None:
+            progress.start()
+        watcher = asyncio.create_task(_progress_loop(runtime, progress, tasks, done))
+        killed = duplicated = retried = False
+        deadline = time.monotonic() + DEADLINE_S
+        try:
+            while time.monotonic() < deadline:
+                await asyncio.sleep(0.5)
+                counts = await runtime.store.intent_counts()
+                email = counts.get("email", {})
+                finished = sum(n for s, n in email.items() if s in TERMINAL)
+                occurrences = await runtime.store.occurrence_list(CAMPAIGN)
+                admitted = bool(occurrences) and occurrences[0].status == "done"
+                if not killed and finished > 0.25 * len(customers.active):
+                    victim = procs.children["email-1"]
+                    victim.kill()
+                    await victim.wait()
+                    injected["worker_killed"] = "email-1 (SIGKILL) at "\
+                        f"{finished} email intents done"
+                    await procs.start("email-1b", "worker", "--channel", "email")
+                    killed = True
+                if admitted and not duplicated:
+                    injected["duplicate_publications"] = await inject_duplicates(runtime)
+                    duplicated = True
+                if admitted and not retried:
+                    injected["retried_pass_new_intents"] = await retried_pass(runtime)
+                    retried = True
+                if killed and duplicated and retried and all_terminal(counts) \
+                        and await _queues_drained(runtime):
+                    break
+        finally:
+            done.set()
+            await watcher
+            if progress is not None:
+                progress.stop()
+    finally:
+        await procs.stop_all()
+        stats = await _sandbox_stats(url)
+        sandbox.send_signal(signal.SIGTERM)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(sandbox.wait(), 10)
+        report = await build_report(runtime, stats, recipients=recipients,
+                                    elapsed_s=time.monotonic() - started, injected=injected)
+        await runtime.close()
+    report["workdir"] = str(workdir)
+    if not as_json:
+        render_report(report, Console())
+    return report
+
+
+async def _queues_drained(runtime: Runtime) -> bool:
+    now = runtime.clock.now()
+    for channel in runtime.channels:
+        depth = await runtime.transport.depth(channel, now=now)
+        if depth.ready or depth.delayed or depth.in_flight:
+            return False
+    return True
+
+
+async def _sandbox_stats(url: str) -> dict[str, Any]:
+    async with httpx.AsyncClient(timeout=30) as client:
+        answer = await client.get(f"{url}/v1/stats")
+        answer.raise_for_status()
+        stats: dict[str, Any] = answer.json()
+        return stats
+
+
+def run_demo(*, recipients: int, db: Path | None, seed: int, as_json: bool) -> dict[str, Any]:
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    return asyncio.run(demo(recipients=recipients, db=db, seed=seed, as_json=as_json,
+                            started=time.monotonic()))

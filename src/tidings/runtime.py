@@ -1,0 +1,211 @@
+"""The composition root: settings -> store, transport, providers, pacers, campaigns.
+
+The CLI, the demo, the benchmarks and the tests all build their runtime here; there
+are no module-level singletons.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import socket
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tidings.audience import audience_from_spec
+from tidings.campaign import Campaign
+from tidings.clock import Clock, SystemClock
+from tidings.errors import ConfigurationError
+from tidings.intake import cancel, notify
+from tidings.model import Recipient
+from tidings.pacing.algorithm import PaceLimits, parse_quota
+from tidings.pacing.pacer import Pacer
+from tidings.policy import RetryPolicy
+from tidings.providers.base import Provider
+from tidings.reconciler import Reconciler, ReconcilerConfig
+from tidings.relay import RelayConfig
+from tidings.schedule import Schedule
+from tidings.scheduler import Scheduler, SchedulerConfig
+from tidings.settings import ChannelSettings, Settings
+from tidings.states import State
+from tidings.stores.base import Store
+from tidings.transports.base import Transport
+from tidings.worker import Worker, WorkerConfig
+
+
+def default_worker_id(channel: str) -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{channel}:{random.getrandbits(24):06x}"
+
+
+async def open_store(url: str) -> tuple[Store, Transport]:
+    """Open the store and its embedded transport named by a URL."""
+    if url.startswith("sqlite:"):
+        from tidings.stores.sqlite import SqliteStore
+        from tidings.stores.sqlite_db import SqliteDatabase
+        from tidings.transports.sql import SqlTransport
+
+        db = SqliteDatabase.from_url(url)
+        return SqliteStore(db), SqlTransport(db)
+    scheme = url.split(":", 1)[0] if ":" in url else url
+    raise ConfigurationError("store", f"unsupported store URL scheme {scheme!r}; "
+                             "use sqlite:///path/to/tidings.db")
+
+
+def build_provider(channel: str, spec: ChannelSettings, clock: Clock) -> Provider:
+    """Make the provider a channel's settings name."""
+    from tidings.providers.sandbox import SandboxHttpProvider, SandboxTwinProvider
+    from tidings.sandbox.core import SandboxConfig, SandboxCore
+
+    provider = spec.provider
+    if provider.kind == "sandbox":
+        if not provider.url:
+            raise ConfigurationError(f"channels.{channel}.provider.url",
+                                     "is required for the sandbox provider")
+        return SandboxHttpProvider(base_url=provider.url, channel=channel, clock=clock,
+                                   timeout_s=provider.timeout_s)
+    core = SandboxCore(SandboxConfig(), now=clock.now, seed=0)
+    return SandboxTwinProvider(core=core, channel=channel, clock=clock)
+
+
+def pace_limits(spec: ChannelSettings, channel: str) -> PaceLimits:
+    quota = parse_quota(spec.quota, f"channels.{channel}.quota") if spec.quota else None
+    return PaceLimits(max_in_flight=spec.max_in_flight, min_interval_s=spec.min_interval_s,
+                      quota_per_s=quota)
+
+
+def campaigns_from(settings: Settings) -> list[Campaign]:
+    return [
+        Campaign(name=name, schedule=Schedule(c.cron, c.timezone), channels=tuple(c.channels),
+                 template=c.template, version=c.version, audience=audience_from_spec(c.audience),
+                 expires_after_s=c.expires_after_s, grace_s=c.grace_s)
+        for name, c in settings.campaigns.items()
+    ]
+
+
+@dataclass(kw_only=True)
+class Runtime:
+    """Everything wired; builds workers, schedulers and reconcilers on demand."""
+
+    settings: Settings
+    clock: Clock
+    store: Store
+    transport: Transport
+    providers: dict[str, Provider]
+    limits: dict[str, PaceLimits]
+    campaigns: list[Campaign]
+    policy: RetryPolicy
+    rng: random.Random = field(default_factory=random.Random)
+
+    @property
+    def channels(self) -> list[str]:
+        return sorted(self.limits)
+
+    def provider(self, channel: str) -> Provider:
+        try:
+            return self.providers[channel]
+        except KeyError:
+            raise ConfigurationError("channel", f"unknown channel {channel!r}; declared: "
+                                     f"{', '.join(self.channels) or 'none'}") from None
+
+    def pacer(self, channel: str, worker_id: str) -> Pacer:
+        # Every Store is a pacer backend: processes that share the store share the budget.
+        return Pacer(channel=channel, limits=self.limits[channel], backend=self.store,
+                     clock=self.clock, worker=worker_id)
+
+    def worker(self, channel: str, worker_id: str | None = None) -> Worker:
+        provider = self.provider(channel)
+        wid = worker_id or default_worker_id(channel)
+        w = self.settings.worker
+        return Worker(
+            channel=channel, store=self.store, transport=self.transport, provider=provider,
+            pacer=self.pacer(channel, wid), clock=self.clock, policy=self.policy,
+            worker_id=wid, rng=random.Random(self.rng.getrandbits(64)),
+            config=WorkerConfig(batch_size=w.batch_size, lease_s=w.lease_s,
+                                visibility_s=w.visibility_s, max_receives=w.max_receives),
+        )
+
+    def relay_config(self) -> RelayConfig:
+        s = self.settings.scheduler
+        return RelayConfig(horizon_s=s.relay_horizon_s, lease_s=s.relay_lease_s)
+
+    def scheduler(self) -> Scheduler:
+        s = self.settings.scheduler
+        return Scheduler(store=self.store, transport=self.transport, campaigns=self.campaigns,
+                         config=SchedulerConfig(page_size=s.page_size, max_pages=s.max_pages,
+                                                relay=self.relay_config()))
+
+    def reconciler(self) -> Reconciler:
+        r = self.settings.reconciler
+        return Reconciler(store=self.store, transport=self.transport, providers=self.providers,
+                          config=ReconcilerConfig(lost_after_s=r.lost_after_s,
+                                                  uncertain_after_s=r.uncertain_after_s,
+                                                  relay=self.relay_config()))
+
+    async def notify(self, *, key: str, recipient: Recipient | Mapping[str, Any],
+                     channels: Sequence[str], template: str,
+                     data: Mapping[str, Any] | None = None, due_at: float | None = None,
+                     expires_at: float | None = None) -> list[str]:
+        """Create a one-off or future-dated intent per channel; returns their keys."""
+        s = self.settings.scheduler
+        return await notify(
+            self.store, self.transport, known_channels=self.limits, key=key,
+            recipient=recipient, channels=channels, template=template, data=data,
+            now=self.clock.now(), due_at=due_at, expires_at=expires_at,
+            horizon_s=s.relay_horizon_s, lease_s=s.relay_lease_s)
+
+    async def cancel(self, key: str, reason: str = "cancelled by caller"
+                     ) -> dict[str, State | None]:
+        """Cancel an intent (or every channel of a notify key) before its send starts."""
+        return await cancel(self.store, key, channels=self.limits, now=self.clock.now(),
+                            reason=reason)
+
+    async def close(self) -> None:
+        for provider in self.providers.values():
+            await provider.close()
+        await self.transport.close()
+        await self.store.close()
+
+    async def __aenter__(self) -> Runtime:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+async def build_runtime(
+    settings: Settings,
+    *,
+    clock: Clock | None = None,
+    providers: Mapping[str, Provider] | None = None,
+    campaigns: Sequence[Campaign] | None = None,
+    migrate: bool = True,
+    rng: random.Random | None = None,
+) -> Runtime:
+    """Build a runtime from settings; ``providers``/``campaigns`` override the declared ones
+    (tests pass a twin sandbox; Python users pass their own audience generators)."""
+    the_clock = clock or SystemClock(settings.clock_offset_s)
+    store, transport = await open_store(settings.store)
+    try:
+        if migrate:
+            await store.migrate()
+        else:
+            await store.check_schema()
+    except BaseException:
+        await transport.close()
+        await store.close()
+        raise
+    chosen = dict(providers or {})
+    for name, spec in settings.channels.items():
+        if name not in chosen:
+            chosen[name] = build_provider(name, spec, the_clock)
+    r = settings.retry
+    return Runtime(
+        settings=settings, clock=the_clock, store=store, transport=transport, providers=chosen,
+        limits={name: pace_limits(spec, name) for name, spec in settings.channels.items()},
+        campaigns=list(campaigns) if campaigns is not None else campaigns_from(settings),
+        policy=RetryPolicy(max_failures=r.max_failures, base_s=r.base_s, cap_s=r.cap_s,
+                           rate_limit_floor_s=r.rate_limit_floor_s,
+                           rate_limit_cap_s=r.rate_limit_cap_s),
+        rng=rng or random.Random(),
+    )

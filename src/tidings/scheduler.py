@@ -1,0 +1,208 @@
+"""Admission: turn due campaign occurrences into intents and messages, in bounded passes.
+
+A pass handles at most ``max_pages`` audience pages per campaign and returns; the
+occurrence's high-water mark (the last recipient id admitted) moves in the same
+transaction as the page's intents, so the next pass — in this process or another,
+after a crash or not — resumes exactly where the last committed page ended.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from tidings.campaign import Campaign
+from tidings.errors import InvalidInput
+from tidings.model import IntentDraft, campaign_key, encode_data
+from tidings.relay import RelayConfig, publish, relay_pass
+from tidings.schedule import OccurrenceTime
+from tidings.stores.base import Occurrence, OccurrenceProgress, Store, Switch
+from tidings.transports.base import Transport
+
+log = logging.getLogger("tidings.scheduler")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SchedulerConfig:
+    page_size: int = 5000
+    max_pages: int = 20
+    relay: RelayConfig = field(default_factory=RelayConfig)
+
+
+@dataclass(kw_only=True)
+class PassResult:
+    """What one admission pass did; ``more`` means a campaign still has pages left."""
+
+    occurrences: list[str] = field(default_factory=list)
+    members: int = 0
+    admitted: int = 0
+    skipped: int = 0
+    published: int = 0
+    more: bool = False
+    paused: list[str] = field(default_factory=list)
+    missed: list[str] = field(default_factory=list)
+
+
+def occurrence_id(campaign: str, logical_date: str) -> str:
+    return f"{campaign}/{logical_date}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Switches:
+    """The admission switches as one snapshot."""
+
+    campaigns: Mapping[str, Switch]
+    channels: Mapping[str, Switch]
+
+    @classmethod
+    def of(cls, switches: Sequence[Switch]) -> Switches:
+        return cls(campaigns={s.name: s for s in switches if s.scope == "campaign"},
+                   channels={s.name: s for s in switches if s.scope == "channel"})
+
+    def campaign_paused(self, name: str) -> bool:
+        switch = self.campaigns.get(name)
+        return bool(switch and switch.paused)
+
+    def paused_channels(self) -> list[str]:
+        return [name for name, s in self.channels.items() if s.paused]
+
+
+class Scheduler:
+    """Runs admission passes for a set of campaigns."""
+
+    def __init__(self, *, store: Store, transport: Transport, campaigns: Sequence[Campaign],
+                 config: SchedulerConfig | None = None) -> None:
+        self.store = store
+        self.transport = transport
+        self.campaigns = {c.name: c for c in campaigns}
+        self.config = config or SchedulerConfig()
+
+    async def run_pass(self, *, now: float) -> PassResult:
+        """One bounded pass over every campaign, then the relay for one-off intents."""
+        result = PassResult()
+        switches = Switches.of(await self.store.switch_all())
+        for campaign in self.campaigns.values():
+            due = campaign.schedule.latest(now)
+            if due is None:
+                continue
+            existing = await self.store.occurrence_get(
+                occurrence_id(campaign.name, due.logical_date))
+            if existing is not None and existing.status != "admitting":
+                continue
+            started = existing is not None and existing.members > 0
+            if switches.campaign_paused(campaign.name):
+                result.paused.append(campaign.name)
+                if not started:
+                    await self._skip(campaign, due, now, "campaign paused at its logical time")
+                continue
+            if not started:
+                reason = self._not_admissible(campaign, due, now, switches)
+                if reason is not None:
+                    result.missed.append(occurrence_id(campaign.name, due.logical_date))
+                    await self._skip(campaign, due, now, reason)
+                    continue
+            await self._admit(campaign, due, "scheduled", now, switches, result)
+        result.published += await relay_pass(
+            self.store, self.transport, now=now, config=self.config.relay,
+            paused_channels=switches.paused_channels())
+        return result
+
+    @staticmethod
+    def _not_admissible(campaign: Campaign, due: OccurrenceTime, now: float,
+                        switches: Switches) -> str | None:
+        """Why an occurrence that has not started may not be admitted automatically."""
+        if now - due.logical_at > campaign.grace_s:
+            return "missed: older than the grace period; replay admits it"
+        switch = switches.campaigns.get(campaign.name)
+        if switch is not None and switch.changed_at > due.logical_at:
+            # Resumed after this occurrence was due: no backfill.
+            return "campaign was paused at its logical time; replay admits it"
+        return None
+
+    async def replay(self, campaign_name: str, logical_date: str, *, now: float,
+                     until_done: bool = True) -> PassResult:
+        """Admit one date of a campaign explicitly, as its own ``replay`` admission."""
+        campaign = self.campaigns.get(campaign_name)
+        if campaign is None:
+            raise InvalidInput("campaign", f"unknown campaign {campaign_name!r}; known: "
+                               f"{', '.join(sorted(self.campaigns)) or 'none'}")
+        due = campaign.schedule.occurrence_for(logical_date)
+        if due.logical_at > now:
+            raise InvalidInput("date", f"{logical_date} is in the future; replay admits past "
+                               "dates only")
+        result = PassResult()
+        switches = Switches.of(await self.store.switch_all())
+        while True:
+            await self._admit(campaign, due, "replay", now, switches, result)
+            if not (until_done and result.more):
+                return result
+            result.more = False
+
+    async def _skip(self, campaign: Campaign, due: OccurrenceTime, now: float,
+                    reason: str) -> None:
+        occ = await self.store.occurrence_open(
+            id=occurrence_id(campaign.name, due.logical_date), campaign=campaign.name,
+            logical_at=due.logical_at, logical_date=due.logical_date, kind="scheduled", now=now)
+        if occ.status == "admitting" and occ.members == 0:
+            await self.store.occurrence_finish(occ.id, now=now, status="skipped", reason=reason)
+
+    async def _admit(self, campaign: Campaign, due: OccurrenceTime, kind: str, now: float,
+                     switches: Switches, result: PassResult) -> None:
+        occ: Occurrence = await self.store.occurrence_open(
+            id=occurrence_id(campaign.name, due.logical_date), campaign=campaign.name,
+            logical_at=due.logical_at, logical_date=due.logical_date, kind=kind, now=now)
+        if occ.status != "admitting":
+            return
+        paused = [c for c in campaign.channels if c in switches.paused_channels()]
+        if paused:
+            # The occurrence waits for its channels; nothing already accepted is touched.
+            result.paused.extend(f"{campaign.name}:{c}" for c in paused)
+            return
+        result.occurrences.append(occ.id)
+        high_water = occ.high_water
+        expires_at = (due.logical_at + campaign.expires_after_s
+                      if campaign.expires_after_s is not None else None)
+        for _ in range(self.config.max_pages):
+            members = await campaign.audience.page(high_water, self.config.page_size)
+            if not members:
+                await self.store.occurrence_finish(occ.id, now=now)
+                return
+            drafts: list[IntentDraft] = []
+            skipped = 0
+            for member in members:
+                if not member.active:
+                    skipped += 1
+                    continue
+                data = encode_data(member.data, f"audience[{member.id}].data")
+                for channel in campaign.channels:
+                    address = member.address(channel)
+                    if not address:
+                        skipped += 1
+                        continue
+                    drafts.append(IntentDraft(
+                        key=campaign_key(campaign.name, due.logical_date, member.id, channel,
+                                         campaign.version),
+                        channel=channel, recipient_id=member.id, address=address,
+                        template=f"{campaign.template}/v{campaign.version}", data=data,
+                        due_at=due.logical_at, expires_at=expires_at,
+                        campaign=campaign.name, occurrence=occ.id,
+                    ))
+            high_water = members[-1].id
+            new_keys = await self.store.intent_admit(
+                drafts, now=now, publish_lease_until=now + self.config.relay.lease_s,
+                progress=OccurrenceProgress(occurrence=occ.id, high_water=high_water,
+                                            members=len(members), skipped=skipped))
+            result.members += len(members)
+            result.skipped += skipped
+            result.admitted += len(new_keys)
+            if new_keys:
+                fresh = set(new_keys)
+                await publish(self.transport, ((d.key, d.channel, d.due_at)
+                                               for d in drafts if d.key in fresh), now=now)
+                await self.store.intent_mark_enqueued(new_keys, now=now)
+                result.published += len(new_keys)
+            if len(members) < self.config.page_size:
+                await self.store.occurrence_finish(occ.id, now=now)
+                return
+        result.more = True

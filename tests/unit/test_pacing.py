@@ -1,0 +1,113 @@
+"""Pacing: one budget per channel shared by every worker, enforced with a fake clock."""
+
+import asyncio
+from functools import partial
+
+import pytest
+
+from tidings.clock import FakeClock
+from tidings.errors import ConfigurationError
+from tidings.pacing import MemoryPacerBackend, PaceLimits, Pacer, algorithm, parse_quota
+
+
+def test_quota_parsing() -> None:
+    assert parse_quota("100/s") == 100
+    assert parse_quota("6000/min") == 100
+    with pytest.raises(ConfigurationError) as err:
+        parse_quota("fast", "channels.email.quota")
+    assert err.value.field == "channels.email.quota"
+
+
+def test_reserve_spaces_starts_across_workers() -> None:
+    limits = PaceLimits(quota_per_s=100, safety=1.0)
+    reserve = partial(algorithm.reserve, limits=limits, release=0, horizon_s=0.1, stale_s=60)
+    state, a = reserve(None, worker="a", want=5, now=10.0)
+    state, b = reserve(state, worker="b", want=5, now=10.0)
+    starts = sorted(a.starts + b.starts)
+    gaps = [round(y - x, 9) for x, y in zip(starts, starts[1:], strict=False)]
+    assert gaps and all(g == 0.01 for g in gaps)
+
+
+def test_max_in_flight_is_shared_and_freed_by_release_or_staleness() -> None:
+    limits = PaceLimits(max_in_flight=3)
+    state, a = algorithm.reserve(None, limits=limits, worker="a", want=3, release=0, now=0,
+                                 horizon_s=0.1, stale_s=5)
+    state, b = algorithm.reserve(state, limits=limits, worker="b", want=3, release=0, now=0,
+                                 horizon_s=0.1, stale_s=5)
+    assert len(a.starts) == 3 and b.starts == ()
+    state, b = algorithm.reserve(state, limits=limits, worker="b", want=3, release=0, now=10,
+                                 horizon_s=0.1, stale_s=5)
+    assert len(b.starts) == 3  # worker a went silent: its slots were reclaimed
+
+
+def test_pause_blocks_every_worker_until_it_ends() -> None:
+    limits = PaceLimits()
+    state, streak = algorithm.pause(None, until=12.0, now=10.0)
+    assert streak == 1
+    state, grant = algorithm.reserve(state, limits=limits, worker="b", want=1, release=0,
+                                     now=11.9, horizon_s=0.1, stale_s=60)
+    assert grant.starts == () and grant.retry_at == 12.0
+    state, grant = algorithm.reserve(state, limits=limits, worker="b", want=1, release=0,
+                                     now=12.0, horizon_s=0.1, stale_s=60)
+    assert grant.starts == (12.0,)
+
+
+async def test_pacers_in_two_workers_never_beat_the_quota() -> None:
+    clock = FakeClock(start=100.0)
+    backend = MemoryPacerBackend()
+    limits = PaceLimits(quota_per_s=50, max_in_flight=1000)
+    pacers = [Pacer(channel="sms", limits=limits, backend=backend, clock=clock, worker=w)
+              for w in ("w1", "w2")]
+    starts: list[float] = []
+
+    async def send(pacer: Pacer) -> None:
+        await pacer.acquire()
+        starts.append(clock.now())
+        await pacer.release()
+
+    tasks = [asyncio.create_task(send(pacers[i % 2])) for i in range(150)]
+    while not all(t.done() for t in tasks):
+        await asyncio.sleep(0)
+        clock.advance(0.001)
+    windows: dict[int, int] = {}
+    for t in starts:
+        windows[int(t)] = windows.get(int(t), 0) + 1
+    assert len(starts) == 150
+    assert max(windows.values()) <= 50
+    full = [windows[w] for w in sorted(windows)[:-1]]
+    assert min(full) >= 45  # the budget is used, not wasted
+
+
+async def test_a_429_in_one_worker_pauses_the_other() -> None:
+    clock = FakeClock(start=100.0)
+    backend = MemoryPacerBackend()
+    limits = PaceLimits(max_in_flight=10)
+    a = Pacer(channel="email", limits=limits, backend=backend, clock=clock, worker="a")
+    b = Pacer(channel="email", limits=limits, backend=backend, clock=clock, worker="b")
+    await a.pause(102.0)
+    waiter = asyncio.create_task(b.acquire())
+    for _ in range(1999):
+        clock.advance(0.001)
+        await asyncio.sleep(0)
+        assert not waiter.done(), f"started at {clock.now()} inside the pause"
+    for _ in range(200):
+        clock.advance(0.001)
+        await asyncio.sleep(0)
+    assert waiter.done() and clock.now() >= 102.0
+
+
+async def test_late_slots_are_forfeited_not_fired_in_a_burst() -> None:
+    clock = FakeClock(start=0.0)
+    backend = MemoryPacerBackend()
+    pacer = Pacer(channel="email", limits=PaceLimits(quota_per_s=100, safety=1.0),
+                  backend=backend, clock=clock, worker="w", late_tolerance_s=0.005)
+    await pacer.acquire()  # slot at 0.0
+    second = asyncio.create_task(pacer.acquire())
+    for _ in range(5):
+        await asyncio.sleep(0)  # it reserved the slot at 0.01 and sleeps until then
+    clock.advance(0.5)  # the process stalled past it
+    while not second.done():
+        await asyncio.sleep(0)
+        clock.advance(0.001)
+    assert pacer.forfeited == 1
+    assert clock.now() >= 0.5  # the late slot was not used; a fresh one was

@@ -1,0 +1,84 @@
+"""The transition table and the pure deciders."""
+
+import random
+
+import pytest
+
+from tidings.errors import InvalidTransition
+from tidings.model import Accepted, Permanent, RateLimited, Transient, Uncertain
+from tidings.policy import RetryPolicy
+from tidings.states import DONE, TRANSITIONS, State, before_send, check, decide
+
+NOW = 1_000.0
+POLICY = RetryPolicy(max_failures=3, base_s=1.0, cap_s=10.0)
+
+
+def test_every_state_has_a_row_and_targets_are_states() -> None:
+    assert set(TRANSITIONS) == set(State)
+    for targets in TRANSITIONS.values():
+        assert targets <= set(State)
+
+
+def test_a_transition_not_in_the_table_raises() -> None:
+    with pytest.raises(InvalidTransition) as err:
+        check(State.ACCEPTED, State.RETRYABLE)
+    assert err.value.from_state == "accepted" and err.value.to_state == "retryable"
+    check(State.CLAIMED, State.ACCEPTED)
+
+
+def test_terminal_states_are_absorbing_except_provider_events_and_redrive() -> None:
+    for state in DONE:
+        allowed = TRANSITIONS[state]
+        if state == State.DEAD:
+            assert allowed == {State.RETRYABLE}
+        elif state in (State.ACCEPTED, State.DELIVERED):
+            assert allowed <= {State.DELIVERED, State.BOUNCED, State.COMPLAINED}
+        else:
+            assert allowed == frozenset()
+
+
+def decide_(outcome, failures=0, streak=1):
+    return decide(outcome, failures=failures, policy=POLICY, now=NOW, rng=random.Random(1),
+                  consecutive_rate_limits=streak)
+
+
+def test_accepted_keeps_the_receipt() -> None:
+    d = decide_(Accepted(receipt="r1", request_id="q1"))
+    assert (d.to, d.receipt, d.request_id) == (State.ACCEPTED, "r1", "q1")
+
+
+def test_rate_limited_with_retry_after_pauses_the_channel_exactly_that_long() -> None:
+    d = decide_(RateLimited(retry_after_s=2.0))
+    assert d.to == State.RETRYABLE
+    assert d.channel_pause_until == NOW + 2.0 == d.next_attempt_at
+    assert not d.count_failure  # 429 never spends the retry budget
+
+
+def test_rate_limited_without_retry_after_backs_off_within_bounds() -> None:
+    pauses = [decide(RateLimited(), failures=0, policy=POLICY, now=NOW, rng=random.Random(s),
+                     consecutive_rate_limits=3).channel_pause_until for s in range(200)]
+    assert all(p is not None for p in pauses)
+    spans = [p - NOW for p in pauses if p is not None]
+    assert min(spans) >= POLICY.rate_limit_floor_s  # never a tight loop
+    assert max(spans) <= POLICY.rate_limit_floor_s * 2 * 4  # full jitter under base * 2**2
+    assert len({round(s, 6) for s in spans}) > 100  # jittered, not one fixed value
+
+
+def test_transient_retries_then_dies_when_the_budget_is_spent() -> None:
+    first = decide_(Transient(reason="503"), failures=0)
+    assert first.to == State.RETRYABLE and first.count_failure
+    assert NOW <= (first.next_attempt_at or 0) <= NOW + 1.0
+    last = decide_(Transient(reason="503"), failures=2)
+    assert last.to == State.DEAD
+    assert last.reason is not None and "retry budget spent after 3" in last.reason
+
+
+def test_permanent_is_rejected_and_uncertain_is_uncertain() -> None:
+    assert decide_(Permanent(reason="bad address")).to == State.REJECTED
+    assert decide_(Uncertain(reason="timeout")).to == State.UNCERTAIN
+
+
+def test_before_send_checks_cancellation_then_expiry() -> None:
+    assert before_send(cancel_requested=True, expires_at=None, now=NOW) == State.CANCELLED
+    assert before_send(cancel_requested=False, expires_at=NOW, now=NOW) == State.EXPIRED
+    assert before_send(cancel_requested=False, expires_at=NOW + 1, now=NOW) is None
