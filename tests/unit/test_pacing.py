@@ -1,6 +1,7 @@
 """Pacing: one budget per channel shared by every worker, enforced with a fake clock."""
 
 import asyncio
+import itertools
 from functools import partial
 
 import pytest
@@ -24,7 +25,7 @@ def test_reserve_spaces_starts_across_workers() -> None:
     state, a = reserve(None, worker="a", want=5, now=10.0)
     state, b = reserve(state, worker="b", want=5, now=10.0)
     starts = sorted(a.starts + b.starts)
-    gaps = [round(y - x, 9) for x, y in zip(starts, starts[1:], strict=False)]
+    gaps = [round(y - x, 9) for x, y in itertools.pairwise(starts)]
     assert gaps and all(g == 0.01 for g in gaps)
 
 

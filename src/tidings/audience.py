@@ -1,0 +1,398 @@
+"""Where a campaign's recipients come from, read in pages ordered by recipient id.
+
+The scheduler keeps a high-water mark (the last id it admitted) and asks for the next
+page after it, so memory is bounded by a page and a restarted pass resumes where the
+last one stopped. Every audience therefore hands out recipients in ascending ``id``
+order, compared as strings, with each id at most once.
+
+Sources:
+
+- ``GeneratorAudience``: a user's generator function, e.g. ``def customers(): yield ...``.
+- ``KeysetAudience``: a user's function that already paginates: ``fn(after, limit)``.
+- ``SqlAudience``: a user's SQL query against a database URL (SQLite for now).
+
+``audience_from_spec`` builds one from settings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import itertools
+import re
+import sqlite3
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from tidings.errors import ConfigurationError, InvalidInput
+from tidings.model import Recipient
+
+__all__ = [
+    "Audience",
+    "GeneratorAudience",
+    "KeysetAudience",
+    "SqlAudience",
+    "audience_from_spec",
+]
+
+_RECIPIENT_FIELDS = ("id", "email", "phone", "active")
+_FALSE_WORDS = frozenset({"", "0", "false", "f", "no", "n", "off"})
+# SQLite primary result codes (sqlite3.h); the exception class alone does not say
+# whether the query or the database file is at fault.
+_SQLITE_ERROR = 1
+_SQLITE_FILE_ERRORS = frozenset({3, 14, 23, 26})  # PERM, CANTOPEN, AUTH, NOTADB
+_SQLITE_READONLY = 8
+
+
+@runtime_checkable
+class Audience(Protocol):
+    """A source of recipients, read in pages by ascending id."""
+
+    async def page(self, after: str | None, limit: int) -> list[Recipient]:
+        """Up to ``limit`` recipients with ``id > after`` (all when None), ascending by id."""
+        ...
+
+    def describe(self) -> str:
+        """A short human description for logs and the CLI, with no secrets."""
+        ...
+
+
+# ---------------------------------------------------------------- generator
+
+
+class GeneratorAudience:
+    """Recipients from a user's generator function, which must yield ascending ids.
+
+    Consecutive pages continue the live iterator, so reading the whole audience calls
+    ``source`` once and costs O(n). A page after any other id (a resumed pass, a
+    replay) restarts ``source`` and skips ids up to ``after``.
+
+    The generator runs on the event loop's thread between awaits: keep it to cheap
+    work, and use ``KeysetAudience`` or ``SqlAudience`` for a source that does I/O.
+    """
+
+    def __init__(self, source: Callable[[], Iterable[Recipient]]) -> None:
+        self._source = source
+        self._iterator: Iterator[Recipient] | None = None
+        # Every recipient still in the iterator has an id greater than this one.
+        self._position: str | None = None
+        self._previous: str | None = None
+        self._exhausted = False
+
+    async def page(self, after: str | None, limit: int) -> list[Recipient]:
+        _check_limit(limit)
+        if self._iterator is None or after != self._position:
+            self._restart()
+        recipients: list[Recipient] = []
+        while len(recipients) < limit and not self._exhausted:
+            recipient = self._pull()
+            if recipient is None:
+                break
+            if after is not None and recipient.id <= after:
+                continue
+            recipients.append(recipient)
+        if recipients:
+            self._position = recipients[-1].id
+        elif after is not None and (self._position is None or after > self._position):
+            self._position = after
+        return recipients
+
+    def describe(self) -> str:
+        return f"python generator {_callable_name(self._source)}"
+
+    def _restart(self) -> None:
+        self._iterator = iter(self._source())
+        self._position = None
+        self._previous = None
+        self._exhausted = False
+
+    def _pull(self) -> Recipient | None:
+        assert self._iterator is not None
+        try:
+            recipient = next(self._iterator)
+            _check_recipient(recipient, self.describe())
+        except StopIteration:
+            self._exhausted = True
+            return None
+        except BaseException:
+            # A generator that raised is closed; resuming it would look like the end.
+            self._iterator = None
+            raise
+        if self._previous is not None and recipient.id <= self._previous:
+            self._iterator = None
+            raise ConfigurationError(
+                "audience",
+                f"{self.describe()} yielded id {recipient.id!r} after {self._previous!r}; "
+                "ids must be unique and ascending as strings (zero-pad numeric ids)")
+        self._previous = recipient.id
+        return recipient
+
+
+# ---------------------------------------------------------------- keyset
+
+
+class KeysetAudience:
+    """Recipients from a user's function ``fn(after, limit)`` that paginates by id itself.
+
+    ``fn`` runs in a worker thread (it usually queries a database), so it must not rely
+    on thread-bound resources created elsewhere. Only the first ``limit`` items it
+    returns are read.
+    """
+
+    def __init__(self, fn: Callable[[str | None, int], Iterable[Recipient]]) -> None:
+        self._fn = fn
+
+    async def page(self, after: str | None, limit: int) -> list[Recipient]:
+        _check_limit(limit)
+        return await asyncio.to_thread(self._fetch, after, limit)
+
+    def describe(self) -> str:
+        return f"python keyset function {_callable_name(self._fn)}"
+
+    def _fetch(self, after: str | None, limit: int) -> list[Recipient]:
+        recipients = list(itertools.islice(self._fn(after, limit), limit))
+        previous = after
+        for recipient in recipients:
+            _check_recipient(recipient, self.describe())
+            if previous is not None and recipient.id <= previous:
+                raise ConfigurationError(
+                    "audience",
+                    f"{self.describe()} returned id {recipient.id!r} after "
+                    f"{previous!r} for after={after!r}; it must return ids greater than "
+                    "after, unique and ascending as strings")
+            previous = recipient.id
+        return recipients
+
+
+# ---------------------------------------------------------------- SQL
+
+
+class SqlAudience:
+    """Recipients from a user's SQL query, with named parameters ``:after`` and ``:limit``.
+
+    The query must return the next page itself, for example::
+
+        SELECT customer_id AS id, email, phone, opted_in AS active, first_name
+        FROM customers
+        WHERE (:after IS NULL OR customer_id > :after)
+        ORDER BY customer_id
+        LIMIT :limit
+
+    ``:after`` is NULL for the first page, then the last id of the previous page as a
+    string (SQLite compares it numerically against an INTEGER column). Result columns:
+    ``id`` (required, handed out as ``str``), ``email``, ``phone`` and ``active``
+    (truthy; True when the column is absent) fill the ``Recipient``; every other column
+    goes into ``Recipient.data``.
+
+    Only ``sqlite:///relative/path.db`` and ``sqlite:////absolute/path.db`` are
+    supported now. The database is opened read-only, per page, in a worker thread.
+    """
+
+    def __init__(self, url: str, query: str) -> None:
+        self.url = url
+        self.query = query
+        self._uri = _sqlite_uri(url)
+        if not isinstance(query, str) or not query.strip():
+            raise ConfigurationError("audience.query", "must be a non-empty SQL query")
+        missing = [name for name in ("after", "limit")
+                   if not re.search(rf":{name}\b", query)]
+        if missing:
+            # Without them every page is the whole table: unbounded memory, no progress.
+            raise ConfigurationError(
+                "audience.query",
+                f"must use {' and '.join(':' + m for m in missing)}: filter "
+                "(:after IS NULL OR id > :after), ORDER BY id and LIMIT :limit")
+
+    async def page(self, after: str | None, limit: int) -> list[Recipient]:
+        _check_limit(limit)
+        return await asyncio.to_thread(self._fetch, after, limit)
+
+    def describe(self) -> str:
+        return f"sql query on {self.url}"
+
+    def _fetch(self, after: str | None, limit: int) -> list[Recipient]:
+        try:
+            connection = sqlite3.connect(self._uri, uri=True)
+        except sqlite3.Error as exc:
+            raise ConfigurationError("audience.url", f"cannot open {self.url}: {exc}") from exc
+        try:
+            cursor = connection.execute(self.query, {"after": after, "limit": limit})
+            if cursor.description is None:
+                raise ConfigurationError("audience.query", "the query returns no rows")
+            columns = [str(column[0]) for column in cursor.description]
+            rows = cursor.fetchmany(limit)
+        except sqlite3.ProgrammingError as exc:
+            raise ConfigurationError("audience.query", str(exc)) from exc
+        except sqlite3.Error as exc:
+            error = _classify(exc, self.url)
+            if error is None:
+                raise
+            raise error from exc
+        finally:
+            connection.close()
+        return _recipients(columns, rows, after)
+
+
+def _classify(exc: sqlite3.Error, url: str) -> ConfigurationError | None:
+    """The setting at fault for a failed query, or None when the failure is transient."""
+    code = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
+    if code in _SQLITE_FILE_ERRORS:
+        return ConfigurationError("audience.url", f"cannot read {url}: {exc}")
+    if code == _SQLITE_ERROR:
+        return ConfigurationError("audience.query", str(exc))
+    if code == _SQLITE_READONLY:
+        return ConfigurationError("audience.query", f"must only read: {exc}")
+    # Busy, locked, I/O: the settings are fine and the pass can be retried.
+    return None
+
+
+def _recipients(columns: list[str], rows: list[Any], after: str | None) -> list[Recipient]:
+    lowered = [column.lower() for column in columns]
+    if "id" not in lowered:
+        raise ConfigurationError("audience.query", "result has no 'id' column")
+    index = {name: lowered.index(name) for name in _RECIPIENT_FIELDS if name in lowered}
+    extra = [(i, column) for i, column in enumerate(columns)
+             if lowered[i] not in _RECIPIENT_FIELDS]
+    recipients: list[Recipient] = []
+    previous_raw: Any = None
+    for row in rows:
+        raw_id = row[index["id"]]
+        if raw_id is None:
+            raise ConfigurationError("audience.query", "result has a NULL id")
+        if recipients and _out_of_order(previous_raw, raw_id):
+            raise ConfigurationError(
+                "audience.query",
+                f"returned id {raw_id!r} after {previous_raw!r}; it must ORDER BY id")
+        if not recipients and after is not None and str(raw_id) == after:
+            raise ConfigurationError(
+                "audience.query", f"returned id {after!r} again; filter id > :after, not >=")
+        previous_raw = raw_id
+        recipients.append(Recipient(
+            id=str(raw_id),
+            email=_optional_str(row, index.get("email")),
+            phone=_optional_str(row, index.get("phone")),
+            active=True if "active" not in index else _truthy(row[index["active"]]),
+            data={column: row[i] for i, column in extra},
+        ))
+    return recipients
+
+
+def _out_of_order(previous: Any, current: Any) -> bool:
+    # Compare in the database's own terms (integers numerically); values of different
+    # types are left to the database's collation.
+    if isinstance(previous, (int, float)) and isinstance(current, (int, float)):
+        return bool(current <= previous)
+    if type(previous) is type(current) and isinstance(current, (str, bytes)):
+        return bool(current <= previous)
+    return False
+
+
+def _optional_str(row: Any, i: int | None) -> str | None:
+    if i is None or row[i] is None:
+        return None
+    return str(row[i])
+
+
+def _truthy(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() not in _FALSE_WORDS
+    return bool(value)
+
+
+def _sqlite_uri(url: str) -> str:
+    """``sqlite:///rel.db`` or ``sqlite:////abs.db`` -> a read-only ``file:`` URI."""
+    if not isinstance(url, str):
+        raise ConfigurationError("audience.url", f"{url!r} is not a database URL")
+    scheme, separator, rest = url.partition("://")
+    if not separator:
+        raise ConfigurationError(
+            "audience.url", f"{url!r} is not a database URL such as sqlite:///audience.db")
+    if scheme.lower() != "sqlite":
+        raise ConfigurationError(
+            "audience.url", f"{scheme!r} databases are not supported yet for audiences; "
+                            "use sqlite:///path/to/file.db")
+    if not rest.startswith("/") or rest in ("/", "/:memory:"):
+        raise ConfigurationError(
+            "audience.url", f"{url!r} needs a file path: sqlite:///relative.db or "
+                            "sqlite:////absolute.db")
+    # as_uri percent-encodes, so a path with '?', '#' or spaces stays a path.
+    return Path(rest[1:]).absolute().as_uri() + "?mode=ro"
+
+
+# ---------------------------------------------------------------- settings
+
+
+def audience_from_spec(spec: Mapping[str, Any]) -> Audience:
+    """Build an audience from settings.
+
+    ``{"sql": {"url": "sqlite:///crm.db", "query": "SELECT ..."}}`` or
+    ``{"python": "package.module:function"}`` naming a generator function.
+    """
+    if not isinstance(spec, Mapping):
+        raise ConfigurationError("audience", "must be a table with 'sql' or 'python'")
+    kinds = [key for key in ("sql", "python") if key in spec]
+    unknown = sorted(str(key) for key in spec if key not in ("sql", "python"))
+    if unknown:
+        raise ConfigurationError(
+            "audience", f"unknown key(s) {', '.join(unknown)}; use 'sql' or 'python'")
+    if len(kinds) != 1:
+        raise ConfigurationError("audience", "needs exactly one of 'sql' or 'python'")
+    if kinds[0] == "sql":
+        sql = spec["sql"]
+        if not isinstance(sql, Mapping):
+            raise ConfigurationError("audience.sql", "must be a table with 'url' and 'query'")
+        for key in ("url", "query"):
+            if not isinstance(sql.get(key), str):
+                raise ConfigurationError(f"audience.{key}", "is required and must be a string")
+        return SqlAudience(sql["url"], sql["query"])
+    return GeneratorAudience(_import_callable(spec["python"]))
+
+
+def _import_callable(path: Any) -> Callable[[], Iterable[Recipient]]:
+    if not isinstance(path, str) or path.count(":") != 1:
+        raise ConfigurationError(
+            "audience.python", f"{path!r} is not an import path like 'package.module:function'")
+    module_name, _, attribute = path.partition(":")
+    if not module_name or not attribute:
+        raise ConfigurationError(
+            "audience.python", f"{path!r} is not an import path like 'package.module:function'")
+    try:
+        target: Any = importlib.import_module(module_name)
+    except Exception as exc:  # the user's module may fail in any way while importing
+        raise ConfigurationError(
+            "audience.python", f"cannot import {module_name!r} for {path!r}: "
+                               f"{type(exc).__name__}: {exc}") from exc
+    for part in attribute.split("."):
+        if not hasattr(target, part):
+            raise ConfigurationError(
+                "audience.python", f"{path!r}: {module_name!r} has no attribute {attribute!r}")
+        target = getattr(target, part)
+    if not callable(target):
+        raise ConfigurationError("audience.python", f"{path!r} is not callable")
+    source: Callable[[], Iterable[Recipient]] = target
+    return source
+
+
+# ---------------------------------------------------------------- shared checks
+
+
+def _check_limit(limit: int) -> None:
+    if not isinstance(limit, int) or limit < 1:
+        raise InvalidInput("limit", f"must be a positive integer, got {limit!r}")
+
+
+def _check_recipient(recipient: object, source: str) -> None:
+    if not isinstance(recipient, Recipient):
+        raise ConfigurationError(
+            "audience", f"{source} produced {type(recipient).__name__}, expected Recipient")
+    if not isinstance(recipient.id, str) or not recipient.id:
+        raise ConfigurationError(
+            "audience", f"{source} produced recipient id {recipient.id!r}; ids are non-empty "
+                        "strings")
+
+
+def _callable_name(fn: Callable[..., Any]) -> str:
+    module = getattr(fn, "__module__", None) or "?"
+    name = getattr(fn, "__qualname__", None) or type(fn).__name__
+    return f"{module}:{name}"

@@ -1,0 +1,298 @@
+"""Cron expression + IANA time zone -> logical occurrences of a campaign.
+
+The expression is matched against *local wall-clock* time in the schedule's zone, so
+``0 9 * * *`` in ``Europe/Berlin`` fires at 09:00 Berlin time all year round. Each
+matching wall time is one occurrence; its identity (``logical_date``) comes from that
+wall time, never from the instant a trigger happened to run.
+
+Daylight-saving rules:
+
+- **Spring forward (a gap).** A wall time that does not exist that day (02:30 on
+  2026-03-29 in Berlin) fires once, at the first instant after the gap (03:00 local),
+  keeping its own identity (``2026-03-29`` or ``2026-03-29T02:30``). If the expression
+  also matches a later wall time up to the end of the gap (``*/15`` fires at 03:00
+  anyway), the gap times are dropped instead, so an instant never fires twice.
+- **Fall back (a repeated hour).** A wall time that happens twice (02:30 on
+  2026-10-25 in Berlin) fires once, at its first occurrence (summer time).
+
+All times crossing this module's API are UTC epoch seconds; ``now`` is always passed
+in, never read.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import date, datetime, time, timedelta
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from croniter import CroniterError, croniter
+
+from tidings.errors import ConfigurationError, InvalidInput
+
+__all__ = ["OccurrenceTime", "Schedule"]
+
+# croniter needs a start time even to validate; a fixed one keeps the wall clock out.
+_REFERENCE = datetime(2000, 1, 1)
+_MINUTE = timedelta(minutes=1)
+_LOGICAL_DATE = re.compile(r"(\d{4})-(\d{2})-(\d{2})(?:T(\d{2}):(\d{2}))?")
+_WEEKDAYS = ("Sundays", "Mondays", "Tuesdays", "Wednesdays", "Thursdays", "Fridays",
+             "Saturdays")
+# Past the year range datetime supports, or an expression that stops matching.
+_SEARCH_ERRORS = (CroniterError, ValueError, OverflowError, OSError)
+
+
+@dataclass(frozen=True, kw_only=True)
+class OccurrenceTime:
+    """One occurrence of a schedule.
+
+    ``logical_at`` is when it fires (UTC epoch seconds); ``logical_date`` is its
+    identity: the local date (``2026-08-14``) for a schedule that fires at most once a
+    day, else the local wall time (``2026-08-14T09:30``).
+    """
+
+    logical_at: float
+    logical_date: str
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A five-field cron expression evaluated in an IANA time zone.
+
+    >>> s = Schedule("0 9 * * 1", "Europe/Berlin")
+    >>> s.occurrence_for("2026-08-17").logical_date
+    '2026-08-17'
+    """
+
+    cron: str
+    timezone: str
+    zone: ZoneInfo = field(init=False, repr=False, compare=False)
+    once_per_day: bool = field(init=False, repr=False, compare=False)
+    """True when minute and hour are single values: identities are then plain dates."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "zone", _zone(self.timezone))
+        minutes, hours, *_ = _parse(self.cron)
+        once = len(minutes) == 1 and minutes[0] != "*" and len(hours) == 1 and hours[0] != "*"
+        object.__setattr__(self, "once_per_day", once)
+
+    # ------------------------------------------------------------------ queries
+
+    def latest(self, at: float) -> OccurrenceTime | None:
+        """The most recent occurrence firing at or before ``at``; None if there is none."""
+        local = datetime.fromtimestamp(at, self.zone)
+        wall = local.replace(tzinfo=None, fold=0)
+        if local.fold:
+            # In the second pass of a repeated hour, the first pass of the wall times
+            # still ahead of us on the clock has already happened.
+            first_pass = local.replace(fold=0).utcoffset()
+            second_pass = local.utcoffset()
+            assert first_pass is not None and second_pass is not None
+            wall += first_pass - second_pass
+        # get_prev is strict and cron has minute resolution: start one minute past.
+        it = croniter(self.cron, _floor_minute(wall) + _MINUTE)
+        while True:
+            try:
+                candidate = it.get_prev(datetime)
+            except _SEARCH_ERRORS:
+                return None
+            occurrence = self._resolve(candidate)
+            if occurrence is not None and occurrence.logical_at <= at:
+                return occurrence
+
+    def next_after(self, at: float) -> OccurrenceTime:
+        """The first occurrence firing strictly after ``at``."""
+        for occurrence in self._after(at):
+            return occurrence
+        raise ConfigurationError("cron", f"{self.cron!r} never fires after {at}")
+
+    def between(self, start: float, end: float, limit: int = 1000) -> list[OccurrenceTime]:
+        """Occurrences with ``start < logical_at <= end``, earliest first, at most ``limit``."""
+        found: list[OccurrenceTime] = []
+        if limit <= 0 or end <= start:
+            return found
+        for occurrence in self._after(start):
+            if occurrence.logical_at > end:
+                break
+            found.append(occurrence)
+            if len(found) >= limit:
+                break
+        return found
+
+    def occurrence_for(self, logical_date: str) -> OccurrenceTime:
+        """The occurrence named by ``YYYY-MM-DD`` (its first that day) or ``YYYY-MM-DDTHH:MM``.
+
+        Used by replay. Raises ``InvalidInput("date", ...)`` when the text is malformed
+        or the schedule does not fire then.
+        """
+        day, clock = _parse_logical_date(logical_date)
+        if clock is None:
+            return self._first_on(day)
+        wall = datetime.combine(day, clock)
+        if _next_wall(self.cron, wall - _MINUTE) != wall:
+            raise InvalidInput("date", f"{self._name()} does not fire at {logical_date}, "
+                                       f"a {day:%A}{self._fires_on()}; "
+                                       f"{self._nearest(wall)}")
+        occurrence = self._resolve(wall)
+        if occurrence is None:
+            raise InvalidInput("date", f"{logical_date} falls in a daylight-saving gap in "
+                                       f"{self.timezone} and is covered by a later fire "
+                                       f"time; {self._nearest(wall)}")
+        return occurrence
+
+    # ------------------------------------------------------------------ internals
+
+    def _after(self, at: float) -> Iterator[OccurrenceTime]:
+        """Occurrences firing strictly after ``at``, in order."""
+        wall = datetime.fromtimestamp(at, self.zone).replace(tzinfo=None, fold=0)
+        # fromtimestamp rounds to the microsecond, possibly up onto a fire time that is
+        # still ahead of ``at``: start a minute early and let the filter below decide.
+        it = croniter(self.cron, _floor_minute(wall) - _MINUTE)
+        while True:
+            try:
+                candidate = it.get_next(datetime)
+            except _SEARCH_ERRORS:
+                return
+            occurrence = self._resolve(candidate)
+            # In a repeated hour the first pass of the next few wall times may be
+            # behind ``at``; they are skipped here, never fired twice.
+            if occurrence is not None and occurrence.logical_at > at:
+                yield occurrence
+
+    def _resolve(self, wall: datetime) -> OccurrenceTime | None:
+        """The instant a matching wall time fires, or None when a DST gap drops it."""
+        # fold=0 picks the first pass of a repeated hour: an ambiguous time fires once.
+        at = wall.replace(tzinfo=self.zone, fold=0).timestamp()
+        if datetime.fromtimestamp(at, self.zone).replace(tzinfo=None) != wall:
+            gap_end = self._gap_end(wall)
+            gap_end_wall = datetime.fromtimestamp(gap_end, self.zone).replace(tzinfo=None)
+            later = _next_wall(self.cron, wall)
+            if later is not None and later <= gap_end_wall:
+                return None
+            at = gap_end
+        return OccurrenceTime(logical_at=at, logical_date=self._identity(wall))
+
+    def _gap_end(self, wall: datetime) -> float:
+        """The transition instant that skipped ``wall`` (the first instant after the gap)."""
+        # fold=1 reads a gap time with the offset after the change, which lands before
+        # the transition; fold=0 with the offset before, which lands after it.
+        lo = int(wall.replace(tzinfo=self.zone, fold=1).timestamp())
+        hi = int(wall.replace(tzinfo=self.zone, fold=0).timestamp())
+        before = datetime.fromtimestamp(lo, self.zone).utcoffset()
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if datetime.fromtimestamp(mid, self.zone).utcoffset() == before:
+                lo = mid
+            else:
+                hi = mid
+        return float(hi)
+
+    def _identity(self, wall: datetime) -> str:
+        if self.once_per_day:
+            return wall.date().isoformat()
+        return f"{wall.date().isoformat()}T{wall:%H:%M}"
+
+    def _first_on(self, day: date) -> OccurrenceTime:
+        midnight = datetime.combine(day, time.min)
+        it = croniter(self.cron, midnight - _MINUTE)
+        while True:
+            try:
+                candidate = it.get_next(datetime)
+            except _SEARCH_ERRORS:
+                break
+            if candidate.date() != day:
+                break
+            occurrence = self._resolve(candidate)
+            if occurrence is not None:
+                return occurrence
+        raise InvalidInput("date", f"{self._name()} does not fire on {day}, a {day:%A}"
+                                   f"{self._fires_on()}; {self._nearest(midnight)}")
+
+    def _fires_on(self) -> str:
+        """`` (it fires on Mondays at 09:00)``, as far as the expression says it plainly."""
+        minutes, hours, days, _, weekdays = _expand(self.cron)
+        said = []
+        if days == ["*"] and weekdays != ["*"]:
+            numbers = sorted({int(d) for d in weekdays if d.isdigit()})
+            said.append("on " + ", ".join(_WEEKDAYS[d % 7] for d in numbers))
+        if self.once_per_day:
+            said.append(f"at {int(hours[0]):02d}:{int(minutes[0]):02d}")
+        return f" (it fires {' '.join(said)})" if said else ""
+
+    def _nearest(self, wall: datetime) -> str:
+        """The fire times either side of a local wall time, as identities to retry with."""
+        at = wall.replace(tzinfo=self.zone).timestamp()
+        before = self.latest(at - 1)
+        after = next(self._after(at - 1), None)
+        parts = [f"previous {before.logical_date}" if before else "",
+                 f"next {after.logical_date}" if after else ""]
+        if not any(parts):
+            return "it never fires"
+        return "nearest: " + ", ".join(p for p in parts if p)
+
+    def _name(self) -> str:
+        return f"schedule {self.cron!r} in {self.timezone}"
+
+
+def _zone(name: str) -> ZoneInfo:
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigurationError("timezone", f"{name!r} is not an IANA time zone name")
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        # ValueError: a malformed key such as an absolute path.
+        raise ConfigurationError(
+            "timezone", f"unknown time zone {name!r}; use an IANA name such as "
+                        f"'Europe/Berlin' or 'UTC'") from exc
+
+
+def _parse(cron: str) -> list[list[str]]:
+    """The expression's fields, expanded, as strings; ConfigurationError when invalid."""
+    if not isinstance(cron, str):
+        raise ConfigurationError("cron", f"{cron!r} is not a cron expression string")
+    try:
+        it = croniter(cron, _REFERENCE)
+    except (CroniterError, ValueError, TypeError, KeyError) as exc:
+        raise ConfigurationError("cron", f"invalid cron expression {cron!r}: {exc}") from exc
+    expanded = _expand(cron, it)
+    if len(expanded) != 5:
+        # Seconds or years would make two occurrences share one HH:MM identity.
+        raise ConfigurationError(
+            "cron", f"invalid cron expression {cron!r}: expected 5 fields "
+                    f"(minute hour day-of-month month day-of-week), got {len(expanded)}")
+    try:
+        it.get_next(datetime)
+    except _SEARCH_ERRORS as exc:
+        raise ConfigurationError("cron", f"cron expression {cron!r} never fires") from exc
+    return expanded
+
+
+def _expand(cron: str, it: croniter[float] | None = None) -> list[list[str]]:
+    # croniter expands to ints and markers like "*" or "l"; strings compare uniformly.
+    fields = (it or croniter(cron, _REFERENCE)).expanded
+    return [[str(value) for value in values] for values in fields]
+
+
+def _parse_logical_date(text: str) -> tuple[date, time | None]:
+    match = _LOGICAL_DATE.fullmatch(text) if isinstance(text, str) else None
+    if match is None:
+        raise InvalidInput("date", f"{text!r} is not YYYY-MM-DD or YYYY-MM-DDTHH:MM")
+    year, month, day, hour, minute = match.groups()
+    try:
+        parsed = date(int(year), int(month), int(day))
+        clock = None if hour is None else time(int(hour), int(minute))
+    except ValueError as exc:
+        raise InvalidInput("date", f"{text!r} is not a real date or time: {exc}") from None
+    return parsed, clock
+
+
+def _next_wall(cron: str, wall: datetime) -> datetime | None:
+    try:
+        return croniter(cron, wall).get_next(datetime)
+    except _SEARCH_ERRORS:
+        return None
+
+
+def _floor_minute(wall: datetime) -> datetime:
+    return wall.replace(second=0, microsecond=0)
