@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from tidings.errors import InvalidInput
@@ -27,59 +28,93 @@ def recipient_of(value: Recipient | Mapping[str, Any]) -> Recipient:
                      data=extra)
 
 
-async def notify(
-    store: Store,
-    transport: Transport,
-    *,
-    known_channels: Collection[str],
-    key: str,
-    recipient: Recipient | Mapping[str, Any],
-    channels: Sequence[str],
-    template: str,
-    data: Mapping[str, Any] | None,
-    now: float,
-    due_at: float | None = None,
-    expires_at: float | None = None,
-    horizon_s: float = 60.0,
-    lease_s: float = 30.0,
-) -> list[str]:
-    """Create one intent per channel (``KEY:CHANNEL``); a repeated call is a no-op.
+@dataclass(frozen=True, kw_only=True)
+class NotifyRequest:
+    """One ``notify``: an intent per channel, keyed ``KEY:CHANNEL``."""
 
-    Intents due within ``horizon_s`` are published now; later ones stay in the store
-    until the relay's window reaches them.
-    """
-    validate_key(key)
-    who = recipient_of(recipient)
-    if not channels:
-        raise InvalidInput("channels", "must name at least one channel")
-    for index, channel in enumerate(channels):
+    key: str
+    recipient: Recipient | Mapping[str, Any]
+    channels: Sequence[str]
+    template: str
+    data: Mapping[str, Any] | None = None
+    due_at: float | None = None
+    expires_at: float | None = None
+
+
+def drafts_for(request: NotifyRequest, *, known_channels: Collection[str], now: float,
+               where: str = "") -> list[IntentDraft]:
+    """Validate a request and turn it into drafts; errors name the field (with ``where``)."""
+    def bad(field: str, message: str) -> InvalidInput:
+        return InvalidInput(f"{where}{field}", message)
+
+    try:
+        validate_key(request.key)
+        who = recipient_of(request.recipient)
+    except InvalidInput as exc:
+        raise bad(exc.field, exc.message) from None
+    if not request.channels:
+        raise bad("channels", "must name at least one channel")
+    for index, channel in enumerate(request.channels):
         if channel not in known_channels:
-            raise InvalidInput(f"channels[{index}]", f"unknown channel {channel!r}; declared: "
-                               f"{', '.join(sorted(known_channels)) or 'none'}")
-    if not template:
-        raise InvalidInput("template", "must not be empty")
-    due = now if due_at is None else float(due_at)
-    if expires_at is not None and expires_at <= due:
-        raise InvalidInput("expires_at", "must be after due_at")
-    body = encode_data(dict(data or {}))
+            raise bad(f"channels[{index}]", f"unknown channel {channel!r}; declared: "
+                      f"{', '.join(sorted(known_channels)) or 'none'}")
+    if not request.template:
+        raise bad("template", "must not be empty")
+    due = now if request.due_at is None else float(request.due_at)
+    if request.expires_at is not None and request.expires_at <= due:
+        raise bad("expires_at", "must be after due_at")
+    try:
+        body = encode_data(dict(request.data or {}))
+    except InvalidInput as exc:
+        raise bad(exc.field, exc.message) from None
     drafts = []
-    for channel in channels:
+    for channel in request.channels:
         address = who.address(channel)
         if not address:
             field = "recipient.phone" if channel == "sms" else "recipient.email"
-            raise InvalidInput(field, f"is missing; channel {channel!r} needs it")
+            raise bad(field, f"is missing; channel {channel!r} needs it")
         drafts.append(IntentDraft(
-            key=validate_key(notify_key(key, channel)), channel=channel, recipient_id=who.id,
-            address=address, template=template, data=body, due_at=due, expires_at=expires_at))
-    soon = due <= now + horizon_s
-    new = await store.intent_admit(drafts, now=now,
-                                   publish_lease_until=now + lease_s if soon else None)
-    if new and soon:
-        fresh = set(new)
-        await publish(transport, ((d.key, d.channel, d.due_at) for d in drafts if d.key in fresh),
-                      now=now)
-        await store.intent_mark_enqueued(new, now=now)
-    return [d.key for d in drafts]
+            key=validate_key(notify_key(request.key, channel)), channel=channel,
+            recipient_id=who.id, address=address, template=request.template, data=body,
+            due_at=due, expires_at=request.expires_at))
+    return drafts
+
+
+async def notify_many(
+    store: Store,
+    transport: Transport,
+    requests: Sequence[NotifyRequest],
+    *,
+    known_channels: Collection[str],
+    now: float,
+    horizon_s: float = 60.0,
+    lease_s: float = 30.0,
+) -> list[list[str]]:
+    """Create the intents of many requests at once; a repeated request is a no-op.
+
+    Every request is validated before anything is written, so one bad request
+    admits none. Intents due within ``horizon_s`` are published now; later ones stay
+    in the store until the relay's window reaches them. Returns each request's keys.
+    """
+    many = len(requests) > 1
+    per_request = [
+        drafts_for(r, known_channels=known_channels, now=now,
+                   where=f"requests[{i}]." if many else "")
+        for i, r in enumerate(requests)
+    ]
+    drafts = [d for group in per_request for d in group]
+    soon = [d for d in drafts if d.due_at <= now + horizon_s]
+    later = [d for d in drafts if d.due_at > now + horizon_s]
+    if later:
+        await store.intent_admit(later, now=now)
+    if soon:
+        new = await store.intent_admit(soon, now=now, publish_lease_until=now + lease_s)
+        if new:
+            fresh = set(new)
+            await publish(transport, ((d.key, d.channel, d.due_at) for d in soon
+                                      if d.key in fresh), now=now)
+            await store.intent_mark_enqueued(new, now=now)
+    return [[d.key for d in group] for group in per_request]
 
 
 async def cancel(store: Store, key: str, *, channels: Collection[str], now: float,

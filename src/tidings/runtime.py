@@ -17,7 +17,7 @@ from tidings.audience import audience_from_spec
 from tidings.campaign import Campaign
 from tidings.clock import Clock, SystemClock
 from tidings.errors import ConfigurationError
-from tidings.intake import cancel, notify
+from tidings.intake import NotifyRequest, cancel, notify_many
 from tidings.model import Recipient
 from tidings.pacing.algorithm import PaceLimits, parse_quota
 from tidings.pacing.pacer import Pacer
@@ -71,7 +71,7 @@ def build_provider(channel: str, spec: ChannelSettings, clock: Clock) -> Provide
 def pace_limits(spec: ChannelSettings, channel: str) -> PaceLimits:
     quota = parse_quota(spec.quota, f"channels.{channel}.quota") if spec.quota else None
     return PaceLimits(max_in_flight=spec.max_in_flight, min_interval_s=spec.min_interval_s,
-                      quota_per_s=quota)
+                      quota_per_s=quota, safety=spec.quota_safety)
 
 
 def campaigns_from(settings: Settings) -> list[Campaign]:
@@ -110,8 +110,11 @@ class Runtime:
 
     def pacer(self, channel: str, worker_id: str) -> Pacer:
         # Every Store is a pacer backend: processes that share the store share the budget.
+        # A process silent for three provider timeouts is dead: its slots go back.
+        spec = self.settings.channels.get(channel)
+        timeout = spec.provider.timeout_s if spec is not None else 5.0
         return Pacer(channel=channel, limits=self.limits[channel], backend=self.store,
-                     clock=self.clock, worker=worker_id)
+                     clock=self.clock, worker=worker_id, stale_s=max(10.0, 3 * timeout))
 
     def worker(self, channel: str, worker_id: str | None = None) -> Worker:
         provider = self.provider(channel)
@@ -147,12 +150,17 @@ class Runtime:
                      data: Mapping[str, Any] | None = None, due_at: float | None = None,
                      expires_at: float | None = None) -> list[str]:
         """Create a one-off or future-dated intent per channel; returns their keys."""
+        request = NotifyRequest(key=key, recipient=recipient, channels=channels,
+                                template=template, data=data, due_at=due_at,
+                                expires_at=expires_at)
+        return (await self.notify_many([request]))[0]
+
+    async def notify_many(self, requests: Sequence[NotifyRequest]) -> list[list[str]]:
+        """Many ``notify`` calls in one batch: all validated first, then written together."""
         s = self.settings.scheduler
-        return await notify(
-            self.store, self.transport, known_channels=self.limits, key=key,
-            recipient=recipient, channels=channels, template=template, data=data,
-            now=self.clock.now(), due_at=due_at, expires_at=expires_at,
-            horizon_s=s.relay_horizon_s, lease_s=s.relay_lease_s)
+        return await notify_many(
+            self.store, self.transport, requests, known_channels=self.limits,
+            now=self.clock.now(), horizon_s=s.relay_horizon_s, lease_s=s.relay_lease_s)
 
     async def cancel(self, key: str, reason: str = "cancelled by caller"
                      ) -> dict[str, State | None]:

@@ -1,9 +1,11 @@
 """The channel worker: receive -> claim -> check -> pace -> send -> record -> ack.
 
-One worker serves one channel. Every outcome and its audit event are committed
-before the message is acked, so a crash at any point leads to a redelivery that
-the ledger turns into either a retry (the lease expired) or a duplicate that is
-acked with no provider call.
+One worker serves one channel. Messages stream through: new batches are received
+while earlier sends are in flight, and outcomes are committed in batches as they
+arrive, so one slow request never holds up the rest. Every outcome and its audit
+event are committed before the message is acked, so a crash at any point leads to a
+redelivery that the ledger turns into either a retry (after the lease expired) or a
+duplicate that is acked with no provider call.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from dataclasses import dataclass, field
 
 from tidings.clock import Clock
 from tidings.errors import MessageDecodeError
-from tidings.model import Event, Message, Outcome, RateLimited, Received, SendRequest
+from tidings.model import Event, Intent, Message, RateLimited, Received, SendRequest
 from tidings.pacing.pacer import Pacer
 from tidings.policy import RetryPolicy
 from tidings.providers.base import Provider
@@ -31,15 +33,21 @@ log = logging.getLogger("tidings.worker")
 
 @dataclass(frozen=True, kw_only=True)
 class WorkerConfig:
-    """How a worker takes work from its queue."""
+    """How a worker takes work from its queue.
+
+    ``max_held`` bounds the messages a worker holds at once (claimed, waiting for
+    the pacer, in flight, or waiting for their commit).
+    """
 
     batch_size: int = 200
+    max_held: int = 400
+    commit_batch: int = 100
+    commit_linger_s: float = 0.01
     visibility_s: float = 60.0
     lease_s: float = 30.0
     max_receives: int = 50
     idle_poll_s: float = 0.05
     max_idle_poll_s: float = 0.5
-    shutdown_grace_s: float = 20.0
 
 
 @dataclass(kw_only=True)
@@ -59,13 +67,12 @@ class WorkerStats:
     poison: int = 0
     lease_lost: int = 0
     released: int = 0
+    commits: int = 0
     by_kind: dict[str, int] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, kw_only=True)
-class _Job:
-    received: Received
-    claim: Claim
+_COUNTER = {State.ACCEPTED: "accepted", State.RETRYABLE: "transient", State.REJECTED: "rejected",
+            State.DEAD: "dead", State.UNCERTAIN: "uncertain"}
 
 
 class Worker:
@@ -97,42 +104,83 @@ class Worker:
         self.rng = rng or random.Random()
         self.stats = WorkerStats()
         self._stopping = asyncio.Event()
+        # Outcomes waiting for their commit, and message operations waiting for theirs.
+        self._outcomes: list[tuple[Change, Received]] = []
+        self._acks: list[str] = []
+        self._nacks: list[tuple[str, float]] = []
+        self._dead: list[tuple[str, str]] = []
+        # Leases held: key -> (token, message, lease expiry as last renewed).
+        self._held: dict[str, tuple[int, Received, float]] = {}
+        self._sends: set[asyncio.Task[None]] = set()
+        self._flush_lock = asyncio.Lock()
+        self._wake = asyncio.Event()
+        self._room = asyncio.Event()
 
     def stop(self) -> None:
         """Stop taking messages; work in hand is finished or released."""
         self._stopping.set()
+        self._room.set()
+
+    @property
+    def held(self) -> int:
+        return len(self._held)
 
     async def run(self) -> None:
-        """Serve the channel until ``stop()``."""
+        """Serve the channel until ``stop()``, then finish or release what is held."""
+        committer = asyncio.create_task(self._commit_loop())
+        renewer = asyncio.create_task(self._renew_loop())
         idle = self.config.idle_poll_s
-        while not self._stopping.is_set():
-            handled = await self.run_once()
-            if handled:
-                idle = self.config.idle_poll_s
-                continue
+        try:
+            while not self._stopping.is_set():
+                room = self.config.max_held - len(self._held) - len(self._sends)
+                if room < min(self.config.batch_size, self.config.max_held) // 2:
+                    self._room.clear()
+                    await self._room.wait()
+                    continue
+                batch = await self.transport.receive(
+                    self.channel, max_messages=min(room, self.config.batch_size),
+                    visibility_s=self.config.visibility_s, now=self.clock.now())
+                if batch:
+                    idle = self.config.idle_poll_s
+                    await self._take(batch)
+                    continue
+                await self.pacer.flush()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stopping.wait(), timeout=idle)
+                idle = min(idle * 2, self.config.max_idle_poll_s)
+            if self._sends:
+                await asyncio.gather(*self._sends, return_exceptions=True)
+        finally:
+            committer.cancel()
+            renewer.cancel()
+            for task in (committer, renewer):
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            await self.flush()
             await self.pacer.flush()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), timeout=idle)
-            idle = min(idle * 2, self.config.max_idle_poll_s)
-        await self.pacer.flush()
 
     async def run_once(self) -> int:
-        """Receive and handle one batch; return how many messages it held."""
+        """Receive one batch and handle it completely; return how many messages it held."""
         batch = await self.transport.receive(
             self.channel, max_messages=self.config.batch_size,
-            visibility_s=self.config.visibility_s, now=self.clock.now(),
-        )
+            visibility_s=self.config.visibility_s, now=self.clock.now())
         if batch:
             await self.handle(batch)
         return len(batch)
 
     async def handle(self, batch: Sequence[Received]) -> None:
-        """Handle received messages end to end (the unit a crash test cuts into)."""
+        """Take a batch, wait for its sends, commit and ack (tests cut into this)."""
+        await self._take(batch)
+        while self._sends:
+            await asyncio.gather(*list(self._sends), return_exceptions=True)
+        await self.flush()
+
+    # ------------------------------------------------------------------ intake
+
+    async def _take(self, batch: Sequence[Received]) -> None:
+        """Decode and claim a batch, settle what needs no send, start the sends."""
         self.stats.received += len(batch)
         now = self.clock.now()
-        acks: list[str] = []
-        nacks: list[tuple[str, float]] = []
-        dead: list[tuple[str, str]] = []
         keys: list[str] = []
         decoded: list[Received] = []
         for item in batch:
@@ -141,83 +189,95 @@ class Worker:
                 decoded.append(item)
             except MessageDecodeError as exc:
                 self.stats.poison += 1
-                dead.append((item.receipt, f"undecodable message: {exc}"))
+                self._dead.append((item.receipt, f"undecodable message: {exc}"))
         claims = await self.store.intent_claim_many(
             keys, owner=self.worker_id, lease_s=self.config.lease_s, now=now,
-            message_ids=[r.message_id for r in decoded],
-        ) if keys else []
-        jobs: list[_Job] = []
-        skipped: list[tuple[Change, Received]] = []
+            message_ids=[r.message_id for r in decoded]) if keys else []
         for received, claim in zip(decoded, claims, strict=True):
-            kind = claim.kind
-            self.stats.by_kind[kind] = self.stats.by_kind.get(kind, 0) + 1
-            if kind in (ClaimKind.DONE, ClaimKind.HELD):
-                self.stats.duplicates += kind == ClaimKind.DONE
-                acks.append(received.receipt)
-            elif kind in (ClaimKind.BUSY, ClaimKind.NOT_DUE):
-                if received.receive_count > self.config.max_receives:
-                    dead.append((received.receipt,
-                                 f"received {received.receive_count} times without progress"))
-                else:
-                    nacks.append((received.receipt, max(0.0, (claim.retry_at or now) - now)))
-            elif kind == ClaimKind.MISSING:
-                self.stats.poison += 1
-                dead.append((received.receipt, f"unknown intent key {claim.key!r}"))
-            else:
-                change = self._pre_send_change(received, claim, now)
-                if change is None:
-                    jobs.append(_Job(received=received, claim=claim))
-                else:
-                    skipped.append((change, received))
-        if skipped:
-            await self._commit(skipped, acks, nacks, dead)
-        if jobs:
-            await self._send_all(jobs, acks, nacks, dead)
-        await self._finish(acks, nacks, dead)
+            self.stats.by_kind[claim.kind] = self.stats.by_kind.get(claim.kind, 0) + 1
+            self._route(received, claim, now)
+        self._wake.set()
 
-    def _pre_send_change(self, received: Received, claim: Claim, now: float) -> Change | None:
-        intent = claim.intent
-        assert intent is not None and claim.token is not None
+    def _route(self, received: Received, claim: Claim, now: float) -> None:
+        kind = claim.kind
+        if kind in (ClaimKind.DONE, ClaimKind.HELD):
+            # Finished (or the reconciler's to resolve): a duplicate, acked with no send.
+            self.stats.duplicates += kind == ClaimKind.DONE
+            self._acks.append(received.receipt)
+        elif kind in (ClaimKind.BUSY, ClaimKind.NOT_DUE):
+            if received.receive_count > self.config.max_receives:
+                self._dead.append((received.receipt,
+                                   f"received {received.receive_count} times without progress"))
+            else:
+                self._nacks.append((received.receipt, max(0.0, (claim.retry_at or now) - now)))
+        elif kind == ClaimKind.MISSING:
+            self.stats.poison += 1
+            self._dead.append((received.receipt, f"unknown intent key {claim.key!r}"))
+        else:
+            intent, token = claim.intent, claim.token
+            assert intent is not None and token is not None
+            self._held[intent.key] = (token, received, intent.lease_expires_at or now)
+            instead = self._instead_of_send(received, intent, token, now)
+            if instead is not None:
+                self._outcomes.append((instead, received))
+                return
+            task = asyncio.create_task(self._send(intent, token, received))
+            self._sends.add(task)
+            task.add_done_callback(self._sent)
+
+    def _instead_of_send(self, received: Received, intent: Intent, token: int,
+                         now: float) -> Change | None:
+        """A poison message, a cancellation or an expiry settles the intent unsent."""
         if received.receive_count > self.config.max_receives:
             self.stats.poison += 1
-            return Change(
-                key=intent.key, from_state=State.CLAIMED, to_state=State.DEAD, event="dead",
-                lease_token=claim.token, worker=self.worker_id, message_id=received.message_id,
-                reason=f"poison: received {received.receive_count} times without completing",
-            )
-        instead = before_send(cancel_requested=intent.cancel_requested,
-                              expires_at=intent.expires_at, now=now)
-        if instead is None:
-            return None
-        self.stats.skipped += 1
-        return Change(
-            key=intent.key, from_state=State.CLAIMED, to_state=instead, event=instead.value,
-            lease_token=claim.token, worker=self.worker_id, message_id=received.message_id,
-            reason="cancel requested" if instead == State.CANCELLED else "expired before send",
-        )
+            to_state, event = State.DEAD, "dead"
+            reason = f"poison: received {received.receive_count} times without completing"
+        else:
+            instead = before_send(cancel_requested=intent.cancel_requested,
+                                  expires_at=intent.expires_at, now=now)
+            if instead is None:
+                return None
+            self.stats.skipped += 1
+            to_state, event = instead, instead.value
+            reason = "cancel requested" if instead == State.CANCELLED else "expired before send"
+        return Change(key=intent.key, from_state=State.CLAIMED, to_state=to_state, event=event,
+                      lease_token=token, worker=self.worker_id, message_id=received.message_id,
+                      reason=reason)
 
-    async def _send_all(
-        self, jobs: list[_Job], acks: list[str], nacks: list[tuple[str, float]],
-        dead: list[tuple[str, str]],
-    ) -> None:
-        leases = {job.claim.key: job.claim.intent.lease_expires_at or 0.0
-                  for job in jobs if job.claim.intent is not None}
-        renewer = asyncio.create_task(self._renew(jobs, leases))
-        try:
-            results = await asyncio.gather(*(self._send_one(job, leases) for job in jobs))
-        finally:
-            renewer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await renewer
+    # ------------------------------------------------------------------ sending
+
+    def _sent(self, task: asyncio.Task[None]) -> None:
+        self._sends.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("send task failed", exc_info=task.exception())
+
+    async def _send(self, intent: Intent, token: int, received: Received) -> None:
+        """Pace and send one claimed intent, then queue its outcome for the commit."""
+        decision = await self._paced_send(intent)
         now = self.clock.now()
-        changes = [(self._change_for(job, result, now), job.received)
-                   for job, result in zip(jobs, results, strict=True)]
-        await self._commit(changes, acks, nacks, dead)
+        if decision is None:
+            self.stats.released += 1
+            change = Change(
+                key=intent.key, from_state=State.CLAIMED, to_state=State.RETRYABLE,
+                event="released", lease_token=token, next_attempt_at=now,
+                worker=self.worker_id, message_id=received.message_id,
+                reason="released unsent (shutdown, or the lease ran out before the send)")
+        else:
+            if decision.event != "rate_limited":
+                name = _COUNTER[decision.to]
+                setattr(self.stats, name, getattr(self.stats, name) + 1)
+            change = Change(
+                key=intent.key, from_state=State.CLAIMED, to_state=decision.to,
+                event=decision.event, lease_token=token, reason=decision.reason,
+                next_attempt_at=decision.next_attempt_at, receipt=decision.receipt,
+                provider_request_id=decision.request_id, count_failure=decision.count_failure,
+                worker=self.worker_id, message_id=received.message_id,
+                detail=surrogate(intent.recipient_id))
+        self._outcomes.append((change, received))
+        self._wake.set()
 
-    async def _send_one(self, job: _Job, leases: dict[str, float]) -> Decision | None:
-        """Pace and send one claimed intent; None means released unsent."""
-        intent = job.claim.intent
-        assert intent is not None
+    async def _paced_send(self, intent: Intent) -> Decision | None:
+        """None when the send must not happen: stopping, or the lease is no longer ours."""
         if self._stopping.is_set():
             return None
         acquired = asyncio.ensure_future(self.pacer.acquire())
@@ -230,111 +290,106 @@ class Worker:
                 await acquired
             return None
         try:
-            if self.clock.now() >= leases.get(intent.key, 0.0):
+            held = self._held.get(intent.key)
+            if held is None or self.clock.now() >= held[2]:
                 # Never send under a lease that may already belong to someone else.
                 return None
             outcome = await self.provider.send(SendRequest(
                 key=intent.key, channel=intent.channel, to=intent.address,
-                template=intent.template, data=intent.data, recipient_id=intent.recipient_id,
-            ))
+                template=intent.template, data=intent.data, recipient_id=intent.recipient_id))
         finally:
             await self.pacer.release()
-        return await self._decide(intent.key, intent.failures, outcome)
-
-    async def _decide(self, key: str, failures: int, outcome: Outcome) -> Decision:
         self.stats.sent += 1
         now = self.clock.now()
         streak = self.pacer.streak + 1 if isinstance(outcome, RateLimited) else 1
-        decision = decide(outcome, failures=failures, policy=self.policy, now=now, rng=self.rng,
-                          consecutive_rate_limits=streak)
+        decision = decide(outcome, failures=intent.failures, policy=self.policy, now=now,
+                          rng=self.rng, consecutive_rate_limits=streak)
         if decision.channel_pause_until is not None:
             self.stats.rate_limited += 1
             await self.pacer.pause(decision.channel_pause_until)
         elif decision.to == State.ACCEPTED:
             await self.pacer.succeeded()
-        log.debug("sent", extra={"key": key, "outcome": decision.event})
+        log.debug("sent %s: %s", intent.key, decision.event)
         return decision
 
-    def _change_for(self, job: _Job, decision: Decision | None, now: float) -> Change:
-        claim = job.claim
-        assert claim.token is not None
-        if decision is None:
-            self.stats.released += 1
-            return Change(
-                key=claim.key, from_state=State.CLAIMED, to_state=State.RETRYABLE,
-                event="released", lease_token=claim.token, next_attempt_at=now,
-                worker=self.worker_id, message_id=job.received.message_id,
-                reason="released unsent (shutdown or lease ran out before the send)",
-            )
-        counter = {State.ACCEPTED: "accepted", State.RETRYABLE: "transient",
-                   State.REJECTED: "rejected", State.DEAD: "dead", State.UNCERTAIN: "uncertain"}
-        if decision.event != "rate_limited":
-            name = counter[decision.to]
-            setattr(self.stats, name, getattr(self.stats, name) + 1)
-        return Change(
-            key=claim.key, from_state=State.CLAIMED, to_state=decision.to, event=decision.event,
-            lease_token=claim.token, reason=decision.reason,
-            next_attempt_at=decision.next_attempt_at, receipt=decision.receipt,
-            provider_request_id=decision.request_id, count_failure=decision.count_failure,
-            worker=self.worker_id, message_id=job.received.message_id,
-            detail=surrogate(claim.intent.recipient_id) if claim.intent else None,
-        )
+    # ------------------------------------------------------------------ committing
 
-    async def _commit(
-        self, changes: list[tuple[Change, Received]], acks: list[str],
-        nacks: list[tuple[str, float]], dead: list[tuple[str, str]],
-    ) -> None:
-        """Record outcomes in one transaction, then sort messages into ack/nack/dead."""
+    async def _commit_loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            if len(self._outcomes) < self.config.commit_batch:
+                # Gather a few more outcomes: one transaction for many, not one each.
+                await self.clock.sleep(self.config.commit_linger_s)
+            self._wake.clear()
+            await self.flush()
+
+    async def flush(self) -> None:
+        """Commit queued outcomes in one transaction, then ack, nack or dead-letter."""
+        async with self._flush_lock:
+            outcomes, self._outcomes = self._outcomes, []
+            if outcomes:
+                await self._record(outcomes)
+            acks, self._acks = self._acks, []
+            nacks, self._nacks = self._nacks, []
+            dead, self._dead = self._dead, []
+            now = self.clock.now()
+            if acks:
+                await self.transport.ack(self.channel, acks)
+            if nacks:
+                await self.transport.nack(self.channel, nacks, now=now)
+            if dead:
+                await self.transport.dead_letter(self.channel, dead, now=now)
+            if outcomes or acks or nacks or dead:
+                self._room.set()
+
+    async def _record(self, outcomes: list[tuple[Change, Received]]) -> None:
         now = self.clock.now()
-        applied = set(await self.store.intent_apply_many([c for c, _ in changes], now=now))
+        applied = set(await self.store.intent_apply_many([c for c, _ in outcomes], now=now))
+        self.stats.commits += 1
         lost: list[Event] = []
-        for change, received in changes:
-            receipt = received.receipt
+        for change, received in outcomes:
+            self._held.pop(change.key, None)
             if change.key not in applied:
-                # The lease moved on (expired and reclaimed): the new holder owns the
-                # message now; let it come back rather than ack someone else's work.
+                # The lease moved on (it expired and the reconciler took the intent):
+                # leave the message to come back rather than ack work we no longer own.
                 self.stats.lease_lost += 1
-                nacks.append((receipt, 0.0))
+                self._nacks.append((received.receipt, 0.0))
                 lost.append(Event(key=change.key, channel=self.channel, type="lease_lost",
                                   at=now, state=change.to_state.value, worker=self.worker_id,
                                   message_id=change.message_id,
                                   provider_request_id=change.provider_request_id,
                                   detail=f"outcome {change.event} not recorded: lease lost"))
             elif change.to_state == State.RETRYABLE:
-                nacks.append((receipt, max(0.0, (change.next_attempt_at or now) - now)))
+                delay = max(0.0, (change.next_attempt_at or now) - now)
+                self._nacks.append((received.receipt, delay))
             elif change.to_state == State.DEAD:
-                dead.append((receipt, change.reason or "dead"))
+                self._dead.append((received.receipt, change.reason or "dead"))
             else:
-                acks.append(receipt)
+                self._acks.append(received.receipt)
         if lost:
             await self.store.event_append_many(lost)
 
-    async def _finish(
-        self, acks: list[str], nacks: list[tuple[str, float]], dead: list[tuple[str, str]]
-    ) -> None:
-        now = self.clock.now()
-        if acks:
-            await self.transport.ack(self.channel, acks)
-        if nacks:
-            await self.transport.nack(self.channel, nacks, now=now)
-        if dead:
-            await self.transport.dead_letter(self.channel, dead, now=now)
+    # ------------------------------------------------------------------ leases
 
-    async def _renew(self, jobs: list[_Job], leases: dict[str, float]) -> None:
+    async def _renew_loop(self) -> None:
         """Keep leases and message visibility alive while slow sends are in flight."""
-        every = self.config.lease_s / 3
         while True:
-            await self.clock.sleep(every)
-            now = self.clock.now()
-            held = [(j.claim.key, j.claim.token) for j in jobs if j.claim.token is not None]
-            lost = set(await self.store.intent_renew_leases(
-                [(k, t) for k, t in held if t is not None], owner=self.worker_id,
-                lease_s=self.config.lease_s, now=now,
-            ))
-            for key, _ in held:
-                # A lost lease reads as expired, so a send not yet started never starts.
-                leases[key] = 0.0 if key in lost else now + self.config.lease_s
-            await self.transport.extend(
-                self.channel, [j.received.receipt for j in jobs],
-                visibility_s=self.config.visibility_s, now=now,
-            )
+            await self.clock.sleep(self.config.lease_s / 3)
+            await self.renew()
+
+    async def renew(self) -> None:
+        """Extend every held lease; a lost one reads as expired so its send never starts."""
+        if not self._held:
+            return
+        now = self.clock.now()
+        held = list(self._held.items())
+        lost = set(await self.store.intent_renew_leases(
+            [(key, token) for key, (token, _, _) in held], owner=self.worker_id,
+            lease_s=self.config.lease_s, now=now))
+        for key, (token, received, _) in held:
+            if key in self._held:
+                until = 0.0 if key in lost else now + self.config.lease_s
+                self._held[key] = (token, received, until)
+        await self.transport.extend(
+            self.channel, [received.receipt for _, (_, received, _) in held],
+            visibility_s=self.config.visibility_s, now=now)

@@ -44,7 +44,7 @@ class Pacer:
         clock: Clock,
         worker: str,
         horizon_s: float = 0.1,
-        late_tolerance_s: float = 0.02,
+        late_tolerance_s: float = 0.01,
         stale_s: float = 120.0,
         pause_check_s: float = 0.01,
     ) -> None:

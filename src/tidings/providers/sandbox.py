@@ -1,0 +1,271 @@
+"""Provider adapters for the sandbox: over HTTP, and an in-process twin.
+
+Both map answers the same way (``outcome_for``): 2xx → Accepted, 429 → RateLimited
+with Retry-After parsed against the clock, 5xx → Transient, other 4xx → Permanent.
+Over HTTP, a failure before the request left (connect, pool) is Transient and a
+failure after it may have arrived (read timeout, dropped connection) is Uncertain.
+"""
+
+from __future__ import annotations
+
+import json
+import string
+from collections.abc import Awaitable, Callable
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+import httpx
+
+from tidings.clock import Clock, SystemClock
+from tidings.errors import TidingsError
+from tidings.model import (
+    Accepted,
+    Lookup,
+    Outcome,
+    Permanent,
+    RateLimited,
+    SendRequest,
+    Transient,
+    Uncertain,
+)
+from tidings.policy import parse_retry_after
+from tidings.sandbox.core import AnswerKind, SandboxCore
+
+# Printable ASCII passes through as is; '%' and anything else is percent-encoded so
+# any key fits a latin-1 header, and the sandbox server decodes it back.
+_HEADER_SAFE = "".join(c for c in string.punctuation if c != "%")
+
+
+class AiohttpTransport(httpx.AsyncBaseTransport):
+    """An httpx transport that sends with an aiohttp session.
+
+    httpcore's pool rescans every connection for every request (encode/httpx#3215),
+    so with 64 sends in flight a stock ``httpx.AsyncClient`` manages a few hundred
+    requests per second against the sandbox; this transport does thousands. aiohttp
+    errors are raised as the httpx errors they correspond to, so callers map one
+    family whichever transport is underneath.
+    """
+
+    def __init__(self, *, max_connections: int = 200, keepalive_s: float = 30.0) -> None:
+        self._max_connections = max_connections
+        self._keepalive_s = keepalive_s
+        self._session: aiohttp.ClientSession | None = None
+
+    def _get_session(self) -> aiohttp.ClientSession:
+        # Made on first use: an aiohttp session belongs to the loop that creates it.
+        if self._session is None:
+            connector = aiohttp.TCPConnector(limit=self._max_connections,
+                                             limit_per_host=self._max_connections,
+                                             keepalive_timeout=self._keepalive_s)
+            # httpx decodes Content-Encoding itself; aiohttp must hand over raw bytes.
+            self._session = aiohttp.ClientSession(connector=connector, auto_decompress=False,
+                                                  cookie_jar=aiohttp.DummyCookieJar())
+        return self._session
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        timeouts = request.extensions.get("timeout", {})
+        timeout = aiohttp.ClientTimeout(total=None, connect=timeouts.get("pool"),
+                                        sock_connect=timeouts.get("connect"),
+                                        sock_read=timeouts.get("read"))
+        try:
+            async with self._get_session().request(
+                request.method, str(request.url), headers=request.headers.multi_items(),
+                data=await request.aread(), allow_redirects=False, timeout=timeout,
+            ) as answer:
+                content = await answer.read()
+                return httpx.Response(answer.status, headers=answer.raw_headers,
+                                      content=content, request=request)
+        except aiohttp.ClientError as exc:
+            raise _as_httpx_error(exc, request) from exc
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+def _as_httpx_error(exc: aiohttp.ClientError, request: httpx.Request) -> httpx.RequestError:
+    message = str(exc) or type(exc).__name__
+    kind: type[httpx.RequestError]
+    # Order matters: the aiohttp classes below are subclasses of later ones.
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+        kind = httpx.ConnectTimeout  # connecting, or waiting for a pooled connection
+    elif isinstance(exc, aiohttp.ServerTimeoutError):
+        kind = httpx.ReadTimeout
+    elif isinstance(exc, aiohttp.ClientConnectorError):
+        kind = httpx.ConnectError
+    elif isinstance(exc, aiohttp.InvalidURL):
+        kind = httpx.UnsupportedProtocol
+    elif isinstance(exc, aiohttp.ClientConnectionResetError):
+        kind = httpx.WriteError
+    elif isinstance(exc, aiohttp.ClientOSError | aiohttp.ClientPayloadError):
+        kind = httpx.ReadError
+    else:
+        # Disconnects and unparseable answers: the request may have been received.
+        kind = httpx.RemoteProtocolError
+    return kind(message, request=request)
+
+
+class SandboxLookupError(TidingsError):
+    """The sandbox could not be asked whether a key was accepted; ask again later."""
+
+
+def outcome_for(status: int, *, receipt: str | None, retry_after: str | None,
+                reason: str | None, request_id: str | None, now: float) -> Outcome:
+    """Map one sandbox answer (HTTP status and fields) to an Outcome."""
+    if 200 <= status < 300:
+        if not receipt:
+            return Uncertain(reason=f"HTTP {status} without a receipt", request_id=request_id)
+        return Accepted(receipt=receipt, request_id=request_id)
+    if status == 429:
+        return RateLimited(retry_after_s=parse_retry_after(retry_after, now),
+                           request_id=request_id, reason=reason or "rate limited")
+    text = f"HTTP {status}: {reason}" if reason else f"HTTP {status}"
+    if 400 <= status < 500:
+        return Permanent(reason=text, request_id=request_id)
+    # 5xx, and statuses a provider should never send (1xx, 3xx): worth a bounded retry.
+    return Transient(reason=text, request_id=request_id)
+
+
+class SandboxHttpProvider:
+    """The sandbox over HTTP, speaking httpx types; pass ``client`` to inject a transport.
+
+    Without ``client`` the requests go straight to an owned ``AiohttpTransport`` with
+    ``max_connections`` keep-alive connections: no ``AsyncClient`` layer (cookie jar,
+    header merging, auth and redirect hooks), about a quarter of the cost of a send. With
+    ``client`` (e.g. over ``httpx.MockTransport``) they go through ``client.send``,
+    and the client stays the caller's to close. Both paths raise the same httpx
+    errors, so the mapping is one.
+    """
+
+    supports_lookup = True
+
+    def __init__(self, base_url: str, channel: str, client: httpx.AsyncClient | None = None,
+                 clock: Clock | None = None, timeout_s: float = 10.0, *,
+                 max_connections: int = 200, name: str = "sandbox") -> None:
+        self.name = name
+        self.channel = channel
+        self._clock = clock or SystemClock()
+        base = base_url.rstrip("/")
+        # Parsed once: httpx re-parses a str URL on every request.
+        self._send_url = httpx.URL(f"{base}/v1/{quote(channel, safe='')}/messages")
+        self._lookup_url = f"{base}/v1/messages/"
+        self._extensions: dict[str, Any] = {
+            "timeout": httpx.Timeout(timeout_s, connect=min(timeout_s, 5.0)).as_dict()
+        }
+        self._transport: AiohttpTransport | None = None
+        self._dispatch: Callable[[httpx.Request], Awaitable[httpx.Response]]
+        if client is None:
+            self._transport = AiohttpTransport(max_connections=max_connections)
+            self._dispatch = self._transport.handle_async_request
+        else:
+            self._dispatch = client.send
+
+    async def send(self, request: SendRequest) -> Outcome:
+        """Send one message with its delivery key as ``Idempotency-Key``; never raises."""
+        body = b'{"to":%s,"template":%s,"recipient_id":%s,"data":%s}' % (
+            json.dumps(request.to).encode(),
+            json.dumps(request.template).encode(),
+            json.dumps(request.recipient_id).encode(),
+            # Already JSON text (model.encode_data): embedded as is, not re-encoded.
+            (request.data or "{}").encode(),
+        )
+        headers = {
+            "Idempotency-Key": quote(request.key, safe=_HEADER_SAFE),
+            "Content-Type": "application/json",
+        }
+        try:
+            response = await self._dispatch(httpx.Request(
+                "POST", self._send_url, headers=headers, content=body,
+                extensions=self._extensions))
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout,
+                httpx.UnsupportedProtocol, httpx.ProxyError, httpx.LocalProtocolError) as exc:
+            return Transient(reason=f"request not sent: {_describe(exc)}")
+        except httpx.RequestError as exc:
+            # Read timeouts, resets and disconnects after the request went out.
+            return Uncertain(reason=f"no answer: {_describe(exc)}")
+        reason, receipt = _error_and_receipt(response)
+        return outcome_for(response.status_code, receipt=receipt,
+                           retry_after=response.headers.get("Retry-After"), reason=reason,
+                           request_id=response.headers.get("X-Request-Id"),
+                           now=self._clock.now())
+
+    async def lookup(self, key: str) -> Lookup:
+        """Ask the sandbox for ``key`` on this channel; raises SandboxLookupError if it cannot."""
+        try:
+            response = await self._dispatch(httpx.Request(
+                "GET", self._lookup_url + quote(key, safe=""), params={"channel": self.channel},
+                extensions=self._extensions))
+        except httpx.RequestError as exc:
+            raise SandboxLookupError(f"lookup of {key!r} failed: {_describe(exc)}") from exc
+        if response.status_code == 404:
+            return Lookup(found=False)
+        _, receipt = _error_and_receipt(response)
+        if response.status_code != 200 or receipt is None:
+            raise SandboxLookupError(f"lookup of {key!r} answered HTTP {response.status_code}")
+        return Lookup(found=True, receipt=receipt)
+
+    async def close(self) -> None:
+        if self._transport is not None:
+            await self._transport.aclose()
+
+
+def _error_and_receipt(response: httpx.Response) -> tuple[str | None, str | None]:
+    try:
+        # Straight from bytes: Response.json() first sniffs the charset, at a cost.
+        body = json.loads(response.content)
+    except ValueError:
+        return (response.text[:200] or None), None
+    if not isinstance(body, dict):
+        return None, None
+    error, receipt = body.get("error"), body.get("id")
+    return (str(error) if error is not None else None,
+            receipt if isinstance(receipt, str) else None)
+
+
+def _describe(exc: Exception) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class SandboxTwinProvider:
+    """The sandbox in-process: the same core and mapping, no sockets.
+
+    Latency is waited with ``clock.sleep`` (instant on a FakeClock). A timeout waits
+    ``timeout_s`` as a client would and is Uncertain; a lost response is accepted by
+    the core first and is Uncertain too.
+    """
+
+    supports_lookup = True
+
+    def __init__(self, core: SandboxCore, channel: str, clock: Clock, *,
+                 timeout_s: float = 10.0, name: str = "sandbox-twin") -> None:
+        self.name = name
+        self.channel = channel
+        self._core = core
+        self._clock = clock
+        self._timeout_s = timeout_s
+
+    async def send(self, request: SendRequest) -> Outcome:
+        """Send one message to the core; never raises."""
+        answer = self._core.handle(self.channel, request.key, request.to)
+        if answer.kind is AnswerKind.TIMEOUT:
+            await self._clock.sleep(self._timeout_s)
+            return Uncertain(reason="no answer: timed out")
+        if answer.latency_s > 0:
+            await self._clock.sleep(min(answer.latency_s, self._timeout_s))
+            if answer.latency_s > self._timeout_s:
+                return Uncertain(reason="no answer: timed out")
+        if answer.status is None:
+            return Uncertain(reason="no answer: connection dropped")
+        return outcome_for(answer.status, receipt=answer.receipt,
+                           retry_after=answer.retry_after, reason=answer.error,
+                           request_id=answer.request_id, now=self._clock.now())
+
+    async def lookup(self, key: str) -> Lookup:
+        found = self._core.lookup(key, self.channel)
+        return Lookup(found=True, receipt=found[1]) if found else Lookup(found=False)
+
+    async def close(self) -> None:
+        return None

@@ -1,0 +1,28 @@
+-- Connection setup and transaction control for SqliteDatabase.
+
+-- name: connect
+-- Run once per connection (a script: several statements). WAL lets readers run
+-- beside the one writer; NORMAL sync is durable across application crashes in WAL
+-- mode; the busy timeout makes BEGIN IMMEDIATE wait for another process's writer.
+PRAGMA busy_timeout = 15000;
+PRAGMA journal_mode = WAL;
+PRAGMA synchronous = NORMAL;
+PRAGMA foreign_keys = ON;
+-- Key lists arrive as json_each(...) IN-lists; their temporary B-trees stay in memory.
+PRAGMA temp_store = MEMORY;
+-- Up to 32 MiB of page cache (the default 2 MiB thrashes on a page of admissions).
+PRAGMA cache_size = -32768;
+
+-- name: begin_write
+-- Take the write lock up front so two processes serialize at BEGIN instead of
+-- failing later when a read transaction tries to upgrade.
+BEGIN IMMEDIATE
+
+-- name: begin_read
+BEGIN DEFERRED
+
+-- name: commit
+COMMIT
+
+-- name: rollback
+ROLLBACK

@@ -1,0 +1,131 @@
+-- Intents: admission, the outbox relay, the worker's claims and outcomes, reads.
+-- Every "now" is a parameter; no query reads the clock.
+
+-- name: intent_insert_many
+-- The caller replaces {rows} with one "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)" group per draft
+-- (key, channel, recipient_id, address, template, data, campaign, occurrence, due_at,
+-- expires_at); the four leading parameters are created_at, updated_at, selected_at and
+-- publish_lease_until. "WHERE true" is how SQLite tells an upsert's ON from a join's.
+INSERT INTO intents (
+    created_at, updated_at, selected_at, publish_lease_until, state,
+    key, channel, recipient_id, address, template, data, campaign, occurrence,
+    due_at, expires_at
+)
+SELECT ?, ?, ?, ?, 'selected', v.* FROM (VALUES {rows}) AS v WHERE true
+ON CONFLICT (key) DO NOTHING
+RETURNING key
+
+-- name: intent_claim_publish
+UPDATE intents SET publish_lease_until = :lease_until
+WHERE key IN (
+    SELECT key FROM intents
+    WHERE state = 'selected' AND due_at <= :due_by
+      AND (publish_lease_until IS NULL OR publish_lease_until <= :now)
+    ORDER BY due_at
+    LIMIT :limit
+)
+RETURNING key, channel, due_at, state
+
+-- name: intent_mark_enqueued
+-- :keys is a JSON array of keys. The unary + keeps the planner on the primary key:
+-- without it, it walks every row of the state index and probes the key list.
+UPDATE intents
+SET state = 'enqueued', enqueued_at = :now, updated_at = :now, publish_lease_until = NULL
+WHERE key IN (SELECT value FROM json_each(:keys))
+  AND +state IN ('selected', 'retryable')
+RETURNING key, channel, attempts
+
+-- name: intent_claim_read
+-- The current rows of the keys a worker wants to claim (:keys is a JSON array).
+SELECT key, channel, recipient_id, address, template, data, campaign, occurrence, state,
+       due_at, expires_at, created_at, updated_at, selected_at, enqueued_at, accepted_at,
+       finished_at, attempts, failures, lease_owner, lease_token, lease_expires_at,
+       next_attempt_at, receipt, provider_request_id, disposition, reason, cancel_requested
+FROM intents
+WHERE key IN (SELECT value FROM json_each(:keys))
+
+-- name: intent_claim
+-- Guarded by the state and token read in the same transaction.
+UPDATE intents
+SET state = 'claimed', lease_owner = ?, lease_token = lease_token + 1, lease_expires_at = ?,
+    attempts = attempts + 1, updated_at = ?, publish_lease_until = NULL
+WHERE key = ? AND state = ? AND lease_token = ?
+
+-- name: intent_renew_leases
+-- :leases is a JSON array of [key, token] pairs; + keeps the planner on the primary key.
+UPDATE intents SET lease_expires_at = :expires_at
+FROM (
+    SELECT json_extract(value, '$[0]') AS lease_key, json_extract(value, '$[1]') AS token
+    FROM json_each(:leases)
+) AS lease
+WHERE intents.key = lease.lease_key
+  AND intents.lease_token = lease.token
+  AND +intents.state = 'claimed'
+  AND intents.lease_owner = :owner
+  AND intents.lease_expires_at > :now
+RETURNING key
+
+-- name: intent_apply
+-- One guarded change; the flags (:leaves_claimed, :terminal, :reopens) are computed
+-- from tidings.states so the field effects of a target state live in one place.
+UPDATE intents SET
+    state               = :to_state,
+    updated_at          = :now,
+    enqueued_at         = CASE WHEN :to_state = 'enqueued' THEN :now ELSE enqueued_at END,
+    publish_lease_until = CASE WHEN :to_state = 'enqueued' THEN NULL ELSE publish_lease_until END,
+    accepted_at         = CASE WHEN :to_state = 'accepted' THEN :now ELSE accepted_at END,
+    receipt             = CASE WHEN :to_state = 'accepted' THEN :receipt ELSE receipt END,
+    next_attempt_at     = CASE WHEN :to_state = 'retryable' THEN :next_attempt_at
+                               ELSE next_attempt_at END,
+    lease_owner         = CASE WHEN :leaves_claimed THEN NULL ELSE lease_owner END,
+    lease_expires_at    = CASE WHEN :leaves_claimed THEN NULL ELSE lease_expires_at END,
+    finished_at         = CASE WHEN :terminal THEN :now WHEN :reopens THEN NULL
+                               ELSE finished_at END,
+    disposition         = CASE WHEN :terminal THEN :to_state WHEN :reopens THEN NULL
+                               ELSE disposition END,
+    reason              = CASE WHEN :terminal THEN :reason ELSE reason END,
+    attempts            = attempts + :count_attempt,
+    failures            = CASE WHEN :reset_failures THEN 0 ELSE failures + :count_failure END,
+    provider_request_id = coalesce(:provider_request_id, provider_request_id)
+WHERE key = :key
+  AND state = :from_state
+  AND (:lease_token IS NULL OR lease_token = :lease_token)
+RETURNING channel, attempts
+
+-- name: intent_cancel_read
+SELECT state, channel, attempts, cancel_requested FROM intents WHERE key = ?
+
+-- name: intent_cancel_request
+-- A claimed intent: the worker sees the request before its send.
+UPDATE intents SET cancel_requested = 1, updated_at = ? WHERE key = ? AND state = 'claimed'
+
+-- name: intent_get
+SELECT key, channel, recipient_id, address, template, data, campaign, occurrence, state,
+       due_at, expires_at, created_at, updated_at, selected_at, enqueued_at, accepted_at,
+       finished_at, attempts, failures, lease_owner, lease_token, lease_expires_at,
+       next_attempt_at, receipt, provider_request_id, disposition, reason, cancel_requested
+FROM intents
+WHERE key = ?
+
+-- name: intent_find
+-- :states is a JSON array; a NULL filter is off. :lease_expired_at only narrows claimed rows.
+-- The order is the index's own (state, due time, key), so a page stops early, unsorted.
+SELECT key, channel, recipient_id, address, template, data, campaign, occurrence, state,
+       due_at, expires_at, created_at, updated_at, selected_at, enqueued_at, accepted_at,
+       finished_at, attempts, failures, lease_owner, lease_token, lease_expires_at,
+       next_attempt_at, receipt, provider_request_id, disposition, reason, cancel_requested
+FROM intents
+WHERE state IN (SELECT value FROM json_each(:states))
+  AND (:channel IS NULL OR channel = :channel)
+  AND (:updated_before IS NULL OR updated_at < :updated_before)
+  AND (:lease_expired_at IS NULL OR state <> 'claimed' OR lease_expires_at <= :lease_expired_at)
+ORDER BY state, due_at, key
+LIMIT :limit
+
+-- name: intent_counts
+SELECT channel, state, count(*) FROM intents GROUP BY channel, state
+
+-- name: intent_latencies
+SELECT accepted_at - due_at FROM intents
+WHERE channel = ? AND accepted_at IS NOT NULL
+ORDER BY accepted_at

@@ -1,0 +1,42 @@
+-- Campaign occurrences: one row per logical date, advanced page by page.
+
+-- name: occurrence_insert
+-- A new occurrence starts admitting; the pass that opens it is its first.
+INSERT INTO occurrences (id, campaign, logical_at, logical_date, kind, status, passes,
+                         created_at)
+VALUES (:id, :campaign, :logical_at, :logical_date, :kind, 'admitting', 1, :now)
+ON CONFLICT (id) DO NOTHING
+
+-- name: occurrence_reopen
+-- An existing occurrence opened again. A replay re-opens it with kind replay unless it
+-- is done; an opening that leaves it admitting counts one more pass.
+UPDATE occurrences SET
+    passes      = passes + (status = 'admitting' OR (:kind = 'replay' AND status <> 'done')),
+    kind        = CASE WHEN :kind = 'replay' AND status <> 'done' THEN 'replay' ELSE kind END,
+    finished_at = CASE WHEN :kind = 'replay' AND status <> 'done' THEN NULL ELSE finished_at END,
+    reason      = CASE WHEN :kind = 'replay' AND status <> 'done' THEN NULL ELSE reason END,
+    status      = CASE WHEN :kind = 'replay' AND status <> 'done' THEN 'admitting' ELSE status END
+WHERE id = :id
+
+-- name: occurrence_progress
+UPDATE occurrences
+SET high_water = :high_water, members = members + :members, admitted = admitted + :admitted,
+    skipped = skipped + :skipped
+WHERE id = :id
+
+-- name: occurrence_finish
+UPDATE occurrences SET status = :status, finished_at = :now, reason = :reason WHERE id = :id
+
+-- name: occurrence_get
+SELECT id, campaign, logical_at, logical_date, kind, status, high_water, members, admitted,
+       skipped, passes, created_at, finished_at, reason
+FROM occurrences
+WHERE id = ?
+
+-- name: occurrence_list
+-- :campaign NULL lists every campaign.
+SELECT id, campaign, logical_at, logical_date, kind, status, high_water, members, admitted,
+       skipped, passes, created_at, finished_at, reason
+FROM occurrences
+WHERE :campaign IS NULL OR campaign = :campaign
+ORDER BY campaign, logical_at, id

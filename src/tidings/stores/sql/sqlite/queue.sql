@@ -1,0 +1,77 @@
+-- The embedded transport (tidings.transports.sql): per-queue messages with a
+-- visibility timeout, and a dead-letter table. A receipt is "<id>:<receive_token>".
+
+-- name: message_insert
+INSERT INTO messages (queue, message_id, body, available_at, enqueued_at)
+VALUES (?, ?, ?, ?, ?)
+
+-- name: message_receive
+-- Oldest visible first; the receive token fences receipts of earlier receives.
+UPDATE messages
+SET available_at = :visible_at, receive_count = receive_count + 1,
+    receive_token = receive_token + 1, leased = 1
+WHERE id IN (
+    SELECT id FROM messages
+    WHERE queue = :queue AND available_at <= :now
+    ORDER BY available_at, id
+    LIMIT :limit
+)
+RETURNING id, message_id, body, receive_count, receive_token, enqueued_at
+
+-- name: message_ack
+-- By id alone: whoever acks has finished the work, even under a stale receipt.
+-- :ids is a JSON array of row ids. The unary + keeps the planner on the row ids instead
+-- of walking the whole queue through messages_ready.
+DELETE FROM messages WHERE +queue = :queue AND id IN (SELECT value FROM json_each(:ids))
+
+-- name: message_nack
+UPDATE messages SET available_at = ?, leased = 0
+WHERE queue = ? AND id = ? AND receive_token = ?
+
+-- name: message_extend
+UPDATE messages SET available_at = ?, leased = 1
+WHERE queue = ? AND id = ? AND receive_token = ?
+
+-- name: message_dead_letter_copy
+INSERT INTO dead_letters (queue, message_id, body, reason, receive_count, dead_at)
+SELECT queue, message_id, body, ?, receive_count, ?
+FROM messages
+WHERE queue = ? AND id = ? AND receive_token = ?
+
+-- name: message_dead_letter_delete
+DELETE FROM messages WHERE queue = ? AND id = ? AND receive_token = ?
+
+-- name: dead_letter_list
+SELECT id, queue, message_id, body, reason, receive_count, dead_at
+FROM dead_letters
+WHERE queue = ?
+ORDER BY dead_at, id
+LIMIT ?
+
+-- name: dead_letter_redrive_copy
+-- Back on the queue as a fresh message: visible now, never received.
+INSERT INTO messages (queue, message_id, body, available_at, enqueued_at)
+SELECT queue, message_id, body, :now, :now
+FROM dead_letters
+WHERE +queue = :queue AND id IN (SELECT value FROM json_each(:ids))
+ORDER BY id
+
+-- name: dead_letter_redrive_delete
+DELETE FROM dead_letters WHERE +queue = :queue AND id IN (SELECT value FROM json_each(:ids))
+
+-- name: queue_depth
+SELECT
+    coalesce(sum(available_at <= :now), 0),
+    coalesce(sum(available_at > :now AND leased = 0), 0),
+    coalesce(sum(available_at > :now AND leased = 1), 0),
+    min(enqueued_at)
+FROM messages
+WHERE queue = :queue
+
+-- name: dead_letter_count
+SELECT count(*) FROM dead_letters WHERE queue = ?
+
+-- name: message_contains
+-- :ids is a JSON array of message ids.
+SELECT DISTINCT message_id FROM messages
+WHERE queue = :queue AND message_id IN (SELECT value FROM json_each(:ids))

@@ -1,0 +1,535 @@
+"""The SQLite store: the embedded default, one file, any number of local processes.
+
+Every batch method is one write transaction (``BEGIN IMMEDIATE``) on the
+database thread, and set-based where it can be: admission is a multi-row insert,
+enqueue marking is one update over a JSON list of keys, claims read all their rows
+at once and write with one ``executemany``. The SQL lives in
+``stores/sql/sqlite/*.sql``.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any, TypeVar
+
+from tidings.errors import StoreError
+from tidings.model import Event, Intent, IntentDraft
+from tidings.states import CLAIMABLE, DONE, TERMINAL, State, check
+from tidings.stores.base import (
+    Change,
+    Claim,
+    ClaimKind,
+    Occurrence,
+    OccurrenceProgress,
+    PublishItem,
+    Switch,
+)
+from tidings.stores.sqlite_db import SqliteDatabase
+
+T = TypeVar("T")
+
+#: Draft columns bound per row of the multi-row admission insert.
+_DRAFT_COLUMNS = 10
+#: Rows per admission statement: 10,000 variables, well under SQLite's 32,766, and one
+#: statement text (so one cached prepared statement) for every full chunk.
+_ADMIT_CHUNK = 1000
+_EventRow = tuple[
+    str, str, str, float, str | None, int | None, str | None, str | None, str | None, str | None
+]
+
+
+def _intent(row: Sequence[Any]) -> Intent:
+    """An ``Intent`` from a row in the column order of the ``intent_get`` query."""
+    return Intent(
+        key=row[0], channel=row[1], recipient_id=row[2], address=row[3], template=row[4],
+        data=row[5], campaign=row[6], occurrence=row[7], state=State(row[8]), due_at=row[9],
+        expires_at=row[10], created_at=row[11], updated_at=row[12], selected_at=row[13],
+        enqueued_at=row[14], accepted_at=row[15], finished_at=row[16], attempts=row[17],
+        failures=row[18], lease_owner=row[19], lease_token=row[20], lease_expires_at=row[21],
+        next_attempt_at=row[22], receipt=row[23], provider_request_id=row[24],
+        disposition=row[25], reason=row[26], cancel_requested=bool(row[27]),
+    )
+
+
+def _occurrence(row: Sequence[Any]) -> Occurrence:
+    return Occurrence(
+        id=row[0], campaign=row[1], logical_at=row[2], logical_date=row[3], kind=row[4],
+        status=row[5], high_water=row[6], members=row[7], admitted=row[8], skipped=row[9],
+        passes=row[10], created_at=row[11], finished_at=row[12], reason=row[13],
+    )
+
+
+def _switch(row: Sequence[Any]) -> Switch:
+    return Switch(scope=row[0], name=row[1], paused=bool(row[2]), changed_at=row[3],
+                  reason=row[4])
+
+
+def _event_row(e: Event) -> _EventRow:
+    return (e.key, e.channel, e.type, e.at, e.state, e.attempt, e.worker, e.message_id,
+            e.provider_request_id, e.detail)
+
+
+def _insert_events(
+    conn: sqlite3.Connection, sql: Mapping[str, str], groups: dict[tuple[str, int], list[str]],
+    *, type: str, state: str, at: float,
+) -> None:
+    """One event per key, a statement per (channel, attempt) group.
+
+    A page of admissions is one or two groups; a JSON key list bound once is about
+    twice as fast as an ``executemany`` of one row per key.
+    """
+    for (channel, attempt), keys in groups.items():
+        conn.execute(sql["event_insert_keys"], {
+            "keys": json.dumps(keys), "channel": channel, "type": type, "at": at,
+            "state": state, "attempt": attempt,
+        })
+
+
+def _change_params(change: Change, now: float) -> dict[str, Any]:
+    """Bind one change to ``intent_apply``, deciding its field effects from ``states``."""
+    to_terminal = change.to_state in TERMINAL
+    return {
+        "key": change.key,
+        "from_state": change.from_state.value,
+        "to_state": change.to_state.value,
+        "lease_token": change.lease_token,
+        "now": now,
+        "receipt": change.receipt,
+        "next_attempt_at": change.next_attempt_at,
+        "leaves_claimed": int(change.from_state is State.CLAIMED
+                              and change.to_state is not State.CLAIMED),
+        "terminal": int(to_terminal),
+        # An operator's redrive (dead -> retryable) makes the intent live again.
+        "reopens": int(change.from_state in TERMINAL and not to_terminal),
+        "reason": change.reason,
+        "count_attempt": int(change.count_attempt),
+        "count_failure": int(change.count_failure),
+        "reset_failures": int(change.reset_failures),
+        "provider_request_id": change.provider_request_id,
+    }
+
+
+class SqliteStore:
+    """The ``Store`` port on one SQLite file (see ``SqliteDatabase`` for concurrency)."""
+
+    def __init__(self, db: SqliteDatabase) -> None:
+        self.db = db
+        self.url = db.url
+        self._sql: Mapping[str, str] = db.sql
+        db.retain()
+
+    @classmethod
+    async def open(cls, url: str) -> SqliteStore:
+        """A store on its own database connection, from ``sqlite:///path.db``."""
+        return cls(SqliteDatabase.from_url(url))
+
+    # ---------------------------------------------------------------- lifecycle
+
+    async def migrate(self) -> list[int]:
+        """Apply pending migrations; return the versions applied now."""
+        return await self.db.migrate()
+
+    async def schema_version(self) -> int:
+        return await self.db.schema_version()
+
+    async def check_schema(self) -> None:
+        """Raise SchemaOutOfDate when migrations are pending."""
+        await self.db.check_schema()
+
+    async def close(self) -> None:
+        """Release the database; it closes when no other adapter still uses it."""
+        await self.db.release()
+
+    # ---------------------------------------------------------------- admission and relay
+
+    async def intent_admit(
+        self,
+        drafts: Sequence[IntentDraft],
+        *,
+        now: float,
+        publish_lease_until: float | None = None,
+        progress: OccurrenceProgress | None = None,
+    ) -> list[str]:
+        """Insert intents as ``selected`` (existing keys untouched); return the new keys."""
+        if not drafts and progress is None:
+            return []
+        sql = self._sql
+        head = (now, now, now, publish_lease_until)
+        rows = [
+            (d.key, d.channel, d.recipient_id, d.address, d.template, d.data, d.campaign,
+             d.occurrence, d.due_at, d.expires_at)
+            for d in drafts
+        ]
+
+        def fn(conn: sqlite3.Connection) -> list[str]:
+            inserted: set[str] = set()
+            for start in range(0, len(rows), _ADMIT_CHUNK):
+                chunk = rows[start:start + _ADMIT_CHUNK]
+                groups = ",".join(["(?,?,?,?,?,?,?,?,?,?)"] * len(chunk))
+                params = [*head, *(value for row in chunk for value in row)]
+                statement = sql["intent_insert_many"].replace("{rows}", groups)
+                inserted.update(key for (key,) in conn.execute(statement, params))
+            # Draft order, and a key drafted twice in one call counts once.
+            keys: list[str] = []
+            by_channel: dict[tuple[str, int], list[str]] = {}
+            for d in drafts:
+                if d.key in inserted:
+                    inserted.discard(d.key)
+                    keys.append(d.key)
+                    by_channel.setdefault((d.channel, 0), []).append(d.key)
+            _insert_events(conn, sql, by_channel, type="selected", state="selected", at=now)
+            if progress is not None:
+                cursor = conn.execute(sql["occurrence_progress"], {
+                    "id": progress.occurrence, "high_water": progress.high_water,
+                    "members": progress.members, "admitted": len(keys),
+                    "skipped": progress.skipped,
+                })
+                if cursor.rowcount != 1:
+                    raise StoreError(f"occurrence {progress.occurrence!r} does not exist")
+            return keys
+
+        return await self.db.write(fn)
+
+    async def intent_claim_publish(
+        self, *, now: float, horizon_s: float, lease_s: float, limit: int
+    ) -> list[PublishItem]:
+        """Lease due ``selected`` intents for publishing, oldest due first."""
+        params = {"now": now, "due_by": now + horizon_s, "lease_until": now + lease_s,
+                  "limit": limit}
+
+        def fn(conn: sqlite3.Connection) -> list[tuple[str, str, float, str]]:
+            return conn.execute(self._sql["intent_claim_publish"], params).fetchall()
+
+        rows = await self.db.write(fn)
+        rows.sort(key=lambda r: (r[2], r[0]))
+        # float(): RETURNING hands back a whole REAL as the integer SQLite stored it as.
+        return [PublishItem(key=k, channel=c, due_at=float(d), state=State(s))
+                for k, c, d, s in rows]
+
+    async def intent_mark_enqueued(self, keys: Sequence[str], *, now: float) -> int:
+        """``selected``/``retryable`` -> ``enqueued`` with an event; returns the count."""
+        if not keys:
+            return 0
+        sql = self._sql
+        params = {"keys": json.dumps(list(keys)), "now": now}
+
+        def fn(conn: sqlite3.Connection) -> int:
+            groups: dict[tuple[str, int], list[str]] = {}
+            count = 0
+            for key, channel, attempts in conn.execute(sql["intent_mark_enqueued"], params):
+                groups.setdefault((channel, attempts), []).append(key)
+                count += 1
+            _insert_events(conn, sql, groups, type="enqueued", state="enqueued", at=now)
+            return count
+
+        return await self.db.write(fn)
+
+    # ---------------------------------------------------------------- the worker's hot path
+
+    async def intent_claim_many(
+        self,
+        keys: Sequence[str],
+        *,
+        owner: str,
+        lease_s: float,
+        now: float,
+        message_ids: Sequence[str] | None = None,
+    ) -> list[Claim]:
+        """Claim each key with a lease; one Claim per key, in order."""
+        if message_ids is not None and len(message_ids) != len(keys):
+            raise ValueError("message_ids must pair one to one with keys")
+        if not keys:
+            return []
+        sql = self._sql
+        lease_expires_at = now + lease_s
+        keys_json = json.dumps(list(dict.fromkeys(keys)))
+
+        def fn(conn: sqlite3.Connection) -> list[Claim]:
+            current = {row[0]: row for row in conn.execute(sql["intent_claim_read"],
+                                                           {"keys": keys_json})}
+            claimed_now: dict[str, Claim] = {}
+            updates: list[tuple[str, float, float, str, str, int]] = []
+            events: list[_EventRow] = []
+            claims: list[Claim] = []
+            for i, key in enumerate(keys):
+                message_id = message_ids[i] if message_ids is not None else None
+                row = current.get(key)
+                if key in claimed_now:
+                    # The second copy of a key claimed by this very call.
+                    claims.append(Claim(key=key, kind=ClaimKind.BUSY, state=State.CLAIMED,
+                                        retry_at=lease_expires_at))
+                    continue
+                if row is None:
+                    claims.append(Claim(key=key, kind=ClaimKind.MISSING))
+                    continue
+                state = State(row[8])
+                if state in CLAIMABLE and not (
+                    state is State.RETRYABLE and row[22] is not None and row[22] > now
+                ):
+                    intent = replace(
+                        _intent(row), state=State.CLAIMED, lease_owner=owner,
+                        lease_token=row[20] + 1, lease_expires_at=lease_expires_at,
+                        attempts=row[17] + 1, updated_at=now,
+                    )
+                    updates.append((owner, lease_expires_at, now, key, state.value, row[20]))
+                    events.append((key, row[1], "claimed", now, "claimed", intent.attempts,
+                                   owner, message_id, None, None))
+                    claim = Claim(key=key, kind=ClaimKind.CLAIMED, intent=intent,
+                                  token=intent.lease_token, state=State.CLAIMED)
+                    claimed_now[key] = claim
+                elif state in DONE:
+                    events.append((key, row[1], "duplicate_observed", now, state.value,
+                                   row[17], owner, message_id, None, None))
+                    claim = Claim(key=key, kind=ClaimKind.DONE, state=state)
+                elif state is State.UNCERTAIN:
+                    claim = Claim(key=key, kind=ClaimKind.HELD, state=state)
+                elif state is State.CLAIMED:
+                    # Live or expired, a lease is the reconciler's to end, not ours.
+                    claim = Claim(key=key, kind=ClaimKind.BUSY, state=state, retry_at=row[21])
+                else:  # retryable, not yet due
+                    claim = Claim(key=key, kind=ClaimKind.NOT_DUE, state=state,
+                                  retry_at=row[22])
+                claims.append(claim)
+            if updates:
+                cursor = conn.executemany(sql["intent_claim"], updates)
+                if cursor.rowcount != len(updates):
+                    # Impossible under BEGIN IMMEDIATE; refuse rather than hand out a
+                    # lease that another writer may also hold.
+                    raise StoreError("claim guard failed inside a write transaction")
+            conn.executemany(sql["event_insert"], events)
+            return claims
+
+        return await self.db.write(fn)
+
+    async def intent_renew_leases(
+        self, leases: Sequence[tuple[str, int]], *, owner: str, lease_s: float, now: float
+    ) -> list[str]:
+        """Extend live leases held by ``owner``; return the keys whose lease was lost."""
+        if not leases:
+            return []
+        params = {"leases": json.dumps([[key, token] for key, token in leases]),
+                  "owner": owner, "now": now, "expires_at": now + lease_s}
+
+        def fn(conn: sqlite3.Connection) -> set[str]:
+            return {key for (key,) in conn.execute(self._sql["intent_renew_leases"], params)}
+
+        renewed = await self.db.write(fn)
+        return list(dict.fromkeys(key for key, _ in leases if key not in renewed))
+
+    async def intent_apply_many(self, changes: Sequence[Change], *, now: float) -> list[str]:
+        """Apply guarded changes in one transaction; return the keys applied."""
+        for change in changes:
+            check(change.from_state, change.to_state)
+        if not changes:
+            return []
+        sql = self._sql
+
+        def fn(conn: sqlite3.Connection) -> list[str]:
+            applied: list[str] = []
+            events: list[_EventRow] = []
+            for change in changes:
+                row = conn.execute(sql["intent_apply"], _change_params(change, now)).fetchone()
+                if row is None:
+                    continue
+                channel, attempts = row
+                applied.append(change.key)
+                events.append((
+                    change.key, channel, change.event, now, change.to_state.value, attempts,
+                    change.worker, change.message_id, change.provider_request_id,
+                    change.detail if change.detail is not None else change.reason,
+                ))
+            conn.executemany(sql["event_insert"], events)
+            return applied
+
+        return await self.db.write(fn)
+
+    async def intent_request_cancel(self, key: str, *, now: float, reason: str) -> State | None:
+        """Cancel at once unless claimed (then flag it for the worker); None if unknown."""
+        sql = self._sql
+
+        def fn(conn: sqlite3.Connection) -> State | None:
+            row = conn.execute(sql["intent_cancel_read"], (key,)).fetchone()
+            if row is None:
+                return None
+            state, channel, attempts, requested = State(row[0]), row[1], row[2], row[3]
+            if state in CLAIMABLE:
+                change = Change(key=key, from_state=state, to_state=State.CANCELLED,
+                                event="cancelled", reason=reason)
+                conn.execute(sql["intent_apply"], _change_params(change, now))
+                conn.execute(sql["event_insert"], (key, channel, "cancelled", now, "cancelled",
+                                                   attempts, None, None, None, reason))
+                return State.CANCELLED
+            if state is State.CLAIMED and not requested:
+                conn.execute(sql["intent_cancel_request"], (now, key))
+                conn.execute(sql["event_insert"], (key, channel, "cancel_requested", now,
+                                                   "claimed", attempts, None, None, None, reason))
+            return state
+
+        return await self.db.write(fn)
+
+    # ---------------------------------------------------------------- reads
+
+    async def intent_get(self, key: str) -> Intent | None:
+        def fn(conn: sqlite3.Connection) -> Intent | None:
+            row = conn.execute(self._sql["intent_get"], (key,)).fetchone()
+            return None if row is None else _intent(row)
+
+        return await self.db.read(fn)
+
+    async def intent_find(
+        self,
+        *,
+        states: Sequence[State],
+        channel: str | None = None,
+        updated_before: float | None = None,
+        lease_expired_at: float | None = None,
+        limit: int = 1000,
+    ) -> list[Intent]:
+        """Intents in ``states``, least recently updated first, narrowed by the filters."""
+        params = {"states": json.dumps([State(s).value for s in states]), "channel": channel,
+                  "updated_before": updated_before, "lease_expired_at": lease_expired_at,
+                  "limit": limit}
+
+        def fn(conn: sqlite3.Connection) -> list[Intent]:
+            return [_intent(row) for row in conn.execute(self._sql["intent_find"], params)]
+
+        return await self.db.read(fn)
+
+    async def intent_counts(self) -> dict[str, dict[str, int]]:
+        """``{channel: {state: count}}`` over every intent."""
+        return await self._nested_counts("intent_counts")
+
+    async def intent_latencies(self, channel: str) -> list[float]:
+        """Seconds from due to acceptance for every accepted intent of ``channel``."""
+        def fn(conn: sqlite3.Connection) -> list[float]:
+            return [row[0] for row in conn.execute(self._sql["intent_latencies"], (channel,))]
+
+        return await self.db.read(fn)
+
+    async def _nested_counts(self, query: str) -> dict[str, dict[str, int]]:
+        def fn(conn: sqlite3.Connection) -> dict[str, dict[str, int]]:
+            counts: dict[str, dict[str, int]] = {}
+            for outer, inner, count in conn.execute(self._sql[query]):
+                counts.setdefault(outer, {})[inner] = count
+            return counts
+
+        return await self.db.read(fn)
+
+    # ---------------------------------------------------------------- events
+
+    async def event_append_many(self, events: Sequence[Event]) -> None:
+        if not events:
+            return
+        rows = [_event_row(e) for e in events]
+        await self.db.write(lambda conn: conn.executemany(self._sql["event_insert"], rows))
+
+    async def events_for(self, key: str) -> list[Event]:
+        """Every event of ``key``, in the order written."""
+        def fn(conn: sqlite3.Connection) -> list[Event]:
+            return [
+                Event(key=r[0], channel=r[1], type=r[2], at=r[3], state=r[4], attempt=r[5],
+                      worker=r[6], message_id=r[7], provider_request_id=r[8], detail=r[9])
+                for r in conn.execute(self._sql["events_for"], (key,))
+            ]
+
+        return await self.db.read(fn)
+
+    async def event_counts(self) -> dict[str, dict[str, int]]:
+        """``{channel: {event type: count}}``."""
+        return await self._nested_counts("event_counts")
+
+    # ---------------------------------------------------------------- occurrences
+
+    async def occurrence_open(
+        self, *, id: str, campaign: str, logical_at: float, logical_date: str, kind: str,
+        now: float,
+    ) -> Occurrence:
+        """Return the occurrence, creating it if new; a replay re-opens one not done.
+
+        ``passes`` counts the openings that leave it admitting.
+        """
+        sql = self._sql
+        params = {"id": id, "campaign": campaign, "logical_at": logical_at,
+                  "logical_date": logical_date, "kind": kind, "now": now}
+
+        def fn(conn: sqlite3.Connection) -> Occurrence:
+            if conn.execute(sql["occurrence_insert"], params).rowcount == 0:
+                conn.execute(sql["occurrence_reopen"], {"id": id, "kind": kind})
+            return _occurrence(conn.execute(sql["occurrence_get"], (id,)).fetchone())
+
+        return await self.db.write(fn)
+
+    async def occurrence_get(self, id: str) -> Occurrence | None:
+        def fn(conn: sqlite3.Connection) -> Occurrence | None:
+            row = conn.execute(self._sql["occurrence_get"], (id,)).fetchone()
+            return None if row is None else _occurrence(row)
+
+        return await self.db.read(fn)
+
+    async def occurrence_finish(self, id: str, *, now: float, status: str = "done",
+                                reason: str | None = None) -> None:
+        """Close an occurrence with ``status`` (done or skipped); unknown ids raise."""
+        params = {"id": id, "now": now, "status": status, "reason": reason}
+
+        def fn(conn: sqlite3.Connection) -> None:
+            if conn.execute(self._sql["occurrence_finish"], params).rowcount != 1:
+                raise StoreError(f"occurrence {id!r} does not exist")
+
+        await self.db.write(fn)
+
+    async def occurrence_list(self, campaign: str | None = None) -> list[Occurrence]:
+        def fn(conn: sqlite3.Connection) -> list[Occurrence]:
+            rows = conn.execute(self._sql["occurrence_list"], {"campaign": campaign})
+            return [_occurrence(row) for row in rows]
+
+        return await self.db.read(fn)
+
+    # ---------------------------------------------------------------- admission switches
+
+    async def switch_set(
+        self, *, scope: str, name: str, paused: bool, now: float, reason: str | None = None
+    ) -> Switch:
+        params = {"scope": scope, "name": name, "paused": int(paused), "now": now,
+                  "reason": reason}
+
+        def fn(conn: sqlite3.Connection) -> Switch:
+            return _switch(conn.execute(self._sql["switch_upsert"], params).fetchone())
+
+        return await self.db.write(fn)
+
+    async def switch_all(self) -> list[Switch]:
+        def fn(conn: sqlite3.Connection) -> list[Switch]:
+            return [_switch(row) for row in conn.execute(self._sql["switch_all"])]
+
+        return await self.db.read(fn)
+
+    # ---------------------------------------------------------------- pacer state
+
+    async def pacer_transact(
+        self, channel: str, fn: Callable[[dict[str, Any] | None], tuple[dict[str, Any], T]]
+    ) -> T:
+        """Read, transform with ``fn`` and write the channel's pacer state atomically.
+
+        ``fn`` runs on the database thread inside the write transaction, and again if
+        the transaction is retried, which is why it must be pure.
+        """
+        sql = self._sql
+
+        def transact(conn: sqlite3.Connection) -> T:
+            row = conn.execute(sql["pacer_read"], (channel,)).fetchone()
+            new_state, result = fn(None if row is None else json.loads(row[0]))
+            conn.execute(sql["pacer_write"], (channel, json.dumps(new_state)))
+            return result
+
+        return await self.db.write(transact)
+
+    async def pacer_read(self, channel: str) -> dict[str, Any] | None:
+        def fn(conn: sqlite3.Connection) -> dict[str, Any] | None:
+            row = conn.execute(self._sql["pacer_read"], (channel,)).fetchone()
+            state: dict[str, Any] | None = None if row is None else json.loads(row[0])
+            return state
+
+        return await self.db.read(fn)

@@ -1,0 +1,222 @@
+"""One SQLite database file, shared by the SQLite store and the SQL transport.
+
+A ``SqliteDatabase`` owns exactly one ``sqlite3`` connection and one dedicated
+thread; every call runs on that thread through ``loop.run_in_executor``, so the
+event loop never blocks on disk or on a lock, and the connection is never used by
+two threads at once. Several processes may open the same file: WAL lets readers
+run beside the one writer, and every write transaction starts with
+``BEGIN IMMEDIATE`` so writers queue on the busy timeout instead of failing when a
+read lock cannot be upgraded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import sqlite3
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from typing import TypeVar
+
+from tidings.clock import SystemClock
+from tidings.errors import ConfigurationError, SchemaOutOfDate, StoreError
+from tidings.stores import queries
+
+T = TypeVar("T")
+
+URL_PREFIX = "sqlite:///"
+#: Whole-transaction retries after SQLite still answers "database is locked" once the
+#: busy timeout has run out (another process held the write lock for 15 s).
+LOCKED_RETRIES = 4
+_LOCKED_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
+
+
+def _is_locked(exc: sqlite3.Error) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return (code & 0xFF) in _LOCKED_CODES
+    return "locked" in str(exc)
+
+
+class SqliteDatabase:
+    """One connection to one SQLite file, served by one thread.
+
+    ``path`` is a file path (or ``:memory:``, private to this object). The
+    connection opens on the database thread in the background; an error opening
+    it surfaces on the first call.
+    """
+
+    def __init__(self, path: str, *, url: str | None = None) -> None:
+        self.path = path
+        self.url = url if url is not None else URL_PREFIX + path
+        self.sql = queries.load("sqlite")
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tidings-sqlite")
+        self._conn: sqlite3.Connection | None = None
+        self._open_error: BaseException | None = None
+        self._closed = False
+        self._users = 0
+        self._executor.submit(self._open)
+
+    @classmethod
+    def from_url(cls, url: str) -> SqliteDatabase:
+        """``sqlite:///relative.db``, ``sqlite:////absolute/path.db`` or ``sqlite:///:memory:``."""
+        if not url.startswith(URL_PREFIX) or len(url) == len(URL_PREFIX):
+            raise ConfigurationError("url", f"{url!r} is not of the form sqlite:///path.db")
+        return cls(url[len(URL_PREFIX):], url=url)
+
+    # ---------------------------------------------------------------- thread side
+
+    def _open(self) -> None:
+        try:
+            conn = sqlite3.connect(
+                self.path, check_same_thread=False, isolation_level=None, cached_statements=256
+            )
+            conn.executescript(self.sql["connect"])
+        except BaseException as exc:  # kept and re-raised on the first call
+            self._open_error = exc
+            return
+        self._conn = conn
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise StoreError(f"cannot open {self.url}: {self._open_error}") from self._open_error
+        return self._conn
+
+    def _transaction(self, fn: Callable[[sqlite3.Connection], T], begin: str) -> T:
+        """Run ``fn`` in one transaction on the database thread, retrying when locked.
+
+        ``fn`` must be safe to run again: a retry repeats the whole transaction.
+        """
+        conn = self._connection()
+        for attempt in range(LOCKED_RETRIES + 1):
+            try:
+                conn.execute(begin)
+                result = fn(conn)
+                conn.execute(self.sql["commit"])
+                return result
+            except BaseException as exc:
+                if conn.in_transaction:
+                    conn.execute(self.sql["rollback"])
+                if not isinstance(exc, sqlite3.Error):
+                    raise
+                if _is_locked(exc) and attempt < LOCKED_RETRIES:
+                    # Short, jittered: the busy timeout already did the long wait.
+                    time.sleep(random.uniform(0.0, 0.05 * 2**attempt))
+                    continue
+                raise StoreError(f"{self.url}: {exc}") from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _plain(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        try:
+            return fn(self._connection())
+        except sqlite3.Error as exc:
+            raise StoreError(f"{self.url}: {exc}") from exc
+
+    # ---------------------------------------------------------------- loop side
+
+    async def _submit(self, call: Callable[[], T]) -> T:
+        if self._closed:
+            raise StoreError(f"{self.url} is closed")
+        return await asyncio.get_running_loop().run_in_executor(self._executor, call)
+
+    async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn(conn)`` inside ``BEGIN IMMEDIATE … COMMIT`` (ROLLBACK if it raises).
+
+        If the awaiting task is cancelled the transaction still runs to its end.
+        """
+        return await self._submit(partial(self._transaction, fn, self.sql["begin_write"]))
+
+    async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn(conn)`` in a read transaction: one consistent snapshot."""
+        return await self._submit(partial(self._transaction, fn, self.sql["begin_read"]))
+
+    async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn(conn)`` outside any transaction (autocommit statements)."""
+        return await self._submit(partial(self._plain, fn))
+
+    # ---------------------------------------------------------------- sharing
+
+    def retain(self) -> None:
+        """Count one more adapter using this database (see ``release``)."""
+        self._users += 1
+
+    async def release(self) -> None:
+        """One adapter is done with the database; the last one closes it."""
+        self._users -= 1
+        if self._users <= 0:
+            await self.close()
+
+    async def close(self) -> None:
+        """Close the connection and stop the thread; later calls raise StoreError."""
+        if self._closed:
+            return
+        self._closed = True
+        await asyncio.get_running_loop().run_in_executor(self._executor, self._close_connection)
+        self._executor.shutdown(wait=False)
+
+    def _close_connection(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    # ---------------------------------------------------------------- migrations
+
+    async def migrate(self, *, now: float | None = None) -> list[int]:
+        """Apply pending migrations in order, each in its own transaction.
+
+        Safe to run from several processes at once: each migration re-checks
+        whether it is applied after taking the write lock. Returns the versions
+        applied by this call.
+        """
+        applied_at = SystemClock().now() if now is None else now
+        return await self._submit(partial(self._migrate, applied_at))
+
+    def _migrate(self, applied_at: float) -> list[int]:
+        sql = self.sql
+        self._transaction(lambda conn: conn.execute(sql["migrations_create"]), sql["begin_write"])
+        applied: list[int] = []
+        for migration in queries.migrations("sqlite"):
+
+            def apply(conn: sqlite3.Connection, m: queries.Migration = migration) -> bool:
+                if conn.execute(sql["migration_is_applied"], (m.version,)).fetchone():
+                    return False
+                for statement in queries.split_statements(m.sql):
+                    conn.execute(statement)
+                conn.execute(sql["migration_record"], (m.version, applied_at))
+                return True
+
+            if self._transaction(apply, sql["begin_write"]):
+                applied.append(migration.version)
+        return applied
+
+    async def applied_migrations(self) -> list[int]:
+        """Versions recorded in ``schema_migrations`` (none on a fresh file)."""
+        sql = self.sql
+
+        def fn(conn: sqlite3.Connection) -> list[int]:
+            if not conn.execute(sql["migrations_table_exists"]).fetchone():
+                return []
+            return [row[0] for row in conn.execute(sql["migrations_applied"])]
+
+        return await self.read(fn)
+
+    async def pending_migrations(self) -> list[int]:
+        """Versions this code knows that the database has not applied."""
+        applied = set(await self.applied_migrations())
+        return [m.version for m in queries.migrations("sqlite") if m.version not in applied]
+
+    async def schema_version(self) -> int:
+        """The highest applied migration version, 0 for an empty database."""
+        return max(await self.applied_migrations(), default=0)
+
+    async def check_schema(self) -> None:
+        """Raise SchemaOutOfDate naming the pending versions, if any."""
+        pending = await self.pending_migrations()
+        if pending:
+            names = ", ".join(f"{v:04d}" for v in pending)
+            raise SchemaOutOfDate(
+                f"{self.url}: schema is out of date, pending migrations {names}; "
+                "run `tidings db migrate`"
+            )

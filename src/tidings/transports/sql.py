@@ -1,0 +1,179 @@
+"""The embedded transport: per-channel queues as rows in the store's own database.
+
+A receive hides rows by moving ``available_at`` forward and bumps a per-row
+``receive_token``; the receipt ``"<id>:<token>"`` fences ``nack``, ``extend`` and
+``dead_letter`` so a consumer whose visibility timeout ran out cannot touch a
+message someone else now holds. ``ack`` deletes by id alone: whoever acks has
+finished the work, and ids are never reused (AUTOINCREMENT).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+from tidings.errors import StoreError, TransportError
+from tidings.model import DeadLetter, OutgoingMessage, QueueDepth, Received
+from tidings.stores.sqlite_db import SqliteDatabase
+
+T = TypeVar("T")
+
+
+def parse_receipt(receipt: str) -> tuple[int, int]:
+    """``"12:3"`` -> ``(12, 3)``: row id and receive token."""
+    row_id, sep, token = receipt.partition(":")
+    try:
+        if not sep:
+            raise ValueError(receipt)
+        return int(row_id), int(token)
+    except ValueError:
+        raise TransportError(f"{receipt!r} is not a sql transport receipt") from None
+
+
+class SqlTransport:
+    """The ``Transport`` port on tables ``messages`` and ``dead_letters``."""
+
+    name = "sql"
+
+    def __init__(self, db: SqliteDatabase) -> None:
+        self.db = db
+        self._sql = db.sql
+        db.retain()
+
+    async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        try:
+            return await self.db.write(fn)
+        except StoreError as exc:
+            raise TransportError(str(exc)) from exc
+
+    async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        try:
+            return await self.db.read(fn)
+        except StoreError as exc:
+            raise TransportError(str(exc)) from exc
+
+    async def publish(self, queue: str, messages: Sequence[OutgoingMessage], *, now: float) -> None:
+        """Publish messages, each visible after its ``delay_s``."""
+        if not messages:
+            return
+        rows = [(queue, m.message_id, m.body, now + max(0.0, m.delay_s), now) for m in messages]
+        await self._write(lambda conn: conn.executemany(self._sql["message_insert"], rows))
+
+    async def receive(
+        self, queue: str, *, max_messages: int, visibility_s: float, now: float
+    ) -> list[Received]:
+        """Take up to ``max_messages`` visible messages, oldest first, hiding them."""
+        if max_messages <= 0:
+            return []
+        params = {"queue": queue, "now": now, "visible_at": now + visibility_s,
+                  "limit": max_messages}
+
+        def fn(conn: sqlite3.Connection) -> list[tuple[int, str, str, int, int, float]]:
+            return conn.execute(self._sql["message_receive"], params).fetchall()
+
+        rows = await self._write(fn)
+        # RETURNING order is unspecified; publish order is what "oldest" means here.
+        # float(): RETURNING hands back a whole REAL as the integer SQLite stored it as.
+        rows.sort(key=lambda r: (r[5], r[0]))
+        return [
+            Received(queue=queue, message_id=message_id, body=body,
+                     receipt=f"{row_id}:{token}", receive_count=count,
+                     enqueued_at=float(enqueued_at))
+            for row_id, message_id, body, count, token, enqueued_at in rows
+        ]
+
+    async def ack(self, queue: str, receipts: Sequence[str]) -> None:
+        """Delete messages by id; unknown or already acked receipts are a no-op."""
+        if not receipts:
+            return
+        params = {"queue": queue,
+                  "ids": json.dumps(sorted({parse_receipt(r)[0] for r in receipts}))}
+        await self._write(lambda conn: conn.execute(self._sql["message_ack"], params))
+
+    async def nack(self, queue: str, receipts: Sequence[tuple[str, float]], *, now: float) -> None:
+        """Make messages visible again after the paired delay; stale receipts are ignored."""
+        rows = [(now + max(0.0, delay), queue, *parse_receipt(receipt))
+                for receipt, delay in receipts]
+        if rows:
+            await self._write(lambda conn: conn.executemany(self._sql["message_nack"], rows))
+
+    async def extend(
+        self, queue: str, receipts: Sequence[str], *, visibility_s: float, now: float
+    ) -> None:
+        """Hide in-flight messages until ``now + visibility_s``; stale receipts are ignored."""
+        rows = [(now + visibility_s, queue, *parse_receipt(receipt)) for receipt in receipts]
+        if rows:
+            await self._write(lambda conn: conn.executemany(self._sql["message_extend"], rows))
+
+    async def dead_letter(
+        self, queue: str, receipts: Sequence[tuple[str, str]], *, now: float
+    ) -> None:
+        """Move messages to the dead letters with the paired reason; stale receipts are ignored."""
+        rows = [(reason, now, queue, *parse_receipt(receipt)) for receipt, reason in receipts]
+        if not rows:
+            return
+        sql = self._sql
+
+        def fn(conn: sqlite3.Connection) -> None:
+            conn.executemany(sql["message_dead_letter_copy"], rows)
+            conn.executemany(sql["message_dead_letter_delete"], [row[2:] for row in rows])
+
+        await self._write(fn)
+
+    async def dead_letters(self, queue: str, *, limit: int = 100) -> list[DeadLetter]:
+        """The oldest dead letters of ``queue``."""
+        def fn(conn: sqlite3.Connection) -> list[DeadLetter]:
+            return [
+                DeadLetter(id=str(r[0]), queue=r[1], message_id=r[2], body=r[3], reason=r[4],
+                           receive_count=r[5], dead_at=r[6])
+                for r in conn.execute(self._sql["dead_letter_list"], (queue, limit))
+            ]
+
+        return await self._read(fn)
+
+    async def redrive(self, queue: str, ids: Sequence[str], *, now: float) -> int:
+        """Put dead letters back on their queue as fresh messages visible now."""
+        numeric = sorted({int(i) for i in ids if i.isdigit()})
+        if not numeric:
+            return 0
+        params = {"queue": queue, "ids": json.dumps(numeric), "now": now}
+        sql = self._sql
+
+        def fn(conn: sqlite3.Connection) -> int:
+            moved = conn.execute(sql["dead_letter_redrive_copy"], params).rowcount
+            conn.execute(sql["dead_letter_redrive_delete"],
+                         {"queue": queue, "ids": params["ids"]})
+            return moved
+
+        return await self._write(fn)
+
+    async def depth(self, queue: str, *, now: float) -> QueueDepth:
+        """Ready, delayed, in-flight and dead counts, and the age of the oldest message."""
+        sql = self._sql
+
+        def fn(conn: sqlite3.Connection) -> QueueDepth:
+            ready, delayed, in_flight, oldest = conn.execute(
+                sql["queue_depth"], {"queue": queue, "now": now}).fetchone()
+            (dead,) = conn.execute(sql["dead_letter_count"], (queue,)).fetchone()
+            age = 0.0 if oldest is None else max(0.0, now - oldest)
+            return QueueDepth(ready=ready, delayed=delayed, in_flight=in_flight, dead=dead,
+                              oldest_age_s=age)
+
+        return await self._read(fn)
+
+    async def contains(self, queue: str, message_ids: Sequence[str]) -> set[str]:
+        """Which of ``message_ids`` still have a message on the queue (any visibility)."""
+        if not message_ids:
+            return set()
+        params = {"queue": queue, "ids": json.dumps(list(dict.fromkeys(message_ids)))}
+
+        def fn(conn: sqlite3.Connection) -> set[str]:
+            return {mid for (mid,) in conn.execute(self._sql["message_contains"], params)}
+
+        return await self._read(fn)
+
+    async def close(self) -> None:
+        """Release the database; it closes when no other adapter still uses it."""
+        await self.db.release()
