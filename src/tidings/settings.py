@@ -44,7 +44,10 @@ class ChannelSettings(_Model):
     @classmethod
     def _quota(cls, value: str | None) -> str | None:
         if value is not None:
-            parse_quota(value)
+            try:
+                parse_quota(value)
+            except ConfigurationError as exc:
+                raise ValueError(exc.message) from None
         return value
 
 
@@ -109,7 +112,8 @@ class Settings(_Model):
         except ValidationError as exc:
             first = exc.errors()[0]
             field = ".".join(str(p) for p in first["loc"]) or "settings"
-            raise ConfigurationError(field, first["msg"]) from None
+            message = str(first["msg"]).removeprefix("Value error, ")
+            raise ConfigurationError(field, message) from None
         for name, campaign in settings.campaigns.items():
             for index, channel in enumerate(campaign.channels):
                 if channel not in settings.channels:

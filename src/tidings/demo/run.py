@@ -327,6 +327,7 @@ async def demo(*, recipients: int, db: Path | None, seed: int, as_json: bool,
     finally:
         await procs.stop_all()
         stats = await _sandbox_stats(url)
+        await asyncio.to_thread((workdir / "sandbox-stats.json").write_text, json.dumps(stats))
         sandbox.send_signal(signal.SIGTERM)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(sandbox.wait(), 10)

@@ -31,8 +31,8 @@ from tidings.stores.sqlite_db import SqliteDatabase
 
 T = TypeVar("T")
 
-#: Draft columns bound per row of the multi-row admission insert.
-_DRAFT_COLUMNS = 10
+#: One row of the multi-row admission insert: the ten draft columns.
+_DRAFT_ROW = "(?,?,?,?,?,?,?,?,?,?)"
 #: Rows per admission statement: 10,000 variables, well under SQLite's 32,766, and one
 #: statement text (so one cached prepared statement) for every full chunk.
 _ADMIT_CHUNK = 1000
@@ -78,8 +78,8 @@ def _insert_events(
 ) -> None:
     """One event per key, a statement per (channel, attempt) group.
 
-    A page of admissions is one or two groups; a JSON key list bound once is about
-    twice as fast as an ``executemany`` of one row per key.
+    A page of admissions is one group per channel; a JSON key list bound once is
+    about twice as fast as an ``executemany`` of one row per key.
     """
     for (channel, attempt), keys in groups.items():
         conn.execute(sql["event_insert_keys"], {
@@ -158,38 +158,43 @@ class SqliteStore:
             return []
         sql = self._sql
         head = (now, now, now, publish_lease_until)
-        rows = [
-            (d.key, d.channel, d.recipient_id, d.address, d.template, d.data, d.campaign,
-             d.occurrence, d.due_at, d.expires_at)
-            for d in drafts
-        ]
+        keys_json = json.dumps([d.key for d in drafts])
 
         def fn(conn: sqlite3.Connection) -> list[str]:
-            inserted: set[str] = set()
-            for start in range(0, len(rows), _ADMIT_CHUNK):
-                chunk = rows[start:start + _ADMIT_CHUNK]
-                groups = ",".join(["(?,?,?,?,?,?,?,?,?,?)"] * len(chunk))
-                params = [*head, *(value for row in chunk for value in row)]
-                statement = sql["intent_insert_many"].replace("{rows}", groups)
-                inserted.update(key for (key,) in conn.execute(statement, params))
-            # Draft order, and a key drafted twice in one call counts once.
-            keys: list[str] = []
-            by_channel: dict[tuple[str, int], list[str]] = {}
+            # Under BEGIN IMMEDIATE nobody else can insert between this read and the
+            # insert, so "new" is exactly what the insert will write.
+            seen = {key for (key,) in conn.execute(sql["intent_existing_keys"],
+                                                   {"keys": keys_json})}
+            fresh: list[IntentDraft] = []
             for d in drafts:
-                if d.key in inserted:
-                    inserted.discard(d.key)
-                    keys.append(d.key)
-                    by_channel.setdefault((d.channel, 0), []).append(d.key)
+                if d.key not in seen:  # also keeps the first of a key drafted twice
+                    seen.add(d.key)
+                    fresh.append(d)
+            written = 0
+            for start in range(0, len(fresh), _ADMIT_CHUNK):
+                chunk = fresh[start:start + _ADMIT_CHUNK]
+                params: list[Any] = [*head]
+                for d in chunk:
+                    params += (d.key, d.channel, d.recipient_id, d.address, d.template, d.data,
+                               d.campaign, d.occurrence, d.due_at, d.expires_at)
+                groups = ",".join([_DRAFT_ROW] * len(chunk))
+                statement = sql["intent_insert_many"].replace("{rows}", groups)
+                written += conn.execute(statement, params).rowcount
+            if written != len(fresh):
+                raise StoreError(f"admission wrote {written} of {len(fresh)} new intents")
+            by_channel: dict[tuple[str, int], list[str]] = {}
+            for d in fresh:
+                by_channel.setdefault((d.channel, 0), []).append(d.key)
             _insert_events(conn, sql, by_channel, type="selected", state="selected", at=now)
             if progress is not None:
                 cursor = conn.execute(sql["occurrence_progress"], {
                     "id": progress.occurrence, "high_water": progress.high_water,
-                    "members": progress.members, "admitted": len(keys),
+                    "members": progress.members, "admitted": len(fresh),
                     "skipped": progress.skipped,
                 })
                 if cursor.rowcount != 1:
                     raise StoreError(f"occurrence {progress.occurrence!r} does not exist")
-            return keys
+            return [d.key for d in fresh]
 
         return await self.db.write(fn)
 
@@ -217,13 +222,11 @@ class SqliteStore:
         params = {"keys": json.dumps(list(keys)), "now": now}
 
         def fn(conn: sqlite3.Connection) -> int:
-            groups: dict[tuple[str, int], list[str]] = {}
-            count = 0
-            for key, channel, attempts in conn.execute(sql["intent_mark_enqueued"], params):
-                groups.setdefault((channel, attempts), []).append(key)
-                count += 1
-            _insert_events(conn, sql, groups, type="enqueued", state="enqueued", at=now)
-            return count
+            events = conn.execute(sql["intent_mark_enqueued_events"], params).rowcount
+            moved = conn.execute(sql["intent_mark_enqueued"], params).rowcount
+            if moved != events:
+                raise StoreError(f"enqueue marked {moved} intents but wrote {events} events")
+            return moved
 
         return await self.db.write(fn)
 
@@ -281,7 +284,10 @@ class SqliteStore:
                                   token=intent.lease_token, state=State.CLAIMED)
                     claimed_now[key] = claim
                 elif state in DONE:
-                    events.append((key, row[1], "duplicate_observed", now, state.value,
+                    # A message for a cancelled or expired intent is dropped, not a duplicate.
+                    seen = ("discarded" if state in (State.CANCELLED, State.EXPIRED)
+                            else "duplicate_observed")
+                    events.append((key, row[1], seen, now, state.value,
                                    row[17], owner, message_id, None, None))
                     claim = Claim(key=key, kind=ClaimKind.DONE, state=state)
                 elif state is State.UNCERTAIN:

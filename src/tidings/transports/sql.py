@@ -20,6 +20,9 @@ from tidings.stores.sqlite_db import SqliteDatabase
 
 T = TypeVar("T")
 
+#: Messages per multi-row insert: 6,000 variables, under SQLite's 32,766.
+_PUBLISH_CHUNK = 2000
+
 
 def parse_receipt(receipt: str) -> tuple[int, int]:
     """``"12:3"`` -> ``(12, 3)``: row id and receive token."""
@@ -58,8 +61,19 @@ class SqlTransport:
         """Publish messages, each visible after its ``delay_s``."""
         if not messages:
             return
-        rows = [(queue, m.message_id, m.body, now + max(0.0, m.delay_s), now) for m in messages]
-        await self._write(lambda conn: conn.executemany(self._sql["message_insert"], rows))
+        sql = self._sql
+
+        def fn(conn: sqlite3.Connection) -> None:
+            # Multi-row inserts: about twice as fast as an executemany of one row each.
+            for start in range(0, len(messages), _PUBLISH_CHUNK):
+                chunk = messages[start:start + _PUBLISH_CHUNK]
+                params: list[object] = [queue, now]
+                for m in chunk:
+                    params += (m.message_id, m.body, now + max(0.0, m.delay_s))
+                groups = ",".join(["(?,?,?)"] * len(chunk))
+                conn.execute(sql["message_insert_many"].replace("{rows}", groups), params)
+
+        await self._write(fn)
 
     async def receive(
         self, queue: str, *, max_messages: int, visibility_s: float, now: float

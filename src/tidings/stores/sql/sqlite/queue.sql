@@ -1,9 +1,11 @@
 -- The embedded transport (tidings.transports.sql): per-queue messages with a
 -- visibility timeout, and a dead-letter table. A receipt is "<id>:<receive_token>".
 
--- name: message_insert
-INSERT INTO messages (queue, message_id, body, available_at, enqueued_at)
-VALUES (?, ?, ?, ?, ?)
+-- name: message_insert_many
+-- The caller replaces {rows} with one "(?, ?, ?)" group per message (message_id, body,
+-- available_at); the two leading parameters are the queue and enqueued_at.
+INSERT INTO messages (queue, enqueued_at, message_id, body, available_at)
+SELECT ?, ?, v.* FROM (VALUES {rows}) AS v
 
 -- name: message_receive
 -- Oldest visible first; the receive token fences receipts of earlier receives.
@@ -72,6 +74,6 @@ WHERE queue = :queue
 SELECT count(*) FROM dead_letters WHERE queue = ?
 
 -- name: message_contains
--- :ids is a JSON array of message ids.
+-- :ids is a JSON array of message ids; + keeps the planner on messages_message_id.
 SELECT DISTINCT message_id FROM messages
-WHERE queue = :queue AND message_id IN (SELECT value FROM json_each(:ids))
+WHERE +queue = :queue AND message_id IN (SELECT value FROM json_each(:ids))

@@ -118,6 +118,8 @@ CREATE TABLE messages (
     enqueued_at   REAL    NOT NULL
 );
 CREATE INDEX messages_ready ON messages (queue, available_at);
+-- The reconciler asks whether an enqueued intent still has its message (contains).
+CREATE INDEX messages_message_id ON messages (message_id);
 
 CREATE TABLE dead_letters (
     id            INTEGER PRIMARY KEY AUTOINCREMENT,

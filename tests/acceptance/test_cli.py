@@ -1,0 +1,77 @@
+"""The command line as a user runs it: real processes, real files."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+TIDINGS = [sys.executable, "-m", "tidings"]
+TERMINAL = ("accepted", "rejected", "dead", "cancelled", "expired")
+
+
+def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*TIDINGS, *args], capture_output=True, text=True, timeout=timeout,
+                          check=False)
+
+
+def test_help_lists_every_command() -> None:
+    result = run("--help")
+    assert result.returncode == 0
+    for command in ("demo", "db", "scheduler", "worker", "reconcile", "replay", "cancel",
+                    "inspect", "status", "sandbox"):
+        assert command in result.stdout
+
+
+def test_db_migrate_then_status_on_a_fresh_file(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'cli.db'}"
+    first = run("db", "migrate", "--store", store, "--json")
+    assert first.returncode == 0, first.stderr
+    assert json.loads(first.stdout)["applied"] == [1]
+    again = run("db", "migrate", "--store", store, "--json")
+    assert json.loads(again.stdout)["applied"] == []
+    status = run("status", "--store", store, "--json")
+    assert status.returncode == 0, status.stderr
+    assert json.loads(status.stdout)["intents"] == {}
+
+
+def test_a_bad_setting_names_its_field(tmp_path: Path) -> None:
+    config = tmp_path / "tidings.toml"
+    config.write_text('store = "sqlite:///x.db"\n[channels.email]\nquota = "fast"\n')
+    result = run("status", "--config", str(config))
+    assert result.returncode == 2
+    assert "channels.email.quota" in result.stderr
+
+
+def test_inspect_of_an_unknown_key_is_a_clear_error(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'cli.db'}"
+    run("db", "migrate", "--store", store)
+    result = run("inspect", "no-such-key", "--store", store)
+    assert result.returncode != 0
+    assert "no intent has key 'no-such-key'" in result.stderr
+
+
+@pytest.mark.slow
+def test_demo_keeps_its_contract(tmp_path: Path) -> None:
+    """A small demo end to end: processes, faults, a kill; judged by the sandbox's counts."""
+    result = run("demo", "--recipients", "3000", "--json", "--db", str(tmp_path / "demo.db"),
+                 timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout)
+    assert report["ok"] is True
+    assert report["invariants"] == {"lost": 0, "duplicate_sends": 0, "quota_violations": 0}
+    assert set(report["channels"]) == {"email", "sms"}
+    for name, channel in report["channels"].items():
+        assert channel["eligible"] > 0, name
+        assert sum(channel[k] for k in TERMINAL) == channel["eligible"], name
+        assert channel["provider_accepted"] == channel["accepted"], name
+        assert channel["provider_duplicate_accepts"] == 0, name
+        assert channel["max_rate_1s"] <= channel["quota_per_s"], name
+    assert report["channels"]["email"]["dead"] >= 1  # the flaky addresses spent their budget
+    assert report["channels"]["email"]["duplicates_suppressed"] >= 1
+    assert report["injected"]["retried_pass_new_intents"] == 0
+    assert "worker_killed" in report["injected"]
+    assert (tmp_path / "sandbox-stats.json").exists()
