@@ -86,7 +86,7 @@ class Reconciler:
             changes.append(Change(
                 key=i.key, from_state=State.CLAIMED,
                 to_state=State.UNCERTAIN if ask else State.RETRYABLE,
-                event="lease_expired", lease_token=i.lease_token,
+                event="lease_expired", lease_token=i.lease_token, lease_expired_by=now,
                 next_attempt_at=None if ask else now, worker=self.worker_id,
                 reason=f"lease of {i.lease_owner} expired at {i.lease_expires_at or 0:.3f}"))
         return len(await self.store.intent_apply_many(changes, now=now)) if changes else 0

@@ -24,7 +24,8 @@ class ClaimKind(StrEnum):
     """The caller now holds the lease (``intent`` and ``token`` are set)."""
     DONE = "done"
     """The intent is terminal: the message is a duplicate; ack it. A
-    ``duplicate_observed`` event has been recorded."""
+    ``duplicate_observed`` event has been recorded (``discarded`` for a cancelled
+    or expired intent, whose message is not a duplicate but moot)."""
     HELD = "held"
     """Uncertain: the reconciler owns it; ack the message."""
     BUSY = "busy"
@@ -48,7 +49,9 @@ class Claim:
 @dataclass(frozen=True, kw_only=True)
 class Change:
     """A guarded state change: applied only if the intent is in ``from_state``
-    (and holds ``lease_token`` when given). One audit event is appended with it.
+    (and holds ``lease_token`` when given, and its lease expired by
+    ``lease_expired_by`` when given: a lease renewed meanwhile is left alone).
+    One audit event is appended with it.
 
     Field effects by target state, applied by every store alike:
     enqueued -> enqueued_at=now; accepted -> accepted_at=now, receipt;
@@ -61,6 +64,7 @@ class Change:
     to_state: State
     event: str
     lease_token: int | None = None
+    lease_expired_by: float | None = None
     reason: str | None = None
     next_attempt_at: float | None = None
     receipt: str | None = None

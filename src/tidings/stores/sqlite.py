@@ -2,8 +2,8 @@
 
 Every batch method is one write transaction (``BEGIN IMMEDIATE``) on the
 database thread, and set-based where it can be: admission is a multi-row insert,
-enqueue marking is one update over a JSON list of keys, claims read all their rows
-at once and write with one ``executemany``. The SQL lives in
+enqueue marking is one event insert and one update over a JSON list of keys, claims
+read all their rows at once and write with one ``executemany``. The SQL lives in
 ``stores/sql/sqlite/*.sql``.
 """
 
@@ -73,15 +73,15 @@ def _event_row(e: Event) -> _EventRow:
 
 
 def _insert_events(
-    conn: sqlite3.Connection, sql: Mapping[str, str], groups: dict[tuple[str, int], list[str]],
-    *, type: str, state: str, at: float,
+    conn: sqlite3.Connection, sql: Mapping[str, str], by_channel: dict[str, list[str]],
+    *, type: str, state: str, at: float, attempt: int = 0,
 ) -> None:
-    """One event per key, a statement per (channel, attempt) group.
+    """One event per key, one statement per channel.
 
-    A page of admissions is one group per channel; a JSON key list bound once is
-    about twice as fast as an ``executemany`` of one row per key.
+    A JSON key list bound once is about twice as fast as an ``executemany`` of one
+    row per key, and a page of admissions has one or two channels.
     """
-    for (channel, attempt), keys in groups.items():
+    for channel, keys in by_channel.items():
         conn.execute(sql["event_insert_keys"], {
             "keys": json.dumps(keys), "channel": channel, "type": type, "at": at,
             "state": state, "attempt": attempt,
@@ -96,6 +96,7 @@ def _change_params(change: Change, now: float) -> dict[str, Any]:
         "from_state": change.from_state.value,
         "to_state": change.to_state.value,
         "lease_token": change.lease_token,
+        "lease_expired_by": change.lease_expired_by,
         "now": now,
         "receipt": change.receipt,
         "next_attempt_at": change.next_attempt_at,
@@ -182,9 +183,9 @@ class SqliteStore:
                 written += conn.execute(statement, params).rowcount
             if written != len(fresh):
                 raise StoreError(f"admission wrote {written} of {len(fresh)} new intents")
-            by_channel: dict[tuple[str, int], list[str]] = {}
+            by_channel: dict[str, list[str]] = {}
             for d in fresh:
-                by_channel.setdefault((d.channel, 0), []).append(d.key)
+                by_channel.setdefault(d.channel, []).append(d.key)
             _insert_events(conn, sql, by_channel, type="selected", state="selected", at=now)
             if progress is not None:
                 cursor = conn.execute(sql["occurrence_progress"], {
@@ -394,7 +395,7 @@ class SqliteStore:
         lease_expired_at: float | None = None,
         limit: int = 1000,
     ) -> list[Intent]:
-        """Intents in ``states``, least recently updated first, narrowed by the filters."""
+        """Intents in ``states`` narrowed by the filters, in (state, due time) order."""
         params = {"states": json.dumps([State(s).value for s in states]), "channel": channel,
                   "updated_before": updated_before, "lease_expired_at": lease_expired_at,
                   "limit": limit}

@@ -45,6 +45,7 @@ WHERE key IN (SELECT value FROM json_each(:keys))
   AND +state IN ('selected', 'retryable')
 
 -- name: intent_mark_enqueued
+-- Same :keys and the same + as intent_mark_enqueued_events.
 UPDATE intents
 SET state = 'enqueued', enqueued_at = :now, updated_at = :now, publish_lease_until = NULL
 WHERE key IN (SELECT value FROM json_each(:keys))
@@ -105,6 +106,7 @@ UPDATE intents SET
 WHERE key = :key
   AND state = :from_state
   AND (:lease_token IS NULL OR lease_token = :lease_token)
+  AND (:lease_expired_by IS NULL OR lease_expires_at <= :lease_expired_by)
 RETURNING channel, attempts
 
 -- name: intent_cancel_read
@@ -124,7 +126,7 @@ WHERE key = ?
 
 -- name: intent_find
 -- :states is a JSON array; a NULL filter is off. :lease_expired_at only narrows claimed rows.
--- The order is the index's own (state, due time, key), so a page stops early, unsorted.
+-- The order is the index's own, so a page stops early, unsorted.
 SELECT key, channel, recipient_id, address, template, data, campaign, occurrence, state,
        due_at, expires_at, created_at, updated_at, selected_at, enqueued_at, accepted_at,
        finished_at, attempts, failures, lease_owner, lease_token, lease_expires_at,
@@ -134,7 +136,7 @@ WHERE state IN (SELECT value FROM json_each(:states))
   AND (:channel IS NULL OR channel = :channel)
   AND (:updated_before IS NULL OR updated_at < :updated_before)
   AND (:lease_expired_at IS NULL OR state <> 'claimed' OR lease_expires_at <= :lease_expired_at)
-ORDER BY state, due_at, key
+ORDER BY state, due_at, updated_at, key
 LIMIT :limit
 
 -- name: intent_counts

@@ -47,8 +47,10 @@ CREATE TABLE intents (
 -- The one secondary index, kept alone because admission writes it for every intent and
 -- every state change moves an entry: intents in a state by due time. It serves the
 -- outbox relay (selected, due first) and the sweeps (claimed, retryable, uncertain,
--- enqueued: each scanned in due order until a page is full).
-CREATE INDEX intents_state ON intents (state, due_at);
+-- enqueued: each scanned in due order until a page is full). updated_at rides along so
+-- the sweeps' "untouched since" filter is read from the index, not from each row; a
+-- state change rewrites the entry anyway, so it costs nothing more.
+CREATE INDEX intents_state ON intents (state, due_at, updated_at);
 
 -- Append-only audit trail.
 CREATE TABLE events (

@@ -1,0 +1,666 @@
+"""The Store conformance suite: every adapter must pass it unchanged.
+
+Scenarios are written given / when / then; every ``now`` is explicit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import random
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from tidings.errors import InvalidTransition, StoreError
+from tidings.model import Event, IntentDraft
+from tidings.states import State
+from tidings.stores.base import Change, ClaimKind, OccurrenceProgress, Store
+
+T0 = 1_000_000.0
+LEASE = 30.0
+
+
+def draft(key: str, *, channel: str = "email", due_at: float = T0, data: str = "{}",
+          occurrence: str | None = None, expires_at: float | None = None) -> IntentDraft:
+    return IntentDraft(
+        key=key, channel=channel, recipient_id=f"r-{key}", address=f"{key}@example.com",
+        template="digest@v1", data=data, due_at=due_at, expires_at=expires_at,
+        campaign="digest" if occurrence else None, occurrence=occurrence,
+    )
+
+
+async def enqueued(store: Store, *keys: str, channel: str = "email") -> None:
+    await store.intent_admit([draft(k, channel=channel) for k in keys], now=T0)
+    await store.intent_mark_enqueued(keys, now=T0 + 1)
+
+
+async def claimed(store: Store, key: str, *, owner: str = "w1", now: float = T0 + 2) -> int:
+    """Given an enqueued intent claimed by ``owner``; returns its lease token."""
+    await enqueued(store, key)
+    [claim] = await store.intent_claim_many([key], owner=owner, lease_s=LEASE, now=now)
+    assert claim.kind is ClaimKind.CLAIMED and claim.token is not None
+    return claim.token
+
+
+async def in_state(store: Store, key: str, state: State, *, now: float = T0 + 3,
+                   next_attempt_at: float | None = None) -> None:
+    """Given an intent that a worker moved from claimed to ``state``."""
+    token = await claimed(store, key)
+    applied = await store.intent_apply_many([Change(
+        key=key, from_state=State.CLAIMED, to_state=state, event=state.value,
+        lease_token=token, next_attempt_at=next_attempt_at, receipt="rcpt",
+    )], now=now)
+    assert applied == [key]
+
+
+async def event_types(store: Store, key: str) -> list[str]:
+    return [e.type for e in await store.events_for(key)]
+
+
+async def state_of(store: Store, key: str) -> State | None:
+    intent = await store.intent_get(key)
+    return None if intent is None else intent.state
+
+
+# ---------------------------------------------------------------- lifecycle
+
+
+async def test_migrated_store_is_current_and_migrating_again_applies_nothing(store: Store) -> None:
+    assert await store.migrate() == []
+    assert await store.schema_version() >= 1
+    await store.check_schema()
+
+
+# ---------------------------------------------------------------- admission
+
+
+async def test_admit_inserts_selected_intents_with_one_event_each(store: Store) -> None:
+    keys = await store.intent_admit(
+        [draft("b", data='{"n":1}', expires_at=T0 + 60), draft("a", channel="sms")], now=T0
+    )
+
+    assert keys == ["b", "a"]
+    b = await store.intent_get("b")
+    assert b is not None
+    assert (b.state, b.channel, b.data, b.due_at, b.expires_at) == (
+        State.SELECTED, "email", '{"n":1}', T0, T0 + 60)
+    assert (b.created_at, b.updated_at, b.selected_at) == (T0, T0, T0)
+    assert (b.attempts, b.failures, b.lease_token, b.cancel_requested) == (0, 0, 0, False)
+    assert (b.enqueued_at, b.accepted_at, b.finished_at, b.lease_owner) == (None, None, None, None)
+    [event] = await store.events_for("a")
+    assert (event.type, event.channel, event.state, event.at) == ("selected", "sms", "selected", T0)
+
+
+async def test_admitting_the_same_key_again_is_a_no_op(store: Store) -> None:
+    await store.intent_admit([draft("k1", data='{"v":1}')], now=T0)
+
+    keys = await store.intent_admit([draft("k1", data='{"v":2}'), draft("k2")], now=T0 + 5)
+
+    assert keys == ["k2"]
+    k1 = await store.intent_get("k1")
+    assert k1 is not None and (k1.data, k1.created_at) == ('{"v":1}', T0)
+    assert await event_types(store, "k1") == ["selected"]
+    assert await store.intent_counts() == {"email": {"selected": 2}}
+
+
+async def test_a_key_drafted_twice_in_one_call_is_inserted_once(store: Store) -> None:
+    keys = await store.intent_admit([draft("k"), draft("k"), draft("j")], now=T0)
+
+    assert keys == ["k", "j"]
+    assert await event_types(store, "k") == ["selected"]
+
+
+async def test_a_large_page_is_admitted_whole(store: Store) -> None:
+    drafts = [draft(f"k{i:05d}") for i in range(2_500)]
+
+    keys = await store.intent_admit(drafts, now=T0)
+
+    assert keys == [d.key for d in drafts]
+    assert await store.event_counts() == {"email": {"selected": 2_500}}
+
+
+async def test_admit_moves_occurrence_progress_in_the_same_transaction(store: Store) -> None:
+    occ = "digest/2026-08-14"
+    await store.occurrence_open(id=occ, campaign="digest", logical_at=T0,
+                                logical_date="2026-08-14", kind="scheduled", now=T0)
+    await store.intent_admit([draft("a", occurrence=occ)], now=T0)
+
+    await store.intent_admit(
+        [draft("a", occurrence=occ), draft("b", occurrence=occ)], now=T0 + 1,
+        progress=OccurrenceProgress(occurrence=occ, high_water="r-b", members=3, skipped=1),
+    )
+
+    o = await store.occurrence_get(occ)
+    assert o is not None
+    assert (o.high_water, o.members, o.admitted, o.skipped, o.passes) == ("r-b", 3, 1, 1, 1)
+
+
+async def test_admit_with_progress_for_an_unknown_occurrence_writes_nothing(store: Store) -> None:
+    with pytest.raises(StoreError):
+        await store.intent_admit(
+            [draft("a")], now=T0,
+            progress=OccurrenceProgress(occurrence="nope", high_water="x", members=1),
+        )
+
+    assert await store.intent_get("a") is None
+    assert await store.events_for("a") == []
+
+
+# ---------------------------------------------------------------- the outbox relay
+
+
+async def test_claim_publish_leases_due_selected_intents_oldest_first(store: Store) -> None:
+    await store.intent_admit([draft("late", due_at=T0 + 50), draft("early", due_at=T0 - 10),
+                              draft("mid", due_at=T0), draft("far", due_at=T0 + 500)], now=T0)
+    await store.intent_admit([draft("leased", due_at=T0 - 20)], now=T0,
+                             publish_lease_until=T0 + 10)
+
+    items = await store.intent_claim_publish(now=T0, horizon_s=60, lease_s=30, limit=2)
+    assert [(i.key, i.channel, i.due_at, i.state) for i in items] == [
+        ("early", "email", T0 - 10, State.SELECTED), ("mid", "email", T0, State.SELECTED)]
+
+    # Leased ones are skipped until their lease runs out.
+    rest = await store.intent_claim_publish(now=T0 + 1, horizon_s=60, lease_s=30, limit=10)
+    assert [i.key for i in rest] == ["late"]
+    after = await store.intent_claim_publish(now=T0 + 31, horizon_s=60, lease_s=30, limit=10)
+    assert [i.key for i in after] == ["leased", "early", "mid", "late"]
+
+
+async def test_mark_enqueued_moves_selected_and_retryable_only(store: Store) -> None:
+    await store.intent_admit([draft("sel"), draft("sel2")], now=T0)
+    await in_state(store, "retry", State.RETRYABLE, next_attempt_at=T0 + 100)
+    await in_state(store, "done", State.ACCEPTED)
+
+    count = await store.intent_mark_enqueued(["sel", "retry", "done", "ghost", "sel"], now=T0 + 9)
+
+    assert count == 2
+    sel = await store.intent_get("sel")
+    assert sel is not None and (sel.state, sel.enqueued_at, sel.updated_at) == (
+        State.ENQUEUED, T0 + 9, T0 + 9)
+    retry = await store.intent_get("retry")
+    assert retry is not None and retry.state is State.ENQUEUED
+    assert await state_of(store, "sel2") is State.SELECTED
+    assert await state_of(store, "done") is State.ACCEPTED
+    [*_, last] = await store.events_for("retry")
+    assert (last.type, last.state, last.attempt, last.at) == ("enqueued", "enqueued", 1, T0 + 9)
+    assert await event_types(store, "done") == ["selected", "enqueued", "claimed", "accepted"]
+    # Enqueued intents are no longer the relay's.
+    relay = await store.intent_claim_publish(now=T0 + 9, horizon_s=0, lease_s=5, limit=9)
+    assert [i.key for i in relay] == ["sel2"]
+
+
+# ---------------------------------------------------------------- claims
+
+
+async def test_claim_takes_a_lease_and_records_a_claimed_event(store: Store) -> None:
+    await enqueued(store, "k")
+
+    [claim] = await store.intent_claim_many(["k"], owner="w1", lease_s=LEASE, now=T0 + 2,
+                                            message_ids=["m-1"])
+
+    assert claim.kind is ClaimKind.CLAIMED and claim.state is State.CLAIMED
+    intent = claim.intent
+    assert intent is not None and claim.token == intent.lease_token == 1
+    assert (intent.state, intent.attempts, intent.lease_owner, intent.lease_expires_at) == (
+        State.CLAIMED, 1, "w1", T0 + 2 + LEASE)
+    assert await store.intent_get("k") == intent
+    [*_, event] = await store.events_for("k")
+    assert (event.type, event.state, event.attempt, event.worker, event.message_id) == (
+        "claimed", "claimed", 1, "w1", "m-1")
+
+
+async def test_claim_reports_every_kind_in_key_order(store: Store) -> None:
+    await store.intent_admit([draft("selected")], now=T0)
+    await enqueued(store, "enqueued")
+    await in_state(store, "done", State.ACCEPTED)
+    await in_state(store, "uncertain", State.UNCERTAIN)
+    await in_state(store, "later", State.RETRYABLE, next_attempt_at=T0 + 100)
+    await in_state(store, "due", State.RETRYABLE, next_attempt_at=T0 + 10)
+    await claimed(store, "theirs", owner="w2", now=T0 + 5)
+    keys = ["selected", "enqueued", "done", "uncertain", "later", "due", "theirs", "ghost",
+            "enqueued"]
+
+    claims = await store.intent_claim_many(keys, owner="w1", lease_s=LEASE, now=T0 + 20,
+                                           message_ids=[f"m-{k}" for k in keys])
+
+    assert [c.key for c in claims] == keys
+    assert [c.kind for c in claims] == [
+        ClaimKind.CLAIMED, ClaimKind.CLAIMED, ClaimKind.DONE, ClaimKind.HELD, ClaimKind.NOT_DUE,
+        ClaimKind.CLAIMED, ClaimKind.BUSY, ClaimKind.MISSING, ClaimKind.BUSY,
+    ]
+    by_key = {c.key: c for c in claims[:-1]}
+    assert by_key["done"].state is State.ACCEPTED
+    assert by_key["uncertain"].state is State.UNCERTAIN
+    assert by_key["later"].retry_at == T0 + 100
+    assert by_key["theirs"].retry_at == T0 + 5 + LEASE
+    assert claims[-1].retry_at == T0 + 20 + LEASE  # the copy this very call just claimed
+    assert by_key["ghost"].state is None and by_key["ghost"].intent is None
+    due = by_key["due"].intent
+    assert due is not None and (due.attempts, due.lease_token) == (2, 2)
+    [*_, dup] = await store.events_for("done")
+    assert (dup.type, dup.state, dup.worker, dup.message_id) == (
+        "duplicate_observed", "accepted", "w1", "m-done")
+    assert await event_types(store, "uncertain") == [
+        "selected", "enqueued", "claimed", "uncertain"]
+    theirs = await store.intent_get("theirs")
+    assert theirs is not None and (theirs.lease_owner, theirs.attempts) == ("w2", 1)
+    enq = await store.intent_get("enqueued")
+    assert enq is not None and (enq.attempts, enq.lease_token) == (1, 1)
+
+
+async def test_a_message_for_a_cancelled_intent_is_done_and_recorded_as_discarded(
+    store: Store,
+) -> None:
+    await enqueued(store, "k")
+    await store.intent_request_cancel("k", now=T0 + 2, reason="unsubscribed")
+
+    [claim] = await store.intent_claim_many(["k"], owner="w1", lease_s=LEASE, now=T0 + 3,
+                                            message_ids=["m-1"])
+
+    assert (claim.kind, claim.state) == (ClaimKind.DONE, State.CANCELLED)
+    [*_, event] = await store.events_for("k")
+    assert (event.type, event.state, event.message_id) == ("discarded", "cancelled", "m-1")
+
+
+async def test_a_retryable_intent_without_next_attempt_at_is_due(store: Store) -> None:
+    await in_state(store, "k", State.RETRYABLE, next_attempt_at=None)
+
+    [claim] = await store.intent_claim_many(["k"], owner="w1", lease_s=LEASE, now=T0 + 4)
+
+    assert claim.kind is ClaimKind.CLAIMED
+
+
+async def test_an_expired_lease_is_busy_until_the_reconciler_frees_it(store: Store) -> None:
+    token = await claimed(store, "k", owner="w2", now=T0)
+
+    [claim] = await store.intent_claim_many(["k"], owner="w1", lease_s=LEASE,
+                                            now=T0 + LEASE + 1)
+
+    assert (claim.kind, claim.retry_at) == (ClaimKind.BUSY, T0 + LEASE)
+    intent = await store.intent_get("k")
+    assert intent is not None and (intent.lease_owner, intent.lease_token) == ("w2", token)
+
+
+async def test_renew_extends_live_leases_and_reports_lost_ones(store: Store) -> None:
+    live = await claimed(store, "live", now=T0)
+    stale = await claimed(store, "stale", now=T0)
+    expired = await claimed(store, "expired", now=T0 - LEASE)
+    other = await claimed(store, "other", owner="w2", now=T0)
+
+    lost = await store.intent_renew_leases(
+        [("live", live), ("stale", stale + 1), ("expired", expired), ("other", other),
+         ("ghost", 1)],
+        owner="w1", lease_s=60, now=T0 + 10,
+    )
+
+    assert lost == ["stale", "expired", "other", "ghost"]
+    intent = await store.intent_get("live")
+    assert intent is not None and intent.lease_expires_at == T0 + 70
+    other_intent = await store.intent_get("other")
+    assert other_intent is not None and other_intent.lease_expires_at == T0 + LEASE
+
+
+# ---------------------------------------------------------------- outcomes
+
+
+async def test_apply_accepted_stores_the_receipt_and_clears_the_lease(store: Store) -> None:
+    token = await claimed(store, "k")
+
+    applied = await store.intent_apply_many([Change(
+        key="k", from_state=State.CLAIMED, to_state=State.ACCEPTED, event="accepted",
+        lease_token=token, receipt="rcpt-1", provider_request_id="req-1", worker="w1",
+        message_id="m-1",
+    )], now=T0 + 5)
+
+    assert applied == ["k"]
+    k = await store.intent_get("k")
+    assert k is not None
+    assert (k.state, k.accepted_at, k.receipt, k.provider_request_id) == (
+        State.ACCEPTED, T0 + 5, "rcpt-1", "req-1")
+    assert (k.finished_at, k.disposition, k.updated_at) == (T0 + 5, "accepted", T0 + 5)
+    assert k.lease_owner is None and k.lease_expires_at is None
+    [*_, e] = await store.events_for("k")
+    assert (e.type, e.channel, e.at, e.state, e.attempt, e.worker, e.message_id,
+            e.provider_request_id) == (
+        "accepted", "email", T0 + 5, "accepted", 1, "w1", "m-1", "req-1")
+
+
+async def test_apply_field_effects_of_retry_failure_and_terminal(store: Store) -> None:
+    token = await claimed(store, "k")
+
+    await store.intent_apply_many([Change(
+        key="k", from_state=State.CLAIMED, to_state=State.RETRYABLE, event="transient_failure",
+        lease_token=token, next_attempt_at=T0 + 60, count_failure=True, reason="503",
+    )], now=T0 + 5)
+    retry = await store.intent_get("k")
+    assert retry is not None
+    assert (retry.state, retry.next_attempt_at, retry.failures) == (State.RETRYABLE, T0 + 60, 1)
+    assert retry.finished_at is None and retry.disposition is None
+    [*_, e] = await store.events_for("k")
+    assert (e.type, e.detail) == ("transient_failure", "503")
+
+    await store.intent_apply_many([Change(
+        key="k", from_state=State.RETRYABLE, to_state=State.ENQUEUED, event="republished",
+        count_attempt=True, reset_failures=True, detail="reconciler",
+    )], now=T0 + 70)
+    again = await store.intent_get("k")
+    assert again is not None
+    assert (again.state, again.enqueued_at, again.attempts, again.failures) == (
+        State.ENQUEUED, T0 + 70, 2, 0)
+
+    await store.intent_apply_many([Change(
+        key="k", from_state=State.ENQUEUED, to_state=State.EXPIRED, event="expired",
+        reason="too late",
+    )], now=T0 + 80)
+    gone = await store.intent_get("k")
+    assert gone is not None
+    assert (gone.state, gone.disposition, gone.reason, gone.finished_at) == (
+        State.EXPIRED, "expired", "too late", T0 + 80)
+
+
+async def test_apply_skips_a_stale_token_or_wrong_state_without_an_event(store: Store) -> None:
+    token = await claimed(store, "k")
+    await enqueued(store, "e")
+
+    applied = await store.intent_apply_many([
+        Change(key="k", from_state=State.CLAIMED, to_state=State.ACCEPTED, event="accepted",
+               lease_token=token + 1),
+        Change(key="e", from_state=State.SELECTED, to_state=State.CANCELLED, event="cancelled"),
+        Change(key="ghost", from_state=State.SELECTED, to_state=State.ENQUEUED, event="x"),
+    ], now=T0 + 5)
+
+    assert applied == []
+    assert await state_of(store, "k") is State.CLAIMED
+    assert await state_of(store, "e") is State.ENQUEUED
+    assert await event_types(store, "k") == ["selected", "enqueued", "claimed"]
+    assert await event_types(store, "e") == ["selected", "enqueued"]
+
+
+async def test_apply_with_lease_expired_by_leaves_a_renewed_lease_alone(store: Store) -> None:
+    # Given a claimed intent whose lease the worker renewed after the reconciler looked
+    token = await claimed(store, "k1", now=T0 + 2)
+    lost = await store.intent_renew_leases([("k1", token)], owner="w1", lease_s=LEASE,
+                                           now=T0 + 20)
+    assert lost == []
+    sweep = Change(key="k1", from_state=State.CLAIMED, to_state=State.UNCERTAIN,
+                   event="lease_expired", lease_token=token, lease_expired_by=T0 + 40)
+    # When the reconciler applies its change guarded by "expired by now"
+    # Then the renewed lease (until T0 + 50) survives; after it runs out, the change applies
+    assert await store.intent_apply_many([sweep], now=T0 + 40) == []
+    assert (await store.intent_get("k1")).state == State.CLAIMED  # type: ignore[union-attr]
+    later = Change(key="k1", from_state=State.CLAIMED, to_state=State.UNCERTAIN,
+                   event="lease_expired", lease_token=token, lease_expired_by=T0 + 60)
+    assert await store.intent_apply_many([later], now=T0 + 60) == ["k1"]
+
+
+async def test_apply_runs_changes_in_order_so_a_repeat_fails_its_guard(store: Store) -> None:
+    token = await claimed(store, "k")
+    change = Change(key="k", from_state=State.CLAIMED, to_state=State.ACCEPTED,
+                    event="accepted", lease_token=token)
+
+    applied = await store.intent_apply_many([change, change], now=T0 + 5)
+
+    assert applied == ["k"]
+    assert (await event_types(store, "k")).count("accepted") == 1
+
+
+async def test_an_invalid_transition_raises_before_anything_is_written(store: Store) -> None:
+    token = await claimed(store, "k")
+    await enqueued(store, "e")
+
+    with pytest.raises(InvalidTransition):
+        await store.intent_apply_many([
+            Change(key="k", from_state=State.CLAIMED, to_state=State.ACCEPTED,
+                   event="accepted", lease_token=token),
+            Change(key="e", from_state=State.ENQUEUED, to_state=State.ACCEPTED,
+                   event="accepted"),
+        ], now=T0 + 5)
+
+    assert await state_of(store, "k") is State.CLAIMED
+    assert await event_types(store, "k") == ["selected", "enqueued", "claimed"]
+
+
+# ---------------------------------------------------------------- cancel
+
+
+@pytest.mark.parametrize("start", [State.SELECTED, State.ENQUEUED, State.RETRYABLE])
+async def test_cancel_before_a_send_is_terminal_at_once(store: Store, start: State) -> None:
+    if start is State.SELECTED:
+        await store.intent_admit([draft("k")], now=T0)
+    elif start is State.ENQUEUED:
+        await enqueued(store, "k")
+    else:
+        await in_state(store, "k", State.RETRYABLE)
+
+    after = await store.intent_request_cancel("k", now=T0 + 9, reason="customer asked")
+
+    assert after is State.CANCELLED
+    k = await store.intent_get("k")
+    assert k is not None
+    assert (k.state, k.disposition, k.reason, k.finished_at) == (
+        State.CANCELLED, "cancelled", "customer asked", T0 + 9)
+    [*_, e] = await store.events_for("k")
+    assert (e.type, e.state, e.detail) == ("cancelled", "cancelled", "customer asked")
+
+
+async def test_cancel_of_a_claimed_intent_is_a_request_the_worker_sees(store: Store) -> None:
+    await claimed(store, "k")
+
+    after = await store.intent_request_cancel("k", now=T0 + 9, reason="oops")
+
+    assert after is State.CLAIMED
+    k = await store.intent_get("k")
+    assert k is not None and (k.state, k.cancel_requested) == (State.CLAIMED, True)
+    assert (await event_types(store, "k"))[-1] == "cancel_requested"
+
+
+async def test_cancel_leaves_terminal_and_uncertain_intents_alone(store: Store) -> None:
+    await in_state(store, "done", State.ACCEPTED)
+    await in_state(store, "unsure", State.UNCERTAIN)
+
+    assert await store.intent_request_cancel("done", now=T0 + 9, reason="x") is State.ACCEPTED
+    assert await store.intent_request_cancel("unsure", now=T0 + 9, reason="x") is State.UNCERTAIN
+    assert await store.intent_request_cancel("ghost", now=T0 + 9, reason="x") is None
+    assert "cancelled" not in await event_types(store, "done")
+    unsure = await store.intent_get("unsure")
+    assert unsure is not None and unsure.cancel_requested is False
+
+
+# ---------------------------------------------------------------- reads and sweeps
+
+
+async def test_find_filters_by_state_channel_age_and_expired_lease(store: Store) -> None:
+    await store.intent_admit([draft("sms-sel", channel="sms")], now=T0)
+    await enqueued(store, "old")
+    await store.intent_admit([draft("new")], now=T0 + 50)
+    await store.intent_mark_enqueued(["new"], now=T0 + 50)
+    await claimed(store, "expired", now=T0 - LEASE - 1)
+    await claimed(store, "live", now=T0)
+
+    def keys(intents: list[Any]) -> list[str]:
+        return sorted(i.key for i in intents)
+
+    assert keys(await store.intent_find(states=[State.ENQUEUED])) == ["new", "old"]
+    assert keys(await store.intent_find(states=[State.ENQUEUED], updated_before=T0 + 10)) == [
+        "old"]
+    assert keys(await store.intent_find(states=[State.SELECTED, State.ENQUEUED],
+                                        channel="sms")) == ["sms-sel"]
+    assert keys(await store.intent_find(states=[State.CLAIMED], lease_expired_at=T0)) == [
+        "expired"]
+    assert keys(await store.intent_find(states=[State.CLAIMED])) == ["expired", "live"]
+    assert len(await store.intent_find(states=[State.ENQUEUED, State.CLAIMED], limit=3)) == 3
+
+
+async def test_counts_and_latencies(store: Store) -> None:
+    await store.intent_admit([draft("s1", channel="sms"), draft("s2", channel="sms")], now=T0)
+    await in_state(store, "a1", State.ACCEPTED, now=T0 + 4)
+    await in_state(store, "a2", State.REJECTED, now=T0 + 4)
+
+    assert await store.intent_counts() == {
+        "sms": {"selected": 2}, "email": {"accepted": 1, "rejected": 1}}
+    assert await store.intent_latencies("email") == [4.0]
+    assert await store.intent_latencies("sms") == []
+    counts = await store.event_counts()
+    assert counts["sms"] == {"selected": 2}
+    assert counts["email"] == {"selected": 2, "enqueued": 2, "claimed": 2, "accepted": 1,
+                               "rejected": 1}
+
+
+async def test_events_append_and_read_back_in_order(store: Store) -> None:
+    events = [
+        Event(key="k", channel="email", type="delivered", at=T0 + 2, state="delivered",
+              attempt=1, worker="webhook", message_id="m", provider_request_id="p",
+              detail="250 OK"),
+        Event(key="k", channel="email", type="note", at=T0 + 1),
+        Event(key="other", channel="sms", type="note", at=T0),
+    ]
+
+    await store.event_append_many(events)
+
+    assert await store.events_for("k") == events[:2]
+    assert await store.event_counts() == {"email": {"delivered": 1, "note": 1},
+                                          "sms": {"note": 1}}
+
+
+# ---------------------------------------------------------------- occurrences and switches
+
+
+async def test_occurrence_open_is_idempotent_and_counts_passes(store: Store) -> None:
+    args: dict[str, Any] = dict(id="d/2026-08-14", campaign="d", logical_at=T0,
+                                logical_date="2026-08-14")
+
+    first = await store.occurrence_open(**args, kind="scheduled", now=T0)
+    second = await store.occurrence_open(**args, kind="scheduled", now=T0 + 60)
+
+    assert (first.status, first.kind, first.passes, first.created_at) == (
+        "admitting", "scheduled", 1, T0)
+    assert (second.status, second.passes, second.created_at) == ("admitting", 2, T0)
+    assert await store.occurrence_get("d/2026-08-14") == second
+    assert await store.occurrence_get("ghost") is None
+
+
+async def test_replay_reopens_a_skipped_occurrence_but_not_a_done_one(store: Store) -> None:
+    for occ in ("skipped", "done"):
+        await store.occurrence_open(id=occ, campaign="d", logical_at=T0, logical_date=occ,
+                                    kind="scheduled", now=T0)
+    await store.occurrence_finish("skipped", now=T0 + 1, status="skipped", reason="paused")
+    await store.occurrence_finish("done", now=T0 + 2)
+
+    replayed = await store.occurrence_open(id="skipped", campaign="d", logical_at=T0,
+                                           logical_date="skipped", kind="replay", now=T0 + 9)
+    kept = await store.occurrence_open(id="done", campaign="d", logical_at=T0,
+                                       logical_date="done", kind="replay", now=T0 + 9)
+
+    assert (replayed.status, replayed.kind, replayed.finished_at, replayed.reason) == (
+        "admitting", "replay", None, None)
+    assert (kept.status, kept.kind, kept.finished_at, kept.passes) == (
+        "done", "scheduled", T0 + 2, 1)
+    with pytest.raises(StoreError):
+        await store.occurrence_finish("ghost", now=T0)
+
+
+async def test_occurrence_list_filters_by_campaign(store: Store) -> None:
+    for occ, campaign, at in (("a2", "a", T0 + 2), ("a1", "a", T0 + 1), ("b1", "b", T0)):
+        await store.occurrence_open(id=occ, campaign=campaign, logical_at=at,
+                                    logical_date=occ, kind="scheduled", now=T0)
+
+    assert [o.id for o in await store.occurrence_list("a")] == ["a1", "a2"]
+    assert sorted(o.id for o in await store.occurrence_list()) == ["a1", "a2", "b1"]
+
+
+async def test_switches_are_upserted_and_listed(store: Store) -> None:
+    await store.switch_set(scope="channel", name="sms", paused=True, now=T0, reason="429 storm")
+    switch = await store.switch_set(scope="channel", name="sms", paused=False, now=T0 + 1)
+    await store.switch_set(scope="campaign", name="digest", paused=True, now=T0 + 2)
+
+    assert (switch.paused, switch.changed_at, switch.reason) == (False, T0 + 1, None)
+    assert [(s.scope, s.name, s.paused) for s in await store.switch_all()] == [
+        ("campaign", "digest", True), ("channel", "sms", False)]
+
+
+# ---------------------------------------------------------------- pacer state
+
+
+def _increment(state: dict[str, Any] | None) -> tuple[dict[str, Any], int]:
+    count = (state or {}).get("count", 0) + 1
+    return {"count": count}, count
+
+
+async def test_pacer_transact_is_an_atomic_read_modify_write(store: Store) -> None:
+    assert await store.pacer_read("sms") is None
+
+    results = await asyncio.gather(*(store.pacer_transact("sms", _increment) for _ in range(40)))
+
+    assert sorted(results) == list(range(1, 41))
+    assert await store.pacer_read("sms") == {"count": 40}
+    assert await store.pacer_read("email") is None
+
+
+async def test_pacer_transact_writes_nothing_when_fn_raises(store: Store) -> None:
+    await store.pacer_transact("sms", _increment)
+
+    def broken(state: dict[str, Any] | None) -> tuple[dict[str, Any], None]:
+        raise ValueError("bug")
+
+    with pytest.raises(ValueError, match="bug"):
+        await store.pacer_transact("sms", broken)
+    assert await store.pacer_read("sms") == {"count": 1}
+
+
+# ---------------------------------------------------------------- several processes
+
+
+def _claim_everything(opener: Callable[[str], Awaitable[Store]], url: str, owner: str,
+                      keys: list[str], start: Any, results: Any) -> None:
+    """Child process: claim every key in its own order, report what it won."""
+
+    async def run() -> list[str]:
+        store = await opener(url)
+        try:
+            won: list[str] = []
+            order = keys[:]
+            random.Random(owner).shuffle(order)
+            start.wait()
+            for i in range(0, len(order), 25):
+                claims = await store.intent_claim_many(order[i:i + 25], owner=owner,
+                                                       lease_s=600, now=T0 + 10)
+                won += [c.key for c in claims if c.kind is ClaimKind.CLAIMED]
+            for _ in range(25):
+                await store.pacer_transact("shared", _increment)
+            return won
+        finally:
+            await store.close()
+
+    results.put((owner, asyncio.run(run())))
+
+
+@pytest.mark.slow
+async def test_four_processes_claim_each_intent_exactly_once(
+    store: Store, store_backend: Any, store_url: str
+) -> None:
+    keys = [f"k{i:05d}" for i in range(2_000)]
+    await store.intent_admit([draft(k) for k in keys], now=T0)
+    await store.intent_mark_enqueued(keys, now=T0 + 1)
+    ctx = multiprocessing.get_context("spawn")
+    start, results = ctx.Barrier(4), ctx.Queue()
+    procs = [ctx.Process(target=_claim_everything,
+                         args=(store_backend.open, store_url, f"w{n}", keys, start, results))
+             for n in range(4)]
+
+    for p in procs:
+        p.start()
+    won = dict(await asyncio.to_thread(lambda: [results.get(timeout=120) for _ in procs]))
+    for p in procs:
+        p.join(timeout=30)
+
+    assert [p.exitcode for p in procs] == [0, 0, 0, 0]
+    assert sum(1 for ks in won.values() if ks) >= 2  # they really raced
+    claims = Counter(k for ks in won.values() for k in ks)
+    assert set(claims) == set(keys)
+    assert max(claims.values()) == 1  # no double claims
+    assert await store.intent_counts() == {"email": {"claimed": 2_000}}
+    assert (await store.event_counts())["email"]["claimed"] == 2_000
+    assert await store.pacer_read("shared") == {"count": 100}

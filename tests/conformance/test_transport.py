@@ -1,0 +1,180 @@
+"""The Transport conformance suite: every adapter must pass it unchanged.
+
+Scenarios are written given / when / then; every ``now`` is explicit.
+"""
+
+from __future__ import annotations
+
+from tidings.model import OutgoingMessage, QueueDepth, Received
+from tidings.transports.base import Transport
+
+T0 = 1_000_000.0
+VIS = 30.0
+
+
+def msg(message_id: str, delay_s: float = 0.0) -> OutgoingMessage:
+    return OutgoingMessage(message_id=message_id, body=f'{{"key":"{message_id}"}}',
+                           delay_s=delay_s)
+
+
+async def receive(transport: Transport, now: float, max_messages: int = 10,
+                  queue: str = "email") -> list[Received]:
+    return await transport.receive(queue, max_messages=max_messages, visibility_s=VIS, now=now)
+
+
+async def test_receive_takes_visible_messages_oldest_first_and_hides_them(
+    transport: Transport,
+) -> None:
+    await transport.publish("email", [msg("a"), msg("b")], now=T0)
+    await transport.publish("email", [msg("c")], now=T0 + 1)
+    await transport.publish("sms", [msg("s")], now=T0)
+
+    first = await receive(transport, T0 + 2, max_messages=2)
+    second = await receive(transport, T0 + 2)
+
+    assert [(r.message_id, r.body, r.receive_count, r.queue) for r in first] == [
+        ("a", '{"key":"a"}', 1, "email"), ("b", '{"key":"b"}', 1, "email")]
+    assert [r.enqueued_at for r in first] == [T0, T0]
+    assert [r.message_id for r in second] == ["c"]
+    assert await receive(transport, T0 + 3) == []
+
+
+async def test_an_unacked_message_comes_back_after_the_visibility_timeout(
+    transport: Transport,
+) -> None:
+    await transport.publish("email", [msg("a")], now=T0)
+    [first] = await receive(transport, T0)
+
+    assert await receive(transport, T0 + VIS - 1) == []
+    [again] = await receive(transport, T0 + VIS)
+
+    assert (again.message_id, again.receive_count) == ("a", 2)
+    assert again.receipt != first.receipt
+
+
+async def test_ack_removes_for_good_and_acking_again_is_a_no_op(transport: Transport) -> None:
+    await transport.publish("email", [msg("a"), msg("b")], now=T0)
+    received = await receive(transport, T0)
+
+    await transport.ack("email", [r.receipt for r in received])
+    await transport.ack("email", [r.receipt for r in received])
+    await transport.ack("email", [])
+
+    assert await receive(transport, T0 + VIS + 1) == []
+    assert await transport.contains("email", ["a", "b"]) == set()
+
+
+async def test_publishing_one_message_id_twice_makes_two_deliveries(
+    transport: Transport,
+) -> None:
+    await transport.publish("email", [msg("a"), msg("a")], now=T0)
+
+    received = await receive(transport, T0)
+
+    assert [r.message_id for r in received] == ["a", "a"]
+    assert received[0].receipt != received[1].receipt
+
+
+async def test_a_delayed_publish_becomes_visible_after_its_delay(transport: Transport) -> None:
+    await transport.publish("email", [msg("later", delay_s=60), msg("now")], now=T0)
+
+    [now] = await receive(transport, T0)
+    await transport.ack("email", [now.receipt])
+
+    assert now.message_id == "now"
+    assert await receive(transport, T0 + 59) == []
+    assert [r.message_id for r in await receive(transport, T0 + 60)] == ["later"]
+
+
+async def test_nack_makes_a_message_visible_again_after_its_delay(transport: Transport) -> None:
+    await transport.publish("email", [msg("a"), msg("b")], now=T0)
+    a, b = await receive(transport, T0)
+
+    await transport.nack("email", [(a.receipt, 10.0), (b.receipt, 0.0)], now=T0 + 1)
+
+    [b2] = await receive(transport, T0 + 1)
+    assert (b2.message_id, b2.receive_count) == ("b", 2)
+    assert await receive(transport, T0 + 10) == []
+    [a2] = await receive(transport, T0 + 11)
+    assert (a2.message_id, a2.receive_count) == ("a", 2)
+
+
+async def test_extend_pushes_the_visibility_timeout(transport: Transport) -> None:
+    await transport.publish("email", [msg("a")], now=T0)
+    [a] = await receive(transport, T0)
+
+    await transport.extend("email", [a.receipt], visibility_s=100, now=T0 + 20)
+
+    assert await receive(transport, T0 + VIS + 1) == []
+    [again] = await receive(transport, T0 + 120)
+    assert again.receive_count == 2
+
+
+async def test_a_stale_receipt_cannot_touch_a_message_someone_else_holds(
+    transport: Transport,
+) -> None:
+    await transport.publish("email", [msg("a")], now=T0)
+    [old] = await receive(transport, T0)
+    [current] = await receive(transport, T0 + VIS)  # the first consumer's lease ran out
+
+    await transport.nack("email", [(old.receipt, 0.0)], now=T0 + VIS + 1)
+    await transport.extend("email", [old.receipt], visibility_s=1000, now=T0 + VIS + 1)
+    await transport.dead_letter("email", [(old.receipt, "stale")], now=T0 + VIS + 1)
+
+    assert await receive(transport, T0 + VIS + 2) == []  # still hidden: nack was ignored
+    assert await transport.dead_letters("email") == []
+    [back] = await receive(transport, T0 + 2 * VIS)  # extend was ignored too
+    assert (back.message_id, back.receive_count) == ("a", 3)
+    assert current.receive_count == 2
+
+
+async def test_dead_letter_then_redrive(transport: Transport) -> None:
+    await transport.publish("email", [msg("poison"), msg("fine")], now=T0)
+    poison, _fine = await receive(transport, T0)
+
+    await transport.dead_letter("email", [(poison.receipt, "body is not JSON")], now=T0 + 1)
+
+    [dead] = await transport.dead_letters("email")
+    assert (dead.queue, dead.message_id, dead.body, dead.reason, dead.receive_count,
+            dead.dead_at) == ("email", "poison", '{"key":"poison"}', "body is not JSON", 1,
+                              T0 + 1)
+    assert await transport.contains("email", ["poison", "fine"]) == {"fine"}
+    [fine] = await receive(transport, T0 + VIS + 1)
+    assert fine.message_id == "fine"
+    await transport.ack("email", [fine.receipt])
+
+    moved = await transport.redrive("email", [dead.id], now=T0 + 100)
+
+    assert moved == 1
+    assert await transport.dead_letters("email") == []
+    [back] = await receive(transport, T0 + 100)
+    assert (back.message_id, back.body) == ("poison", '{"key":"poison"}')
+    assert await transport.redrive("email", [dead.id], now=T0 + 101) == 0
+
+
+async def test_depth_counts_ready_delayed_in_flight_and_dead(transport: Transport) -> None:
+    assert await transport.depth("email", now=T0) == QueueDepth(
+        ready=0, delayed=0, in_flight=0, dead=0, oldest_age_s=0.0)
+    await transport.publish("email", [msg("held"), msg("dead"), msg("nacked")], now=T0)
+    await transport.publish("email", [msg("ready"), msg("delayed", delay_s=300)], now=T0 + 5)
+    await transport.publish("sms", [msg("other")], now=T0 - 100)
+    held, dead, nacked = await receive(transport, T0 + 1, max_messages=3)
+    await transport.dead_letter("email", [(dead.receipt, "poison")], now=T0 + 2)
+    await transport.nack("email", [(nacked.receipt, 60.0)], now=T0 + 2)
+
+    depth = await transport.depth("email", now=T0 + 10)
+
+    assert depth == QueueDepth(ready=1, delayed=2, in_flight=1, dead=1, oldest_age_s=10.0)
+    # Once the visibility timeout passes, the held message counts as ready again.
+    later = await transport.depth("email", now=T0 + 1 + VIS)
+    assert (later.ready, later.in_flight) == (2, 0)
+    assert held.message_id == "held"
+
+
+async def test_contains_tells_which_messages_are_on_the_queue(transport: Transport) -> None:
+    await transport.publish("email", [msg("a"), msg("b", delay_s=50)], now=T0)
+    await transport.publish("sms", [msg("c")], now=T0)
+    await receive(transport, T0)  # in flight still counts
+
+    assert await transport.contains("email", ["a", "b", "c", "zz"]) == {"a", "b"}
+    assert await transport.contains("email", []) == set()
