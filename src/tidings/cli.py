@@ -27,6 +27,10 @@ app = typer.Typer(
     no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
+admission_app = typer.Typer(
+    help="Admission switches: stop or restart new admission for a campaign or a channel "
+         "without touching work already accepted.", no_args_is_help=True)
+app.add_typer(admission_app, name="admission")
 console = Console(stderr=True)
 
 ConfigOpt = Annotated[Path | None, typer.Option(
@@ -48,7 +52,7 @@ def _run(work: Callable[[], Awaitable[T]]) -> T:
     try:
         return asyncio.run(work())  # type: ignore[arg-type]
     except TidingsError as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        console.print(f"[red]error:[/red] {exc}", soft_wrap=True)
         raise typer.Exit(2) from None
 
 
@@ -90,6 +94,46 @@ def db_migrate(config: ConfigOpt = None, store: StoreOpt = None, as_json: JsonOp
             await transport.close()
             await st.close()
     _emit(as_json, _run(work))
+
+
+def _switch(paused: bool, campaign: str | None, channel: str | None, reason: str | None,
+            config: Path | None, store: str | None, as_json: bool) -> None:
+    if (campaign is None) == (channel is None):
+        raise typer.BadParameter("name exactly one of --campaign or --channel")
+    scope, name = ("campaign", campaign) if campaign is not None else ("channel", channel)
+    assert name is not None
+
+    async def go(runtime: Runtime) -> dict[str, Any]:
+        known = ({c.name for c in runtime.campaigns} if scope == "campaign"
+                 else set(runtime.channels))
+        if name not in known:
+            raise typer.BadParameter(f"unknown {scope} {name!r}; declared: "
+                                     f"{', '.join(sorted(known)) or 'none'}")
+        switch = await runtime.store.switch_set(scope=scope, name=name, paused=paused,
+                                                now=runtime.clock.now(), reason=reason)
+        return dict(switch.__dict__)
+    _emit(as_json, _with_runtime(config, store, go))
+
+
+CampaignOpt = Annotated[str | None, typer.Option(help="The campaign to switch.")]
+ChannelOpt = Annotated[str | None, typer.Option(help="The channel to switch.")]
+ReasonOpt = Annotated[str | None, typer.Option(help="Why, for the record.")]
+
+
+@admission_app.command("pause")
+def admission_pause(campaign: CampaignOpt = None, channel: ChannelOpt = None,
+                    reason: ReasonOpt = None, config: ConfigOpt = None, store: StoreOpt = None,
+                    as_json: JsonOpt = False) -> None:
+    """Stop new admission. A campaign paused across an occurrence does not backfill it."""
+    _switch(True, campaign, channel, reason, config, store, as_json)
+
+
+@admission_app.command("resume")
+def admission_resume(campaign: CampaignOpt = None, channel: ChannelOpt = None,
+                     reason: ReasonOpt = None, config: ConfigOpt = None, store: StoreOpt = None,
+                     as_json: JsonOpt = False) -> None:
+    """Restart admission; occurrences missed while paused need `tidings replay`."""
+    _switch(False, campaign, channel, reason, config, store, as_json)
 
 
 @app.command()

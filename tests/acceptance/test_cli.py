@@ -75,3 +75,19 @@ def test_demo_keeps_its_contract(tmp_path: Path) -> None:
     assert report["injected"]["retried_pass_new_intents"] == 0
     assert "worker_killed" in report["injected"]
     assert (tmp_path / "sandbox-stats.json").exists()
+
+
+def test_admission_pause_and_resume_a_channel(tmp_path: Path) -> None:
+    config = tmp_path / "tidings.toml"
+    config.write_text(f'store = "sqlite:///{tmp_path / "s.db"}"\n[channels.email]\n')
+    stale = run("admission", "pause", "--channel", "email", "--config", str(config))
+    assert stale.returncode == 2 and "run `tidings db migrate`" in stale.stderr
+    assert run("db", "migrate", "--config", str(config)).returncode == 0
+    paused = run("admission", "pause", "--channel", "email", "--reason", "provider incident",
+                 "--config", str(config), "--json")
+    assert paused.returncode == 0, paused.stderr
+    assert json.loads(paused.stdout)["paused"] is True
+    resumed = run("admission", "resume", "--channel", "email", "--config", str(config), "--json")
+    assert json.loads(resumed.stdout)["paused"] is False
+    unknown = run("admission", "pause", "--channel", "fax", "--config", str(config))
+    assert unknown.returncode == 2 and "unknown channel 'fax'" in unknown.stderr
