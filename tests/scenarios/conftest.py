@@ -45,10 +45,20 @@ class SleepSignalClock(FakeClock):
     def __init__(self, start: float = T0, *, auto_advance: bool = False) -> None:
         super().__init__(start, auto_advance=auto_advance)
         self.sleeping = asyncio.Event()
+        self._wakes: list[float] = []
 
     async def sleep(self, seconds: float) -> None:
+        wake = self.now() + max(0.0, seconds)
+        self._wakes.append(wake)
         self.sleeping.set()
-        await super().sleep(seconds)
+        try:
+            await super().sleep(seconds)
+        finally:
+            self._wakes.remove(wake)
+
+    def next_wake(self) -> float | None:
+        """The earliest fake time someone is waiting for, or None."""
+        return min(self._wakes, default=None)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,7 +112,13 @@ class Harness:
     provider: RecordingProvider
     rt: Runtime
     channel: str = "email"
+    t0: float = T0
     _workers: int = field(default=0)
+
+    @staticmethod
+    async def guard(awaitable: Awaitable[T]) -> T:
+        """Await with a real-time limit, so a scenario stuck on the fake clock fails fast."""
+        return await guard(awaitable)
 
     # ---------------------------------------------------------------- the judge
 
@@ -123,7 +139,7 @@ class Harness:
     def configure(self, **config: Any) -> None:
         """Replace the sandbox's behaviour (counts are kept); dedupe stays off."""
         config.setdefault("dedupe", False)
-        self.core.configure(SandboxConfig(**config))
+        self.core.configure(SandboxConfig.from_dict(config))
 
     # ---------------------------------------------------------------- the ledger
 
@@ -197,7 +213,7 @@ async def build_harness(
     clock = SleepSignalClock(T0, auto_advance=auto_advance)
     sandbox_config = dict(sandbox or {})
     sandbox_config.setdefault("dedupe", False)
-    core = SandboxCore(SandboxConfig(**sandbox_config), now=clock.now, seed=seed)
+    core = SandboxCore(SandboxConfig.from_dict(sandbox_config), now=clock.now, seed=seed)
     provider = RecordingProvider(SandboxTwinProvider(core=core, channel="email", clock=clock),
                                  clock)
     data = _merge({"store": f"sqlite:///{db}", "channels": {"email": {}}}, settings or {})

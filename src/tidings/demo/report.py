@@ -88,7 +88,8 @@ async def build_report(runtime: Runtime, stats: dict[str, Any], *, recipients: i
 
 def render_report(report: dict[str, Any], console: Console) -> None:
     """A table per channel, then the invariants, for a terminal."""
-    table = Table(title="delivery report (provider figures are the sandbox's own counts)")
+    table = Table(title="delivery report",
+                  caption="provider_* and rate figures are the sandbox's own counts")
     table.add_column("")
     names = list(report["channels"])
     for name in names:
