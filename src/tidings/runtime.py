@@ -75,12 +75,19 @@ def pace_limits(spec: ChannelSettings, channel: str) -> PaceLimits:
 
 
 def campaigns_from(settings: Settings) -> list[Campaign]:
-    return [
-        Campaign(name=name, schedule=Schedule(c.cron, c.timezone), channels=tuple(c.channels),
-                 template=c.template, version=c.version, audience=audience_from_spec(c.audience),
-                 expires_after_s=c.expires_after_s, grace_s=c.grace_s)
-        for name, c in settings.campaigns.items()
-    ]
+    """Build the declared campaigns; errors name the campaign's field."""
+    campaigns = []
+    for name, c in settings.campaigns.items():
+        try:
+            campaigns.append(Campaign(
+                name=name, schedule=Schedule(c.cron, c.timezone), channels=tuple(c.channels),
+                template=c.template, version=c.version, audience=audience_from_spec(c.audience),
+                expires_after_s=c.expires_after_s, grace_s=c.grace_s))
+        except ConfigurationError as exc:
+            if exc.field.startswith("campaigns."):
+                raise
+            raise ConfigurationError(f"campaigns.{name}.{exc.field}", exc.message) from None
+    return campaigns
 
 
 @dataclass(kw_only=True)
@@ -193,6 +200,9 @@ async def build_runtime(
     """Build a runtime from settings; ``providers``/``campaigns`` override the declared ones
     (tests pass a twin sandbox; Python users pass their own audience generators)."""
     the_clock = clock or SystemClock(settings.clock_offset_s)
+    # Everything that can refuse the settings runs before the store is opened.
+    chosen_campaigns = list(campaigns) if campaigns is not None else campaigns_from(settings)
+    limits = {name: pace_limits(spec, name) for name, spec in settings.channels.items()}
     store, transport = await open_store(settings.store)
     try:
         if migrate:
@@ -204,14 +214,18 @@ async def build_runtime(
         await store.close()
         raise
     chosen = dict(providers or {})
-    for name, spec in settings.channels.items():
-        if name not in chosen:
-            chosen[name] = build_provider(name, spec, the_clock)
+    try:
+        for name, spec in settings.channels.items():
+            if name not in chosen:
+                chosen[name] = build_provider(name, spec, the_clock)
+    except BaseException:
+        await transport.close()
+        await store.close()
+        raise
     r = settings.retry
     return Runtime(
         settings=settings, clock=the_clock, store=store, transport=transport, providers=chosen,
-        limits={name: pace_limits(spec, name) for name, spec in settings.channels.items()},
-        campaigns=list(campaigns) if campaigns is not None else campaigns_from(settings),
+        limits=limits, campaigns=chosen_campaigns,
         policy=RetryPolicy(max_failures=r.max_failures, base_s=r.base_s, cap_s=r.cap_s,
                            rate_limit_floor_s=r.rate_limit_floor_s,
                            rate_limit_cap_s=r.rate_limit_cap_s),

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from tidings.errors import ConfigurationError
 from tidings.pacing.algorithm import parse_quota
+from tidings.schedule import Schedule
 
 
 class _Model(BaseModel):
@@ -115,6 +116,11 @@ class Settings(_Model):
             message = str(first["msg"]).removeprefix("Value error, ")
             raise ConfigurationError(field, message) from None
         for name, campaign in settings.campaigns.items():
+            try:
+                # Parsing the schedule here makes a bad cron or zone a settings error.
+                Schedule(campaign.cron, campaign.timezone)
+            except ConfigurationError as exc:
+                raise ConfigurationError(f"campaigns.{name}.{exc.field}", exc.message) from None
             for index, channel in enumerate(campaign.channels):
                 if channel not in settings.channels:
                     raise ConfigurationError(

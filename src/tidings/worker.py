@@ -46,6 +46,7 @@ class WorkerConfig:
     visibility_s: float = 60.0
     lease_s: float = 30.0
     max_receives: int = 50
+    recheck_after_s: float = 1.0
     idle_poll_s: float = 0.05
     max_idle_poll_s: float = 0.5
 
@@ -263,7 +264,7 @@ class Worker:
                 worker=self.worker_id, message_id=received.message_id,
                 reason="released unsent (shutdown, or the lease ran out before the send)")
         else:
-            if decision.event != "rate_limited":
+            if decision.to in _COUNTER and decision.event != "rate_limited":
                 name = _COUNTER[decision.to]
                 setattr(self.stats, name, getattr(self.stats, name) + 1)
             change = Change(
@@ -280,6 +281,7 @@ class Worker:
         """None when the send must not happen: stopping, or the lease is no longer ours."""
         if self._stopping.is_set():
             return None
+        waited_from = self.clock.now()
         acquired = asyncio.ensure_future(self.pacer.acquire())
         stopping = asyncio.ensure_future(self._stopping.wait())
         done, _ = await asyncio.wait({acquired, stopping}, return_when=asyncio.FIRST_COMPLETED)
@@ -294,6 +296,9 @@ class Worker:
             if held is None or self.clock.now() >= held[2]:
                 # Never send under a lease that may already belong to someone else.
                 return None
+            late = await self._no_longer_wanted(intent, waited_from)
+            if late is not None:
+                return late
             outcome = await self.provider.send(SendRequest(
                 key=intent.key, channel=intent.channel, to=intent.address,
                 template=intent.template, data=intent.data, recipient_id=intent.recipient_id))
@@ -311,6 +316,23 @@ class Worker:
             await self.pacer.succeeded()
         log.debug("sent %s: %s", intent.key, decision.event)
         return decision
+
+    async def _no_longer_wanted(self, intent: Intent, waited_from: float) -> Decision | None:
+        """Re-check expiry (always) and cancellation (after a long pacer wait, such as a
+        429 pause) at the last moment before the send."""
+        now = self.clock.now()
+        cancel_requested = intent.cancel_requested
+        if not cancel_requested and now - waited_from >= self.config.recheck_after_s:
+            current = await self.store.intent_get(intent.key)
+            cancel_requested = current is not None and current.cancel_requested
+        instead = before_send(cancel_requested=cancel_requested, expires_at=intent.expires_at,
+                              now=now)
+        if instead is None:
+            return None
+        self.stats.skipped += 1
+        reason = ("cancel requested while waiting to send" if instead == State.CANCELLED
+                  else "expired while waiting to send")
+        return Decision(to=instead, event=instead.value, reason=reason)
 
     # ------------------------------------------------------------------ committing
 
