@@ -89,6 +89,7 @@ async def notify_many(
     now: float,
     horizon_s: float = 60.0,
     lease_s: float = 30.0,
+    enqueue_in_store: bool = False,
 ) -> list[list[str]]:
     """Create the intents of many requests at once; a repeated request is a no-op.
 
@@ -107,7 +108,9 @@ async def notify_many(
     later = [d for d in drafts if d.due_at > now + horizon_s]
     if later:
         await store.intent_admit(later, now=now)
-    if soon:
+    if soon and enqueue_in_store:
+        await store.intent_admit(soon, now=now, enqueue=True)
+    elif soon:
         new = await store.intent_admit(soon, now=now, publish_lease_until=now + lease_s)
         if new:
             fresh = set(new)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +31,21 @@ def campaign_key(campaign: str, logical_date: str, recipient_id: str, channel: s
     return f"{campaign}/{logical_date}/{recipient_id}/{channel}/v{version}"
 
 
+def campaign_key_maker(campaign: str, logical_date: str, channel: str,
+                       version: int) -> Callable[[str], str]:
+    """``campaign_key`` with every part but the recipient id fixed and checked once."""
+    campaign_key(campaign, logical_date, "-", channel, version)
+    prefix, suffix = f"{campaign}/{logical_date}/", f"/{channel}/v{version}"
+
+    def key(recipient_id: str) -> str:
+        if not _KEY_PART.match(recipient_id):
+            raise InvalidInput("recipient.id",
+                               f"{recipient_id!r} must be non-empty with no '/' or spaces")
+        return prefix + recipient_id + suffix
+
+    return key
+
+
 def notify_key(key: str, channel: str) -> str:
     """The delivery key of a one-off intent on one channel: ``shipment-4821:customer-73:sms``."""
     return f"{key}:{channel}"
@@ -47,6 +63,8 @@ def validate_key(key: str, field_name: str = "key") -> str:
 
 def encode_data(data: dict[str, Any] | None, field_name: str = "data") -> str:
     """Serialize template data, refusing what is not JSON or is over the payload limit."""
+    if not data:
+        return "{}"
     try:
         text = json.dumps(data or {}, separators=(",", ":"), sort_keys=True)
     except (TypeError, ValueError) as exc:
@@ -141,6 +159,11 @@ class Event:
 # ---------------------------------------------------------------- queue messages
 
 
+def message_body(key: str, version: int = MESSAGE_VERSION) -> str:
+    """``Message(key=key).encode()`` without building the object (admission's hot path)."""
+    return f'{{"v":{version},"key":{json.dumps(key)}}}'
+
+
 @dataclass(frozen=True, kw_only=True)
 class Message:
     """What travels on a queue: identifiers only, never rendered content."""
@@ -149,7 +172,7 @@ class Message:
     version: int = MESSAGE_VERSION
 
     def encode(self) -> str:
-        return json.dumps({"v": self.version, "key": self.key}, separators=(",", ":"))
+        return message_body(self.key, self.version)
 
     @classmethod
     def decode(cls, body: str | bytes) -> Message:

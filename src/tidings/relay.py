@@ -12,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from tidings.model import Message, OutgoingMessage
+from tidings.model import OutgoingMessage, message_body
 from tidings.stores.base import PublishItem, Store
 from tidings.transports.base import Transport
 
@@ -31,7 +31,7 @@ async def publish(
     by_channel: dict[str, list[OutgoingMessage]] = defaultdict(list)
     for key, channel, due_at in items:
         by_channel[channel].append(OutgoingMessage(
-            message_id=key, body=Message(key=key).encode(), delay_s=max(0.0, due_at - now)))
+            message_id=key, body=message_body(key), delay_s=max(0.0, due_at - now)))
     for channel, messages in by_channel.items():
         await transport.publish(channel, messages, now=now)
     return sum(len(m) for m in by_channel.values())

@@ -105,6 +105,12 @@ class Runtime:
     rng: random.Random = field(default_factory=random.Random)
 
     @property
+    def enqueue_in_store(self) -> bool:
+        """The transport is the store's own queue table: admit and enqueue in one
+        transaction."""
+        return self.settings.transport == "sql"
+
+    @property
     def channels(self) -> list[str]:
         return sorted(self.limits)
 
@@ -143,6 +149,7 @@ class Runtime:
         s = self.settings.scheduler
         return Scheduler(store=self.store, transport=self.transport, campaigns=self.campaigns,
                          config=SchedulerConfig(page_size=s.page_size, max_pages=s.max_pages,
+                                                enqueue_in_store=self.enqueue_in_store,
                                                 relay=self.relay_config()))
 
     def reconciler(self) -> Reconciler:
@@ -167,7 +174,8 @@ class Runtime:
         s = self.settings.scheduler
         return await notify_many(
             self.store, self.transport, requests, known_channels=self.limits,
-            now=self.clock.now(), horizon_s=s.relay_horizon_s, lease_s=s.relay_lease_s)
+            now=self.clock.now(), horizon_s=s.relay_horizon_s, lease_s=s.relay_lease_s,
+            enqueue_in_store=self.enqueue_in_store)
 
     async def cancel(self, key: str, reason: str = "cancelled by caller"
                      ) -> dict[str, State | None]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from tidings.campaign import Campaign
 from tidings.errors import InvalidInput
-from tidings.model import IntentDraft, campaign_key, encode_data
+from tidings.model import IntentDraft, campaign_key_maker, encode_data
 from tidings.relay import RelayConfig, publish, relay_pass
 from tidings.schedule import OccurrenceTime
 from tidings.stores.base import Occurrence, OccurrenceProgress, Store, Switch
@@ -25,8 +25,12 @@ log = logging.getLogger("tidings.scheduler")
 
 @dataclass(frozen=True, kw_only=True)
 class SchedulerConfig:
+    """``enqueue_in_store``: the transport is the store's own queue table, so a page's
+    intents and messages are written in one transaction (see ``Store.intent_admit``)."""
+
     page_size: int = 5000
     max_pages: int = 20
+    enqueue_in_store: bool = False
     relay: RelayConfig = field(default_factory=RelayConfig)
 
 
@@ -163,6 +167,11 @@ class Scheduler:
         high_water = occ.high_water
         expires_at = (due.logical_at + campaign.expires_after_s
                       if campaign.expires_after_s is not None else None)
+        template = f"{campaign.template}/v{campaign.version}"
+        key_of = [(channel, campaign_key_maker(campaign.name, due.logical_date, channel,
+                                               campaign.version))
+                  for channel in campaign.channels]
+        fused = self.config.enqueue_in_store
         for _ in range(self.config.max_pages):
             members = await campaign.audience.page(high_water, self.config.page_size)
             if not members:
@@ -174,34 +183,34 @@ class Scheduler:
                 if not member.active:
                     skipped += 1
                     continue
-                data = encode_data(member.data, f"audience[{member.id}].data")
-                for channel in campaign.channels:
+                data = (encode_data(member.data, f"audience[{member.id}].data")
+                        if member.data else "{}")
+                for channel, key in key_of:
                     address = member.address(channel)
                     if not address:
                         skipped += 1
                         continue
                     drafts.append(IntentDraft(
-                        key=campaign_key(campaign.name, due.logical_date, member.id, channel,
-                                         campaign.version),
-                        channel=channel, recipient_id=member.id, address=address,
-                        template=f"{campaign.template}/v{campaign.version}", data=data,
+                        key=key(member.id), channel=channel, recipient_id=member.id,
+                        address=address, template=template, data=data,
                         due_at=due.logical_at, expires_at=expires_at,
                         campaign=campaign.name, occurrence=occ.id,
                     ))
             high_water = members[-1].id
             new_keys = await self.store.intent_admit(
-                drafts, now=now, publish_lease_until=now + self.config.relay.lease_s,
+                drafts, now=now, enqueue=fused,
+                publish_lease_until=None if fused else now + self.config.relay.lease_s,
                 progress=OccurrenceProgress(occurrence=occ.id, high_water=high_water,
                                             members=len(members), skipped=skipped))
             result.members += len(members)
             result.skipped += skipped
             result.admitted += len(new_keys)
-            if new_keys:
+            if new_keys and not fused:
                 fresh = set(new_keys)
                 await publish(self.transport, ((d.key, d.channel, d.due_at)
                                                for d in drafts if d.key in fresh), now=now)
                 await self.store.intent_mark_enqueued(new_keys, now=now)
-                result.published += len(new_keys)
+            result.published += len(new_keys)
             if len(members) < self.config.page_size:
                 await self.store.occurrence_finish(occ.id, now=now)
                 return

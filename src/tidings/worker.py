@@ -292,13 +292,14 @@ class Worker:
                 await acquired
             return None
         try:
-            held = self._held.get(intent.key)
-            if held is None or self.clock.now() >= held[2]:
-                # Never send under a lease that may already belong to someone else.
-                return None
             late = await self._no_longer_wanted(intent, waited_from)
             if late is not None:
                 return late
+            held = self._held.get(intent.key)
+            if held is None or self.clock.now() >= held[2]:
+                # Never send under a lease that may already belong to someone else;
+                # checked last, right before the request, after every await.
+                return None
             outcome = await self.provider.send(SendRequest(
                 key=intent.key, channel=intent.channel, to=intent.address,
                 template=intent.template, data=intent.data, recipient_id=intent.recipient_id))

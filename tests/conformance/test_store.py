@@ -152,6 +152,23 @@ async def test_admit_with_progress_for_an_unknown_occurrence_writes_nothing(stor
 # ---------------------------------------------------------------- the outbox relay
 
 
+async def test_admit_with_enqueue_writes_intents_and_their_messages_together(
+    store: Store,
+) -> None:
+    # Given a store whose own queue table is the transport
+    # When a page is admitted with enqueue, twice (a retried pass)
+    new = await store.intent_admit([draft("k1"), draft("k2", channel="sms")], now=T0,
+                                   enqueue=True)
+    again = await store.intent_admit([draft("k1")], now=T0 + 1, enqueue=True)
+    # Then the intents are born enqueued with both events, and nothing is admitted twice
+    assert (new, again) == (["k1", "k2"], [])
+    k1 = await store.intent_get("k1")
+    assert k1 is not None and k1.state == State.ENQUEUED and k1.enqueued_at == T0
+    assert await event_types(store, "k1") == ["selected", "enqueued"]
+    [claim] = await store.intent_claim_many(["k1"], owner="w", lease_s=LEASE, now=T0 + 2)
+    assert claim.kind is ClaimKind.CLAIMED
+
+
 async def test_claim_publish_leases_due_selected_intents_oldest_first(store: Store) -> None:
     await store.intent_admit([draft("late", due_at=T0 + 50), draft("early", due_at=T0 - 10),
                               draft("mid", due_at=T0), draft("far", due_at=T0 + 500)], now=T0)

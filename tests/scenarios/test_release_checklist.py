@@ -10,6 +10,7 @@ second send of a key would be counted, not absorbed).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -456,6 +457,60 @@ async def test_no_send_after_cancel_or_expiry_while_waiting_for_the_pacer(
     assert (await h.intent(key)).state is wanted
 
 
+class StalledReads:
+    """A worker's store whose next ``intent_get`` is stuck (e.g. its database thread waits
+    behind a write on the busy timeout) while ``meanwhile`` runs elsewhere."""
+
+    def __init__(self, inner: Any, meanwhile: Any) -> None:
+        self.inner = inner
+        self.meanwhile = meanwhile
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def intent_get(self, key: str) -> Any:
+        meanwhile, self.meanwhile = self.meanwhile, None
+        if meanwhile is not None:
+            await meanwhile()
+        return await self.inner.intent_get(key)
+
+
+async def test_a_stalled_recheck_before_the_send_does_not_outlive_the_lease(
+    make_harness: HarnessFactory,
+) -> None:
+    # given the channel paused for 10 s by a 429, and worker 2 holding a claim while it
+    # waits for the pause (lease until T0 + 30)
+    h = await make_harness(sandbox={"rate_limit": 1.0, "retry_after_s": 10.0})
+    await h.notify("first")
+    await h.run_once(h.worker("w1"))
+    h.configure()
+    key = await h.notify("second")
+    lease_s = h.rt.settings.worker.lease_s
+    w2, other = h.worker("w2"), h.worker("other-process")
+
+    async def other_processes_take_over() -> None:
+        # w2's read is stuck past its lease; the reconciler and another worker go on
+        h.clock.set(h.t0 + lease_s + 1)
+        await h.reconcile()
+        h.clock.advance(h.rt.settings.reconciler.uncertain_after_s + 1)
+        await h.reconcile()
+        await h.run_once(other)
+
+    w2.store = StalledReads(w2.store, other_processes_take_over)
+    task = asyncio.create_task(w2.run_once())
+    await h.guard(h.clock.sleeping.wait())
+
+    # when the pause ends and w2 re-reads the intent before its send
+    h.clock.set(h.t0 + 10)
+    await h.guard(task)
+
+    # then only the worker that holds the lease sent it: the sandbox accepted it once
+    assert (await h.intent(key)).state is State.ACCEPTED
+    assert [s.key for s in h.provider.sent].count(key) == 1
+    stats = h.stats()
+    assert (stats["accepted_keys"], stats["keys_accepted_twice"]) == (2, 0)
+
+
 async def test_bounce_after_acceptance_keeps_the_acceptance(h: Harness) -> None:
     # given an intent the provider accepted
     key = await h.notify("ship-3:c1")
@@ -515,12 +570,13 @@ async def test_lost_ack_after_acceptance_redelivers_as_a_duplicate(h: Harness) -
 async def test_scheduler_retry_after_publish_timeout_makes_no_second_intent(
     make_harness: HarnessFactory,
 ) -> None:
-    # given a campaign of five, and a transport whose first publish times out after
-    # the broker stored the messages
+    # given a campaign of five, and a transport (a broker, not the store's own queue
+    # table) whose first publish times out after the broker stored the messages
     h = await make_harness(campaigns=[digest(people(5))])
     flaky = PublishTimesOutOnce(h.rt.transport)
     h.rt.transport = flaky
     scheduler = h.rt.scheduler()
+    scheduler.config = dataclasses.replace(scheduler.config, enqueue_in_store=False)
     relay_lease = h.rt.settings.scheduler.relay_lease_s
     h.clock.set(at("2026-06-01 09:00:30"))
 

@@ -154,8 +154,14 @@ class Store(Protocol):
         now: float,
         publish_lease_until: float | None = None,
         progress: OccurrenceProgress | None = None,
+        enqueue: bool = False,
     ) -> list[str]:
         """Insert intents as ``selected``; existing keys are left untouched.
+
+        With ``enqueue`` (only when the embedded SQL transport on this same store is the
+        transport) the new intents' messages are put on their channel queues in the
+        same transaction and the intents are born ``enqueued``: no window in which an
+        intent exists without its message.
 
         Returns the keys inserted now, in draft order. With ``publish_lease_until``
         the new intents are born claimed for publishing by the caller until then.

@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 from tidings.errors import StoreError
-from tidings.model import Event, Intent, IntentDraft
+from tidings.model import Event, Intent, IntentDraft, message_body
 from tidings.states import CLAIMABLE, DONE, TERMINAL, State, check
 from tidings.stores.base import (
     Change,
@@ -27,7 +27,7 @@ from tidings.stores.base import (
     PublishItem,
     Switch,
 )
-from tidings.stores.sqlite_db import SqliteDatabase
+from tidings.stores.sqlite_db import SqliteDatabase, insert_messages
 
 T = TypeVar("T")
 
@@ -153,15 +153,22 @@ class SqliteStore:
         now: float,
         publish_lease_until: float | None = None,
         progress: OccurrenceProgress | None = None,
+        enqueue: bool = False,
     ) -> list[str]:
-        """Insert intents as ``selected`` (existing keys untouched); return the new keys."""
+        """Insert intents as ``selected`` (existing keys untouched); return the new keys.
+
+        With ``enqueue`` the new intents' messages go into this database's queue in the
+        same transaction and the intents are born ``enqueued``.
+        """
         if not drafts and progress is None:
             return []
         sql = self._sql
-        head = (now, now, now, publish_lease_until)
+        insert = sql["intent_insert_many_enqueued" if enqueue else "intent_insert_many"]
+        head = (now, now, now, now if enqueue else publish_lease_until)
         keys_json = json.dumps([d.key for d in drafts])
 
         def fn(conn: sqlite3.Connection) -> list[str]:
+            rows_by_queue: dict[str, list[tuple[str, str, float]]] = {}
             # Under BEGIN IMMEDIATE nobody else can insert between this read and the
             # insert, so "new" is exactly what the insert will write.
             seen = {key for (key,) in conn.execute(sql["intent_existing_keys"],
@@ -179,7 +186,7 @@ class SqliteStore:
                     params += (d.key, d.channel, d.recipient_id, d.address, d.template, d.data,
                                d.campaign, d.occurrence, d.due_at, d.expires_at)
                 groups = ",".join([_DRAFT_ROW] * len(chunk))
-                statement = sql["intent_insert_many"].replace("{rows}", groups)
+                statement = insert.replace("{rows}", groups)
                 written += conn.execute(statement, params).rowcount
             if written != len(fresh):
                 raise StoreError(f"admission wrote {written} of {len(fresh)} new intents")
@@ -187,6 +194,13 @@ class SqliteStore:
             for d in fresh:
                 by_channel.setdefault(d.channel, []).append(d.key)
             _insert_events(conn, sql, by_channel, type="selected", state="selected", at=now)
+            if enqueue:
+                _insert_events(conn, sql, by_channel, type="enqueued", state="enqueued", at=now)
+                for d in fresh:
+                    rows_by_queue.setdefault(d.channel, []).append(
+                        (d.key, message_body(d.key), d.due_at - now))
+                for queue, rows in rows_by_queue.items():
+                    insert_messages(conn, sql, queue, rows, now=now)
             if progress is not None:
                 cursor = conn.execute(sql["occurrence_progress"], {
                     "id": progress.occurrence, "high_water": progress.high_water,

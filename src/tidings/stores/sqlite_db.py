@@ -15,7 +15,7 @@ import asyncio
 import random
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import TypeVar
@@ -30,6 +30,8 @@ URL_PREFIX = "sqlite:///"
 #: Whole-transaction retries after SQLite still answers "database is locked" once the
 #: busy timeout has run out (another process held the write lock for 15 s).
 LOCKED_RETRIES = 4
+#: Queue messages bound per multi-row INSERT (3 parameters each, under SQLite's limit).
+PUBLISH_CHUNK = 2000
 _LOCKED_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 
 
@@ -220,3 +222,19 @@ class SqliteDatabase:
                 f"{self.url}: schema is out of date, pending migrations {names}; "
                 "run `tidings db migrate`"
             )
+
+
+def insert_messages(conn: sqlite3.Connection, sql: Mapping[str, str], queue: str,
+                    rows: Sequence[tuple[str, str, float]], *, now: float) -> None:
+    """Insert ``(message_id, body, delay_s)`` rows inside the caller's transaction.
+
+    Multi-row inserts: about twice as fast as an executemany of one row each. The
+    store uses this too, to admit intents and their messages in one transaction.
+    """
+    for start in range(0, len(rows), PUBLISH_CHUNK):
+        chunk = rows[start:start + PUBLISH_CHUNK]
+        params: list[object] = [queue, now]
+        for message_id, body, delay_s in chunk:
+            params += (message_id, body, now + max(0.0, delay_s))
+        groups = ",".join(["(?,?,?)"] * len(chunk))
+        conn.execute(sql["message_insert_many"].replace("{rows}", groups), params)

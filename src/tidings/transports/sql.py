@@ -16,12 +16,10 @@ from typing import TypeVar
 
 from tidings.errors import StoreError, TransportError
 from tidings.model import DeadLetter, OutgoingMessage, QueueDepth, Received
-from tidings.stores.sqlite_db import SqliteDatabase
+from tidings.stores.sqlite_db import SqliteDatabase, insert_messages
 
 T = TypeVar("T")
 
-#: Messages per multi-row insert: 6,000 variables, under SQLite's 32,766.
-_PUBLISH_CHUNK = 2000
 
 
 def parse_receipt(receipt: str) -> tuple[int, int]:
@@ -64,14 +62,8 @@ class SqlTransport:
         sql = self._sql
 
         def fn(conn: sqlite3.Connection) -> None:
-            # Multi-row inserts: about twice as fast as an executemany of one row each.
-            for start in range(0, len(messages), _PUBLISH_CHUNK):
-                chunk = messages[start:start + _PUBLISH_CHUNK]
-                params: list[object] = [queue, now]
-                for m in chunk:
-                    params += (m.message_id, m.body, now + max(0.0, m.delay_s))
-                groups = ",".join(["(?,?,?)"] * len(chunk))
-                conn.execute(sql["message_insert_many"].replace("{rows}", groups), params)
+            insert_messages(conn, sql, queue,
+                            [(m.message_id, m.body, m.delay_s) for m in messages], now=now)
 
         await self._write(fn)
 

@@ -21,6 +21,18 @@ INSERT INTO intents (
 SELECT ?, ?, ?, ?, 'selected', v.* FROM (VALUES {rows}) AS v WHERE true
 ON CONFLICT (key) DO NOTHING
 
+-- name: intent_insert_many_enqueued
+-- As intent_insert_many, for intents whose messages go into the embedded queue in the
+-- same transaction: born enqueued. The four leading parameters are created_at,
+-- updated_at, selected_at and enqueued_at.
+INSERT INTO intents (
+    created_at, updated_at, selected_at, enqueued_at, state,
+    key, channel, recipient_id, address, template, data, campaign, occurrence,
+    due_at, expires_at
+)
+SELECT ?, ?, ?, ?, 'enqueued', v.* FROM (VALUES {rows}) AS v WHERE true
+ON CONFLICT (key) DO NOTHING
+
 -- name: intent_claim_publish
 UPDATE intents SET publish_lease_until = :lease_until
 WHERE key IN (
