@@ -160,8 +160,9 @@ class Store(Protocol):
 
         With ``enqueue`` (only when the embedded SQL transport on this same store is the
         transport) the new intents' messages are put on their channel queues in the
-        same transaction and the intents are born ``enqueued``: no window in which an
-        intent exists without its message.
+        same transaction and the intents are born ``enqueued`` (one ``enqueued`` event
+        instead of ``selected`` + ``enqueued``): no window in which an intent exists
+        without its message.
 
         Returns the keys inserted now, in draft order. With ``publish_lease_until``
         the new intents are born claimed for publishing by the caller until then.

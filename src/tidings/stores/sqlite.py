@@ -193,14 +193,17 @@ class SqliteStore:
             by_channel: dict[str, list[str]] = {}
             for d in fresh:
                 by_channel.setdefault(d.channel, []).append(d.key)
-            _insert_events(conn, sql, by_channel, type="selected", state="selected", at=now)
             if enqueue:
+                # Born enqueued: one transition, one event (selected_at and enqueued_at
+                # both say when).
                 _insert_events(conn, sql, by_channel, type="enqueued", state="enqueued", at=now)
                 for d in fresh:
                     rows_by_queue.setdefault(d.channel, []).append(
                         (d.key, message_body(d.key), d.due_at - now))
                 for queue, rows in rows_by_queue.items():
                     insert_messages(conn, sql, queue, rows, now=now)
+            else:
+                _insert_events(conn, sql, by_channel, type="selected", state="selected", at=now)
             if progress is not None:
                 cursor = conn.execute(sql["occurrence_progress"], {
                     "id": progress.occurrence, "high_water": progress.high_water,
