@@ -111,7 +111,7 @@ class GeneratorAudience:
         assert self._iterator is not None
         try:
             recipient = next(self._iterator)
-            _check_recipient(recipient, self.describe())
+            _check_recipient(recipient, self.describe)
         except StopIteration:
             self._exhausted = True
             return None
@@ -154,7 +154,7 @@ class KeysetAudience:
         recipients = list(itertools.islice(self._fn(after, limit), limit))
         previous = after
         for recipient in recipients:
-            _check_recipient(recipient, self.describe())
+            _check_recipient(recipient, self.describe)
             if previous is not None and recipient.id <= previous:
                 raise ConfigurationError(
                     "audience",
@@ -382,13 +382,15 @@ def _check_limit(limit: int) -> None:
         raise InvalidInput("limit", f"must be a positive integer, got {limit!r}")
 
 
-def _check_recipient(recipient: object, source: str) -> None:
+def _check_recipient(recipient: object, source: Callable[[], str]) -> None:
+    """Refuse what is not a Recipient with a string id; ``source`` names the audience
+    (called only on error: this runs once per member)."""
     if not isinstance(recipient, Recipient):
         raise ConfigurationError(
-            "audience", f"{source} produced {type(recipient).__name__}, expected Recipient")
+            "audience", f"{source()} produced {type(recipient).__name__}, expected Recipient")
     if not isinstance(recipient.id, str) or not recipient.id:
         raise ConfigurationError(
-            "audience", f"{source} produced recipient id {recipient.id!r}; ids are non-empty "
+            "audience", f"{source()} produced recipient id {recipient.id!r}; ids are non-empty "
                         "strings")
 
 

@@ -8,13 +8,14 @@ after a crash or not — resumes exactly where the last committed page ended.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from tidings.campaign import Campaign
 from tidings.errors import InvalidInput
-from tidings.model import IntentDraft, campaign_key_maker, encode_data
+from tidings.model import IntentDraft, Recipient, campaign_key_maker, encode_data
 from tidings.relay import RelayConfig, publish, relay_pass
 from tidings.schedule import OccurrenceTime
 from tidings.stores.base import Occurrence, OccurrenceProgress, Store, Switch
@@ -143,6 +144,49 @@ class Scheduler:
                 return result
             result.more = False
 
+    @staticmethod
+    def _drafts(members: Sequence[Recipient], campaign: Campaign, occurrence: str,
+                due: OccurrenceTime, key_of: Sequence[tuple[str, Callable[[str], str]]],
+                template: str, expires_at: float | None) -> tuple[list[IntentDraft], int]:
+        """One intent per active member and channel; members without an address for a
+        channel (and inactive ones) are counted as skipped."""
+        drafts: list[IntentDraft] = []
+        skipped = 0
+        for member in members:
+            if not member.active:
+                skipped += 1
+                continue
+            data = (encode_data(member.data, f"audience[{member.id}].data")
+                    if member.data else "{}")
+            for channel, key in key_of:
+                address = member.address(channel)
+                if not address:
+                    skipped += 1
+                    continue
+                drafts.append(IntentDraft(
+                    key=key(member.id), channel=channel, recipient_id=member.id,
+                    address=address, template=template, data=data, due_at=due.logical_at,
+                    expires_at=expires_at, campaign=campaign.name, occurrence=occurrence,
+                ))
+        return drafts, skipped
+
+    async def _write(self, drafts: list[IntentDraft], progress: OccurrenceProgress, now: float,
+                     result: PassResult) -> None:
+        """Write one page's intents and move the high-water mark in one transaction."""
+        fused = self.config.enqueue_in_store
+        new_keys = await self.store.intent_admit(
+            drafts, now=now, enqueue=fused, progress=progress,
+            publish_lease_until=None if fused else now + self.config.relay.lease_s)
+        result.members += progress.members
+        result.skipped += progress.skipped
+        result.admitted += len(new_keys)
+        if new_keys and not fused:
+            fresh = set(new_keys)
+            await publish(self.transport, ((d.key, d.channel, d.due_at)
+                                           for d in drafts if d.key in fresh), now=now)
+            await self.store.intent_mark_enqueued(new_keys, now=now)
+        result.published += len(new_keys)
+
     async def _skip(self, campaign: Campaign, due: OccurrenceTime, now: float,
                     reason: str) -> None:
         occ = await self.store.occurrence_open(
@@ -171,47 +215,34 @@ class Scheduler:
         key_of = [(channel, campaign_key_maker(campaign.name, due.logical_date, channel,
                                                campaign.version))
                   for channel in campaign.channels]
-        fused = self.config.enqueue_in_store
-        for _ in range(self.config.max_pages):
-            members = await campaign.audience.page(high_water, self.config.page_size)
-            if not members:
-                await self.store.occurrence_finish(occ.id, now=now)
-                return
-            drafts: list[IntentDraft] = []
-            skipped = 0
-            for member in members:
-                if not member.active:
-                    skipped += 1
-                    continue
-                data = (encode_data(member.data, f"audience[{member.id}].data")
-                        if member.data else "{}")
-                for channel, key in key_of:
-                    address = member.address(channel)
-                    if not address:
-                        skipped += 1
-                        continue
-                    drafts.append(IntentDraft(
-                        key=key(member.id), channel=channel, recipient_id=member.id,
-                        address=address, template=template, data=data,
-                        due_at=due.logical_at, expires_at=expires_at,
-                        campaign=campaign.name, occurrence=occ.id,
-                    ))
-            high_water = members[-1].id
-            new_keys = await self.store.intent_admit(
-                drafts, now=now, enqueue=fused,
-                publish_lease_until=None if fused else now + self.config.relay.lease_s,
-                progress=OccurrenceProgress(occurrence=occ.id, high_water=high_water,
-                                            members=len(members), skipped=skipped))
-            result.members += len(members)
-            result.skipped += skipped
-            result.admitted += len(new_keys)
-            if new_keys and not fused:
-                fresh = set(new_keys)
-                await publish(self.transport, ((d.key, d.channel, d.due_at)
-                                               for d in drafts if d.key in fresh), now=now)
-                await self.store.intent_mark_enqueued(new_keys, now=now)
-            result.published += len(new_keys)
-            if len(members) < self.config.page_size:
-                await self.store.occurrence_finish(occ.id, now=now)
-                return
+        # Page k+1 is read and drafted while page k is written: the SQLite thread and
+        # the event loop work side by side instead of taking turns.
+        writing: asyncio.Task[None] | None = None
+        try:
+            for _ in range(self.config.max_pages):
+                members = await campaign.audience.page(high_water, self.config.page_size)
+                drafts, skipped = self._drafts(members, campaign, occ.id, due, key_of, template,
+                                               expires_at)
+                if writing is not None:
+                    await writing
+                    writing = None
+                if not members:
+                    await self.store.occurrence_finish(occ.id, now=now)
+                    return
+                high_water = members[-1].id
+                progress = OccurrenceProgress(occurrence=occ.id, high_water=high_water,
+                                              members=len(members), skipped=skipped)
+                writing = asyncio.create_task(self._write(drafts, progress, now, result))
+                if len(members) < self.config.page_size:
+                    await writing
+                    writing = None
+                    await self.store.occurrence_finish(occ.id, now=now)
+                    return
+            if writing is not None:
+                await writing
+                writing = None
+        finally:
+            if writing is not None:
+                # Never leave a page's write behind: let it land before the error spreads.
+                await asyncio.gather(writing, return_exceptions=True)
         result.more = True

@@ -175,6 +175,7 @@ class Worker:
         while self._sends:
             await asyncio.gather(*list(self._sends), return_exceptions=True)
         await self.flush()
+        await self.pacer.flush()  # hand finished slots back for other processes now
 
     # ------------------------------------------------------------------ intake
 

@@ -71,15 +71,27 @@ class SqliteDatabase:
     # ---------------------------------------------------------------- thread side
 
     def _open(self) -> None:
-        try:
-            conn = sqlite3.connect(
-                self.path, check_same_thread=False, isolation_level=None, cached_statements=256
-            )
-            conn.executescript(self.sql["connect"])
-        except BaseException as exc:  # kept and re-raised on the first call
-            self._open_error = exc
+        for attempt in range(LOCKED_RETRIES * 4 + 1):
+            try:
+                conn = sqlite3.connect(
+                    self.path, check_same_thread=False, isolation_level=None,
+                    cached_statements=256,
+                )
+                conn.executescript(self.sql["connect"])
+            except sqlite3.Error as exc:
+                # Switching a new file to WAL needs a moment alone with it: when several
+                # processes open a fresh database at once, SQLite may answer "locked"
+                # without waiting on the busy timeout.
+                if _is_locked(exc) and attempt < LOCKED_RETRIES * 4:
+                    time.sleep(random.uniform(0.01, 0.05 * 2 ** min(attempt, 5)))
+                    continue
+                self._open_error = exc
+                return
+            except BaseException as exc:  # kept and re-raised on the first call
+                self._open_error = exc
+                return
+            self._conn = conn
             return
-        self._conn = conn
 
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None:

@@ -1,0 +1,119 @@
+"""A channel worker process that dies at a chosen point of its batch.
+
+Used by ``test_crash_points.py``. It builds the runtime the way the CLI does
+(``build_runtime`` from settings: the SQLite file and the sandbox over HTTP), then
+wraps the store and the provider in small proxies that end the process with
+``os._exit(137)`` (as a SIGKILL would: no cleanup, no flush, no ack) at one point:
+
+- ``after_claim``  ``intent_claim_many`` returned leases; nothing was sent;
+- ``after_send``   the first request left ``--exit-after-ms`` ago; no reply has come yet
+                   (run the sandbox with a latency longer than that);
+- ``after_reply``  the first ``provider.send`` returned; nothing was committed;
+- ``after_commit`` ``intent_apply_many`` committed outcomes; nothing was acked.
+
+Exit status 137 means it died where asked; anything else is a failure of the test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from tidings.model import Outcome, SendRequest
+from tidings.runtime import build_runtime
+from tidings.settings import Settings
+from tidings.states import State
+from tidings.stores.base import Change, Claim, ClaimKind
+
+POINTS = ("after_claim", "after_send", "after_reply", "after_commit")
+DIED = 137
+
+
+def die() -> None:
+    os._exit(DIED)
+
+
+class Proxy:
+    """Delegates everything to ``inner``; subclasses cut in where the crash happens."""
+
+    def __init__(self, inner: Any, point: str) -> None:
+        self.inner = inner
+        self.point = point
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+class CrashingStore(Proxy):
+    async def intent_claim_many(self, keys: Sequence[str], **kw: Any) -> list[Claim]:
+        claims: list[Claim] = await self.inner.intent_claim_many(keys, **kw)
+        if self.point == "after_claim" and any(c.kind is ClaimKind.CLAIMED for c in claims):
+            die()
+        return claims
+
+    async def intent_apply_many(self, changes: Sequence[Change], *, now: float) -> list[str]:
+        applied: list[str] = await self.inner.intent_apply_many(changes, now=now)
+        if self.point == "after_commit" and any(
+            c.key in applied and c.from_state is State.CLAIMED for c in changes
+        ):
+            die()
+        return applied
+
+
+class CrashingProvider(Proxy):
+    def __init__(self, inner: Any, point: str, exit_after_s: float) -> None:
+        super().__init__(inner, point)
+        self.name = inner.name
+        self.supports_lookup = inner.supports_lookup
+        self.exit_after_s = exit_after_s
+        self.armed = False
+
+    async def send(self, request: SendRequest) -> Outcome:
+        if self.point == "after_send" and not self.armed:
+            self.armed = True
+            asyncio.get_running_loop().call_later(self.exit_after_s, die)
+        outcome: Outcome = await self.inner.send(request)
+        if self.point == "after_reply":
+            die()
+        return outcome
+
+
+async def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--db", required=True, help="the SQLite file")
+    parser.add_argument("--url", required=True, help="the sandbox server's base URL")
+    parser.add_argument("--crash-at", required=True, choices=POINTS)
+    parser.add_argument("--lease-s", type=float, default=1.0)
+    parser.add_argument("--visibility-s", type=float, default=1.5)
+    parser.add_argument("--exit-after-ms", type=float, default=50.0)
+    parser.add_argument("--give-up-s", type=float, default=10.0)
+    args = parser.parse_args(argv)
+
+    settings = Settings.parse({
+        "store": f"sqlite:///{args.db}",
+        "channels": {"email": {"provider": {"kind": "sandbox", "url": args.url}}},
+        "worker": {"lease_s": args.lease_s, "visibility_s": args.visibility_s},
+    })
+    rt = await build_runtime(settings, migrate=False)
+    rt.store = CrashingStore(rt.store, args.crash_at)
+    rt.providers["email"] = CrashingProvider(rt.providers["email"], args.crash_at,
+                                             args.exit_after_ms / 1000.0)
+    worker = rt.worker("email", f"crash-worker-{os.getpid()}")
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + args.give_up_s
+    try:
+        while loop.time() < deadline:
+            if not await worker.run_once():
+                await asyncio.sleep(0.05)
+    finally:
+        await rt.close()
+    print(f"did not reach {args.crash_at} within {args.give_up_s} s", file=sys.stderr)
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))
