@@ -339,31 +339,52 @@ class Worker:
     # ------------------------------------------------------------------ committing
 
     async def _commit_loop(self) -> None:
+        failures = 0
         while True:
             await self._wake.wait()
             if len(self._outcomes) < self.config.commit_batch:
                 # Gather a few more outcomes: one transaction for many, not one each.
                 await self.clock.sleep(self.config.commit_linger_s)
             self._wake.clear()
-            await self.flush()
+            try:
+                await self.flush()
+                failures = 0
+            except Exception:
+                # The outcomes stay queued (see flush) and are committed on a later try;
+                # meanwhile nothing is acked, so nothing is lost.
+                failures += 1
+                log.exception("commit failed (%d in a row); retrying", failures)
+                self._wake.set()
+                await self.clock.sleep(min(5.0, 0.1 * 2 ** failures))
 
     async def flush(self) -> None:
         """Commit queued outcomes in one transaction, then ack, nack or dead-letter."""
         async with self._flush_lock:
             outcomes, self._outcomes = self._outcomes, []
             if outcomes:
-                await self._record(outcomes)
+                try:
+                    await self._record(outcomes)
+                except BaseException:
+                    self._outcomes[:0] = outcomes  # kept for the next try
+                    raise
             acks, self._acks = self._acks, []
             nacks, self._nacks = self._nacks, []
             dead, self._dead = self._dead, []
             now = self.clock.now()
-            if acks:
-                await self.transport.ack(self.channel, acks)
-            if nacks:
-                await self.transport.nack(self.channel, nacks, now=now)
-            if dead:
-                await self.transport.dead_letter(self.channel, dead, now=now)
-            if outcomes or acks or nacks or dead:
+            try:
+                if acks:
+                    await self.transport.ack(self.channel, acks)
+                    acks = []
+                if nacks:
+                    await self.transport.nack(self.channel, nacks, now=now)
+                    nacks = []
+                if dead:
+                    await self.transport.dead_letter(self.channel, dead, now=now)
+                    dead = []
+            finally:
+                # What did not go through is tried again with the next flush.
+                self._acks[:0], self._nacks[:0], self._dead[:0] = acks, nacks, dead
+            if outcomes:
                 self._room.set()
 
     async def _record(self, outcomes: list[tuple[Change, Received]]) -> None:
@@ -399,7 +420,11 @@ class Worker:
         """Keep leases and message visibility alive while slow sends are in flight."""
         while True:
             await self.clock.sleep(self.config.lease_s / 3)
-            await self.renew()
+            try:
+                await self.renew()
+            except Exception:
+                # A missed renewal is survivable: sends check their lease before starting.
+                log.exception("lease renewal failed; retrying next round")
 
     async def renew(self) -> None:
         """Extend every held lease; a lost one reads as expired so its send never starts."""

@@ -21,7 +21,7 @@ import pytest
 
 from tidings.audience import GeneratorAudience
 from tidings.campaign import Campaign
-from tidings.errors import ConfigurationError, InvalidInput
+from tidings.errors import ConfigurationError, InvalidInput, StoreError
 from tidings.intake import NotifyRequest
 from tidings.model import (
     MAX_PAYLOAD_BYTES,
@@ -790,3 +790,40 @@ async def test_an_intent_whose_only_message_is_poison_is_not_lost(h: Harness) ->
     assert (await h.intent(key)).state is State.ACCEPTED
     stats = h.stats()
     assert (stats["requests"], stats["accepted_keys"], stats["keys_accepted_twice"]) == (1, 1, 0)
+
+
+class CommitFailsOnce:
+    """A store whose first outcome commit fails (briefly locked); all else passes through."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.calls = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def intent_apply_many(self, changes: Any, *, now: float) -> list[str]:
+        self.calls += 1
+        if self.calls == 1:
+            raise StoreError("database is locked")
+        result: list[str] = await self.inner.intent_apply_many(changes, now=now)
+        return result
+
+
+async def test_a_failed_outcome_commit_is_kept_and_retried_not_lost(h: Harness) -> None:
+    # given a sent message whose outcome commit fails once (the store is briefly locked)
+    key = await h.notify("ship-9:c9")
+    worker = h.worker("w1")
+    worker.store = CommitFailsOnce(worker.store)  # type: ignore[assignment]
+
+    # when the worker handles it, the commit fails, and nothing is acked
+    with pytest.raises(StoreError):
+        await h.run_once(worker)
+    assert await h.queue_total() == 1
+
+    # then the kept outcome is committed by the next flush: one send, accepted, acked
+    await worker.flush()
+    assert (await h.intent(key)).state is State.ACCEPTED
+    assert await h.queue_total() == 0
+    stats = h.stats()
+    assert (stats["requests"], stats["accepted_keys"]) == (1, 1)
