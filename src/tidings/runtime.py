@@ -47,9 +47,22 @@ async def open_store(url: str) -> tuple[Store, Transport]:
 
         db = SqliteDatabase.from_url(url)
         return SqliteStore(db), SqlTransport(db)
+    if url.startswith(("postgresql:", "postgres:")):
+        # Imported here: psycopg is the optional extra "postgres".
+        try:
+            from tidings.stores.postgres import PostgresStore
+            from tidings.stores.postgres_db import PostgresDatabase
+            from tidings.transports.pg import PgTransport
+        except ImportError as exc:
+            raise ConfigurationError("store", "PostgreSQL needs the extra: "
+                                     "pip install 'tidings[postgres]'") from exc
+
+        pg = PostgresDatabase.from_url(url)  # ConfigurationError naming the URL sans password
+        await pg.open()  # StoreError at once if the server cannot be reached
+        return PostgresStore(pg), PgTransport(pg)
     scheme = url.split(":", 1)[0] if ":" in url else url
     raise ConfigurationError("store", f"unsupported store URL scheme {scheme!r}; "
-                             "use sqlite:///path/to/tidings.db")
+                             "use sqlite:///path/to/tidings.db or postgresql://user@host/db")
 
 
 def build_provider(channel: str, spec: ChannelSettings, clock: Clock) -> Provider:

@@ -1,0 +1,510 @@
+"""The PostgreSQL store: many processes on many machines share one database.
+
+Same semantics as the SQLite store, method for method (the Store conformance suite
+runs unchanged on both); what differs is how concurrency is made safe. SQLite
+serializes every writer; here each transaction locks only the rows it decides about:
+
+- admission is one ``INSERT … SELECT FROM unnest(…) ON CONFLICT DO NOTHING RETURNING
+  key`` per page, so the keys returned are exactly those this transaction inserted,
+  even when two schedulers admit the same page at once;
+- claims read their rows ``FOR UPDATE`` in key order (no deadlock between claimers of
+  overlapping pages), decide in Python, and write with one guarded ``UPDATE``;
+- the outbox relay takes due intents ``FOR UPDATE SKIP LOCKED``;
+- ``pacer_transact`` locks the channel's pacer row (``SELECT … FOR UPDATE``), so one
+  pacing budget per channel holds across machines.
+
+The SQL lives in ``stores/sql/postgresql/*.sql``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any, TypeVar
+
+from tidings.errors import StoreError
+from tidings.model import Event, Intent, IntentDraft, message_body
+from tidings.states import CLAIMABLE, DONE, State, check
+from tidings.stores.base import (
+    Change,
+    Claim,
+    ClaimKind,
+    Occurrence,
+    OccurrenceProgress,
+    PublishItem,
+    Switch,
+)
+from tidings.stores.postgres_db import Conn, PostgresDatabase, insert_messages
+from tidings.stores.sqlite import _change_params as _sqlite_change_params
+from tidings.stores.sqlite import _event_row, _intent, _occurrence, _switch
+
+T = TypeVar("T")
+
+#: Drafts per admission statement: bounds the arrays bound at once.
+_ADMIT_CHUNK = 5000
+_FLAGS = ("leaves_claimed", "terminal", "reopens", "reset_failures")
+
+
+def _change_params(change: Change, now: float) -> dict[str, Any]:
+    """``intent_apply`` parameters: the SQLite store's, with its 0/1 flags as booleans."""
+    params = _sqlite_change_params(change, now)
+    for flag in _FLAGS:
+        params[flag] = bool(params[flag])
+    return params
+
+
+async def _insert_events(conn: Conn, sql: Mapping[str, str], events: Sequence[Any]) -> None:
+    if events:
+        async with conn.cursor() as cur:
+            await cur.executemany(sql["event_insert"], events)
+
+
+class PostgresStore:
+    """The ``Store`` port on one PostgreSQL database (see ``PostgresDatabase``)."""
+
+    def __init__(self, db: PostgresDatabase) -> None:
+        self.db = db
+        self.url = db.url
+        self._sql: Mapping[str, str] = db.sql
+        db.retain()
+
+    @classmethod
+    async def open(cls, url: str) -> PostgresStore:
+        """A store on its own connection pool, from ``postgresql://…``."""
+        db = PostgresDatabase.from_url(url)
+        await db.open()
+        return cls(db)
+
+    # ---------------------------------------------------------------- lifecycle
+
+    async def migrate(self) -> list[int]:
+        """Apply pending migrations; return the versions applied now."""
+        return await self.db.migrate()
+
+    async def schema_version(self) -> int:
+        return await self.db.schema_version()
+
+    async def check_schema(self) -> None:
+        """Raise SchemaOutOfDate when migrations are pending."""
+        await self.db.check_schema()
+
+    async def close(self) -> None:
+        """Release the database; it closes when no other adapter still uses it."""
+        await self.db.release()
+
+    # ---------------------------------------------------------------- admission and relay
+
+    async def intent_admit(
+        self,
+        drafts: Sequence[IntentDraft],
+        *,
+        now: float,
+        publish_lease_until: float | None = None,
+        progress: OccurrenceProgress | None = None,
+        enqueue: bool = False,
+    ) -> list[str]:
+        """Insert intents as ``selected`` (existing keys untouched); return the new keys.
+
+        With ``enqueue`` the new intents' messages go into this database's queue in the
+        same transaction and the intents are born ``enqueued``.
+        """
+        if not drafts and progress is None:
+            return []
+        sql = self._sql
+        insert = sql["intent_insert_many_enqueued" if enqueue else "intent_insert_many"]
+        seen: set[str] = set()
+        unique: list[IntentDraft] = []
+        for d in drafts:  # keeps the first of a key drafted twice
+            if d.key not in seen:
+                seen.add(d.key)
+                unique.append(d)
+
+        async def fn(conn: Conn) -> list[str]:
+            inserted: set[str] = set()
+            for start in range(0, len(unique), _ADMIT_CHUNK):
+                chunk = unique[start:start + _ADMIT_CHUNK]
+                cur = await conn.execute(insert, {
+                    "now": now, "lease_until": publish_lease_until,
+                    "keys": [d.key for d in chunk],
+                    "channels": [d.channel for d in chunk],
+                    "recipients": [d.recipient_id for d in chunk],
+                    "addresses": [d.address for d in chunk],
+                    "templates": [d.template for d in chunk],
+                    "datas": [d.data for d in chunk],
+                    "campaigns": [d.campaign for d in chunk],
+                    "occurrences": [d.occurrence for d in chunk],
+                    "due": [d.due_at for d in chunk],
+                    "expires": [d.expires_at for d in chunk],
+                })
+                inserted.update(row[0] for row in await cur.fetchall())
+            fresh = [d for d in unique if d.key in inserted]
+            by_channel: dict[str, list[str]] = {}
+            for d in fresh:
+                by_channel.setdefault(d.channel, []).append(d.key)
+            event = "enqueued" if enqueue else "selected"
+            for channel, keys in by_channel.items():
+                await conn.execute(sql["event_insert_keys"], {
+                    "keys": keys, "channel": channel, "type": event, "at": now,
+                    "state": event, "attempt": 0,
+                })
+            if enqueue:
+                rows_by_queue: dict[str, list[tuple[str, str, float]]] = {}
+                for d in fresh:
+                    rows_by_queue.setdefault(d.channel, []).append(
+                        (d.key, message_body(d.key), d.due_at - now))
+                for queue, rows in rows_by_queue.items():
+                    await insert_messages(conn, sql, queue, rows, now=now)
+            if progress is not None:
+                cur = await conn.execute(sql["occurrence_progress"], {
+                    "id": progress.occurrence, "high_water": progress.high_water,
+                    "members": progress.members, "admitted": len(fresh),
+                    "skipped": progress.skipped,
+                })
+                if cur.rowcount != 1:
+                    raise StoreError(f"occurrence {progress.occurrence!r} does not exist")
+            return [d.key for d in fresh]
+
+        return await self.db.write(fn)
+
+    async def intent_claim_publish(
+        self, *, now: float, horizon_s: float, lease_s: float, limit: int
+    ) -> list[PublishItem]:
+        """Lease due ``selected`` intents for publishing, oldest due first."""
+        params = {"now": now, "due_by": now + horizon_s, "lease_until": now + lease_s,
+                  "limit": limit}
+
+        async def fn(conn: Conn) -> list[tuple[Any, ...]]:
+            cur = await conn.execute(self._sql["intent_claim_publish"], params)
+            return await cur.fetchall()
+
+        rows = await self.db.write(fn)
+        rows.sort(key=lambda r: (r[2], r[0]))
+        return [PublishItem(key=k, channel=c, due_at=float(d), state=State(s))
+                for k, c, d, s in rows]
+
+    async def intent_mark_enqueued(self, keys: Sequence[str], *, now: float) -> int:
+        """``selected``/``retryable`` -> ``enqueued`` with an event; returns the count."""
+        if not keys:
+            return 0
+        params = {"keys": list(dict.fromkeys(keys)), "now": now}
+
+        async def fn(conn: Conn) -> int:
+            cur = await conn.execute(self._sql["intent_mark_enqueued"], params)
+            return cur.rowcount
+
+        return await self.db.write(fn)
+
+    # ---------------------------------------------------------------- the worker's hot path
+
+    async def intent_claim_many(
+        self,
+        keys: Sequence[str],
+        *,
+        owner: str,
+        lease_s: float,
+        now: float,
+        message_ids: Sequence[str] | None = None,
+    ) -> list[Claim]:
+        """Claim each key with a lease; one Claim per key, in order."""
+        if message_ids is not None and len(message_ids) != len(keys):
+            raise ValueError("message_ids must pair one to one with keys")
+        if not keys:
+            return []
+        sql = self._sql
+        lease_expires_at = now + lease_s
+        unique_keys = list(dict.fromkeys(keys))
+
+        async def fn(conn: Conn) -> list[Claim]:
+            cur = await conn.execute(sql["intent_claim_read"], {"keys": unique_keys})
+            current = {row[0]: row for row in await cur.fetchall()}
+            claimed_now: dict[str, Claim] = {}
+            to_claim: list[tuple[str, str, int]] = []
+            events: list[Any] = []
+            claims: list[Claim] = []
+            for i, key in enumerate(keys):
+                message_id = message_ids[i] if message_ids is not None else None
+                row = current.get(key)
+                if key in claimed_now:
+                    claims.append(Claim(key=key, kind=ClaimKind.BUSY, state=State.CLAIMED,
+                                        retry_at=lease_expires_at))
+                    continue
+                if row is None:
+                    claims.append(Claim(key=key, kind=ClaimKind.MISSING))
+                    continue
+                state = State(row[8])
+                if state in CLAIMABLE and not (
+                    state is State.RETRYABLE and row[22] is not None and row[22] > now
+                ):
+                    intent = replace(
+                        _intent(row), state=State.CLAIMED, lease_owner=owner,
+                        lease_token=row[20] + 1, lease_expires_at=lease_expires_at,
+                        attempts=row[17] + 1, updated_at=now,
+                    )
+                    to_claim.append((key, state.value, row[20]))
+                    events.append((key, row[1], "claimed", now, "claimed", intent.attempts,
+                                   owner, message_id, None, None))
+                    claim = Claim(key=key, kind=ClaimKind.CLAIMED, intent=intent,
+                                  token=intent.lease_token, state=State.CLAIMED)
+                    claimed_now[key] = claim
+                elif state in DONE:
+                    seen = ("discarded" if state in (State.CANCELLED, State.EXPIRED)
+                            else "duplicate_observed")
+                    events.append((key, row[1], seen, now, state.value,
+                                   row[17], owner, message_id, None, None))
+                    claim = Claim(key=key, kind=ClaimKind.DONE, state=state)
+                elif state is State.UNCERTAIN:
+                    claim = Claim(key=key, kind=ClaimKind.HELD, state=state)
+                elif state is State.CLAIMED:
+                    claim = Claim(key=key, kind=ClaimKind.BUSY, state=state, retry_at=row[21])
+                else:  # retryable, not yet due
+                    claim = Claim(key=key, kind=ClaimKind.NOT_DUE, state=state,
+                                  retry_at=row[22])
+                claims.append(claim)
+            if to_claim:
+                cur = await conn.execute(sql["intent_claim"], {
+                    "owner": owner, "expires_at": lease_expires_at, "now": now,
+                    "keys": [c[0] for c in to_claim], "states": [c[1] for c in to_claim],
+                    "tokens": [c[2] for c in to_claim],
+                })
+                if cur.rowcount != len(to_claim):
+                    # Impossible while the rows are locked; refuse rather than hand out a
+                    # lease that another writer may also hold.
+                    raise StoreError("claim guard failed under a row lock")
+            await _insert_events(conn, sql, events)
+            return claims
+
+        return await self.db.write(fn)
+
+    async def intent_renew_leases(
+        self, leases: Sequence[tuple[str, int]], *, owner: str, lease_s: float, now: float
+    ) -> list[str]:
+        """Extend live leases held by ``owner``; return the keys whose lease was lost."""
+        if not leases:
+            return []
+        params = {"keys": [k for k, _ in leases], "tokens": [t for _, t in leases],
+                  "owner": owner, "now": now, "expires_at": now + lease_s}
+
+        async def fn(conn: Conn) -> set[str]:
+            cur = await conn.execute(self._sql["intent_renew_leases"], params)
+            return {row[0] for row in await cur.fetchall()}
+
+        renewed = await self.db.write(fn)
+        return list(dict.fromkeys(key for key, _ in leases if key not in renewed))
+
+    async def intent_apply_many(self, changes: Sequence[Change], *, now: float) -> list[str]:
+        """Apply guarded changes in one transaction, in order; return the keys applied."""
+        for change in changes:
+            check(change.from_state, change.to_state)
+        if not changes:
+            return []
+        sql = self._sql
+
+        async def fn(conn: Conn) -> list[str]:
+            applied: list[str] = []
+            events: list[Any] = []
+            for change in changes:
+                cur = await conn.execute(sql["intent_apply"], _change_params(change, now))
+                row = await cur.fetchone()
+                if row is None:
+                    continue
+                channel, attempts = row
+                applied.append(change.key)
+                events.append((
+                    change.key, channel, change.event, now, change.to_state.value, attempts,
+                    change.worker, change.message_id, change.provider_request_id,
+                    change.detail if change.detail is not None else change.reason,
+                ))
+            await _insert_events(conn, sql, events)
+            return applied
+
+        return await self.db.write(fn)
+
+    async def intent_request_cancel(self, key: str, *, now: float, reason: str) -> State | None:
+        """Cancel at once unless claimed (then flag it for the worker); None if unknown."""
+        sql = self._sql
+
+        async def fn(conn: Conn) -> State | None:
+            cur = await conn.execute(sql["intent_cancel_read"], (key,))
+            row = await cur.fetchone()
+            if row is None:
+                return None
+            state, channel, attempts, requested = State(row[0]), row[1], row[2], row[3]
+            if state in CLAIMABLE:
+                change = Change(key=key, from_state=state, to_state=State.CANCELLED,
+                                event="cancelled", reason=reason)
+                await conn.execute(sql["intent_apply"], _change_params(change, now))
+                await conn.execute(sql["event_insert"], (
+                    key, channel, "cancelled", now, "cancelled", attempts, None, None, None,
+                    reason))
+                return State.CANCELLED
+            if state is State.CLAIMED and not requested:
+                await conn.execute(sql["intent_cancel_request"], (now, key))
+                await conn.execute(sql["event_insert"], (
+                    key, channel, "cancel_requested", now, "claimed", attempts, None, None,
+                    None, reason))
+            return state
+
+        return await self.db.write(fn)
+
+    # ---------------------------------------------------------------- reads
+
+    async def _rows(self, query: str, params: Any = None) -> list[tuple[Any, ...]]:
+        async def fn(conn: Conn) -> list[tuple[Any, ...]]:
+            cur = await conn.execute(self._sql[query], params)
+            return await cur.fetchall()
+
+        return await self.db.read(fn)
+
+    async def intent_get(self, key: str) -> Intent | None:
+        rows = await self._rows("intent_get", (key,))
+        return _intent(rows[0]) if rows else None
+
+    async def intent_find(
+        self,
+        *,
+        states: Sequence[State],
+        channel: str | None = None,
+        updated_before: float | None = None,
+        lease_expired_at: float | None = None,
+        limit: int = 1000,
+    ) -> list[Intent]:
+        """Intents in ``states`` narrowed by the filters, in (state, due time) order."""
+        params = {"states": [State(s).value for s in states], "channel": channel,
+                  "updated_before": updated_before, "lease_expired_at": lease_expired_at,
+                  "limit": limit}
+        return [_intent(row) for row in await self._rows("intent_find", params)]
+
+    async def intent_counts(self) -> dict[str, dict[str, int]]:
+        """``{channel: {state: count}}`` over every intent."""
+        return await self._nested_counts("intent_counts")
+
+    async def intent_latencies(self, channel: str) -> list[float]:
+        """Seconds from due to acceptance for every accepted intent of ``channel``."""
+        return [row[0] for row in await self._rows("intent_latencies", (channel,))]
+
+    async def _nested_counts(self, query: str) -> dict[str, dict[str, int]]:
+        counts: dict[str, dict[str, int]] = {}
+        for outer, inner, count in await self._rows(query):
+            counts.setdefault(outer, {})[inner] = count
+        return counts
+
+    # ---------------------------------------------------------------- events
+
+    async def event_append_many(self, events: Sequence[Event]) -> None:
+        if not events:
+            return
+        rows = [_event_row(e) for e in events]
+
+        async def fn(conn: Conn) -> None:
+            await _insert_events(conn, self._sql, rows)
+
+        await self.db.write(fn)
+
+    async def events_for(self, key: str) -> list[Event]:
+        """Every event of ``key``, in the order written."""
+        return [
+            Event(key=r[0], channel=r[1], type=r[2], at=r[3], state=r[4], attempt=r[5],
+                  worker=r[6], message_id=r[7], provider_request_id=r[8], detail=r[9])
+            for r in await self._rows("events_for", (key,))
+        ]
+
+    async def event_counts(self) -> dict[str, dict[str, int]]:
+        """``{channel: {event type: count}}``."""
+        return await self._nested_counts("event_counts")
+
+    # ---------------------------------------------------------------- occurrences
+
+    async def occurrence_open(
+        self, *, id: str, campaign: str, logical_at: float, logical_date: str, kind: str,
+        now: float,
+    ) -> Occurrence:
+        """Return the occurrence, creating it if new; a replay re-opens one not done."""
+        sql = self._sql
+        params = {"id": id, "campaign": campaign, "logical_at": logical_at,
+                  "logical_date": logical_date, "kind": kind, "now": now}
+
+        async def fn(conn: Conn) -> Occurrence:
+            cur = await conn.execute(sql["occurrence_insert"], params)
+            if cur.rowcount == 0:
+                await conn.execute(sql["occurrence_reopen"], {"id": id, "kind": kind})
+            cur = await conn.execute(sql["occurrence_get"], (id,))
+            row = await cur.fetchone()
+            if row is None:  # pragma: no cover - inserted or present in this transaction
+                raise StoreError(f"occurrence {id!r} vanished")
+            return _occurrence(row)
+
+        return await self.db.write(fn)
+
+    async def occurrence_get(self, id: str) -> Occurrence | None:
+        rows = await self._rows("occurrence_get", (id,))
+        return _occurrence(rows[0]) if rows else None
+
+    async def occurrence_finish(self, id: str, *, now: float, status: str = "done",
+                                reason: str | None = None) -> None:
+        """Close an occurrence with ``status`` (done or skipped); unknown ids raise."""
+        params = {"id": id, "now": now, "status": status, "reason": reason}
+
+        async def fn(conn: Conn) -> None:
+            cur = await conn.execute(self._sql["occurrence_finish"], params)
+            if cur.rowcount != 1:
+                raise StoreError(f"occurrence {id!r} does not exist")
+
+        await self.db.write(fn)
+
+    async def occurrence_list(self, campaign: str | None = None) -> list[Occurrence]:
+        return [_occurrence(row)
+                for row in await self._rows("occurrence_list", {"campaign": campaign})]
+
+    # ---------------------------------------------------------------- admission switches
+
+    async def switch_set(
+        self, *, scope: str, name: str, paused: bool, now: float, reason: str | None = None
+    ) -> Switch:
+        params = {"scope": scope, "name": name, "paused": paused, "now": now,
+                  "reason": reason}
+
+        async def fn(conn: Conn) -> Switch:
+            cur = await conn.execute(self._sql["switch_upsert"], params)
+            row = await cur.fetchone()
+            assert row is not None  # an upsert with RETURNING returns its row
+            return _switch(row)
+
+        return await self.db.write(fn)
+
+    async def switch_all(self) -> list[Switch]:
+        return [_switch(row) for row in await self._rows("switch_all")]
+
+    # ---------------------------------------------------------------- pacer state
+
+    async def pacer_transact(
+        self, channel: str, fn: Callable[[dict[str, Any] | None], tuple[dict[str, Any], T]]
+    ) -> T:
+        """Read, transform with ``fn`` and write the channel's pacer state atomically.
+
+        The row is locked (``SELECT … FOR UPDATE``) from the read to the commit, so
+        every process on every machine sees one sequence of states. ``fn`` runs again
+        if the transaction is retried, which is why it must be pure.
+        """
+        sql = self._sql
+
+        async def transact(conn: Conn) -> T:
+            cur = await conn.execute(sql["pacer_lock"], (channel,))
+            row = await cur.fetchone()
+            if row is None:  # a new channel: create the row, then lock it
+                await conn.execute(sql["pacer_ensure"], (channel,))
+                cur = await conn.execute(sql["pacer_lock"], (channel,))
+                row = await cur.fetchone()
+            current = None if row is None or row[0] is None else json.loads(row[0])
+            new_state, result = fn(current)
+            await conn.execute(sql["pacer_write"], (json.dumps(new_state), channel))
+            return result
+
+        return await self.db.write(transact)
+
+    async def pacer_read(self, channel: str) -> dict[str, Any] | None:
+        rows = await self._rows("pacer_read", (channel,))
+        if not rows or rows[0][0] is None:
+            return None
+        state: dict[str, Any] = json.loads(rows[0][0])
+        return state

@@ -1,0 +1,270 @@
+"""One PostgreSQL database, shared by the PostgreSQL store and the PostgreSQL transport.
+
+A ``PostgresDatabase`` owns one ``psycopg_pool.AsyncConnectionPool`` of autocommit
+connections; ``write`` and ``read`` borrow one connection for one explicit
+transaction (``READ COMMITTED``). Correctness under any number of processes on any
+number of machines comes from row locks taken by the queries themselves
+(``SELECT … FOR UPDATE`` on the rows a transaction decides about,
+``FOR UPDATE SKIP LOCKED`` where concurrent takers should split the work), and from
+``INSERT … ON CONFLICT DO NOTHING`` for idempotent inserts. A transaction that
+PostgreSQL aborts as a serialization failure or a deadlock is retried whole, with a
+short jittered backoff; every other database error surfaces as ``StoreError`` naming
+the URL without its password.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg.conninfo import conninfo_to_dict
+from psycopg.rows import TupleRow
+from psycopg_pool import AsyncConnectionPool
+
+from tidings.clock import SystemClock
+from tidings.errors import ConfigurationError, SchemaOutOfDate, StoreError
+from tidings.stores import queries
+
+T = TypeVar("T")
+Conn = psycopg.AsyncConnection[TupleRow]
+
+URL_SCHEMES = ("postgresql://", "postgres://")
+DIALECT = "postgresql"
+#: Whole-transaction retries after a serialization failure or a deadlock.
+CONFLICT_RETRIES = 6
+#: Seconds to wait for the server when opening (per connection attempt).
+CONNECT_TIMEOUT_S = 5.0
+#: Seconds a caller waits for a free pooled connection before StoreError.
+POOL_TIMEOUT_S = 30.0
+_CONFLICTS = (pg_errors.SerializationFailure, pg_errors.DeadlockDetected)
+
+
+def redact(url: str) -> str:
+    """``url`` with its password (if any) replaced by ``***``: safe for errors and logs."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        host = parts.hostname or ""
+        if ":" in host:  # an IPv6 literal
+            host = f"[{host}]"
+        netloc = f"{parts.username or ''}:***@{host}"
+        if parts.port is not None:
+            netloc += f":{parts.port}"
+        return urlunsplit(parts._replace(netloc=netloc))
+    except ValueError:
+        # Unparseable (e.g. a bad port): keep the user, hide what follows its colon.
+        scheme, sep, rest = url.partition("//")
+        userinfo, at, hostpart = rest.rpartition("@")
+        if not at:
+            return url
+        user, colon, _ = userinfo.partition(":")
+        return f"{scheme}{sep}{user}{':***' if colon else ''}@{hostpart}"
+
+
+class PostgresDatabase:
+    """A pool of connections to one PostgreSQL database (see the module docstring).
+
+    The pool opens on first use (or ``open()``); an unreachable server surfaces as a
+    ``StoreError`` naming the URL without its password.
+    """
+
+    def __init__(self, url: str, *, min_size: int = 1, max_size: int = 8) -> None:
+        self.url = url
+        self.safe_url = redact(url)
+        self.sql = queries.load(DIALECT)
+        self._min_size = min_size
+        self._max_size = max_size
+        self._pool: AsyncConnectionPool[Conn] | None = None
+        self._opening: asyncio.Lock | None = None
+        self._closed = False
+        self._users = 0
+
+    @classmethod
+    def from_url(cls, url: str, *, min_size: int = 1, max_size: int = 8) -> PostgresDatabase:
+        """``postgresql://user[:password]@host[:port]/dbname[?options]`` (or ``postgres://``)."""
+        if not url.startswith(URL_SCHEMES):
+            raise ConfigurationError(
+                "url", f"{redact(url)!r} is not of the form postgresql://user@host:port/dbname")
+        try:
+            urlsplit(url).port  # noqa: B018 - raises ValueError for a port that is no number
+            conninfo_to_dict(url)
+        except (ValueError, psycopg.Error) as exc:
+            raise ConfigurationError("url", f"{redact(url)!r} is not a valid PostgreSQL "
+                                            f"URL: {exc}") from None
+        return cls(url, min_size=min_size, max_size=max_size)
+
+    # ---------------------------------------------------------------- connections
+
+    async def open(self) -> None:
+        """Connect now: raise StoreError at once if the server cannot be reached."""
+        await self._get_pool()
+
+    async def _get_pool(self) -> AsyncConnectionPool[Conn]:
+        if self._closed:
+            raise StoreError(f"{self.safe_url} is closed")
+        if self._pool is not None:
+            return self._pool
+        if self._opening is None:
+            self._opening = asyncio.Lock()
+        async with self._opening:
+            if self._pool is None:
+                self._pool = await self._open_pool()
+        return self._pool
+
+    async def _open_pool(self) -> AsyncConnectionPool[Conn]:
+        # One direct connection first: a refused or unknown server fails in milliseconds
+        # with libpq's own reason, where the pool would retry quietly until its timeout.
+        try:
+            probe = await psycopg.AsyncConnection.connect(
+                self.url, connect_timeout=int(CONNECT_TIMEOUT_S), autocommit=True)
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot connect to {self.safe_url}: "
+                             f"{str(exc).strip() or type(exc).__name__}") from None
+        await probe.close()
+        pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
+            self.url, min_size=self._min_size, max_size=self._max_size, open=False,
+            kwargs={"autocommit": True, "connect_timeout": int(CONNECT_TIMEOUT_S)},
+            timeout=POOL_TIMEOUT_S, name="tidings",
+        )
+        try:
+            await pool.open(wait=True, timeout=CONNECT_TIMEOUT_S * 2)
+        except psycopg.Error as exc:
+            await pool.close()
+            raise StoreError(f"cannot connect to {self.safe_url}: {exc}") from None
+        return pool
+
+    async def transaction(self, fn: Callable[[Conn], Awaitable[T]]) -> T:
+        """Run ``fn(conn)`` in one transaction (COMMIT, or ROLLBACK if it raises).
+
+        A serialization failure or deadlock retries the whole transaction, so ``fn``
+        must be safe to run again. Database errors become ``StoreError``.
+        """
+        pool = await self._get_pool()
+        for attempt in range(CONFLICT_RETRIES + 1):
+            try:
+                async with pool.connection() as conn, conn.transaction():
+                    return await fn(conn)
+            except _CONFLICTS as exc:
+                if attempt < CONFLICT_RETRIES:
+                    await asyncio.sleep(random.uniform(0.0, 0.005 * 2**attempt))
+                    continue
+                raise StoreError(f"{self.safe_url}: {exc}") from exc
+            except psycopg.Error as exc:
+                raise StoreError(f"{self.safe_url}: {exc}") from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def write(self, fn: Callable[[Conn], Awaitable[T]]) -> T:
+        """Run ``fn(conn)`` in a write transaction (see ``transaction``)."""
+        return await self.transaction(fn)
+
+    async def read(self, fn: Callable[[Conn], Awaitable[T]]) -> T:
+        """Run ``fn(conn)`` in a transaction that only reads."""
+        return await self.transaction(fn)
+
+    # ---------------------------------------------------------------- sharing
+
+    def retain(self) -> None:
+        """Count one more adapter using this database (see ``release``)."""
+        self._users += 1
+
+    async def release(self) -> None:
+        """One adapter is done with the database; the last one closes it."""
+        self._users -= 1
+        if self._users <= 0:
+            await self.close()
+
+    async def close(self) -> None:
+        """Close the pool; later calls raise StoreError."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
+
+    # ---------------------------------------------------------------- migrations
+
+    async def migrate(self, *, now: float | None = None) -> list[int]:
+        """Apply pending migrations in order, each in its own transaction.
+
+        Each transaction first takes a transaction-scoped advisory lock, so migrators
+        in several processes or machines take turns and each version is applied once;
+        DDL is transactional, so a failing migration leaves nothing behind. Returns the
+        versions applied by this call.
+        """
+        applied_at = SystemClock().now() if now is None else now
+        sql = self.sql
+        applied: list[int] = []
+        for migration in queries.migrations(DIALECT):
+
+            async def apply(conn: Conn, m: queries.Migration = migration) -> bool:
+                await conn.execute(sql["migrations_lock"])
+                await conn.execute(sql["migrations_create"])
+                cur = await conn.execute(sql["migration_is_applied"], {"version": m.version})
+                if await cur.fetchone() is not None:
+                    return False
+                await conn.execute(m.sql.encode())  # a whole script: no parameters
+                await conn.execute(sql["migration_record"],
+                                   {"version": m.version, "applied_at": applied_at})
+                return True
+
+            if await self.write(apply):
+                applied.append(migration.version)
+        return applied
+
+    async def applied_migrations(self) -> list[int]:
+        """Versions recorded in ``schema_migrations`` (none on an empty database)."""
+        sql = self.sql
+
+        async def fn(conn: Conn) -> list[int]:
+            cur = await conn.execute(sql["migrations_table_exists"])
+            row = await cur.fetchone()
+            if row is None or not row[0]:
+                return []
+            cur = await conn.execute(sql["migrations_applied"])
+            return [int(r[0]) for r in await cur.fetchall()]
+
+        return await self.read(fn)
+
+    async def pending_migrations(self) -> list[int]:
+        """Versions this code knows that the database has not applied."""
+        applied = set(await self.applied_migrations())
+        return [m.version for m in queries.migrations(DIALECT) if m.version not in applied]
+
+    async def schema_version(self) -> int:
+        """The highest applied migration version, 0 for an empty database."""
+        return max(await self.applied_migrations(), default=0)
+
+    async def check_schema(self) -> None:
+        """Raise SchemaOutOfDate naming the pending versions, if any."""
+        pending = await self.pending_migrations()
+        if pending:
+            names = ", ".join(f"{v:04d}" for v in pending)
+            raise SchemaOutOfDate(
+                f"{self.safe_url}: schema is out of date, pending migrations {names}; "
+                "run `tidings db migrate`"
+            )
+
+
+async def insert_messages(conn: Conn, sql: Mapping[str, str], queue: str,
+                          rows: Sequence[tuple[str, str, float]], *, now: float) -> None:
+    """Insert ``(message_id, body, delay_s)`` rows inside the caller's transaction.
+
+    One statement for the whole batch (arrays unnested server-side). The store uses
+    this too, to admit intents and their messages in one transaction.
+    """
+    if not rows:
+        return
+    params: dict[str, Any] = {
+        "queue": queue, "now": now,
+        "message_ids": [r[0] for r in rows],
+        "bodies": [r[1] for r in rows],
+        "available": [now + max(0.0, r[2]) for r in rows],
+    }
+    await conn.execute(sql["message_insert_many"], params)

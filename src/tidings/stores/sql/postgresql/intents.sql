@@ -1,0 +1,171 @@
+-- Intents: admission, the outbox relay, the worker's claims and outcomes, reads.
+-- Every "now" is a parameter; no query reads the clock. Key lists are bound as arrays.
+
+-- name: intent_insert_many
+-- A whole page in one statement: one array per draft column, unnested in draft order.
+-- ON CONFLICT DO NOTHING waits for a concurrent admitter of the same key and then skips
+-- it, so RETURNING is exactly the set of keys this transaction inserted.
+INSERT INTO intents (
+    created_at, updated_at, selected_at, publish_lease_until, state,
+    key, channel, recipient_id, address, template, data, campaign, occurrence,
+    due_at, expires_at
+)
+SELECT %(now)s::float8, %(now)s::float8, %(now)s::float8, %(lease_until)s::float8,
+       'selected', d.*
+FROM unnest(%(keys)s::text[], %(channels)s::text[], %(recipients)s::text[],
+            %(addresses)s::text[], %(templates)s::text[], %(datas)s::text[],
+            %(campaigns)s::text[], %(occurrences)s::text[], %(due)s::float8[],
+            %(expires)s::float8[]) AS d
+ON CONFLICT (key) DO NOTHING
+RETURNING key
+
+-- name: intent_insert_many_enqueued
+-- As intent_insert_many, for intents whose messages go into the embedded queue in the
+-- same transaction: born enqueued (enqueued_at = selected_at = now).
+INSERT INTO intents (
+    created_at, updated_at, selected_at, enqueued_at, state,
+    key, channel, recipient_id, address, template, data, campaign, occurrence,
+    due_at, expires_at
+)
+SELECT %(now)s::float8, %(now)s::float8, %(now)s::float8, %(now)s::float8,
+       'enqueued', d.*
+FROM unnest(%(keys)s::text[], %(channels)s::text[], %(recipients)s::text[],
+            %(addresses)s::text[], %(templates)s::text[], %(datas)s::text[],
+            %(campaigns)s::text[], %(occurrences)s::text[], %(due)s::float8[],
+            %(expires)s::float8[]) AS d
+ON CONFLICT (key) DO NOTHING
+RETURNING key
+
+-- name: intent_claim_publish
+-- SKIP LOCKED: two relays (or schedulers) on two machines take disjoint pages instead
+-- of queueing behind each other's row locks.
+UPDATE intents SET publish_lease_until = %(lease_until)s
+WHERE key IN (
+    SELECT key FROM intents
+    WHERE state = 'selected' AND due_at <= %(due_by)s
+      AND (publish_lease_until IS NULL OR publish_lease_until <= %(now)s)
+    ORDER BY due_at, key
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+RETURNING key, channel, due_at, state
+
+-- name: intent_mark_enqueued
+-- selected/retryable -> enqueued and one enqueued event per intent moved, in one
+-- statement (so no other transaction can slip between the events and the update).
+WITH moved AS (
+    UPDATE intents
+    SET state = 'enqueued', enqueued_at = %(now)s, updated_at = %(now)s,
+        publish_lease_until = NULL
+    WHERE key = ANY(%(keys)s::text[]) AND state IN ('selected', 'retryable')
+    RETURNING key, channel, attempts
+)
+INSERT INTO events (key, channel, type, at, state, attempt)
+SELECT key, channel, 'enqueued', %(now)s, 'enqueued', attempts FROM moved ORDER BY key
+
+-- name: intent_claim_read
+-- The current rows of the keys a worker wants to claim, locked until the claim commits.
+-- Locked in key order, so two claimers of overlapping pages never deadlock; a key another
+-- claimer holds is waited for (its outcome decides CLAIMED vs BUSY), not skipped.
+SELECT key, channel, recipient_id, address, template, data, campaign, occurrence, state,
+       due_at, expires_at, created_at, updated_at, selected_at, enqueued_at, accepted_at,
+       finished_at, attempts, failures, lease_owner, lease_token, lease_expires_at,
+       next_attempt_at, receipt, provider_request_id, disposition, reason, cancel_requested
+FROM intents
+WHERE key = ANY(%(keys)s::text[])
+ORDER BY key
+FOR UPDATE
+
+-- name: intent_claim
+-- Guarded by the state and token read (and locked) in the same transaction.
+UPDATE intents
+SET state = 'claimed', lease_owner = %(owner)s, lease_token = intents.lease_token + 1,
+    lease_expires_at = %(expires_at)s, attempts = intents.attempts + 1,
+    updated_at = %(now)s, publish_lease_until = NULL
+FROM unnest(%(keys)s::text[], %(states)s::text[], %(tokens)s::bigint[])
+     AS c(key, state, token)
+WHERE intents.key = c.key AND intents.state = c.state AND intents.lease_token = c.token
+
+-- name: intent_renew_leases
+UPDATE intents SET lease_expires_at = %(expires_at)s
+FROM unnest(%(keys)s::text[], %(tokens)s::bigint[]) AS lease(key, token)
+WHERE intents.key = lease.key
+  AND intents.lease_token = lease.token
+  AND intents.state = 'claimed'
+  AND intents.lease_owner = %(owner)s
+  AND intents.lease_expires_at > %(now)s
+RETURNING intents.key
+
+-- name: intent_apply
+-- One guarded change; the flags (leaves_claimed, terminal, reopens) are computed from
+-- tidings.states so the field effects of a target state live in one place.
+UPDATE intents SET
+    state               = %(to_state)s::text,
+    updated_at          = %(now)s::float8,
+    enqueued_at         = CASE WHEN %(to_state)s::text = 'enqueued' THEN %(now)s::float8
+                               ELSE enqueued_at END,
+    publish_lease_until = CASE WHEN %(to_state)s::text = 'enqueued' THEN NULL
+                               ELSE publish_lease_until END,
+    accepted_at         = CASE WHEN %(to_state)s::text = 'accepted' THEN %(now)s::float8
+                               ELSE accepted_at END,
+    receipt             = CASE WHEN %(to_state)s::text = 'accepted' THEN %(receipt)s::text
+                               ELSE receipt END,
+    next_attempt_at     = CASE WHEN %(to_state)s::text = 'retryable'
+                               THEN %(next_attempt_at)s::float8 ELSE next_attempt_at END,
+    lease_owner         = CASE WHEN %(leaves_claimed)s::bool THEN NULL ELSE lease_owner END,
+    lease_expires_at    = CASE WHEN %(leaves_claimed)s::bool THEN NULL
+                               ELSE lease_expires_at END,
+    finished_at         = CASE WHEN %(terminal)s::bool THEN %(now)s::float8
+                               WHEN %(reopens)s::bool THEN NULL ELSE finished_at END,
+    disposition         = CASE WHEN %(terminal)s::bool THEN %(to_state)s::text
+                               WHEN %(reopens)s::bool THEN NULL ELSE disposition END,
+    reason              = CASE WHEN %(terminal)s::bool THEN %(reason)s::text ELSE reason END,
+    attempts            = attempts + %(count_attempt)s::int,
+    failures            = CASE WHEN %(reset_failures)s::bool THEN 0
+                               ELSE failures + %(count_failure)s::int END,
+    provider_request_id = coalesce(%(provider_request_id)s::text, provider_request_id)
+WHERE key = %(key)s::text
+  AND state = %(from_state)s::text
+  AND (%(lease_token)s::bigint IS NULL OR lease_token = %(lease_token)s::bigint)
+  AND (%(lease_expired_by)s::float8 IS NULL
+       OR lease_expires_at <= %(lease_expired_by)s::float8)
+RETURNING channel, attempts
+
+-- name: intent_cancel_read
+SELECT state, channel, attempts, cancel_requested FROM intents WHERE key = %s FOR UPDATE
+
+-- name: intent_cancel_request
+-- A claimed intent: the worker sees the request before its send.
+UPDATE intents SET cancel_requested = true, updated_at = %s
+WHERE key = %s AND state = 'claimed'
+
+-- name: intent_get
+SELECT key, channel, recipient_id, address, template, data, campaign, occurrence, state,
+       due_at, expires_at, created_at, updated_at, selected_at, enqueued_at, accepted_at,
+       finished_at, attempts, failures, lease_owner, lease_token, lease_expires_at,
+       next_attempt_at, receipt, provider_request_id, disposition, reason, cancel_requested
+FROM intents
+WHERE key = %s
+
+-- name: intent_find
+-- A NULL filter is off; %(lease_expired_at)s only narrows claimed rows.
+SELECT key, channel, recipient_id, address, template, data, campaign, occurrence, state,
+       due_at, expires_at, created_at, updated_at, selected_at, enqueued_at, accepted_at,
+       finished_at, attempts, failures, lease_owner, lease_token, lease_expires_at,
+       next_attempt_at, receipt, provider_request_id, disposition, reason, cancel_requested
+FROM intents
+WHERE state = ANY(%(states)s::text[])
+  AND (%(channel)s::text IS NULL OR channel = %(channel)s::text)
+  AND (%(updated_before)s::float8 IS NULL OR updated_at < %(updated_before)s::float8)
+  AND (%(lease_expired_at)s::float8 IS NULL OR state <> 'claimed'
+       OR lease_expires_at <= %(lease_expired_at)s::float8)
+ORDER BY state, due_at, updated_at, key
+LIMIT %(limit)s
+
+-- name: intent_counts
+SELECT channel, state, count(*)::int FROM intents GROUP BY channel, state
+
+-- name: intent_latencies
+SELECT accepted_at - due_at FROM intents
+WHERE channel = %s AND accepted_at IS NOT NULL
+ORDER BY accepted_at

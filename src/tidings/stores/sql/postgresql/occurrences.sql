@@ -1,0 +1,49 @@
+-- Campaign occurrences: one row per logical date, advanced page by page.
+
+-- name: occurrence_insert
+-- A new occurrence starts admitting; the pass that opens it is its first.
+INSERT INTO occurrences (id, campaign, logical_at, logical_date, kind, status, passes,
+                         created_at)
+VALUES (%(id)s, %(campaign)s, %(logical_at)s, %(logical_date)s, %(kind)s, 'admitting', 1,
+        %(now)s)
+ON CONFLICT (id) DO NOTHING
+
+-- name: occurrence_reopen
+-- An existing occurrence opened again. A replay re-opens it with kind replay unless it
+-- is done; an opening that leaves it admitting counts one more pass.
+UPDATE occurrences SET
+    passes      = passes + (status = 'admitting'
+                            OR (%(kind)s::text = 'replay' AND status <> 'done'))::int,
+    kind        = CASE WHEN %(kind)s::text = 'replay' AND status <> 'done' THEN 'replay'
+                       ELSE kind END,
+    finished_at = CASE WHEN %(kind)s::text = 'replay' AND status <> 'done' THEN NULL
+                       ELSE finished_at END,
+    reason      = CASE WHEN %(kind)s::text = 'replay' AND status <> 'done' THEN NULL
+                       ELSE reason END,
+    status      = CASE WHEN %(kind)s::text = 'replay' AND status <> 'done' THEN 'admitting'
+                       ELSE status END
+WHERE id = %(id)s
+
+-- name: occurrence_progress
+UPDATE occurrences
+SET high_water = %(high_water)s, members = members + %(members)s,
+    admitted = admitted + %(admitted)s, skipped = skipped + %(skipped)s
+WHERE id = %(id)s
+
+-- name: occurrence_finish
+UPDATE occurrences SET status = %(status)s, finished_at = %(now)s, reason = %(reason)s
+WHERE id = %(id)s
+
+-- name: occurrence_get
+SELECT id, campaign, logical_at, logical_date, kind, status, high_water, members, admitted,
+       skipped, passes, created_at, finished_at, reason
+FROM occurrences
+WHERE id = %s
+
+-- name: occurrence_list
+-- %(campaign)s NULL lists every campaign.
+SELECT id, campaign, logical_at, logical_date, kind, status, high_water, members, admitted,
+       skipped, passes, created_at, finished_at, reason
+FROM occurrences
+WHERE %(campaign)s::text IS NULL OR campaign = %(campaign)s::text
+ORDER BY campaign, logical_at, id

@@ -1,0 +1,17 @@
+-- Pacer state: one JSON document per channel, read under a row lock and written in the
+-- same transaction, so every process on every machine shares one budget per channel.
+
+-- name: pacer_ensure
+-- Make sure the row exists before locking it (a concurrent creator makes this wait,
+-- then do nothing). Rolled back with the transaction if the pacer function raises.
+INSERT INTO pacer_state (channel, state) VALUES (%s, NULL)
+ON CONFLICT (channel) DO NOTHING
+
+-- name: pacer_lock
+SELECT state FROM pacer_state WHERE channel = %s FOR UPDATE
+
+-- name: pacer_read
+SELECT state FROM pacer_state WHERE channel = %s
+
+-- name: pacer_write
+UPDATE pacer_state SET state = %s WHERE channel = %s

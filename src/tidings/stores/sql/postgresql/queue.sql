@@ -1,0 +1,86 @@
+-- The embedded transport (tidings.transports.pg): per-queue messages with a
+-- visibility timeout, and a dead-letter table. A receipt is "<id>:<receive_token>".
+
+-- name: message_insert_many
+-- One array per column, unnested in publish order (ids grow in that order).
+INSERT INTO messages (queue, enqueued_at, message_id, body, available_at)
+SELECT %(queue)s, %(now)s::float8, m.message_id, m.body, m.available_at
+FROM unnest(%(message_ids)s::text[], %(bodies)s::text[], %(available)s::float8[])
+     WITH ORDINALITY AS m(message_id, body, available_at, n)
+ORDER BY m.n
+
+-- name: message_receive
+-- Oldest visible first. SKIP LOCKED: concurrent receivers on any machine take disjoint
+-- batches instead of waiting on each other's rows. The receive token fences receipts
+-- of earlier receives.
+UPDATE messages
+SET available_at = %(visible_at)s, receive_count = receive_count + 1,
+    receive_token = receive_token + 1, leased = true
+WHERE id IN (
+    SELECT id FROM messages
+    WHERE queue = %(queue)s AND available_at <= %(now)s
+    ORDER BY available_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+RETURNING id, message_id, body, receive_count, receive_token, enqueued_at
+
+-- name: message_ack
+-- By id alone: whoever acks has finished the work, even under a stale receipt.
+DELETE FROM messages WHERE queue = %(queue)s AND id = ANY(%(ids)s::bigint[])
+
+-- name: message_nack
+UPDATE messages SET available_at = r.available_at, leased = false
+FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(available)s::float8[])
+     AS r(id, token, available_at)
+WHERE messages.queue = %(queue)s AND messages.id = r.id AND messages.receive_token = r.token
+
+-- name: message_extend
+UPDATE messages SET available_at = %(available)s, leased = true
+FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS r(id, token)
+WHERE messages.queue = %(queue)s AND messages.id = r.id AND messages.receive_token = r.token
+
+-- name: message_dead_letter
+-- Move fenced messages to the dead letters in one statement.
+WITH moved AS (
+    DELETE FROM messages
+    USING unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(reasons)s::text[])
+          AS r(id, token, reason)
+    WHERE messages.queue = %(queue)s AND messages.id = r.id
+      AND messages.receive_token = r.token
+    RETURNING messages.id, messages.queue, messages.message_id, messages.body, r.reason,
+              messages.receive_count
+)
+INSERT INTO dead_letters (queue, message_id, body, reason, receive_count, dead_at)
+SELECT queue, message_id, body, reason, receive_count, %(now)s FROM moved ORDER BY id
+
+-- name: dead_letter_list
+SELECT id, queue, message_id, body, reason, receive_count, dead_at
+FROM dead_letters
+WHERE queue = %s
+ORDER BY dead_at, id
+LIMIT %s
+
+-- name: dead_letter_redrive
+-- Back on the queue as fresh messages: visible now, never received.
+WITH moved AS (
+    DELETE FROM dead_letters
+    WHERE queue = %(queue)s AND id = ANY(%(ids)s::bigint[])
+    RETURNING id, queue, message_id, body
+)
+INSERT INTO messages (queue, message_id, body, available_at, enqueued_at)
+SELECT queue, message_id, body, %(now)s, %(now)s FROM moved ORDER BY id
+
+-- name: queue_depth
+SELECT
+    count(*) FILTER (WHERE available_at <= %(now)s)::int,
+    count(*) FILTER (WHERE available_at > %(now)s AND NOT leased)::int,
+    count(*) FILTER (WHERE available_at > %(now)s AND leased)::int,
+    min(enqueued_at),
+    (SELECT count(*) FROM dead_letters WHERE queue = %(queue)s)::int
+FROM messages
+WHERE queue = %(queue)s
+
+-- name: message_contains
+SELECT DISTINCT message_id FROM messages
+WHERE queue = %(queue)s AND message_id = ANY(%(ids)s::text[])

@@ -1,0 +1,160 @@
+"""The embedded transport on PostgreSQL: per-channel queues as rows in the store's database.
+
+The twin of ``transports.sql`` (same tables, same receipts ``"<id>:<token>"``, same
+fencing): a receive hides rows by moving ``available_at`` forward and bumps a per-row
+``receive_token``, taking its batch ``FOR UPDATE SKIP LOCKED`` so receivers in many
+processes on many machines split the ready messages instead of queueing on each
+other's rows. ``ack`` deletes by id alone; identities are never reused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+from tidings.errors import StoreError, TransportError
+from tidings.model import DeadLetter, OutgoingMessage, QueueDepth, Received
+from tidings.stores.postgres_db import Conn, PostgresDatabase, insert_messages
+from tidings.transports.sql import parse_receipt
+
+T = TypeVar("T")
+
+
+class PgTransport:
+    """The ``Transport`` port on tables ``messages`` and ``dead_letters`` in PostgreSQL."""
+
+    name = "pg"
+
+    def __init__(self, db: PostgresDatabase) -> None:
+        self.db = db
+        self._sql = db.sql
+        db.retain()
+
+    @classmethod
+    async def open(cls, url: str) -> PgTransport:
+        """A transport on its own connection pool, from ``postgresql://…``."""
+        db = PostgresDatabase.from_url(url)
+        await db.open()
+        return cls(db)
+
+    async def _run(self, fn: Callable[[Conn], Awaitable[T]]) -> T:
+        try:
+            return await self.db.transaction(fn)
+        except StoreError as exc:
+            raise TransportError(str(exc)) from exc
+
+    async def _execute(self, query: str, params: Any) -> int:
+        async def fn(conn: Conn) -> int:
+            cur = await conn.execute(self._sql[query], params)
+            return cur.rowcount
+
+        return await self._run(fn)
+
+    async def _rows(self, query: str, params: Any) -> list[tuple[Any, ...]]:
+        async def fn(conn: Conn) -> list[tuple[Any, ...]]:
+            cur = await conn.execute(self._sql[query], params)
+            return await cur.fetchall()
+
+        return await self._run(fn)
+
+    async def publish(self, queue: str, messages: Sequence[OutgoingMessage], *, now: float) -> None:
+        """Publish messages, each visible after its ``delay_s``."""
+        if not messages:
+            return
+        rows = [(m.message_id, m.body, m.delay_s) for m in messages]
+
+        async def fn(conn: Conn) -> None:
+            await insert_messages(conn, self._sql, queue, rows, now=now)
+
+        await self._run(fn)
+
+    async def receive(
+        self, queue: str, *, max_messages: int, visibility_s: float, now: float
+    ) -> list[Received]:
+        """Take up to ``max_messages`` visible messages, oldest first, hiding them."""
+        if max_messages <= 0:
+            return []
+        rows = await self._rows("message_receive", {
+            "queue": queue, "now": now, "visible_at": now + visibility_s,
+            "limit": max_messages})
+        # RETURNING order is unspecified; publish order is what "oldest" means here.
+        rows.sort(key=lambda r: (r[5], r[0]))
+        return [
+            Received(queue=queue, message_id=message_id, body=body,
+                     receipt=f"{row_id}:{token}", receive_count=count,
+                     enqueued_at=float(enqueued_at))
+            for row_id, message_id, body, count, token, enqueued_at in rows
+        ]
+
+    async def ack(self, queue: str, receipts: Sequence[str]) -> None:
+        """Delete messages by id; unknown or already acked receipts are a no-op."""
+        if receipts:
+            ids = sorted({parse_receipt(r)[0] for r in receipts})
+            await self._execute("message_ack", {"queue": queue, "ids": ids})
+
+    async def nack(self, queue: str, receipts: Sequence[tuple[str, float]], *, now: float) -> None:
+        """Make messages visible again after the paired delay; stale receipts are ignored."""
+        if not receipts:
+            return
+        parsed = [(*parse_receipt(receipt), now + max(0.0, delay)) for receipt, delay in receipts]
+        await self._execute("message_nack", {
+            "queue": queue, "ids": [p[0] for p in parsed], "tokens": [p[1] for p in parsed],
+            "available": [p[2] for p in parsed]})
+
+    async def extend(
+        self, queue: str, receipts: Sequence[str], *, visibility_s: float, now: float
+    ) -> None:
+        """Hide in-flight messages until ``now + visibility_s``; stale receipts are ignored."""
+        if not receipts:
+            return
+        parsed = [parse_receipt(r) for r in receipts]
+        await self._execute("message_extend", {
+            "queue": queue, "ids": [p[0] for p in parsed], "tokens": [p[1] for p in parsed],
+            "available": now + visibility_s})
+
+    async def dead_letter(
+        self, queue: str, receipts: Sequence[tuple[str, str]], *, now: float
+    ) -> None:
+        """Move messages to the dead letters with the paired reason; stale receipts are ignored."""
+        if not receipts:
+            return
+        parsed = [(*parse_receipt(receipt), reason) for receipt, reason in receipts]
+        await self._execute("message_dead_letter", {
+            "queue": queue, "now": now, "ids": [p[0] for p in parsed],
+            "tokens": [p[1] for p in parsed], "reasons": [p[2] for p in parsed]})
+
+    async def dead_letters(self, queue: str, *, limit: int = 100) -> list[DeadLetter]:
+        """The oldest dead letters of ``queue``."""
+        return [
+            DeadLetter(id=str(r[0]), queue=r[1], message_id=r[2], body=r[3], reason=r[4],
+                       receive_count=r[5], dead_at=r[6])
+            for r in await self._rows("dead_letter_list", (queue, limit))
+        ]
+
+    async def redrive(self, queue: str, ids: Sequence[str], *, now: float) -> int:
+        """Put dead letters back on their queue as fresh messages visible now."""
+        numeric = sorted({int(i) for i in ids if i.isdigit()})
+        if not numeric:
+            return 0
+        return await self._execute("dead_letter_redrive",
+                                   {"queue": queue, "ids": numeric, "now": now})
+
+    async def depth(self, queue: str, *, now: float) -> QueueDepth:
+        """Ready, delayed, in-flight and dead counts, and the age of the oldest message."""
+        [(ready, delayed, in_flight, oldest, dead)] = await self._rows(
+            "queue_depth", {"queue": queue, "now": now})
+        age = 0.0 if oldest is None else max(0.0, now - oldest)
+        return QueueDepth(ready=ready, delayed=delayed, in_flight=in_flight, dead=dead,
+                          oldest_age_s=age)
+
+    async def contains(self, queue: str, message_ids: Sequence[str]) -> set[str]:
+        """Which of ``message_ids`` still have a message on the queue (any visibility)."""
+        if not message_ids:
+            return set()
+        rows = await self._rows("message_contains",
+                                {"queue": queue, "ids": list(dict.fromkeys(message_ids))})
+        return {row[0] for row in rows}
+
+    async def close(self) -> None:
+        """Release the database; it closes when no other adapter still uses it."""
+        await self.db.release()
