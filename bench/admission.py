@@ -11,8 +11,7 @@ database made by the same migrations, with the same connection PRAGMAs, 100,000 
 per transaction. ``ratio`` = floor rate / tidings rate.
 
 A second, informative floor inserts every row admission leaves behind (the intent in
-its final ``enqueued`` state, its ``selected`` and ``enqueued`` events, its queue
-message) the same raw way: the distance between the two floors is what the schema
+its final ``enqueued`` state, its one ``enqueued`` event, its queue message) the same raw way: the distance between the two floors is what the schema
 costs, the distance from it to tidings is what the code costs.
 """
 
@@ -305,8 +304,7 @@ def floor_child(url: str, plan: Plan, all_rows: bool) -> Report:
         rows = intent_rows(plan, start, stop)
         if all_rows:
             enqueued = [(*row[:13], None, "enqueued", plan.now) for row in rows]
-            events = [(row[0], CHANNEL, kind, plan.now, kind, 0) for row in rows
-                      for kind in ("selected", "enqueued")]
+            events = [(row[0], CHANNEL, "enqueued", plan.now, "enqueued", 0) for row in rows]
             messages = [(CHANNEL, row[0], f'{{"v":1,"key":"{row[0]}"}}', plan.now, plan.now)
                         for row in rows]
         t1 = time.perf_counter()
@@ -368,7 +366,7 @@ def run(*, n: int, folder: Path, store: str | None, profile_n: int, profile_top:
         full_rate = per_s(n, full["elapsed_s"])
         report["floor_all_rows"] = {
             "what": "raw executemany of every row admission leaves: the intent (enqueued), "
-                    "its two events, its queue message",
+                    "its enqueued event, its queue message",
             "rate_per_s": round(full_rate), "ratio": rounded(full_rate / rate, 2),
             "elapsed_s": rounded(full["elapsed_s"])}
     if profile_n:
@@ -399,7 +397,7 @@ def summary(report: Report) -> str:
     if "floor_all_rows" in report:
         full = report["floor_all_rows"]
         lines.append(f"  all-rows floor: {full['rate_per_s']:,} intents/s, ratio "
-                     f"{full['ratio']:.2f} (intent + 2 events + message, raw)")
+                     f"{full['ratio']:.2f} (intent + event + message, raw)")
     lines.append(f"  peak RSS: {report['peak_rss_mb']:.1f} MB (scheduler process; "
                  f"{report['rss_before_admission_mb']:.1f} MB before admitting)")
     cpu = report["cpu_s"]
