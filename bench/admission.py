@@ -11,8 +11,9 @@ database made by the same migrations, with the same connection PRAGMAs, 100,000 
 per transaction. ``ratio`` = floor rate / tidings rate.
 
 A second, informative floor inserts every row admission leaves behind (the intent in
-its final ``enqueued`` state, its one ``enqueued`` event, its queue message) the same raw way: the distance between the two floors is what the schema
-costs, the distance from it to tidings is what the code costs.
+its final ``enqueued`` state, its one ``enqueued`` event, its queue message) the same
+raw way: the distance between the two floors is what the schema costs, the distance
+from it to tidings is what the code costs.
 """
 
 from __future__ import annotations
