@@ -229,9 +229,10 @@ class Scheduler:
                 if not members:
                     await self.store.occurrence_finish(occ.id, now=now)
                     return
-                high_water = members[-1].id
-                progress = OccurrenceProgress(occurrence=occ.id, high_water=high_water,
+                progress = OccurrenceProgress(occurrence=occ.id, after=high_water,
+                                              high_water=members[-1].id,
                                               members=len(members), skipped=skipped)
+                high_water = members[-1].id
                 writing = asyncio.create_task(self._write(drafts, progress, now, result))
                 if len(members) < self.config.page_size:
                     await writing

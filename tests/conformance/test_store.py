@@ -138,6 +138,30 @@ async def test_admit_moves_occurrence_progress_in_the_same_transaction(store: St
     assert (o.high_water, o.members, o.admitted, o.skipped, o.passes) == ("r-b", 3, 1, 1, 1)
 
 
+async def test_a_page_admitted_by_two_schedulers_counts_once(store: Store) -> None:
+    # Given an occurrence whose first page two schedulers drafted from the same mark
+    occ = "digest/2026-08-14"
+    await store.occurrence_open(id=occ, campaign="digest", logical_at=T0,
+                                logical_date="2026-08-14", kind="scheduled", now=T0)
+    page = [draft("a", occurrence=occ), draft("b", occurrence=occ)]
+
+    def progress(after: str | None, high_water: str) -> OccurrenceProgress:
+        return OccurrenceProgress(occurrence=occ, after=after, high_water=high_water,
+                                  members=2)
+
+    # When both write it, and the first moves on to the next page before the second lands
+    first = await store.intent_admit(page, now=T0, progress=progress(None, "r-b"))
+    await store.intent_admit([draft("c", occurrence=occ)], now=T0,
+                             progress=progress("r-b", "r-c"))
+    second = await store.intent_admit(page, now=T0, progress=progress(None, "r-b"))
+
+    # Then each page counts once and the mark never moves back
+    o = await store.occurrence_get(occ)
+    assert o is not None
+    assert (first, second) == (["a", "b"], [])
+    assert (o.high_water, o.members, o.admitted) == ("r-c", 4, 3)
+
+
 async def test_admit_with_progress_for_an_unknown_occurrence_writes_nothing(store: Store) -> None:
     with pytest.raises(StoreError):
         await store.intent_admit(

@@ -89,10 +89,16 @@ class PublishItem:
 
 @dataclass(frozen=True, kw_only=True)
 class OccurrenceProgress:
-    """Advances an occurrence in the same transaction as the intents of a page."""
+    """Advances an occurrence in the same transaction as the intents of a page.
+
+    ``after`` is the high-water mark the page started from: the mark and the page's
+    counts move only if it is still current (another scheduler may have admitted the
+    same page first); ``admitted`` always grows by the intents really inserted.
+    """
 
     occurrence: str
     high_water: str
+    after: str | None = None
     members: int
     skipped: int = 0
 

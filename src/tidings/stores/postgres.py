@@ -158,6 +158,7 @@ class PostgresStore:
             if progress is not None:
                 cur = await conn.execute(sql["occurrence_progress"], {
                     "id": progress.occurrence, "high_water": progress.high_water,
+                    "after": progress.after,
                     "members": progress.members, "admitted": len(fresh),
                     "skipped": progress.skipped,
                 })

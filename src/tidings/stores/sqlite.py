@@ -207,6 +207,7 @@ class SqliteStore:
             if progress is not None:
                 cursor = conn.execute(sql["occurrence_progress"], {
                     "id": progress.occurrence, "high_water": progress.high_water,
+                    "after": progress.after,
                     "members": progress.members, "admitted": len(fresh),
                     "skipped": progress.skipped,
                 })

@@ -25,9 +25,17 @@ UPDATE occurrences SET
 WHERE id = %(id)s
 
 -- name: occurrence_progress
+-- The page counts and the high-water mark move only if the page started from the
+-- current mark (after): when two schedulers admit the same page, the second one's
+-- keys already exist and its page is not counted twice, nor the mark moved back.
 UPDATE occurrences
-SET high_water = %(high_water)s, members = members + %(members)s,
-    admitted = admitted + %(admitted)s, skipped = skipped + %(skipped)s
+SET admitted = admitted + %(admitted)s,
+    members = members + CASE WHEN high_water IS NOT DISTINCT FROM %(after)s::text
+                             THEN %(members)s ELSE 0 END,
+    skipped = skipped + CASE WHEN high_water IS NOT DISTINCT FROM %(after)s::text
+                             THEN %(skipped)s ELSE 0 END,
+    high_water = CASE WHEN high_water IS NOT DISTINCT FROM %(after)s::text
+                      THEN %(high_water)s ELSE high_water END
 WHERE id = %(id)s
 
 -- name: occurrence_finish

@@ -19,9 +19,14 @@ UPDATE occurrences SET
 WHERE id = :id
 
 -- name: occurrence_progress
+-- The page counts and the high-water mark move only if the page started from the
+-- current mark (:after): when two schedulers admit the same page, the second one's
+-- keys already exist and its page is not counted twice, nor the mark moved back.
 UPDATE occurrences
-SET high_water = :high_water, members = members + :members, admitted = admitted + :admitted,
-    skipped = skipped + :skipped
+SET admitted = admitted + :admitted,
+    members = members + CASE WHEN high_water IS :after THEN :members ELSE 0 END,
+    skipped = skipped + CASE WHEN high_water IS :after THEN :skipped ELSE 0 END,
+    high_water = CASE WHEN high_water IS :after THEN :high_water ELSE high_water END
 WHERE id = :id
 
 -- name: occurrence_finish
