@@ -219,6 +219,10 @@ class PostgresStore:
         async def fn(conn: Conn) -> list[Claim]:
             cur = await conn.execute(sql["intent_claim_read"], {"keys": unique_keys})
             current = {row[0]: row for row in await cur.fetchall()}
+            locked: set[str] = set()
+            if len(current) < len(unique_keys):
+                cur = await conn.execute(sql["intent_keys_existing"], {"keys": unique_keys})
+                locked = {key for (key,) in await cur.fetchall()} - current.keys()
             claimed_now: dict[str, Claim] = {}
             to_claim: list[tuple[str, str, int]] = []
             events: list[Any] = []
@@ -229,6 +233,10 @@ class PostgresStore:
                 if key in claimed_now:
                     claims.append(Claim(key=key, kind=ClaimKind.BUSY, state=State.CLAIMED,
                                         retry_at=lease_expires_at))
+                    continue
+                if key in locked:
+                    # Another transaction holds the row right now: look again shortly.
+                    claims.append(Claim(key=key, kind=ClaimKind.BUSY, retry_at=now + 0.1))
                     continue
                 if row is None:
                     claims.append(Claim(key=key, kind=ClaimKind.MISSING))
@@ -301,7 +309,10 @@ class PostgresStore:
             return []
         sql = self._sql
 
+        keys = sorted({change.key for change in changes})
+
         async def fn(conn: Conn) -> list[str]:
+            await conn.execute(sql["intent_lock_keys"], {"keys": keys})
             applied: list[str] = []
             events: list[Any] = []
             for change in changes:

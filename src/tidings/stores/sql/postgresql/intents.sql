@@ -65,8 +65,8 @@ SELECT key, channel, 'enqueued', %(now)s, 'enqueued', attempts FROM moved ORDER 
 
 -- name: intent_claim_read
 -- The current rows of the keys a worker wants to claim, locked until the claim commits.
--- Locked in key order, so two claimers of overlapping pages never deadlock; a key another
--- claimer holds is waited for (its outcome decides CLAIMED vs BUSY), not skipped.
+-- A row another transaction holds (a claimer, a sweep, an outcome commit) is skipped,
+-- not waited for: it is in flux, so the worker reads it as busy and retries shortly.
 SELECT key, channel, recipient_id, address, template, data, campaign, occurrence, state,
        due_at, expires_at, created_at, updated_at, selected_at, enqueued_at, accepted_at,
        finished_at, attempts, failures, lease_owner, lease_token, lease_expires_at,
@@ -74,7 +74,16 @@ SELECT key, channel, recipient_id, address, template, data, campaign, occurrence
 FROM intents
 WHERE key = ANY(%(keys)s::text[])
 ORDER BY key
-FOR UPDATE
+FOR UPDATE SKIP LOCKED
+
+-- name: intent_keys_existing
+-- Which of the keys exist at all (no lock): tells a skipped, locked row from a missing one.
+SELECT key FROM intents WHERE key = ANY(%(keys)s::text[])
+
+-- name: intent_lock_keys
+-- Lock the rows a batch of changes touches in key order first, so two batches that
+-- share keys wait for each other instead of deadlocking.
+SELECT key FROM intents WHERE key = ANY(%(keys)s::text[]) ORDER BY key FOR UPDATE
 
 -- name: intent_claim
 -- Guarded by the state and token read (and locked) in the same transaction.
