@@ -42,6 +42,7 @@ from benchlib import (
     source_revision,
     sqlite_url,
 )
+from pglib import is_pg, migrate, sibling_pg
 from profiling import ThreadProfiles, format_profile
 from tidings.audience import Audience, GeneratorAudience
 from tidings.campaign import Campaign
@@ -187,15 +188,19 @@ async def _admit(url: str, plan: Plan, profile_top: int) -> Report:
     clock = FakeClock(plan.now)
     runtime = await build_runtime(settings, clock=clock, campaigns=[campaign])
     store = runtime.store
-    assert isinstance(store, SqliteStore)
+    sqlite = isinstance(store, SqliteStore)
     scheduler = runtime.scheduler()
     instrument(store, runtime.transport, timer)
-    profiles = ThreadProfiles(store.db) if profile_top else None
+    profiles = ThreadProfiles(store.db) if profile_top and isinstance(store, SqliteStore) \
+        else None
     loop = asyncio.get_running_loop()
 
-    def db_thread_cpu() -> Awaitable[float]:
+    async def db_thread_cpu() -> float:
         # CPU time of the database's own thread (its executor is private; a benchmark may).
-        return loop.run_in_executor(store.db._executor, time.thread_time)
+        # PostgreSQL has no such thread here: the server's CPU is another process's.
+        if isinstance(store, SqliteStore):
+            return await loop.run_in_executor(store.db._executor, time.thread_time)
+        return 0.0
 
     rss_ready = peak_rss_mb()
     if profiles is not None:
@@ -238,7 +243,7 @@ async def _admit(url: str, plan: Plan, profile_top: int) -> Report:
         "peak_rss_mb": rounded(peak, 1),
         "rss_before_admission_mb": rounded(rss_ready, 1),
         "cpu_s": {"process": rounded(cpu), "event_loop_thread": rounded(loop_cpu),
-                  "sqlite_thread": rounded(db_cpu)},
+                  **({"sqlite_thread": rounded(db_cpu)} if sqlite else {})},
         "phases": phases,
         "check": {
             "intents": counts,
@@ -326,6 +331,55 @@ def floor_child(url: str, plan: Plan, all_rows: bool) -> Report:
             "transactions": -(-plan.n // FLOOR_CHUNK), "peak_rss_mb": rounded(peak_rss_mb(), 1)}
 
 
+_COPY_INTENTS = f"COPY intents ({', '.join(_INTENT_COLUMNS)}) FROM STDIN"
+_COPY_INTENTS_ENQUEUED = f"COPY intents ({', '.join(_INTENT_COLUMNS)}, enqueued_at) FROM STDIN"
+_COPY_EVENTS = "COPY events (key, channel, type, at, state, attempt) FROM STDIN"
+_COPY_MESSAGES = "COPY messages (queue, message_id, body, available_at, enqueued_at) FROM STDIN"
+
+
+def pg_floor_child(url: str, plan: Plan, all_rows: bool) -> Report:
+    """A plain ``COPY`` of the same rows (psycopg ``cursor.copy``), same table and schema;
+    only BEGIN..COPY..COMMIT is timed."""
+    import psycopg
+
+    migrate(url)
+    timed = built = 0.0
+    with psycopg.connect(url) as conn:
+        for start in range(0, plan.n, FLOOR_CHUNK):
+            stop = min(plan.n, start + FLOOR_CHUNK)
+            t0 = time.perf_counter()
+            rows: list[Any] = list(intent_rows(plan, start, stop))
+            tables = [(_COPY_INTENTS, rows)]
+            if all_rows:
+                tables = [
+                    (_COPY_INTENTS_ENQUEUED,
+                     [(*row[:13], None, "enqueued", plan.now) for row in rows]),
+                    (_COPY_EVENTS,
+                     [(row[0], CHANNEL, "enqueued", plan.now, "enqueued", 0) for row in rows]),
+                    (_COPY_MESSAGES, [(CHANNEL, row[0], f'{{"v":1,"key":"{row[0]}"}}', plan.now,
+                                       plan.now) for row in rows])]
+            t1 = time.perf_counter()
+            with conn.transaction(), conn.cursor() as cur:
+                for statement, data in tables:
+                    with cur.copy(statement) as copy:
+                        for row in data:
+                            copy.write_row(row)
+            t2 = time.perf_counter()
+            built += t1 - t0
+            timed += t2 - t1
+        count_row = conn.execute("SELECT count(*) FROM intents").fetchone()
+    return {"elapsed_s": timed, "rows_built_s": rounded(built),
+            "intents": count_row[0] if count_row else 0,
+            "transactions": -(-plan.n // FLOOR_CHUNK), "peak_rss_mb": rounded(peak_rss_mb(), 1)}
+
+
+def _floor(store: str | None, folder: Path, name: str, plan: Plan, all_rows: bool) -> Report:
+    """The floor on the measured run's kind of store: a fresh file or database."""
+    if store is not None and is_pg(store):
+        return run_child(pg_floor_child, sibling_pg(store, name), plan, all_rows)
+    return run_child(floor_child, sqlite_url(fresh_file(folder / f"{name}.db")), plan, all_rows)
+
+
 # ---------------------------------------------------------------- orchestration
 
 
@@ -335,10 +389,14 @@ def run(*, n: int, folder: Path, store: str | None, profile_n: int, profile_top:
     machine the noise then falls on both sides), then the optional extras."""
     plan = Plan.make(n)
     url = store or sqlite_url(folder / "admission.db")
-    floors = [run_child(floor_child, sqlite_url(fresh_file(folder / "floor-1.db")), plan, False)]
+    floors = [_floor(store, folder, "floor-1", plan, False)]
     measured = run_child(admission_child, url, plan, 0)
-    floors.append(run_child(floor_child, sqlite_url(fresh_file(folder / "floor-2.db")), plan,
-                            False))
+    floors.append(_floor(store, folder, "floor-2", plan, False))
+    pg = is_pg(url)
+    floor_what = (f"plain COPY (psycopg cursor.copy) of the same intent rows into the same "
+                  f"table, fresh database, {FLOOR_CHUNK:,} rows per transaction" if pg else
+                  "raw sqlite3 executemany of the same intent rows, same schema and "
+                  f"PRAGMAs, {FLOOR_CHUNK:,} rows per transaction")
     rate = per_s(n, measured["elapsed_s"])
     floor_rate = mean([per_s(n, f["elapsed_s"]) for f in floors])
     report: Report = {
@@ -352,9 +410,8 @@ def run(*, n: int, folder: Path, store: str | None, profile_n: int, profile_top:
         "ratio": rounded(floor_rate / rate, 2),
         "peak_rss_mb": measured.pop("peak_rss_mb"),
         "elapsed_s": rounded(measured.pop("elapsed_s")),
-        "floor": {"what": "raw sqlite3 executemany of the same intent rows, same schema and "
-                          f"PRAGMAs, {FLOOR_CHUNK:,} rows per transaction; mean rate of a run "
-                          "before and a run after the measured one",
+        "floor": {"what": f"{floor_what}; mean rate of a run before and a run after the "
+                          "measured one",
                   "elapsed_s": [rounded(f["elapsed_s"]) for f in floors],
                   "rows_built_s": floors[0]["rows_built_s"],
                   "transactions": floors[0]["transactions"],
@@ -363,14 +420,15 @@ def run(*, n: int, folder: Path, store: str | None, profile_n: int, profile_top:
         "targets": TARGETS,
     }
     if all_rows_floor:
-        full = run_child(floor_child, sqlite_url(fresh_file(folder / "floor-all.db")), plan, True)
+        full = _floor(store, folder, "floor-all", plan, True)
         full_rate = per_s(n, full["elapsed_s"])
         report["floor_all_rows"] = {
-            "what": "raw executemany of every row admission leaves: the intent (enqueued), "
+            "what": f"raw {'COPY' if pg else 'executemany'} of every row admission leaves: "
+                    "the intent (enqueued), "
                     "its enqueued event, its queue message",
             "rate_per_s": round(full_rate), "ratio": rounded(full_rate / rate, 2),
             "elapsed_s": rounded(full["elapsed_s"])}
-    if profile_n:
+    if profile_n and not pg:
         pn = min(n, profile_n)
         profiled = run_child(admission_child, sqlite_url(fresh_file(folder / "profiled.db")),
                              Plan.make(pn), profile_top)
@@ -391,7 +449,7 @@ def summary(report: Report) -> str:
         f"  tidings : {report['rate_per_s']:>10,} intents/s  ({report['elapsed_s']:.2f} s)",
         f"  floor   : {report['floor_rate_per_s']:>10,} intents/s  "
         f"({' and '.join(f'{s:.2f}' for s in report['floor']['elapsed_s'])} s before and "
-        "after: raw executemany of the same rows)",
+        f"after: raw {'COPY' if is_pg(report['store']) else 'executemany'} of the same rows)",
         f"  ratio   : {report['ratio']:.2f}  (floor / tidings; target <= "
         f"{TARGETS['ratio_max']})",
     ]
@@ -403,8 +461,9 @@ def summary(report: Report) -> str:
                  f"{report['rss_before_admission_mb']:.1f} MB before admitting)")
     cpu = report["cpu_s"]
     lines.append(f"  CPU     : {cpu['process']:.2f} s process = event loop "
-                 f"{cpu['event_loop_thread']:.2f} s + SQLite thread {cpu['sqlite_thread']:.2f} s"
-                 " (+ others)")
+                 f"{cpu['event_loop_thread']:.2f} s"
+                 + (f" + SQLite thread {cpu['sqlite_thread']:.2f} s" if "sqlite_thread" in cpu
+                    else " (the PostgreSQL server's CPU is not counted)") + " (+ others)")
     lines.append("  phases (wall time inside each call, share of the run):")
     for phase, data in report["phases"].items():
         lines.append(f"    {phase:<14} {data['s']:8.2f} s  {data['share']:6.1%}  "

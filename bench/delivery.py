@@ -48,6 +48,7 @@ from benchlib import (
     source_revision,
     sqlite_url,
 )
+from pglib import count_accepted, is_pg, receipts_mismatched, sibling_pg
 from profiling import ThreadProfiles, format_profile
 from tidings.clock import SystemClock
 from tidings.intake import NotifyRequest
@@ -138,9 +139,9 @@ async def _work(url: str, index: int, n: int, go: EventType, stop: EventType,
     runtime = await build_runtime(settings_for(url), clock=clock, providers={CHANNEL: provider},
                                   migrate=False)
     store = runtime.store
-    assert isinstance(store, SqliteStore)
     worker = runtime.worker(CHANNEL, worker_id=f"bench-worker-{index}")
-    profiles = ThreadProfiles(store.db) if profile_top else None
+    profiles = ThreadProfiles(store.db) if profile_top and isinstance(store, SqliteStore) \
+        else None
     out.put(("ready", index, None))
     if not await asyncio.to_thread(go.wait, 600.0):
         raise TimeoutError("no start signal")
@@ -281,14 +282,22 @@ def _accepted_count(conn: sqlite3.Connection) -> int:
     return int(count)
 
 
-def wait_all_accepted(path: Path, n: int, children: Children) -> float:
+def wait_all_accepted(url: str, n: int, children: Children) -> float:
     """Poll the ledger until ``n`` intents are accepted; return when that was seen."""
-    conn = sqlite3.connect(path, isolation_level=None)
-    conn.execute("PRAGMA busy_timeout = 15000")
+    conn: Any
+    if is_pg(url):
+        import psycopg
+
+        conn = psycopg.connect(url, autocommit=True)
+        counter: Any = count_accepted
+    else:
+        conn = sqlite3.connect(path_of(url), isolation_level=None)
+        conn.execute("PRAGMA busy_timeout = 15000")
+        counter = _accepted_count
     last, progress_at = -1, now_s()
     try:
         while True:
-            count = _accepted_count(conn)
+            count = counter(conn)
             seen = now_s()
             if count >= n:
                 return seen
@@ -308,7 +317,7 @@ def run_workers(url: str, n: int, k: int, profile_top: int) -> tuple[float, list
     try:
         started = children.start()
         try:
-            done = wait_all_accepted(path_of(url), n, children)
+            done = wait_all_accepted(url, n, children)
         except RuntimeError as exc:
             children.stop.set()
             raise RuntimeError(f"{exc}; the workers said: {children.errors()}") from None
@@ -332,7 +341,6 @@ async def ledger_check(url: str, n: int, receipts: dict[str, str]) -> Report:
     store, transport = await open_store(url)
     counts = await store.intent_counts()
     depth = await transport.depth(CHANNEL, now=time.time())
-    assert isinstance(store, SqliteStore)
 
     def mismatches(conn: sqlite3.Connection) -> int:
         wrong = 0
@@ -340,7 +348,10 @@ async def ledger_check(url: str, n: int, receipts: dict[str, str]) -> Report:
             wrong += receipts.get(key) != receipt
         return wrong
 
-    wrong = await store.db.read(mismatches)
+    if isinstance(store, SqliteStore):
+        wrong = await store.db.read(mismatches)
+    else:
+        wrong = await asyncio.to_thread(receipts_mismatched, url, receipts)
     await transport.close()
     await store.close()
     return {"ledger": counts, "messages_left": depth.ready + depth.delayed + depth.in_flight,
@@ -350,7 +361,9 @@ async def ledger_check(url: str, n: int, receipts: dict[str, str]) -> Report:
 def run(*, n: int, processes: int, folder: Path, store: str | None, profile_top: int) -> Report:
     """Floor, tidings, floor again (the floor is the mean of the two runs)."""
     url = store or sqlite_url(folder / "delivery.db")
-    floor_urls = [sqlite_url(fresh_file(folder / f"queue-floor-{i}.db")) for i in (1, 2)]
+    pg = is_pg(url)
+    floor_urls = [sibling_pg(url, f"floor_{i}") if pg else
+                  sqlite_url(fresh_file(folder / f"queue-floor-{i}.db")) for i in (1, 2)]
     seeded = asyncio.run(seed_intents(url, n))
     for floor_url in floor_urls:
         asyncio.run(seed_messages(floor_url, n))
@@ -398,7 +411,8 @@ def run(*, n: int, processes: int, folder: Path, store: str | None, profile_top:
                   "cores_busy": rounded(cpu_total / elapsed, 2)},
         "workers": per_process,
         "floor": {"what": "queue-only: the same N messages received and acked through the "
-                          f"bare SqlTransport by {processes} process(es), no ledger work; "
+                          f"bare {'PgTransport' if pg else 'SqlTransport'} by {processes} "
+                          "process(es), no ledger work; "
                           "mean rate of a run before and a run after the measured one",
                   "elapsed_s": [rounded(floor_s) for floor_s, _ in floors],
                   "cpu_s": [[r["cpu_s"] for r in runs] for _, runs in floors],
@@ -410,7 +424,7 @@ def run(*, n: int, processes: int, folder: Path, store: str | None, profile_top:
                      "sandbox_latency": 0, "poll_s": POLL_S},
         "targets": TARGETS,
     }
-    if profile_top:
+    if profile_top and not pg:
         profile_url = sqlite_url(fresh_file(folder / "profiled.db"))
         asyncio.run(seed_intents(profile_url, n))
         profile_s, profiled = run_workers(profile_url, n, 1, profile_top)

@@ -2,6 +2,8 @@
 
     python bench/run.py admission [--n 1000000] [--store sqlite:///path.db] [--json]
     python bench/run.py delivery  [--n 50000] [--processes 1|2] [--json]
+    python bench/run.py pacing    [--store sqlite:///…|postgresql://…] [--processes 4]
+                                  [--quota 200] [--seconds 15] [--json]
 
 Each prints one JSON object with ``--json`` (a readable summary otherwise). See
 bench/README.md for how to read the figures.
@@ -16,7 +18,9 @@ import sys
 # the spawned children, which inherit the parent's sys.path).
 import admission
 import delivery
+import pacing
 from benchlib import bench_dir, emit, fresh_file, path_of
+from pglib import fresh_pg, is_pg
 
 DESCRIPTION = """\
 Benchmarks of tidings, each reported as a rate and as a ratio against a floor measured
@@ -38,6 +42,12 @@ delivery   N intents already enqueued, drained by K worker processes
            transport by K processes, with no ledger work. Also: CPU seconds and peak
            RSS per process, and the sandbox's own counts (accepted keys == N, none
            accepted twice) as the correctness check.
+
+pacing     K worker processes on one channel with a quota, sharing one pacing
+           budget through the store (SQLite file or a throw-away PostgreSQL
+           database), against the sandbox HTTP server: per-second request counts,
+           windows over quota, utilisation, and a forced 429 (Retry-After 2 s)
+           after which no process may send for 2 s. Judged by the sandbox's log.
 """
 
 
@@ -59,7 +69,8 @@ def parser() -> argparse.ArgumentParser:
     main = argparse.ArgumentParser(
         prog="python bench/run.py", description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = main.add_subparsers(dest="benchmark", required=True, metavar="{admission,delivery}")
+    sub = main.add_subparsers(dest="benchmark", required=True,
+                              metavar="{admission,delivery,pacing}")
 
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -71,9 +82,11 @@ def parser() -> argparse.ArgumentParser:
                          formatter_class=argparse.RawDescriptionHelpFormatter)
     adm.add_argument("--n", type=_positive, default=1_000_000,
                      help="audience size (default 1,000,000)")
-    adm.add_argument("--store", metavar="sqlite:///PATH",
+    adm.add_argument("--store", metavar="sqlite:///PATH|postgresql://…",
                      help="database file for the measured run (must not exist; the floors "
-                          "go beside it); default: a temporary folder")
+                          "go beside it), or a PostgreSQL database holding no tidings tables "
+                          "(created if missing; the floors use sibling databases <db>_floor_*); "
+                          "default: a temporary folder")
     adm.add_argument("--profile-n", type=_non_negative, default=0, metavar="N",
                      help="also profile a separate run of N recipients (cProfile on the "
                           "event loop and the SQLite thread); 0 = no profile")
@@ -91,23 +104,50 @@ def parser() -> argparse.ArgumentParser:
     dlv.add_argument("--processes", type=_positive, default=1,
                      help="worker processes, each with its own runtime (default 1; this "
                           "machine has 2 cores)")
-    dlv.add_argument("--store", metavar="sqlite:///PATH",
+    dlv.add_argument("--store", metavar="sqlite:///PATH|postgresql://…",
                      help="database file for the measured run (must not exist; the floor "
-                          "goes beside it); default: a temporary folder")
+                          "goes beside it), or a PostgreSQL database holding no tidings tables "
+                          "(created if missing; the floor uses sibling databases <db>_floor_*); "
+                          "default: a temporary folder")
     dlv.add_argument("--profile", action="store_true",
                      help="also profile a separate single-process run (cProfile on the "
                           "event loop and the SQLite thread of the worker)")
     dlv.add_argument("--top", type=_positive, default=15,
                      help="functions per thread in the profile (default 15)")
     common(dlv)
+
+    pac = sub.add_parser("pacing", help="one shared quota across worker processes",
+                         description=pacing.__doc__,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    pac.add_argument("--store", metavar="sqlite:///PATH|postgresql://…",
+                     help="a SQLite file (must not exist) or a PostgreSQL server URL (a "
+                          "throw-away database is created on it and dropped); default: a "
+                          "SQLite file in a temporary folder")
+    pac.add_argument("--processes", type=_positive, default=4,
+                     help="worker processes (default 4)")
+    pac.add_argument("--quota", type=_positive, default=200,
+                     help="the channel's and the sandbox's quota per second (default 200)")
+    pac.add_argument("--seconds", type=_positive, default=15,
+                     help="length of the steady phase (default 15)")
+    common(pac)
     return main
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
-    if args.store is not None:
+    if args.benchmark == "pacing":
+        if args.store is not None and args.store.startswith("sqlite:"):
+            fresh_file(path_of(args.store))
+        report = pacing.run(store=args.store, processes=args.processes, quota=args.quota,
+                            seconds=args.seconds, keep=args.keep)
+        emit(report, as_json=args.json, summary=pacing.summary)
+        return
+    pg = is_pg(args.store)
+    if pg:
+        fresh_pg(args.store)  # the floors go in sibling databases db_floor_1, ...
+    elif args.store is not None:
         fresh_file(path_of(args.store))
-    with bench_dir(args.store, keep=args.keep) as folder:
+    with bench_dir(None if pg else args.store, keep=args.keep) as folder:
         if args.benchmark == "admission":
             report = admission.run(
                 n=args.n, folder=folder, store=args.store, profile_n=args.profile_n,

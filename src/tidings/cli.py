@@ -265,13 +265,38 @@ def sandbox(
 def demo(
     recipients: Annotated[int, typer.Option(min=100, help="Customers to seed.")] = 80_000,
     db: Annotated[Path | None, typer.Option(help="SQLite file (a temp dir by default).")] = None,
+    store: Annotated[str | None, typer.Option(
+        "--store", metavar="postgresql://USER@HOST:PORT/DB",
+        help="Run on this PostgreSQL database instead of SQLite. It must hold no tidings "
+             "tables: one that does not exist is created; one with an 'intents' table is "
+             "refused unless --reset is given.")] = None,
+    reset: Annotated[bool, typer.Option(
+        "--reset", help="With --store: drop the database's tidings tables first (all their "
+                        "data is lost); the demo then migrates a fresh schema.")] = False,
     as_json: JsonOpt = False,
     seed: Annotated[int, typer.Option(help="Seed for data and faults.")] = 7,
 ) -> None:
-    """Run the whole pipeline on SQLite against the sandbox with faults on, then report."""
-    from tidings.demo.run import run_demo
+    """Run the whole pipeline against the sandbox with faults on, then report.
 
-    report = run_demo(recipients=recipients, db=db, seed=seed, as_json=as_json)
+    The store is a fresh SQLite file, or with --store a PostgreSQL database.
+    """
+    from tidings.demo.run import DemoStoreError, run_demo
+
+    if store is not None:
+        if db is not None:
+            raise typer.BadParameter("give --db (SQLite) or --store (PostgreSQL), not both",
+                                     param_hint="--store")
+        if not store.startswith(("postgresql://", "postgres://")):
+            raise typer.BadParameter("must be a postgresql://user@host:port/db URL (for "
+                                     "SQLite, use --db)", param_hint="--store")
+    elif reset:
+        raise typer.BadParameter("--reset only applies with --store", param_hint="--reset")
+    try:
+        report = run_demo(recipients=recipients, db=db, seed=seed, as_json=as_json,
+                          store=store, reset=reset)
+    except (DemoStoreError, TidingsError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
     if as_json:
         typer.echo(json.dumps(report))
     if not report.get("ok"):

@@ -70,14 +70,14 @@ def simulated_offset(now: float) -> float:
     return monday.timestamp() + 1.0 - now
 
 
-def settings_for(workdir: Path, db: Path, customers: Path, sandbox_url: str,
+def settings_for(workdir: Path, store: str, customers: Path, sandbox_url: str,
                  offset: float) -> dict[str, Any]:
     provider = {"kind": "sandbox", "url": sandbox_url, "timeout_s": 2.0}
     # Six processes share two cores here: the sandbox's own event loop can stall and
     # then count a burst of requests late, in the next second. Aim lower than usual.
     safety = 0.9
     return {
-        "store": f"sqlite:///{db}",
+        "store": store,
         "clock_offset_s": offset,
         "channels": {
             "email": {"provider": provider, "quota": f"{SANDBOX['quotas']['email']}/s",  # type: ignore[index]
@@ -247,8 +247,65 @@ def prepare(db: Path | None, recipients: int, seed: int) -> tuple[Path, Path, Cu
     return workdir, db_path, seed_customers(workdir / "customers.db", recipients, seed)
 
 
+#: Every table the PostgreSQL migrations create: what ``--reset`` drops.
+PG_TABLES = ("intents", "events", "messages", "dead_letters", "occurrences", "pacer_state",
+             "switches", "schema_migrations")
+
+
+class DemoStoreError(Exception):
+    """The demo's ``--store`` cannot be used as it is (the message says why and what to do)."""
+
+
+def prepare_postgres(url: str, *, reset: bool) -> str:
+    """Make the PostgreSQL database ``url`` names ready for a demo: an empty ledger.
+
+    A database that does not exist is created (through the server's ``postgres``
+    database). One that already holds an ``intents`` table is refused, unless ``reset``:
+    then the tidings tables are dropped, and the demo's runtime migrates a fresh schema.
+    Returns a description of what was done.
+    """
+    import psycopg
+    from psycopg import sql as pgsql
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    from tidings.stores.postgres_db import PostgresDatabase, redact
+
+    PostgresDatabase.from_url(url)  # ConfigurationError for a malformed URL
+    safe = redact(url)
+    params = conninfo_to_dict(url)
+    dbname = str(params.get("dbname") or params.get("user") or "")
+    if not dbname:
+        raise DemoStoreError(f"{safe} names no database")
+    try:
+        conn = psycopg.connect(url, autocommit=True, connect_timeout=5)
+    except psycopg.OperationalError as exc:
+        if f'database "{dbname}" does not exist' not in str(exc):
+            raise DemoStoreError(f"cannot connect to {safe}: {str(exc).strip()}") from None
+        try:
+            with psycopg.connect(make_conninfo(url, dbname="postgres"), autocommit=True,
+                                 connect_timeout=5) as admin:
+                admin.execute(pgsql.SQL("CREATE DATABASE {}").format(pgsql.Identifier(dbname)))
+        except psycopg.Error as exc2:
+            raise DemoStoreError(f"database {dbname!r} does not exist and could not be "
+                                 f"created: {str(exc2).strip()}") from None
+        return f"created database {dbname!r}"
+    with conn:
+        row = conn.execute("SELECT to_regclass('intents') IS NOT NULL").fetchone()
+        if not (row and row[0]):
+            return f"database {dbname!r} has no tidings tables: used as it is"
+        if not reset:
+            raise DemoStoreError(
+                f"{safe} already holds tidings tables (an 'intents' table); the demo needs "
+                "an empty ledger. Name another database (one that does not exist is "
+                "created), or pass --reset to drop the tidings tables and start afresh.")
+        conn.execute(pgsql.SQL("DROP TABLE IF EXISTS {} CASCADE").format(
+            pgsql.SQL(", ").join(pgsql.Identifier(t) for t in PG_TABLES)))
+    return f"dropped the tidings tables of database {dbname!r} (--reset)"
+
+
 async def demo(*, recipients: int, db: Path | None, seed: int, as_json: bool,
-               started: float) -> dict[str, Any]:
+               started: float, store: str | None = None, reset: bool = False
+               ) -> dict[str, Any]:
     console = Console(stderr=True)
     quiet = as_json or not console.is_terminal
     rng = random.Random(seed)
@@ -257,15 +314,21 @@ async def demo(*, recipients: int, db: Path | None, seed: int, as_json: bool,
         if not as_json:
             console.print(text)
 
+    prepared = await asyncio.to_thread(prepare_postgres, store, reset=reset) if store else None
     workdir, db_path, customers = await asyncio.to_thread(prepare, db, recipients, seed)
+    store_url = store or f"sqlite:///{db_path}"
     say(f"[bold]tidings demo[/bold]: {recipients:,} customers, work dir {workdir}")
+    if store:
+        from tidings.stores.postgres_db import redact
+
+        say(f"store {redact(store)}: {prepared}")
     sandbox, url = await start_sandbox(workdir, seed)
     say(f"sandbox provider at {url} (quota email {SANDBOX['quotas']['email']}/s, "  # type: ignore[index]
         f"sms {SANDBOX['quotas']['sms']}/s; 429s, 5xx, timeouts, lost responses on)")  # type: ignore[index]
     offset = simulated_offset(time.time())
     config = workdir / "tidings.toml"
     await asyncio.to_thread(config.write_text,
-                            _toml(settings_for(workdir, db_path, customers.path, url, offset)))
+                            _toml(settings_for(workdir, store_url, customers.path, url, offset)))
     settings = await asyncio.to_thread(Settings.load, config)
     runtime = await build_runtime(settings)
     procs = Procs(workdir, config)
@@ -337,6 +400,10 @@ async def demo(*, recipients: int, db: Path | None, seed: int, as_json: bool,
     phases["stopped_s"] = round(time.monotonic() - started, 2)
     report["phases"] = phases
     report["workdir"] = str(workdir)
+    if store:
+        from tidings.stores.postgres_db import redact
+
+        report["store"] = redact(store)
     if not as_json:
         render_report(report, Console())
     return report
@@ -359,7 +426,8 @@ async def _sandbox_stats(url: str) -> dict[str, Any]:
         return stats
 
 
-def run_demo(*, recipients: int, db: Path | None, seed: int, as_json: bool) -> dict[str, Any]:
+def run_demo(*, recipients: int, db: Path | None, seed: int, as_json: bool,
+             store: str | None = None, reset: bool = False) -> dict[str, Any]:
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     return asyncio.run(demo(recipients=recipients, db=db, seed=seed, as_json=as_json,
-                            started=time.monotonic()))
+                            started=time.monotonic(), store=store, reset=reset))
