@@ -315,9 +315,18 @@ class PostgresStore:
             await conn.execute(sql["intent_lock_keys"], {"keys": keys})
             applied: list[str] = []
             events: list[Any] = []
-            for change in changes:
-                cur = await conn.execute(sql["intent_apply"], _change_params(change, now))
-                row = await cur.fetchone()
+            # One pipelined executemany instead of a round trip per change; the changes
+            # still apply in order, so a repeated key meets the guard its twin left.
+            cur = conn.cursor()
+            await cur.executemany(sql["intent_apply"],
+                                  [_change_params(change, now) for change in changes],
+                                  returning=True)
+            rows: list[tuple[Any, ...] | None] = []
+            while True:
+                rows.append(await cur.fetchone())
+                if not cur.nextset():
+                    break
+            for change, row in zip(changes, rows, strict=True):
                 if row is None:
                     continue
                 channel, attempts = row
