@@ -1,0 +1,17 @@
+"""The public surface is explicit: adding or removing a name is a decision, not an accident."""
+
+import tidings
+
+PUBLIC = {
+    "Audience", "Campaign", "Clock", "ConfigurationError", "FakeClock", "GeneratorAudience",
+    "InvalidInput", "InvalidTransition", "KeysetAudience", "MessageDecodeError",
+    "NotifyRequest", "Recipient", "Runtime", "Schedule", "SchemaOutOfDate", "Settings",
+    "SqlAudience", "State", "StoreError", "SystemClock", "TidingsError", "TransportError",
+    "__version__", "build_runtime",
+}
+
+
+def test_all_is_pinned_and_every_name_resolves() -> None:
+    assert set(tidings.__all__) == PUBLIC
+    for name in tidings.__all__:
+        assert getattr(tidings, name) is not None
