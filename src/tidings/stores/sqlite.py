@@ -15,9 +15,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
+from tidings.claims import claim_kind, redelivery_event
 from tidings.errors import StoreError
 from tidings.model import Event, Intent, IntentDraft, message_body
-from tidings.states import CLAIMABLE, DONE, TERMINAL, State, check
+from tidings.states import CLAIMABLE, TERMINAL, State, check
 from tidings.stores.base import (
     Change,
     Claim,
@@ -288,9 +289,9 @@ class SqliteStore:
                     claims.append(Claim(key=key, kind=ClaimKind.MISSING))
                     continue
                 state = State(row[8])
-                if state in CLAIMABLE and not (
-                    state is State.RETRYABLE and row[22] is not None and row[22] > now
-                ):
+                kind, retry_at = claim_kind(state, next_attempt_at=row[22],
+                                            lease_expires_at=row[21], now=now)
+                if kind is ClaimKind.CLAIMED:
                     intent = replace(
                         _intent(row), state=State.CLAIMED, lease_owner=owner,
                         lease_token=row[20] + 1, lease_expires_at=lease_expires_at,
@@ -302,21 +303,12 @@ class SqliteStore:
                     claim = Claim(key=key, kind=ClaimKind.CLAIMED, intent=intent,
                                   token=intent.lease_token, state=State.CLAIMED)
                     claimed_now[key] = claim
-                elif state in DONE:
-                    # A message for a cancelled or expired intent is dropped, not a duplicate.
-                    seen = ("discarded" if state in (State.CANCELLED, State.EXPIRED)
-                            else "duplicate_observed")
-                    events.append((key, row[1], seen, now, state.value,
-                                   row[17], owner, message_id, None, None))
-                    claim = Claim(key=key, kind=ClaimKind.DONE, state=state)
-                elif state is State.UNCERTAIN:
-                    claim = Claim(key=key, kind=ClaimKind.HELD, state=state)
-                elif state is State.CLAIMED:
-                    # Live or expired, a lease is the reconciler's to end, not ours.
-                    claim = Claim(key=key, kind=ClaimKind.BUSY, state=state, retry_at=row[21])
-                else:  # retryable, not yet due
-                    claim = Claim(key=key, kind=ClaimKind.NOT_DUE, state=state,
-                                  retry_at=row[22])
+                else:
+                    if kind is ClaimKind.DONE:
+                        events.append((key, row[1], redelivery_event(state), now,
+                                       state.value, row[17], owner, message_id, None,
+                                       None))
+                    claim = Claim(key=key, kind=kind, state=state, retry_at=retry_at)
                 claims.append(claim)
             if updates:
                 cursor = conn.executemany(sql["intent_claim"], updates)
