@@ -105,6 +105,9 @@ class Worker:
         self.rng = rng or random.Random()
         self.stats = WorkerStats()
         self._stopping = asyncio.Event()
+        # One future for every in-flight send to race its pacer wait against, instead of
+        # a new waiter task per send on the hot path.
+        self._stopped: asyncio.Future[None] | None = None
         # Outcomes waiting for their commit, and message operations waiting for theirs.
         self._outcomes: list[tuple[Change, Received]] = []
         self._acks: list[str] = []
@@ -121,6 +124,8 @@ class Worker:
         """Stop taking messages; work in hand is finished or released."""
         self._stopping.set()
         self._room.set()
+        if self._stopped is not None and not self._stopped.done():
+            self._stopped.set_result(None)
 
     @property
     def held(self) -> int:
@@ -283,10 +288,11 @@ class Worker:
         if self._stopping.is_set():
             return None
         waited_from = self.clock.now()
+        if self._stopped is None:
+            self._stopped = asyncio.get_running_loop().create_future()
         acquired = asyncio.ensure_future(self.pacer.acquire())
-        stopping = asyncio.ensure_future(self._stopping.wait())
-        done, _ = await asyncio.wait({acquired, stopping}, return_when=asyncio.FIRST_COMPLETED)
-        stopping.cancel()
+        done, _ = await asyncio.wait({acquired, self._stopped},
+                                     return_when=asyncio.FIRST_COMPLETED)
         if acquired not in done:
             acquired.cancel()
             with contextlib.suppress(asyncio.CancelledError):
