@@ -239,8 +239,21 @@ class QueueDepth:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Content:
+    """A message rendered at send time from its template; never queued, never logged."""
+
+    text: str
+    subject: str | None = None
+    html: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class SendRequest:
-    """One send; ``key`` is the idempotency key the provider deduplicates on."""
+    """One send; ``key`` is the idempotency key the provider deduplicates on.
+
+    ``content`` is the rendered message when the channel has templates; providers
+    that render on their side (or the sandbox) may ignore it.
+    """
 
     key: str
     channel: str
@@ -248,6 +261,7 @@ class SendRequest:
     template: str
     data: str
     recipient_id: str
+    content: Content | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
