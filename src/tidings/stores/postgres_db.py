@@ -8,13 +8,20 @@ number of machines comes from row locks taken by the queries themselves
 ``FOR UPDATE SKIP LOCKED`` where concurrent takers should split the work), and from
 ``INSERT … ON CONFLICT DO NOTHING`` for idempotent inserts. A transaction that
 PostgreSQL aborts as a serialization failure or a deadlock is retried whole, with a
-short jittered backoff; every other database error surfaces as ``StoreError`` naming
-the URL without its password.
+short jittered backoff. A transaction whose connection is lost (a server restart, a
+failover, a dropped network path) is retried whole on a fresh connection, with
+exponential backoff for up to ``RECONNECT_BUDGET_S``: the failed attempt rolled back
+on the server, so a batch is written completely or not at all. Every transaction
+body is written to be safe to run again (``ON CONFLICT DO NOTHING`` inserts,
+lease-token fences, compare-and-set progress), which also covers the rare loss of a
+connection during ``COMMIT`` itself. Every other database error surfaces as
+``StoreError`` naming the URL without its password.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -24,7 +31,7 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import TupleRow
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from tidings.clock import SystemClock
 from tidings.errors import ConfigurationError, SchemaOutOfDate, StoreError
@@ -41,7 +48,18 @@ CONFLICT_RETRIES = 6
 CONNECT_TIMEOUT_S = 5.0
 #: Seconds a caller waits for a free pooled connection before StoreError.
 POOL_TIMEOUT_S = 30.0
+#: Seconds a transaction keeps retrying on fresh connections after losing its own.
+RECONNECT_BUDGET_S = 30.0
 _CONFLICTS = (pg_errors.SerializationFailure, pg_errors.DeadlockDetected)
+
+
+def _connection_lost(exc: psycopg.Error, conn: Conn | None) -> bool:
+    """Did ``exc`` come from a connection that is gone (rather than from the query)?"""
+    if isinstance(exc, PoolTimeout):
+        return True  # no connection could be had: the server is down or unreachable
+    if conn is not None and conn.broken:
+        return True
+    return isinstance(exc, pg_errors.AdminShutdown | pg_errors.CannotConnectNow)
 
 
 def redact(url: str) -> str:
@@ -142,22 +160,36 @@ class PostgresDatabase:
     async def transaction(self, fn: Callable[[Conn], Awaitable[T]]) -> T:
         """Run ``fn(conn)`` in one transaction (COMMIT, or ROLLBACK if it raises).
 
-        A serialization failure or deadlock retries the whole transaction, so ``fn``
-        must be safe to run again. Database errors become ``StoreError``.
+        A serialization failure, a deadlock or a lost connection retries the whole
+        transaction, so ``fn`` must be safe to run again. Other database errors, and a
+        connection still lost after ``RECONNECT_BUDGET_S``, become ``StoreError``.
         """
         pool = await self._get_pool()
-        for attempt in range(CONFLICT_RETRIES + 1):
+        conflicts = 0
+        lost = 0
+        deadline = asyncio.get_running_loop().time() + RECONNECT_BUDGET_S
+        while True:
+            conn: Conn | None = None
             try:
                 async with pool.connection() as conn, conn.transaction():
                     return await fn(conn)
             except _CONFLICTS as exc:
-                if attempt < CONFLICT_RETRIES:
-                    await asyncio.sleep(random.uniform(0.0, 0.005 * 2**attempt))
-                    continue
-                raise StoreError(f"{self.safe_url}: {exc}") from exc
+                if conflicts >= CONFLICT_RETRIES:
+                    raise StoreError(f"{self.safe_url}: {exc}") from exc
+                await asyncio.sleep(random.uniform(0.0, 0.005 * 2**conflicts))
+                conflicts += 1
             except psycopg.Error as exc:
-                raise StoreError(f"{self.safe_url}: {exc}") from exc
-        raise AssertionError("unreachable")  # pragma: no cover
+                if not _connection_lost(exc, conn):
+                    raise StoreError(f"{self.safe_url}: {exc}") from exc
+                pause = random.uniform(0.0, min(2.0, 0.05 * 2**lost))
+                if asyncio.get_running_loop().time() + pause > deadline:
+                    raise StoreError(f"{self.safe_url}: connection lost and not regained "
+                                     f"after {lost + 1} attempts: {exc}") from exc
+                lost += 1
+                await asyncio.sleep(pause)
+                # A restart kills the idle connections too: drop them, not one per retry.
+                with contextlib.suppress(psycopg.Error):
+                    await pool.check()
 
     async def write(self, fn: Callable[[Conn], Awaitable[T]]) -> T:
         """Run ``fn(conn)`` in a write transaction (see ``transaction``)."""
