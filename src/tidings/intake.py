@@ -4,14 +4,22 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
-from tidings.errors import InvalidInput
+from tidings.errors import ConfigurationError, InvalidInput
 from tidings.model import IntentDraft, Recipient, encode_data, notify_key, validate_key
 from tidings.relay import publish
 from tidings.states import State
 from tidings.stores.base import Store
 from tidings.transports.base import Transport
+
+
+@runtime_checkable
+class JoinableStore(Protocol):
+    """A store that can admit intents inside a transaction its caller owns."""
+
+    async def intent_admit_in(self, connection: object, drafts: Sequence[IntentDraft], *,
+                              now: float, enqueue: bool = False) -> list[str]: ...
 
 
 def recipient_of(value: Recipient | Mapping[str, Any]) -> Recipient:
@@ -90,12 +98,19 @@ async def notify_many(
     horizon_s: float = 60.0,
     lease_s: float = 30.0,
     enqueue_in_store: bool = False,
+    connection: object | None = None,
 ) -> list[list[str]]:
     """Create the intents of many requests at once; a repeated request is a no-op.
 
     Every request is validated before anything is written, so one bad request
     admits none. Intents due within ``horizon_s`` are published now; later ones stay
     in the store until the relay's window reaches them. Returns each request's keys.
+
+    With ``connection`` (the caller's database connection; PostgreSQL store only) the
+    intents are written inside the caller's transaction: they exist if and only if it
+    commits. Nothing is published outside it: with the store's own queue the messages
+    are written in the same transaction; with another transport the relay publishes
+    them once the caller has committed.
     """
     many = len(requests) > 1
     per_request = [
@@ -106,6 +121,16 @@ async def notify_many(
     drafts = [d for group in per_request for d in group]
     soon = [d for d in drafts if d.due_at <= now + horizon_s]
     later = [d for d in drafts if d.due_at > now + horizon_s]
+    if connection is not None:
+        if not isinstance(store, JoinableStore):
+            raise ConfigurationError(
+                "connection", "joining the caller's transaction needs the PostgreSQL "
+                "store (store = \"postgresql://…\")")
+        if later:
+            await store.intent_admit_in(connection, later, now=now)
+        if soon:
+            await store.intent_admit_in(connection, soon, now=now, enqueue=enqueue_in_store)
+        return [[d.key for d in group] for group in per_request]
     if later:
         await store.intent_admit(later, now=now)
     if soon and enqueue_in_store:

@@ -175,20 +175,27 @@ class Runtime:
     async def notify(self, *, key: str, recipient: Recipient | Mapping[str, Any],
                      channels: Sequence[str], template: str,
                      data: Mapping[str, Any] | None = None, due_at: float | None = None,
-                     expires_at: float | None = None) -> list[str]:
-        """Create a one-off or future-dated intent per channel; returns their keys."""
+                     expires_at: float | None = None, connection: object | None = None
+                     ) -> list[str]:
+        """Create a one-off or future-dated intent per channel; returns their keys.
+
+        ``connection``: the caller's ``psycopg.AsyncConnection`` to the store's
+        PostgreSQL database; the intents are then written in the caller's transaction
+        and exist if and only if it commits.
+        """
         request = NotifyRequest(key=key, recipient=recipient, channels=channels,
                                 template=template, data=data, due_at=due_at,
                                 expires_at=expires_at)
-        return (await self.notify_many([request]))[0]
+        return (await self.notify_many([request], connection=connection))[0]
 
-    async def notify_many(self, requests: Sequence[NotifyRequest]) -> list[list[str]]:
+    async def notify_many(self, requests: Sequence[NotifyRequest], *,
+                          connection: object | None = None) -> list[list[str]]:
         """Many ``notify`` calls in one batch: all validated first, then written together."""
         s = self.settings.scheduler
         return await notify_many(
             self.store, self.transport, requests, known_channels=self.limits,
             now=self.clock.now(), horizon_s=s.relay_horizon_s, lease_s=s.relay_lease_s,
-            enqueue_in_store=self.enqueue_in_store)
+            enqueue_in_store=self.enqueue_in_store, connection=connection)
 
     async def cancel(self, key: str, reason: str = "cancelled by caller"
                      ) -> dict[str, State | None]:

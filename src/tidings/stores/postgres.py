@@ -19,12 +19,14 @@ The SQL lives in ``stores/sql/postgresql/*.sql``.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
+
+import psycopg
 
 from tidings.claims import claim_kind, redelivery_event
-from tidings.errors import StoreError
+from tidings.errors import InvalidInput, StoreError
 from tidings.model import Event, Intent, IntentDraft, message_body
 from tidings.states import CLAIMABLE, State, check
 from tidings.stores.base import (
@@ -112,6 +114,39 @@ class PostgresStore:
         """
         if not drafts and progress is None:
             return []
+        fn = self._admission(drafts, now=now, publish_lease_until=publish_lease_until,
+                             progress=progress, enqueue=enqueue)
+        return await self.db.write(fn)
+
+    async def intent_admit_in(self, connection: object, drafts: Sequence[IntentDraft], *,
+                              now: float, enqueue: bool = False) -> list[str]:
+        """``intent_admit`` inside the caller's own transaction on ``connection``.
+
+        ``connection`` is the caller's ``psycopg.AsyncConnection`` to this database.
+        The intents (and, with ``enqueue``, their messages) become visible if and only
+        if the caller's transaction commits. Inside a transaction the writes sit in a
+        savepoint, so a failure here leaves the caller's transaction usable; on an
+        autocommit connection outside a transaction they are one transaction of their
+        own. There is no retry: the transaction is the caller's.
+        """
+        if not isinstance(connection, psycopg.AsyncConnection):
+            raise InvalidInput("connection", "must be a psycopg.AsyncConnection to the "
+                               f"store's database, not {type(connection).__name__}")
+        if not drafts:
+            return []
+        conn = cast(Conn, connection)
+        fn = self._admission(drafts, now=now, publish_lease_until=None, progress=None,
+                             enqueue=enqueue)
+        try:
+            async with conn.transaction():
+                return await fn(conn)
+        except psycopg.Error as exc:
+            raise StoreError(f"admission in the caller's transaction failed: {exc}") from exc
+
+    def _admission(self, drafts: Sequence[IntentDraft], *, now: float,
+                   publish_lease_until: float | None, progress: OccurrenceProgress | None,
+                   enqueue: bool) -> Callable[[Conn], Awaitable[list[str]]]:
+        """The body of one admission transaction (safe to run again: see intent_admit)."""
         sql = self._sql
         insert = sql["intent_insert_many_enqueued" if enqueue else "intent_insert_many"]
         seen: set[str] = set()
@@ -167,7 +202,7 @@ class PostgresStore:
                     raise StoreError(f"occurrence {progress.occurrence!r} does not exist")
             return [d.key for d in fresh]
 
-        return await self.db.write(fn)
+        return fn
 
     async def intent_claim_publish(
         self, *, now: float, horizon_s: float, lease_s: float, limit: int
