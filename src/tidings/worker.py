@@ -49,6 +49,8 @@ class WorkerConfig:
     recheck_after_s: float = 1.0
     idle_poll_s: float = 0.05
     max_idle_poll_s: float = 0.5
+    max_idle_wait_s: float = 5.0
+    """The longest idle wait on a transport that wakes consumers when a publish commits."""
 
 
 @dataclass(kw_only=True)
@@ -151,9 +153,9 @@ class Worker:
                     await self._take(batch)
                     continue
                 await self.pacer.flush()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stopping.wait(), timeout=idle)
-                idle = min(idle * 2, self.config.max_idle_poll_s)
+                await self._idle(idle)
+                idle = min(idle * 2, self.config.max_idle_wait_s if self.transport.notifies
+                           else self.config.max_idle_poll_s)
             if self._sends:
                 await asyncio.gather(*self._sends, return_exceptions=True)
         finally:
@@ -164,6 +166,27 @@ class Worker:
                     await task
             await self.flush()
             await self.pacer.flush()
+
+    async def _idle(self, timeout_s: float) -> None:
+        """Wait for the queue (see ``Transport.wait``), or for ``stop()``."""
+        waiting = asyncio.ensure_future(self.transport.wait(
+            self.channel, timeout_s=timeout_s, now=self.clock.now()))
+        done, _ = await asyncio.wait({waiting, self._stop_future()},
+                                     return_when=asyncio.FIRST_COMPLETED)
+        if waiting not in done:
+            waiting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await waiting
+        else:
+            waiting.result()  # a transport error surfaces here, as from receive
+
+    def _stop_future(self) -> asyncio.Future[None]:
+        """One future, done at ``stop()``, that every wait races against."""
+        if self._stopped is None:
+            self._stopped = asyncio.get_running_loop().create_future()
+            if self._stopping.is_set():
+                self._stopped.set_result(None)
+        return self._stopped
 
     async def run_once(self) -> int:
         """Receive one batch and handle it completely; return how many messages it held."""
@@ -288,10 +311,8 @@ class Worker:
         if self._stopping.is_set():
             return None
         waited_from = self.clock.now()
-        if self._stopped is None:
-            self._stopped = asyncio.get_running_loop().create_future()
         acquired = asyncio.ensure_future(self.pacer.acquire())
-        done, _ = await asyncio.wait({acquired, self._stopped},
+        done, _ = await asyncio.wait({acquired, self._stop_future()},
                                      return_when=asyncio.FIRST_COMPLETED)
         if acquired not in done:
             acquired.cancel()

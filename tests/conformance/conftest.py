@@ -127,3 +127,12 @@ async def transport(transport_backend: TransportBackend,
     opened = await transport_backend.open(transport_url)
     yield opened
     await opened.close()
+
+
+@pytest.fixture
+async def another_transport(transport: Transport, transport_backend: TransportBackend,
+                            transport_url: str) -> AsyncIterator[Transport]:
+    """A second instance on the same database: another process, as far as it can tell."""
+    opened = await transport_backend.open(transport_url)
+    yield opened
+    await opened.close()

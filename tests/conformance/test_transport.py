@@ -5,6 +5,8 @@ Scenarios are written given / when / then; every ``now`` is explicit.
 
 from __future__ import annotations
 
+import asyncio
+
 from tidings.model import OutgoingMessage, QueueDepth, Received
 from tidings.transports.base import Transport
 
@@ -178,3 +180,57 @@ async def test_contains_tells_which_messages_are_on_the_queue(transport: Transpo
 
     assert await transport.contains("email", ["a", "b", "c", "zz"]) == {"a", "b"}
     assert await transport.contains("email", []) == set()
+
+
+# ---------------------------------------------------------------- idle consumers
+
+GUARD_S = 30.0  # only against a hang: these tests never wait that long when they pass
+
+
+async def test_wait_returns_at_once_when_a_message_is_ready(transport: Transport) -> None:
+    await transport.publish("email", [msg("a")], now=T0)
+
+    await asyncio.wait_for(transport.wait("email", timeout_s=3600, now=T0), GUARD_S)
+
+
+async def test_wait_returns_when_a_delayed_message_falls_due(transport: Transport) -> None:
+    await transport.publish("email", [msg("later", delay_s=60)], now=T0)
+
+    # Due at T0 + 60: a consumer whose clock says so does not wait for a publish.
+    await asyncio.wait_for(transport.wait("email", timeout_s=3600, now=T0 + 60), GUARD_S)
+
+
+async def test_wait_on_an_empty_queue_returns_after_its_timeout(transport: Transport) -> None:
+    await asyncio.wait_for(transport.wait("email", timeout_s=0.01, now=T0), GUARD_S)
+    assert await receive(transport, T0) == []
+
+
+async def test_a_publish_wakes_a_waiting_consumer(
+        transport: Transport, another_transport: Transport) -> None:
+    # Where the adapter signals publishes from anywhere, publish from another instance
+    # (another process, as far as the adapter can tell); else from this one.
+    publisher = another_transport if transport.notifies else transport
+    waiter = asyncio.create_task(transport.wait("email", timeout_s=3600, now=T0))
+    await asyncio.sleep(0)  # the waiter registers before the publish
+    await publisher.publish("email", [msg("a")], now=T0)
+
+    await asyncio.wait_for(waiter, GUARD_S)
+    assert [r.message_id for r in await receive(transport, T0)] == ["a"]
+
+
+async def test_a_redrive_and_a_nack_wake_a_waiting_consumer(transport: Transport) -> None:
+    await transport.publish("email", [msg("a")], now=T0)
+    [held] = await receive(transport, T0)
+    await transport.dead_letter("email", [(held.receipt, "poison")], now=T0)
+    [dead] = await transport.dead_letters("email")
+
+    waiter = asyncio.create_task(transport.wait("email", timeout_s=3600, now=T0))
+    await asyncio.sleep(0)
+    assert await transport.redrive("email", [dead.id], now=T0) == 1
+    await asyncio.wait_for(waiter, GUARD_S)
+
+    [again] = await receive(transport, T0)
+    waiter = asyncio.create_task(transport.wait("email", timeout_s=3600, now=T0))
+    await asyncio.sleep(0)
+    await transport.nack("email", [(again.receipt, 0.0)], now=T0)
+    await asyncio.wait_for(waiter, GUARD_S)

@@ -16,6 +16,9 @@ from tidings.model import DeadLetter, OutgoingMessage, QueueDepth, Received
 
 class Transport(Protocol):
     name: str
+    notifies: bool
+    """True when ``wait`` is woken by a publish from any process on any machine, so an
+    idle consumer can wait long instead of polling."""
 
     async def publish(self, queue: str, messages: Sequence[OutgoingMessage], *, now: float) -> None:
         """Publish messages, each visible after its ``delay_s``. Publishing the same
@@ -58,6 +61,13 @@ class Transport(Protocol):
 
     async def contains(self, queue: str, message_ids: Sequence[str]) -> set[str]:
         """Which of ``message_ids`` still have a message on the queue (any visibility)."""
+        ...
+
+    async def wait(self, queue: str, *, timeout_s: float, now: float) -> None:
+        """Return when a message may be ready on ``queue``: at once if one is, when a
+        delayed or hidden message becomes visible, when a publish wakes it (where
+        ``notifies``), or after ``timeout_s`` at the latest. Spurious returns are allowed;
+        the caller receives to find out."""
         ...
 
     async def close(self) -> None: ...

@@ -5,6 +5,11 @@ fencing): a receive hides rows by moving ``available_at`` forward and bumps a pe
 ``receive_token``, taking its batch ``FOR UPDATE SKIP LOCKED`` so receivers in many
 processes on many machines split the ready messages instead of queueing on each
 other's rows. ``ack`` deletes by id alone; identities are never reused.
+
+Idle consumers do not poll hard: every transaction that makes messages visible
+notifies the queue (``pg_notify``, delivered at commit), and ``wait`` sleeps until
+that notification, until the earliest hidden or delayed message is due, or until its
+timeout (see ``pg_listen``).
 """
 
 from __future__ import annotations
@@ -15,19 +20,27 @@ from typing import Any, TypeVar
 from tidings.errors import StoreError, TransportError
 from tidings.model import DeadLetter, OutgoingMessage, QueueDepth, Received
 from tidings.stores.postgres_db import Conn, PostgresDatabase, insert_messages
+from tidings.transports.pg_listen import ReadyListener
 from tidings.transports.sql import parse_receipt
+from tidings.transports.wakeups import Wakeups
 
 T = TypeVar("T")
+
+#: How long an idle consumer waits at most while the LISTEN connection is down.
+POLL_WITHOUT_LISTENER_S = 0.5
 
 
 class PgTransport:
     """The ``Transport`` port on tables ``messages`` and ``dead_letters`` in PostgreSQL."""
 
     name = "pg"
+    notifies = True
 
     def __init__(self, db: PostgresDatabase) -> None:
         self.db = db
         self._sql = db.sql
+        self._wakeups = Wakeups()
+        self._listener = ReadyListener(db.url, db.safe_url, db.sql, self._wakeups)
         db.retain()
 
     @classmethod
@@ -50,6 +63,19 @@ class PgTransport:
 
         return await self._run(fn)
 
+    async def _execute_and_notify(self, query: str, queue: str, params: Any) -> int:
+        """``query`` and a ready notification for ``queue`` in one transaction."""
+        async def fn(conn: Conn) -> int:
+            cur = await conn.execute(self._sql[query], params)
+            if cur.rowcount:
+                await conn.execute(self._sql["queue_notify"], {"queue": queue})
+            return cur.rowcount
+
+        count = await self._run(fn)
+        if count:
+            self._wakeups.wake(queue)
+        return count
+
     async def _rows(self, query: str, params: Any) -> list[tuple[Any, ...]]:
         async def fn(conn: Conn) -> list[tuple[Any, ...]]:
             cur = await conn.execute(self._sql[query], params)
@@ -67,6 +93,7 @@ class PgTransport:
             await insert_messages(conn, self._sql, queue, rows, now=now)
 
         await self._run(fn)
+        self._wakeups.wake(queue)
 
     async def receive(
         self, queue: str, *, max_messages: int, visibility_s: float, now: float
@@ -97,7 +124,7 @@ class PgTransport:
         if not receipts:
             return
         parsed = [(*parse_receipt(receipt), now + max(0.0, delay)) for receipt, delay in receipts]
-        await self._execute("message_nack", {
+        await self._execute_and_notify("message_nack", queue, {
             "queue": queue, "ids": [p[0] for p in parsed], "tokens": [p[1] for p in parsed],
             "available": [p[2] for p in parsed]})
 
@@ -136,8 +163,8 @@ class PgTransport:
         numeric = sorted({int(i) for i in ids if i.isdigit()})
         if not numeric:
             return 0
-        return await self._execute("dead_letter_redrive",
-                                   {"queue": queue, "ids": numeric, "now": now})
+        return await self._execute_and_notify("dead_letter_redrive", queue,
+                                              {"queue": queue, "ids": numeric, "now": now})
 
     async def depth(self, queue: str, *, now: float) -> QueueDepth:
         """Ready, delayed, in-flight and dead counts, and the age of the oldest message."""
@@ -155,6 +182,20 @@ class PgTransport:
                                 {"queue": queue, "ids": list(dict.fromkeys(message_ids))})
         return {row[0] for row in rows}
 
+    async def wait(self, queue: str, *, timeout_s: float, now: float) -> None:
+        """Sleep until a publish to ``queue`` commits anywhere, the next message is due,
+        or ``timeout_s`` (at most ``POLL_WITHOUT_LISTENER_S`` while not listening)."""
+        self._listener.start()
+        if not self._listener.connected:
+            timeout_s = min(timeout_s, POLL_WITHOUT_LISTENER_S)
+
+        async def ready_in() -> float | None:
+            [(earliest,)] = await self._rows("queue_next_available", {"queue": queue})
+            return None if earliest is None else max(0.0, float(earliest) - now)
+
+        await self._wakeups.wait(queue, timeout_s, ready_in)
+
     async def close(self) -> None:
         """Release the database; it closes when no other adapter still uses it."""
+        await self._listener.close()
         await self.db.release()

@@ -17,6 +17,7 @@ from typing import TypeVar
 from tidings.errors import StoreError, TransportError
 from tidings.model import DeadLetter, OutgoingMessage, QueueDepth, Received
 from tidings.stores.sqlite_db import SqliteDatabase, insert_messages
+from tidings.transports.wakeups import Wakeups
 
 T = TypeVar("T")
 
@@ -37,10 +38,13 @@ class SqlTransport:
     """The ``Transport`` port on tables ``messages`` and ``dead_letters``."""
 
     name = "sql"
+    #: Publishes in other processes are not signalled: idle consumers poll.
+    notifies = False
 
     def __init__(self, db: SqliteDatabase) -> None:
         self.db = db
         self._sql = db.sql
+        self._wakeups = Wakeups()
         db.retain()
 
     async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
@@ -66,6 +70,7 @@ class SqlTransport:
                             [(m.message_id, m.body, m.delay_s) for m in messages], now=now)
 
         await self._write(fn)
+        self._wakeups.wake(queue)
 
     async def receive(
         self, queue: str, *, max_messages: int, visibility_s: float, now: float
@@ -104,6 +109,7 @@ class SqlTransport:
                 for receipt, delay in receipts]
         if rows:
             await self._write(lambda conn: conn.executemany(self._sql["message_nack"], rows))
+            self._wakeups.wake(queue)
 
     async def extend(
         self, queue: str, receipts: Sequence[str], *, visibility_s: float, now: float
@@ -153,7 +159,27 @@ class SqlTransport:
                          {"queue": queue, "ids": params["ids"]})
             return moved
 
-        return await self._write(fn)
+        moved = await self._write(fn)
+        if moved:
+            self._wakeups.wake(queue)
+        return moved
+
+    async def wait(self, queue: str, *, timeout_s: float, now: float) -> None:
+        """Sleep until the next message is due, a publish in this process, or ``timeout_s``.
+
+        Publishes by other processes are not signalled: callers keep ``timeout_s`` short.
+        """
+        sql = self._sql
+
+        def earliest(conn: sqlite3.Connection) -> float | None:
+            (value,) = conn.execute(sql["queue_next_available"], (queue,)).fetchone()
+            return None if value is None else float(value)
+
+        async def ready_in() -> float | None:
+            value = await self._read(earliest)
+            return None if value is None else max(0.0, value - now)
+
+        await self._wakeups.wait(queue, timeout_s, ready_in)
 
     async def depth(self, queue: str, *, now: float) -> QueueDepth:
         """Ready, delayed, in-flight and dead counts, and the age of the oldest message."""

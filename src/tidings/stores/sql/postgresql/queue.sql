@@ -2,12 +2,33 @@
 -- visibility timeout, and a dead-letter table. A receipt is "<id>:<receive_token>".
 
 -- name: message_insert_many
--- One array per column, unnested in publish order (ids grow in that order).
-INSERT INTO messages (queue, enqueued_at, message_id, body, available_at)
-SELECT %(queue)s, %(now)s::float8, m.message_id, m.body, m.available_at
-FROM unnest(%(message_ids)s::text[], %(bodies)s::text[], %(available)s::float8[])
-     WITH ORDINALITY AS m(message_id, body, available_at, n)
-ORDER BY m.n
+-- One array per column, unnested in publish order (ids grow in that order). The
+-- notification wakes idle consumers of the queue in every process once the
+-- transaction commits (never before; none on rollback).
+WITH inserted AS (
+    INSERT INTO messages (queue, enqueued_at, message_id, body, available_at)
+    SELECT %(queue)s, %(now)s::float8, m.message_id, m.body, m.available_at
+    FROM unnest(%(message_ids)s::text[], %(bodies)s::text[], %(available)s::float8[])
+         WITH ORDINALITY AS m(message_id, body, available_at, n)
+    ORDER BY m.n
+    RETURNING 1
+)
+SELECT pg_notify('tidings_ready', current_schema() || ':' || %(queue)s)
+WHERE EXISTS (SELECT 1 FROM inserted)
+
+-- name: queue_notify
+-- Wake idle consumers of a queue (after a redrive or a release), at commit.
+SELECT pg_notify('tidings_ready', current_schema() || ':' || %(queue)s)
+
+-- name: queue_next_available
+-- When the earliest message of the queue is (or becomes) visible; NULL when empty.
+SELECT min(available_at) FROM messages WHERE queue = %(queue)s
+
+-- name: listen_ready
+LISTEN tidings_ready
+
+-- name: listen_schema
+SELECT current_schema()
 
 -- name: message_receive
 -- Oldest visible first. SKIP LOCKED: concurrent receivers on any machine take disjoint

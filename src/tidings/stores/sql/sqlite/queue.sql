@@ -7,6 +7,10 @@
 INSERT INTO messages (queue, enqueued_at, message_id, body, available_at)
 SELECT ?, ?, v.* FROM (VALUES {rows}) AS v
 
+-- name: queue_next_available
+-- When the earliest message of the queue is (or becomes) visible; NULL when empty.
+SELECT min(available_at) FROM messages WHERE queue = ?
+
 -- name: message_receive
 -- Oldest visible first; the receive token fences receipts of earlier receives.
 UPDATE messages
