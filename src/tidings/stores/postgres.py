@@ -4,9 +4,10 @@ Same semantics as the SQLite store, method for method (the Store conformance sui
 runs unchanged on both); what differs is how concurrency is made safe. SQLite
 serializes every writer; here each transaction locks only the rows it decides about:
 
-- admission is one ``INSERT … SELECT FROM unnest(…) ON CONFLICT DO NOTHING RETURNING
-  key`` per page, so the keys returned are exactly those this transaction inserted,
-  even when two schedulers admit the same page at once;
+- admission ``COPY``s a page into a temporary stage, then one statement inserts the
+  intents (``ON CONFLICT DO NOTHING RETURNING key``, so the keys returned are exactly
+  those this transaction inserted, even when two schedulers admit the same page at
+  once) and, for just those, their events and queue messages;
 - claims read their rows ``FOR UPDATE`` in key order (no deadlock between claimers of
   overlapping pages), decide in Python, and write with one guarded ``UPDATE``;
 - the outbox relay takes due intents ``FOR UPDATE SKIP LOCKED``;
@@ -38,14 +39,12 @@ from tidings.stores.base import (
     PublishItem,
     Switch,
 )
-from tidings.stores.postgres_db import Conn, PostgresDatabase, insert_messages
+from tidings.stores.postgres_db import Conn, PostgresDatabase
 from tidings.stores.sqlite import _change_params as _sqlite_change_params
 from tidings.stores.sqlite import _event_row, _intent, _occurrence, _switch
 
 T = TypeVar("T")
 
-#: Drafts per admission statement: bounds the arrays bound at once.
-_ADMIT_CHUNK = 5000
 _FLAGS = ("leaves_claimed", "terminal", "reopens", "reset_failures")
 
 
@@ -148,49 +147,32 @@ class PostgresStore:
                    enqueue: bool) -> Callable[[Conn], Awaitable[list[str]]]:
         """The body of one admission transaction (safe to run again: see intent_admit)."""
         sql = self._sql
-        insert = sql["intent_insert_many_enqueued" if enqueue else "intent_insert_many"]
+        insert = sql["intent_admit_staged_enqueued" if enqueue else "intent_admit_staged"]
         seen: set[str] = set()
+        rows: list[tuple[Any, ...]] = []
         unique: list[IntentDraft] = []
         for d in drafts:  # keeps the first of a key drafted twice
             if d.key not in seen:
                 seen.add(d.key)
                 unique.append(d)
+                rows.append((len(rows), d.key, d.channel, d.recipient_id, d.address,
+                             d.template, d.data, d.campaign, d.occurrence, d.due_at,
+                             d.expires_at, message_body(d.key)))
 
         async def fn(conn: Conn) -> list[str]:
             inserted: set[str] = set()
-            for start in range(0, len(unique), _ADMIT_CHUNK):
-                chunk = unique[start:start + _ADMIT_CHUNK]
-                cur = await conn.execute(insert, {
-                    "now": now, "lease_until": publish_lease_until,
-                    "keys": [d.key for d in chunk],
-                    "channels": [d.channel for d in chunk],
-                    "recipients": [d.recipient_id for d in chunk],
-                    "addresses": [d.address for d in chunk],
-                    "templates": [d.template for d in chunk],
-                    "datas": [d.data for d in chunk],
-                    "campaigns": [d.campaign for d in chunk],
-                    "occurrences": [d.occurrence for d in chunk],
-                    "due": [d.due_at for d in chunk],
-                    "expires": [d.expires_at for d in chunk],
-                })
-                inserted.update(row[0] for row in await cur.fetchall())
+            if rows:
+                await conn.execute(sql["admit_stage_create"])
+                async with conn.cursor() as cur:
+                    async with cur.copy(sql["admit_stage_copy"]) as copy:
+                        for row in rows:
+                            await copy.write_row(row)
+                    await cur.execute(insert, {"now": now, "lease_until": publish_lease_until})
+                    inserted.update(row[0] for row in await cur.fetchall())
             fresh = [d for d in unique if d.key in inserted]
-            by_channel: dict[str, list[str]] = {}
-            for d in fresh:
-                by_channel.setdefault(d.channel, []).append(d.key)
-            event = "enqueued" if enqueue else "selected"
-            for channel, keys in by_channel.items():
-                await conn.execute(sql["event_insert_keys"], {
-                    "keys": keys, "channel": channel, "type": event, "at": now,
-                    "state": event, "attempt": 0,
-                })
             if enqueue:
-                rows_by_queue: dict[str, list[tuple[str, str, float]]] = {}
-                for d in fresh:
-                    rows_by_queue.setdefault(d.channel, []).append(
-                        (d.key, message_body(d.key), d.due_at - now))
-                for queue, rows in rows_by_queue.items():
-                    await insert_messages(conn, sql, queue, rows, now=now)
+                for queue in sorted({d.channel for d in fresh}):
+                    await conn.execute(sql["queue_notify"], {"queue": queue})
             if progress is not None:
                 cur = await conn.execute(sql["occurrence_progress"], {
                     "id": progress.occurrence, "high_water": progress.high_water,
