@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import multiprocessing
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -143,17 +142,20 @@ def worker(
     processes: Annotated[int, typer.Option(min=1, help="Worker processes to run.")] = 1,
     reconcile: Annotated[bool, typer.Option(help="Run the reconciler periodically too.")] = True,
 ) -> None:
-    """Deliver one channel's messages until SIGTERM (work in hand is finished or released)."""
+    """Deliver one channel's messages until SIGTERM (work in hand is finished or released).
+
+    With --processes N the command supervises N worker processes: one that dies is
+    started again (with a growing pause if it keeps dying), and SIGTERM is passed on
+    to all of them.
+    """
     if processes == 1:
         _serve_worker(config, store, channel, reconcile)
         return
-    ctx = multiprocessing.get_context("spawn")
-    children = [ctx.Process(target=_serve_worker, args=(config, store, channel, reconcile))
-                for _ in range(processes)]
-    for child in children:
-        child.start()
-    for child in children:
-        child.join()
+    from tidings.supervisor import Supervisor
+
+    supervisor = Supervisor(processes, _serve_worker, (config, store, channel, reconcile),
+                            name=f"tidings-worker-{channel}")
+    raise typer.Exit(supervisor.run())
 
 
 def _serve_worker(config: Path | None, store: str | None, channel: str, reconcile: bool) -> None:
