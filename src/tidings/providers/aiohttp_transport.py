@@ -1,0 +1,82 @@
+"""An httpx transport that sends with an aiohttp session.
+
+Every HTTP provider adapter dispatches through it by default (and accepts an injected
+``httpx.AsyncClient`` instead, e.g. over ``httpx.MockTransport`` in tests). aiohttp
+errors are re-raised as the httpx errors they correspond to, so an adapter maps one
+exception family whichever transport is underneath.
+"""
+
+from __future__ import annotations
+
+import aiohttp
+import httpx
+
+
+class AiohttpTransport(httpx.AsyncBaseTransport):
+    """An httpx transport that sends with an aiohttp session.
+
+    httpcore's pool rescans every connection for every request (encode/httpx#3215),
+    so with 64 sends in flight a stock ``httpx.AsyncClient`` manages a few hundred
+    requests per second against the sandbox; this transport does thousands. aiohttp
+    errors are raised as the httpx errors they correspond to, so callers map one
+    family whichever transport is underneath.
+    """
+
+    def __init__(self, *, max_connections: int = 200, keepalive_s: float = 30.0) -> None:
+        self._max_connections = max_connections
+        self._keepalive_s = keepalive_s
+        self._session: aiohttp.ClientSession | None = None
+
+    def _get_session(self) -> aiohttp.ClientSession:
+        # Made on first use: an aiohttp session belongs to the loop that creates it.
+        if self._session is None:
+            connector = aiohttp.TCPConnector(limit=self._max_connections,
+                                             limit_per_host=self._max_connections,
+                                             keepalive_timeout=self._keepalive_s)
+            # httpx decodes Content-Encoding itself; aiohttp must hand over raw bytes.
+            self._session = aiohttp.ClientSession(connector=connector, auto_decompress=False,
+                                                  cookie_jar=aiohttp.DummyCookieJar())
+        return self._session
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        timeouts = request.extensions.get("timeout", {})
+        timeout = aiohttp.ClientTimeout(total=None, connect=timeouts.get("pool"),
+                                        sock_connect=timeouts.get("connect"),
+                                        sock_read=timeouts.get("read"))
+        try:
+            async with self._get_session().request(
+                request.method, str(request.url), headers=request.headers.multi_items(),
+                data=await request.aread(), allow_redirects=False, timeout=timeout,
+            ) as answer:
+                content = await answer.read()
+                return httpx.Response(answer.status, headers=answer.raw_headers,
+                                      content=content, request=request)
+        except aiohttp.ClientError as exc:
+            raise _as_httpx_error(exc, request) from exc
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+def _as_httpx_error(exc: aiohttp.ClientError, request: httpx.Request) -> httpx.RequestError:
+    message = str(exc) or type(exc).__name__
+    kind: type[httpx.RequestError]
+    # Order matters: the aiohttp classes below are subclasses of later ones.
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+        kind = httpx.ConnectTimeout  # connecting, or waiting for a pooled connection
+    elif isinstance(exc, aiohttp.ServerTimeoutError):
+        kind = httpx.ReadTimeout
+    elif isinstance(exc, aiohttp.ClientConnectorError):
+        kind = httpx.ConnectError
+    elif isinstance(exc, aiohttp.InvalidURL):
+        kind = httpx.UnsupportedProtocol
+    elif isinstance(exc, aiohttp.ClientConnectionResetError):
+        kind = httpx.WriteError
+    elif isinstance(exc, aiohttp.ClientOSError | aiohttp.ClientPayloadError):
+        kind = httpx.ReadError
+    else:
+        # Disconnects and unparseable answers: the request may have been received.
+        kind = httpx.RemoteProtocolError
+    return kind(message, request=request)

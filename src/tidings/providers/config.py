@@ -1,0 +1,262 @@
+"""Settings for the real provider adapters, and the one function that builds them.
+
+One frozen model per ``kind`` (``smtp``, ``http``, ``twilio``, ``sendgrid``,
+``postmark``); ``ProviderKindSettings`` is their union, discriminated on ``kind``.
+Credentials are never written in settings: a field ending in ``_env`` names the
+environment variable that holds the secret, read by ``build_provider_from``. A
+missing variable is a ``ConfigurationError`` naming the field, e.g.
+``channels.email.provider.api_key_env``. Resolved secrets live only inside the
+adapter, as ``SecretStr``; no ``repr`` shows them.
+
+The generic ``http`` kind takes its secrets in header values: ``${NAME}`` in a
+header value is replaced by the variable ``NAME`` (``"Bearer ${MAILER_TOKEN}"``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, get_args
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+
+from tidings.errors import ConfigurationError
+
+if TYPE_CHECKING:  # the adapters (httpx, aiohttp, aiosmtplib) load when one is built
+    import httpx
+
+    from tidings.clock import Clock
+    from tidings.providers.base import Provider
+
+TWILIO_BASE_URL: Final = "https://api.twilio.com"
+SENDGRID_BASE_URL: Final = "https://api.sendgrid.com"
+POSTMARK_BASE_URL: Final = "https://api.postmarkapp.com"
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_PLACEHOLDER = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+Source = Literal["key", "to", "subject", "text", "html", "template", "data", "recipient_id",
+                 "channel"]
+SOURCES: Final = frozenset(get_args(Source))
+"""What a generic HTTP body field can be filled from (see ``providers.http``)."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+def _env_name(value: str | None) -> str | None:
+    if value is not None and not _ENV_NAME.match(value):
+        raise ValueError(f"{value!r} is not an environment variable name")
+    return value
+
+
+def _http_url(value: str) -> str:
+    if not value.startswith(("http://", "https://")):
+        raise ValueError("must be an http:// or https:// URL")
+    return value
+
+
+class SmtpProviderSettings(_Model):
+    """An SMTP relay. ``password_env`` names the variable holding the password."""
+
+    kind: Literal["smtp"] = "smtp"
+    host: str = Field(min_length=1)
+    port: int | None = Field(default=None, ge=1, le=65535)
+    """Default: 587 for starttls, 465 for tls, 25 for none."""
+    security: Literal["starttls", "tls", "none"] = "starttls"
+    username: str | None = None
+    password_env: str | None = None
+    from_address: str = Field(min_length=3)
+    from_name: str | None = None
+    reply_to: str | None = None
+    envelope_from: str | None = None
+    message_id_domain: str | None = None
+    """Default: the domain of ``from_address``."""
+    validate_certs: bool = True
+    ca_file: str | None = None
+    """A CA bundle to trust instead of the system's (a private relay)."""
+    local_hostname: str | None = None
+    timeout_s: float = Field(default=30.0, gt=0)
+    data_timeout_s: float = Field(default=120.0, gt=0)
+    max_connections: int = Field(default=2, ge=1, le=100)
+    idle_timeout_s: float = Field(default=60.0, gt=0)
+
+    _password_env = field_validator("password_env")(_env_name)
+
+    @model_validator(mode="after")
+    def _login_pair(self) -> SmtpProviderSettings:
+        if (self.username is None) != (self.password_env is None):
+            raise ValueError("username and password_env go together: set both or neither")
+        return self
+
+
+class HttpProviderSettings(_Model):
+    """A JSON-over-HTTP provider described by settings (see ``providers.http``)."""
+
+    kind: Literal["http"] = "http"
+    url: str
+    method: Literal["POST", "PUT", "PATCH"] = "POST"
+    headers: dict[str, str] = Field(default_factory=dict)
+    """Header values; ``${NAME}`` is replaced by the environment variable NAME."""
+    body: dict[str, Source] = Field(min_length=1)
+    """JSON field (dotted names nest) → what of the send fills it."""
+    static: dict[str, Any] = Field(default_factory=dict)
+    """Constant JSON fields (a sender address, a stream name)."""
+    idempotency_header: str | None = "Idempotency-Key"
+    deduplicates: bool = False
+    """Whether the provider honours the idempotency header (a retry is then safe)."""
+    message_id_path: str | None = "id"
+    message_id_header: str | None = None
+    request_id_header: str | None = "X-Request-Id"
+    timeout_s: float = Field(default=10.0, gt=0)
+    max_connections: int = Field(default=100, ge=1)
+
+    _url = field_validator("url")(_http_url)
+
+
+class TwilioProviderSettings(_Model):
+    """Twilio Messages (SMS). ``auth_token_env`` names the variable holding the secret
+    of ``api_key_sid`` when given, else the account's auth token."""
+
+    kind: Literal["twilio"] = "twilio"
+    account_sid: str = Field(min_length=1)
+    auth_token_env: str = "TWILIO_AUTH_TOKEN"
+    api_key_sid: str | None = None
+    from_number: str | None = None
+    messaging_service_sid: str | None = None
+    status_callback: str | None = None
+    base_url: str = TWILIO_BASE_URL
+    timeout_s: float = Field(default=10.0, gt=0)
+    max_connections: int = Field(default=100, ge=1)
+
+    _auth_token_env = field_validator("auth_token_env")(_env_name)
+    _base_url = field_validator("base_url")(_http_url)
+
+    @model_validator(mode="after")
+    def _sender(self) -> TwilioProviderSettings:
+        if not self.from_number and not self.messaging_service_sid:
+            raise ValueError("set from_number, messaging_service_sid, or both")
+        return self
+
+
+class SendGridProviderSettings(_Model):
+    """SendGrid v3 Mail Send. ``api_key_env`` names the variable holding the API key."""
+
+    kind: Literal["sendgrid"] = "sendgrid"
+    api_key_env: str = "SENDGRID_API_KEY"
+    from_address: str = Field(min_length=3)
+    from_name: str | None = None
+    reply_to: str | None = None
+    base_url: str = SENDGRID_BASE_URL
+    timeout_s: float = Field(default=10.0, gt=0)
+    max_connections: int = Field(default=100, ge=1)
+
+    _api_key_env = field_validator("api_key_env")(_env_name)
+    _base_url = field_validator("base_url")(_http_url)
+
+
+class PostmarkProviderSettings(_Model):
+    """Postmark ``/email``. ``server_token_env`` names the variable holding the token."""
+
+    kind: Literal["postmark"] = "postmark"
+    server_token_env: str = "POSTMARK_SERVER_TOKEN"
+    from_address: str = Field(min_length=3)
+    from_name: str | None = None
+    reply_to: str | None = None
+    message_stream: str = "outbound"
+    base_url: str = POSTMARK_BASE_URL
+    timeout_s: float = Field(default=10.0, gt=0)
+    max_connections: int = Field(default=100, ge=1)
+
+    _server_token_env = field_validator("server_token_env")(_env_name)
+    _base_url = field_validator("base_url")(_http_url)
+
+
+AnyProviderSettings = (SmtpProviderSettings | HttpProviderSettings | TwilioProviderSettings
+                       | SendGridProviderSettings | PostmarkProviderSettings)
+"""Any real provider's settings (for type hints)."""
+
+ProviderKindSettings = Annotated[AnyProviderSettings, Field(discriminator="kind")]
+"""The same union for a pydantic field: told apart by ``kind``."""
+
+
+def build_provider_from(kind_settings: AnyProviderSettings, *, channel: str, clock: Clock,
+                        client: httpx.AsyncClient | None = None,
+                        env: Mapping[str, str] | None = None,
+                        field_prefix: str | None = None) -> Provider:
+    """Build the adapter ``kind_settings`` describes, reading its secrets from ``env``
+    (default ``os.environ``). ``client`` is passed to HTTP adapters (default: their own
+    aiohttp-backed transport). Errors name the field under ``field_prefix``
+    (default ``channels.<channel>.provider``)."""
+    from tidings.providers.http import HttpJsonProvider
+    from tidings.providers.postmark import PostmarkProvider
+    from tidings.providers.sendgrid import SendGridProvider
+    from tidings.providers.smtp import SmtpProvider
+    from tidings.providers.twilio import TwilioProvider
+
+    environ: Mapping[str, str] = os.environ if env is None else env
+    prefix = field_prefix or f"channels.{channel}.provider"
+
+    def secret(field: str, name: str) -> SecretStr:
+        value = environ.get(name)
+        if not value:
+            raise ConfigurationError(f"{prefix}.{field}",
+                                     f"environment variable {name} is not set")
+        return SecretStr(value)
+
+    match kind_settings:
+        case SmtpProviderSettings() as s:
+            password = secret("password_env", s.password_env) if s.password_env else None
+            return SmtpProvider(
+                host=s.host, port=s.port, channel=channel, from_address=s.from_address,
+                from_name=s.from_name, reply_to=s.reply_to, security=s.security,
+                username=s.username, password=password, validate_certs=s.validate_certs,
+                ca_file=s.ca_file, local_hostname=s.local_hostname,
+                message_id_domain=s.message_id_domain, envelope_from=s.envelope_from,
+                timeout_s=s.timeout_s, data_timeout_s=s.data_timeout_s,
+                max_connections=s.max_connections, idle_timeout_s=s.idle_timeout_s,
+                clock=clock)
+        case HttpProviderSettings() as h:
+            headers: dict[str, str | SecretStr] = {}
+            for header, value in h.headers.items():
+                names = _PLACEHOLDER.findall(value)
+                if not names:
+                    headers[header] = value
+                    continue
+                found = {n: secret(f"headers.{header}", n).get_secret_value() for n in names}
+                headers[header] = SecretStr(_fill(value, found))
+            try:
+                return HttpJsonProvider(
+                    url=h.url, channel=channel, body=h.body, static=h.static, method=h.method,
+                    headers=headers, idempotency_header=h.idempotency_header,
+                    deduplicates=h.deduplicates, message_id_path=h.message_id_path,
+                    message_id_header=h.message_id_header,
+                    request_id_header=h.request_id_header, client=client, clock=clock,
+                    timeout_s=h.timeout_s, max_connections=h.max_connections)
+            except ConfigurationError as exc:
+                raise ConfigurationError(f"{prefix}.{exc.field}", exc.message) from None
+        case TwilioProviderSettings() as t:
+            return TwilioProvider(
+                account_sid=t.account_sid, auth_token=secret("auth_token_env", t.auth_token_env),
+                channel=channel, from_number=t.from_number,
+                messaging_service_sid=t.messaging_service_sid, api_key_sid=t.api_key_sid,
+                status_callback=t.status_callback, base_url=t.base_url, client=client,
+                clock=clock, timeout_s=t.timeout_s, max_connections=t.max_connections)
+        case SendGridProviderSettings() as g:
+            return SendGridProvider(
+                api_key=secret("api_key_env", g.api_key_env), from_address=g.from_address,
+                channel=channel, from_name=g.from_name, reply_to=g.reply_to,
+                base_url=g.base_url, client=client, clock=clock, timeout_s=g.timeout_s,
+                max_connections=g.max_connections)
+        case PostmarkProviderSettings() as p:
+            return PostmarkProvider(
+                server_token=secret("server_token_env", p.server_token_env),
+                from_address=p.from_address, channel=channel, from_name=p.from_name,
+                reply_to=p.reply_to, message_stream=p.message_stream, base_url=p.base_url,
+                client=client, clock=clock, timeout_s=p.timeout_s,
+                max_connections=p.max_connections)
+    raise ConfigurationError(f"{prefix}.kind", f"unknown provider settings {kind_settings!r}")
+
+
+def _fill(template: str, values: Mapping[str, str]) -> str:
+    return _PLACEHOLDER.sub(lambda m: values[m.group(1)], template)

@@ -1,0 +1,131 @@
+"""Email through Postmark's ``/email`` API.
+
+``POST {base}/email`` with the ``X-Postmark-Server-Token`` header and JSON ``From``,
+``To``, ``Subject``, ``TextBody``, ``HtmlBody``, ``MessageStream``. The delivery
+key travels in ``Metadata`` (searchable in Postmark and echoed by its webhooks) and
+as an ``X-Tidings-Key`` message header. Postmark has no idempotency header, so
+``deduplicates`` is False. The receipt is ``MessageID``.
+
+Postmark refuses with HTTP 422 and an ``ErrorCode``; the code decides:
+
+==================================  =============================================
+ErrorCode                           outcome
+==================================  =============================================
+429 (rate limit exceeded)           RateLimited
+10 bad token, 100 maintenance,      Transient: about the account or its settings,
+400/401 sender signature missing    not this message; the retry budget ends in the
+or unconfirmed, 405 not allowed     dead-letter queue, from which a redrive
+to send, 412 account pending,       recovers once the account is fixed
+413 account may not send
+406 inactive recipient, 300         Permanent
+invalid request, any other
+==================================  =============================================
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from email.utils import formataddr
+from typing import Any
+
+import httpx
+from pydantic import SecretStr
+
+from tidings.clock import Clock
+from tidings.model import Outcome, Permanent, RateLimited, SendRequest, Transient
+from tidings.policy import parse_retry_after
+from tidings.providers.config import POSTMARK_BASE_URL
+from tidings.providers.http_outcomes import NO_CONTENT, HttpAdapter, error_text, json_of
+
+DEFAULT_BASE_URL = POSTMARK_BASE_URL
+TOKEN_HEADER = "X-Postmark-Server-Token"
+KEY_HEADER = "X-Tidings-Key"
+# Postmark caps a metadata value at 80 characters; longer keys go in by their digest.
+METADATA_VALUE_LIMIT = 80
+RATE_LIMITED_CODES = frozenset({429})
+ACCOUNT_CODES = frozenset({10, 100, 400, 401, 405, 412, 413})
+
+
+def metadata_for(key: str) -> dict[str, str]:
+    """The Metadata a message carries: the key itself, or its SHA-256 when too long."""
+    if len(key) <= METADATA_VALUE_LIMIT:
+        return {"tidings_key": key}
+    return {"tidings_key_sha256": hashlib.sha256(key.encode()).hexdigest()}
+
+
+class PostmarkProvider(HttpAdapter):
+    """Send one email per message; never raises for an answer."""
+
+    def __init__(self, *, server_token: str | SecretStr, from_address: str, channel: str,
+                 from_name: str | None = None, reply_to: str | None = None,
+                 message_stream: str = "outbound", base_url: str = DEFAULT_BASE_URL,
+                 client: httpx.AsyncClient | None = None, clock: Clock | None = None,
+                 timeout_s: float = 10.0, max_connections: int = 100,
+                 name: str = "postmark") -> None:
+        token = server_token if isinstance(server_token, SecretStr) else SecretStr(server_token)
+        super().__init__(name=name, channel=channel, client=client, clock=clock,
+                         timeout_s=timeout_s, max_connections=max_connections,
+                         secrets=[token])
+        self._url = httpx.URL(f"{base_url.rstrip('/')}/email")
+        self._token = token
+        self._from = formataddr((from_name, from_address)) if from_name else from_address
+        self._reply_to = reply_to
+        self._stream = message_stream
+
+    async def send(self, request: SendRequest) -> Outcome:
+        """Send one email carrying the delivery key; never raises."""
+        content = request.content
+        if content is None:
+            return Permanent(reason=NO_CONTENT)
+        message: dict[str, Any] = {
+            "From": self._from,
+            "To": request.to,
+            "TextBody": content.text,
+            "MessageStream": self._stream,
+            "Metadata": metadata_for(request.key),
+            "Headers": [{"Name": KEY_HEADER, "Value": request.key}],
+        }
+        if content.subject is not None:
+            message["Subject"] = content.subject
+        if content.html is not None:
+            message["HtmlBody"] = content.html
+        if self._reply_to:
+            message["ReplyTo"] = self._reply_to
+        headers = {
+            TOKEN_HEADER: self._token.get_secret_value(),
+            "Content-Type": "application/json",
+            "Accept": "application/json",
+        }
+        answer = await self._exchange(self._request(
+            "POST", self._url, headers=headers,
+            content=json.dumps(message, separators=(",", ":")).encode()), request)
+        if not isinstance(answer, httpx.Response):
+            return answer
+        body = json_of(answer)
+        code, words = _postmark_error(body)
+        if code:
+            reason = f"HTTP {answer.status_code}: Postmark ErrorCode {code}"
+            if words:
+                reason += f": {self._redact(words, request)}"
+            if code in RATE_LIMITED_CODES or answer.status_code == 429:
+                return RateLimited(
+                    retry_after_s=parse_retry_after(answer.headers.get("Retry-After"),
+                                                    self._clock.now()),
+                    reason=reason)
+            if code in ACCOUNT_CODES or answer.status_code >= 500:
+                return Transient(reason=reason)
+            return Permanent(reason=reason)
+        message_id = body.get("MessageID") if isinstance(body, dict) else None
+        return self._outcome(answer, request,
+                             receipt=message_id if isinstance(message_id, str) else None,
+                             request_id=None, reason=words or error_text(answer, body))
+
+
+def _postmark_error(body: Any) -> tuple[int, str | None]:
+    """``(ErrorCode, Message)``; ErrorCode 0 means success (or no Postmark body)."""
+    if not isinstance(body, dict):
+        return 0, None
+    code = body.get("ErrorCode")
+    message = body.get("Message")
+    return (code if isinstance(code, int) else 0), (str(message) if message else None)

@@ -1,0 +1,39 @@
+"""Scrubbing provider text before it becomes an outcome's reason.
+
+Providers echo what they were sent: "550 5.1.1 <ada@example.com>: user unknown",
+"The 'To' number +15551234567 is not a valid phone number". Reasons are stored in
+the ledger and logged, so every adapter passes provider text through ``redact``:
+the recipient (exactly, and an SMS number by its digits too), anything shaped like
+an email address or an international phone number, and the adapter's own
+credentials are replaced, whitespace is collapsed and the text is capped.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+MAX_REASON_CHARS = 300
+_EMAIL = re.compile(r"[^\s<>()\[\]{},;:\"'=]+@[^\s<>()\[\]{},;:\"']+")
+_PHONE = re.compile(r"\+\d[\d ().-]{5,}\d")
+_SPACE = re.compile(r"\s+")
+# A secret shorter than this would blank out ordinary words; none real is this short.
+_MIN_SECRET = 4
+
+
+def redact(text: str, *, address: str | None = None, secrets: Iterable[str] = ()) -> str:
+    """``text`` without the recipient, email addresses, phone numbers or ``secrets``."""
+    for secret in secrets:
+        if len(secret) >= _MIN_SECRET:
+            text = text.replace(secret, "[secret]")
+    if address:
+        text = re.sub(re.escape(address), "[recipient]", text, flags=re.IGNORECASE)
+        digits = re.sub(r"\D", "", address)
+        if "@" not in address and len(digits) >= 7:
+            text = text.replace(digits, "[recipient]")
+    text = _EMAIL.sub("[address]", text)
+    text = _PHONE.sub("[number]", text)
+    text = _SPACE.sub(" ", text).strip()
+    if len(text) > MAX_REASON_CHARS:
+        text = text[: MAX_REASON_CHARS - 1] + "…"
+    return text

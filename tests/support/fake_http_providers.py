@@ -1,0 +1,356 @@
+"""The provider side of the HTTP adapters' tests: each API's shape, answering on cue.
+
+A ``FakeApi`` is one provider's HTTP API (Twilio, SendGrid, Postmark, or the JSON
+shape the generic adapter is configured for in the tests). A test sets its
+``scenario``; the fake records every request it receives and answers the way that
+provider does: its success body and headers, its error JSON (echoing the recipient,
+as real providers do), a 429 with Retry-After, or no answer at all. The same fake
+serves over ``httpx.MockTransport`` (``mock_transport``) or a real local aiohttp
+server (``serve_api``), so both paths are held to the same expectations.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from email.utils import formatdate
+from enum import StrEnum
+from typing import Any, Literal
+from urllib.parse import parse_qs, unquote
+
+import httpx
+from aiohttp import web
+
+RETRY_AFTER_S = 5
+
+
+class Scenario(StrEnum):
+    """What the provider side does with the next request."""
+
+    ACCEPT = "accept"
+    RATE_LIMITED_SECONDS = "rate_limited_seconds"
+    RATE_LIMITED_DATE = "rate_limited_date"
+    TRY_LATER = "try_later"
+    REFUSE = "refuse"
+    DROP_AFTER_SEND = "drop_after_send"
+    HANG_AFTER_SEND = "hang_after_send"
+    UNREACHABLE = "unreachable"
+
+
+@dataclass(frozen=True)
+class Received:
+    """One request as the provider saw it (header names lower-cased)."""
+
+    method: str
+    path: str
+    headers: Mapping[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+    def form(self) -> dict[str, str]:
+        return {k: v[0] for k, v in parse_qs(self.body.decode(), keep_blank_values=True).items()}
+
+
+@dataclass(frozen=True)
+class Reply:
+    status: int = 200
+    body: bytes = b""
+    headers: Mapping[str, str] = field(default_factory=dict)
+    fate: Literal["answer", "drop", "hang"] = "answer"
+
+    @classmethod
+    def of_json(cls, status: int, obj: object, **headers: str) -> Reply:
+        return cls(status, json.dumps(obj).encode(),
+                   {"Content-Type": "application/json", **headers})
+
+
+class FakeApi(ABC):
+    """One provider API; subclasses give its shape."""
+
+    name = "fake"
+    has_retry_after = True
+    has_request_id = True
+    has_idempotency = True
+    path = "/"
+
+    def __init__(self, now: Callable[[], float]) -> None:
+        self.scenario = Scenario.ACCEPT
+        self.received: list[Received] = []
+        self.receipts: dict[str, str] = {}
+        self.request_ids: list[str] = []
+        self._now = now
+        self._seq = 0
+
+    # -- what the adapter sent
+
+    @property
+    def keys_received(self) -> list[str | None]:
+        """The delivery key of every request that reached this API's route, in order."""
+        return [self.key_of(r) for r in self.received if r.path == self.path]
+
+    @property
+    def idempotency_keys(self) -> list[str]:
+        keys = (self.idempotency_key_of(r) for r in self.received if r.path == self.path)
+        return [k for k in keys if k is not None]
+
+    def receipt_of(self, key: str) -> str | None:
+        return self.receipts.get(key)
+
+    @abstractmethod
+    def key_of(self, received: Received) -> str | None:
+        """The delivery key, wherever this API carries it."""
+
+    def idempotency_key_of(self, received: Received) -> str | None:
+        """The delivery key as this API's idempotency key (None: the API has none)."""
+        return None
+
+    @abstractmethod
+    def to_of(self, received: Received) -> str:
+        """The recipient the adapter addressed."""
+
+    # -- how this API answers
+
+    @abstractmethod
+    def accepted(self, receipt: str, request_id: str, received: Received) -> Reply:
+        """This API's success answer."""
+
+    @abstractmethod
+    def rate_limited(self, retry_after: str, request_id: str) -> Reply:
+        """A 429 carrying ``retry_after`` as sent."""
+
+    @abstractmethod
+    def unavailable(self, request_id: str) -> Reply:
+        """A "try again later" answer."""
+
+    @abstractmethod
+    def refused(self, to: str, request_id: str) -> Reply:
+        """A permanent refusal that names the recipient, as real providers do."""
+
+    def handle(self, received: Received) -> Reply:
+        self.received.append(received)
+        if received.path != self.path:
+            return Reply.of_json(404, {"message": f"no route {received.path}"})
+        self._seq += 1
+        request_id = f"RQ{self._seq:06d}"
+        if self.has_request_id and self.scenario not in (Scenario.DROP_AFTER_SEND,
+                                                         Scenario.HANG_AFTER_SEND):
+            self.request_ids.append(request_id)
+        match self.scenario:
+            case Scenario.ACCEPT:
+                key = self.key_of(received)
+                assert key is not None, "the adapter sent no delivery key"
+                receipt = self.receipts.setdefault(key, f"{self.name}-msg-{self._seq}")
+                return self.accepted(receipt, request_id, received)
+            case Scenario.RATE_LIMITED_SECONDS:
+                return self.rate_limited(str(RETRY_AFTER_S), request_id)
+            case Scenario.RATE_LIMITED_DATE:
+                return self.rate_limited(formatdate(self._now() + RETRY_AFTER_S, usegmt=True),
+                                         request_id)
+            case Scenario.TRY_LATER:
+                return self.unavailable(request_id)
+            case Scenario.REFUSE:
+                return self.refused(self.to_of(received), request_id)
+            case Scenario.DROP_AFTER_SEND:
+                return Reply(fate="drop")
+            case Scenario.HANG_AFTER_SEND:
+                return Reply(fate="hang")
+        raise AssertionError(f"the provider side cannot act out {self.scenario}")
+
+
+class FakeTwilio(FakeApi):
+    name = "twilio"
+    has_idempotency = True
+    account_sid = "AC0123456789abcdef0123456789abcdef"
+    path = f"/2010-04-01/Accounts/{account_sid}/Messages.json"
+
+    def key_of(self, received: Received) -> str | None:
+        return self.idempotency_key_of(received)
+
+    def idempotency_key_of(self, received: Received) -> str | None:
+        value = received.headers.get("i-twilio-idempotency-token")
+        return unquote(value) if value is not None else None
+
+    def to_of(self, received: Received) -> str:
+        return received.form()["To"]
+
+    def accepted(self, receipt: str, request_id: str, received: Received) -> Reply:
+        form = received.form()
+        return Reply.of_json(201, {"sid": receipt, "status": "queued", "to": form["To"],
+                                   "body": form["Body"], "error_code": None},
+                             **{"Twilio-Request-Id": request_id})
+
+    def rate_limited(self, retry_after: str, request_id: str) -> Reply:
+        return Reply.of_json(429, {"code": 20429, "message": "Too Many Requests", "status": 429},
+                             **{"Twilio-Request-Id": request_id, "Retry-After": retry_after})
+
+    def unavailable(self, request_id: str) -> Reply:
+        return Reply.of_json(503, {"code": 20503, "message": "Service unavailable",
+                                   "status": 503}, **{"Twilio-Request-Id": request_id})
+
+    def refused(self, to: str, request_id: str) -> Reply:
+        return Reply.of_json(400, {
+            "code": 21211, "message": f"The 'To' number {to} is not a valid phone number.",
+            "more_info": "https://www.twilio.com/docs/errors/21211", "status": 400,
+        }, **{"Twilio-Request-Id": request_id})
+
+
+class FakeSendGrid(FakeApi):
+    name = "sendgrid"
+    has_request_id = False
+    has_idempotency = False
+    path = "/v3/mail/send"
+
+    def key_of(self, received: Received) -> str | None:
+        key = received.json().get("custom_args", {}).get("tidings_key")
+        return key if isinstance(key, str) else None
+
+    def to_of(self, received: Received) -> str:
+        return str(received.json()["personalizations"][0]["to"][0]["email"])
+
+    def accepted(self, receipt: str, request_id: str, received: Received) -> Reply:
+        return Reply(202, b"", {"X-Message-Id": receipt})
+
+    def rate_limited(self, retry_after: str, request_id: str) -> Reply:
+        return Reply.of_json(429, {"errors": [{"message": "too many requests", "field": None}]},
+                             **{"Retry-After": retry_after})
+
+    def unavailable(self, request_id: str) -> Reply:
+        return Reply.of_json(500, {"errors": [{"message": "internal error", "field": None}]})
+
+    def refused(self, to: str, request_id: str) -> Reply:
+        return Reply.of_json(400, {"errors": [{
+            "message": f"Does not contain a valid address: {to}",
+            "field": "personalizations.0.to.0.email", "help": None}]})
+
+
+class FakePostmark(FakeApi):
+    name = "postmark"
+    has_request_id = False
+    has_idempotency = False
+    path = "/email"
+
+    def key_of(self, received: Received) -> str | None:
+        key = received.json().get("Metadata", {}).get("tidings_key")
+        return key if isinstance(key, str) else None
+
+    def to_of(self, received: Received) -> str:
+        return str(received.json()["To"])
+
+    def accepted(self, receipt: str, request_id: str, received: Received) -> Reply:
+        return Reply.of_json(200, {"To": received.json()["To"],
+                                   "SubmittedAt": "2026-08-14T09:00:00.0000000Z",
+                                   "MessageID": receipt, "ErrorCode": 0, "Message": "OK"})
+
+    def rate_limited(self, retry_after: str, request_id: str) -> Reply:
+        return Reply.of_json(429, {"ErrorCode": 429, "Message": "Rate limit exceeded"},
+                             **{"Retry-After": retry_after})
+
+    def unavailable(self, request_id: str) -> Reply:
+        return Reply(503, b"<html>Service Unavailable</html>", {"Content-Type": "text/html"})
+
+    def refused(self, to: str, request_id: str) -> Reply:
+        return Reply.of_json(422, {"ErrorCode": 406, "Message": (
+            "You tried to send to recipient(s) that have been marked as inactive. Found "
+            f"inactive addresses: {to}. Inactive recipients are ones that have generated a "
+            "hard bounce, a spam complaint, or a manual suppression.")})
+
+
+class FakeJsonMailer(FakeApi):
+    """The API the generic adapter is configured for in the tests (a Resend-like shape)."""
+
+    name = "mailer"
+    has_idempotency = True
+    path = "/emails"
+
+    def key_of(self, received: Received) -> str | None:
+        key = received.json().get("tags", {}).get("key")
+        return key if isinstance(key, str) else None
+
+    def idempotency_key_of(self, received: Received) -> str | None:
+        value = received.headers.get("idempotency-key")
+        return unquote(value) if value is not None else None
+
+    def to_of(self, received: Received) -> str:
+        return str(received.json()["to"])
+
+    def accepted(self, receipt: str, request_id: str, received: Received) -> Reply:
+        return Reply.of_json(200, {"data": {"id": receipt}}, **{"X-Request-Id": request_id})
+
+    def rate_limited(self, retry_after: str, request_id: str) -> Reply:
+        return Reply.of_json(429, {"message": "slow down"},
+                             **{"X-Request-Id": request_id, "Retry-After": retry_after})
+
+    def unavailable(self, request_id: str) -> Reply:
+        return Reply.of_json(503, {"message": "upstream unavailable"},
+                             **{"X-Request-Id": request_id})
+
+    def refused(self, to: str, request_id: str) -> Reply:
+        return Reply.of_json(422, {"message": f"{to} is not a valid recipient"},
+                             **{"X-Request-Id": request_id})
+
+
+# ---------------------------------------------------------------- serving a fake
+
+
+def _received_from_httpx(request: httpx.Request) -> Received:
+    return Received(request.method, request.url.path,
+                    {k.lower(): v for k, v in request.headers.items()}, request.content)
+
+
+def mock_transport(api: FakeApi) -> httpx.MockTransport:
+    """``api`` behind ``httpx.MockTransport``; no answer becomes the httpx error a real
+    transport raises (dropped: RemoteProtocolError, hung: ReadTimeout)."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if api.scenario is Scenario.UNREACHABLE:
+            raise httpx.ConnectError("All connection attempts failed", request=request)
+        reply = api.handle(_received_from_httpx(request))
+        if reply.fate == "drop":
+            raise httpx.RemoteProtocolError("Server disconnected without sending a response.",
+                                            request=request)
+        if reply.fate == "hang":
+            raise httpx.ReadTimeout("timed out", request=request)
+        return httpx.Response(reply.status, headers=dict(reply.headers), content=reply.body)
+
+    return httpx.MockTransport(handler)
+
+
+@dataclass
+class LiveApi:
+    """``api`` served by a real aiohttp server on 127.0.0.1."""
+
+    api: FakeApi
+    runner: web.AppRunner
+    url: str
+
+    async def close(self) -> None:
+        await self.runner.cleanup()
+
+
+async def serve_api(api: FakeApi) -> LiveApi:
+    async def handle(request: web.Request) -> web.StreamResponse:
+        reply = api.handle(Received(request.method, request.path,
+                                    {k.lower(): v for k, v in request.headers.items()},
+                                    await request.read()))
+        if reply.fate == "hang":
+            # Cancelled when the client gives up (handler_cancellation below).
+            await asyncio.Event().wait()
+        if reply.fate in ("drop", "hang"):
+            if request.transport is not None:
+                request.transport.abort()
+            return web.Response(status=499)
+        return web.Response(status=reply.status, body=reply.body, headers=dict(reply.headers))
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handle)
+    runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=0.5)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    return LiveApi(api, runner, f"http://127.0.0.1:{port}")
