@@ -157,8 +157,13 @@ class PostgresDatabase:
             raise StoreError(f"cannot connect to {self.safe_url}: {exc}") from None
         return pool
 
-    async def transaction(self, fn: Callable[[Conn], Awaitable[T]]) -> T:
+    async def transaction(self, fn: Callable[[Conn], Awaitable[T]], *,
+                          block: bool = True) -> T:
         """Run ``fn(conn)`` in one transaction (COMMIT, or ROLLBACK if it raises).
+
+        With ``block=False`` no BEGIN/COMMIT is sent: each statement ``fn`` runs is a
+        transaction of its own, which saves two round trips for a single statement
+        (or for reads, which READ COMMITTED gives a snapshot per statement anyway).
 
         A serialization failure, a deadlock or a lost connection retries the whole
         transaction, so ``fn`` must be safe to run again. Other database errors, and a
@@ -171,8 +176,11 @@ class PostgresDatabase:
         while True:
             conn: Conn | None = None
             try:
-                async with pool.connection() as conn, conn.transaction():
-                    return await fn(conn)
+                async with pool.connection() as conn:
+                    if not block:
+                        return await fn(conn)
+                    async with conn.transaction():
+                        return await fn(conn)
             except _CONFLICTS as exc:
                 if conflicts >= CONFLICT_RETRIES:
                     raise StoreError(f"{self.safe_url}: {exc}") from exc
@@ -196,8 +204,13 @@ class PostgresDatabase:
         return await self.transaction(fn)
 
     async def read(self, fn: Callable[[Conn], Awaitable[T]]) -> T:
-        """Run ``fn(conn)`` in a transaction that only reads."""
-        return await self.transaction(fn)
+        """Run ``fn(conn)``, which only reads: each statement sees what was committed
+        when it started (READ COMMITTED), with no transaction block around them."""
+        return await self.transaction(fn, block=False)
+
+    async def statement(self, fn: Callable[[Conn], Awaitable[T]]) -> T:
+        """Run ``fn(conn)``, which executes one statement: atomic on its own."""
+        return await self.transaction(fn, block=False)
 
     # ---------------------------------------------------------------- sharing
 

@@ -50,9 +50,10 @@ class PgTransport:
         await db.open()
         return cls(db)
 
-    async def _run(self, fn: Callable[[Conn], Awaitable[T]]) -> T:
+    async def _run(self, fn: Callable[[Conn], Awaitable[T]], *, single: bool = False) -> T:
+        """``fn`` in a transaction (or, with ``single``, as the one statement it runs)."""
         try:
-            return await self.db.transaction(fn)
+            return await self.db.transaction(fn, block=not single)
         except StoreError as exc:
             raise TransportError(str(exc)) from exc
 
@@ -61,7 +62,7 @@ class PgTransport:
             cur = await conn.execute(self._sql[query], params)
             return cur.rowcount
 
-        return await self._run(fn)
+        return await self._run(fn, single=True)
 
     async def _execute_and_notify(self, query: str, queue: str, params: Any) -> int:
         """``query`` and a ready notification for ``queue`` in one transaction."""
@@ -81,7 +82,7 @@ class PgTransport:
             cur = await conn.execute(self._sql[query], params)
             return await cur.fetchall()
 
-        return await self._run(fn)
+        return await self._run(fn, single=True)
 
     async def publish(self, queue: str, messages: Sequence[OutgoingMessage], *, now: float) -> None:
         """Publish messages, each visible after its ``delay_s``."""
@@ -92,7 +93,7 @@ class PgTransport:
         async def fn(conn: Conn) -> None:
             await insert_messages(conn, self._sql, queue, rows, now=now)
 
-        await self._run(fn)
+        await self._run(fn, single=True)
         self._wakeups.wake(queue)
 
     async def receive(
