@@ -30,6 +30,12 @@ admission_app = typer.Typer(
     help="Admission switches: stop or restart new admission for a campaign or a channel "
          "without touching work already accepted.", no_args_is_help=True)
 app.add_typer(admission_app, name="admission")
+token_app = typer.Typer(help="API tokens with scopes (viewer, operator, trigger, publish).",
+                        no_args_is_help=True)
+app.add_typer(token_app, name="token")
+dlq_app = typer.Typer(help="Dead letters: list them, redrive them (the ledger is rechecked "
+                           "before any send).", no_args_is_help=True)
+app.add_typer(dlq_app, name="dlq")
 console = Console(stderr=True)
 
 ConfigOpt = Annotated[Path | None, typer.Option(
@@ -209,44 +215,272 @@ def cancel(key: str, config: ConfigOpt = None, store: StoreOpt = None,
 
 
 @app.command()
-def inspect(key: str, config: ConfigOpt = None, store: StoreOpt = None,
-            as_json: JsonOpt = False) -> None:
-    """Show an intent's ledger row and its timeline of events."""
+def inspect(
+    key: Annotated[str | None, typer.Argument(help="An intent key or a notify key.")] = None,
+    recipient: Annotated[str | None, typer.Option(
+        help="A recipient id, or its surrogate (r_…) as logged, instead of KEY.")] = None,
+    config: ConfigOpt = None, store: StoreOpt = None, as_json: JsonOpt = False,
+) -> None:
+    """Was it selected, enqueued, accepted: a delivery's ledger row and timeline."""
+    from tidings import operations
+
+    if (key is None) == (recipient is None):
+        raise typer.BadParameter("give KEY or --recipient (one of them)", param_hint="KEY")
+
     async def go(runtime: Runtime) -> dict[str, Any]:
-        intent = await runtime.store.intent_get(key)
-        if intent is None:
-            raise typer.BadParameter(f"no intent has key {key!r}", param_hint="KEY")
-        events = await runtime.store.events_for(key)
-        row = dict(intent.__dict__)
-        row.pop("address", None)  # the timeline never shows the raw address
-        return {"intent": row, "events": [dict(e.__dict__) for e in events]}
+        found = await operations.timeline(runtime.store, key=key, recipient=recipient,
+                                          channels=runtime.channels)
+        if not found:
+            if key is not None:
+                raise typer.BadParameter(f"no intent has key {key!r}", param_hint="KEY")
+            raise typer.BadParameter(f"no delivery found for {recipient!r}",
+                                     param_hint="--recipient")
+        return {"deliveries": found}
     result = _with_runtime(config, store, go)
-    table = Table("at", "event", "state", "attempt", "worker", "detail", title=key)
-    for e in result["events"]:
-        table.add_row(f"{e['at']:.3f}", e["type"], e["state"] or "", str(e["attempt"] or ""),
-                      e["worker"] or "", e["detail"] or "")
-    _emit(as_json, result, table)
+    if as_json:
+        _emit(True, result)
+        return
+    out = Console()
+    for delivery in result["deliveries"]:
+        a = delivery["answers"]
+        out.print(f"[bold]{delivery['key']}[/bold]  state {a['state']}  "
+                  f"selected {_yes(a['selected_at'])}  enqueued {_yes(a['enqueued_at'])}  "
+                  f"accepted {_yes(a['accepted_at'])}", soft_wrap=True)
+        table = Table("at", "event", "state", "attempt", "worker", "detail")
+        for e in delivery["events"]:
+            table.add_row(f"{e['at']:.3f}", e["type"], e["state"] or "",
+                          str(e["attempt"] or ""), e["worker"] or "", e["detail"] or "")
+        out.print(table)
+
+
+def _yes(at: float | None) -> str:
+    return "no" if at is None else f"yes ({at:.3f})"
 
 
 @app.command()
 def status(config: ConfigOpt = None, store: StoreOpt = None, as_json: JsonOpt = False) -> None:
-    """Intents per channel and state, queue depth, and occurrences."""
+    """Backlog, age, rate, 429s, retries, dead letters, duplicates and SLI per channel and
+    campaign (the same numbers as GET /v1/status)."""
+    from tidings import operations
+
     async def go(runtime: Runtime) -> dict[str, Any]:
-        now = runtime.clock.now()
-        counts = await runtime.store.intent_counts()
-        queues = {ch: dict((await runtime.transport.depth(ch, now=now)).__dict__)
-                  for ch in sorted(set(runtime.channels) | set(counts))}
-        occurrences = [dict(o.__dict__) for o in await runtime.store.occurrence_list()]
-        return {"intents": counts, "queues": queues, "occurrences": occurrences}
+        snap = await operations.snapshot(
+            runtime.store, runtime.transport, channels=runtime.channels,
+            now=runtime.clock.now(), window_s=runtime.settings.api.rate_window_s)
+        return operations.status(
+            snap, campaigns={c.name: c.channels for c in runtime.campaigns},
+            channels=runtime.channels, limits=runtime.limits,
+            freshness={c.name: c.expires_after_s for c in runtime.campaigns})
     result = _with_runtime(config, store, go)
-    table = Table("channel", "intents by state", "ready", "delayed", "in flight", "dead",
-                  "oldest age (s)", title="tidings status")
-    for channel, q in result["queues"].items():
-        states = ", ".join(f"{k} {v}" for k, v in sorted(result["intents"].get(channel, {})
-                                                          .items()))
-        table.add_row(channel, states, str(q["ready"]), str(q["delayed"]), str(q["in_flight"]),
-                      str(q["dead"]), f"{q['oldest_age_s']:.1f}")
+    if as_json:
+        _emit(True, result)
+        return
+    out = Console()
+    table = Table("channel", "backlog", "oldest (s)", "in flight", "rate/s", "accepted", "429s",
+                  "retries", "dead letters", "duplicates", "SLI", "drain (s)", "paused",
+                  title="tidings status: channels")
+    for name, c in result["channels"].items():
+        drain = (c.get("drain") or {}).get("drain_s")
+        table.add_row(name, str(c["backlog"]), f"{c['oldest_age_s']:.1f}", str(c["in_flight"]),
+                      f"{c['send_rate_per_s']:.2f}", str(c["accepted"]), str(c["rate_limited"]),
+                      str(c["retries"]), str(c["dead_letters"]),
+                      str(c["duplicates_suppressed"]), _pct(c["sli"]), _num(drain),
+                      _yes_no(c["paused"]))
+    out.print(table)
+    table = Table("campaign", "latest occurrence", "backlog", "oldest (s)", "accepted",
+                  "expired", "dead", "SLI", "paused", title="campaigns")
+    for name, c in result["campaigns"].items():
+        occ = c["latest_occurrence"]
+        table.add_row(name, "" if occ is None else f"{occ['logical_date']} {occ['status']}",
+                      str(c["backlog"]), f"{c['oldest_age_s']:.1f}", str(c["accepted"]),
+                      str(c["expired"]), str(c["dead"]), _pct(c["sli"]), _yes_no(c["paused"]))
+    out.print(table)
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.2f}%"
+
+
+def _yes_no(value: bool) -> str:
+    return "yes" if value else "no"
+
+
+@app.command()
+def plan(config: ConfigOpt = None, store: StoreOpt = None, as_json: JsonOpt = False) -> None:
+    """Will the backlog drain before it goes stale? Drain time (backlog ÷ sustained rate)
+    against the freshness deadline, with the numbers it used."""
+    from dataclasses import asdict
+
+    from tidings import operations
+
+    async def go(runtime: Runtime) -> dict[str, Any]:
+        snap = await operations.snapshot(
+            runtime.store, runtime.transport, channels=runtime.channels,
+            now=runtime.clock.now(), window_s=runtime.settings.api.rate_window_s,
+            occurrences=False)
+        lines = operations.plan(snap, limits=runtime.limits,
+                                freshness={c.name: c.expires_after_s for c in runtime.campaigns})
+        return {"now": snap.now, "window_s": snap.window_s, "lines": [asdict(x) for x in lines]}
+    result = _with_runtime(config, store, go)
+    table = Table("channel", "campaign", "backlog", "channel backlog", "rate/s", "rate from",
+                  "drain (s)", "deadline in (s)", "freshness (s)", "late", "verdict",
+                  title=f"tidings plan (rate window {result['window_s']:.0f} s)")
+    for x in result["lines"]:
+        table.add_row(x["channel"], x["campaign"] or "(all)", str(x["backlog"]),
+                      str(x["channel_backlog"]), _num(x["rate_per_s"]), x["rate_source"],
+                      _num(x["drain_s"]), _num(x["deadline_in_s"]),
+                      _num(x["freshness_deadline_s"]), str(x["expected_late"]), x["verdict"])
     _emit(as_json, result, table)
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.2f}"
+
+
+@app.command("api")
+def api_command(
+    config: ConfigOpt = None, store: StoreOpt = None,
+    host: Annotated[str | None, typer.Option(help="Address (default: api.host).")] = None,
+    port: Annotated[int | None, typer.Option(
+        help="Port (default: api.port; 0 picks a free one).")] = None,
+) -> None:
+    """Serve the HTTP API: cron trigger, queue publish, operator endpoints, /metrics."""
+    from tidings.api.serve import serve_api
+
+    def go(runtime: Runtime) -> Awaitable[None]:
+        s = runtime.settings.api
+        return serve_api(runtime, host=host or s.host, port=s.port if port is None else port)
+    _with_runtime(config, store, go)
+
+
+# ---------------------------------------------------------------- tokens
+
+
+@token_app.command("create")
+def token_create(
+    scope: Annotated[list[str], typer.Option(
+        "--scope", help="viewer, operator, trigger or publish (repeat, or comma-separate).")],
+    name: Annotated[str, typer.Option(help="Who or what holds it, for the record.")] = "token",
+    config: ConfigOpt = None, store: StoreOpt = None, as_json: JsonOpt = False,
+) -> None:
+    """Create a token. It is shown once: only its hash is stored."""
+    from tidings.api.tokens import new_token
+
+    async def go(runtime: Runtime) -> dict[str, Any]:
+        text, row = new_token(name=name, scopes=scope, now=runtime.clock.now())
+        await runtime.store.api_token_insert(row)
+        return {"id": row.id, "name": row.name, "scopes": list(row.scopes), "token": text,
+                "created_at": row.created_at}
+    result = _with_runtime(config, store, go)
+    if as_json:
+        _emit(True, result)
+        return
+    console.print(f"token {result['id']} ({', '.join(result['scopes'])}) for {result['name']}; "
+                  "shown once, store it now:")
+    typer.echo(result["token"])
+
+
+@token_app.command("revoke")
+def token_revoke(token_id: Annotated[str, typer.Argument(
+                     metavar="ID", help="The token's id (the part after tid_), or the token.")],
+                 config: ConfigOpt = None, store: StoreOpt = None,
+                 as_json: JsonOpt = False) -> None:
+    """Revoke a token at once, on every API process."""
+    ident = token_id.split("_")[1] if token_id.startswith("tid_") else token_id
+
+    async def go(runtime: Runtime) -> dict[str, Any]:
+        row = await runtime.store.api_token_revoke(ident, now=runtime.clock.now())
+        if row is None:
+            raise typer.BadParameter(f"no token has id {ident!r}", param_hint="ID")
+        return _token_row(row)
+    _emit(as_json, _with_runtime(config, store, go))
+
+
+@token_app.command("list")
+def token_list(config: ConfigOpt = None, store: StoreOpt = None, as_json: JsonOpt = False
+               ) -> None:
+    """Every token: id, name, scopes, created, revoked (never the secret)."""
+    async def go(runtime: Runtime) -> list[dict[str, Any]]:
+        return [_token_row(row) for row in await runtime.store.api_token_list()]
+    rows = _with_runtime(config, store, go)
+    table = Table("id", "name", "scopes", "created", "revoked", title="API tokens")
+    for r in rows:
+        table.add_row(r["id"], r["name"], ", ".join(r["scopes"]), _when(r["created_at"]),
+                      _when(r["revoked_at"]))
+    _emit(as_json, {"tokens": rows}, table)
+
+
+def _token_row(row: Any) -> dict[str, Any]:
+    return {"id": row.id, "name": row.name, "scopes": list(row.scopes),
+            "created_at": row.created_at, "revoked_at": row.revoked_at,
+            "revoked": row.revoked_at is not None}
+
+
+def _when(at: float | None) -> str:
+    from datetime import UTC, datetime
+
+    return "" if at is None else datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+# ---------------------------------------------------------------- dead letters
+
+DlqChannelOpt = Annotated[str, typer.Option("--channel", help="The channel's queue.")]
+
+
+def _known_channel(runtime: Runtime, channel: str) -> None:
+    if channel not in runtime.limits:
+        raise typer.BadParameter(f"unknown channel {channel!r}; declared: "
+                                 f"{', '.join(runtime.channels) or 'none'}",
+                                 param_hint="--channel")
+
+
+@dlq_app.command("list")
+def dlq_list(channel: DlqChannelOpt,
+             limit: Annotated[int, typer.Option(min=1, max=10_000)] = 100,
+             config: ConfigOpt = None, store: StoreOpt = None, as_json: JsonOpt = False) -> None:
+    """A channel's dead letters, oldest first, with their intents' states."""
+    from tidings import operations
+
+    async def go(runtime: Runtime) -> list[dict[str, Any]]:
+        _known_channel(runtime, channel)
+        return await operations.dead_letters(runtime.store, runtime.transport, channel,
+                                             limit=limit)
+    rows = _with_runtime(config, store, go)
+    table = Table("id", "key", "reason", "receives", "dead at", "intent now",
+                  title=f"dead letters: {channel}")
+    for r in rows:
+        table.add_row(r["id"], r["key"] or "(not a tidings message)", r["reason"],
+                      str(r["receive_count"]), _when(r["dead_at"]), r["intent_state"] or "-")
+    _emit(as_json, {"channel": channel, "dead_letters": rows}, table)
+
+
+@dlq_app.command("redrive")
+def dlq_redrive(channel: DlqChannelOpt,
+                ids: Annotated[list[str] | None, typer.Option(
+                    "--id", help="Dead letters to redrive (repeat); all of the oldest "
+                                 "--limit without it.")] = None,
+                limit: Annotated[int, typer.Option(min=1, max=10_000)] = 100,
+                config: ConfigOpt = None, store: StoreOpt = None,
+                as_json: JsonOpt = False) -> None:
+    """Put dead letters back: dead intents are reopened first, and the worker checks the
+    ledger before any send (an intent accepted meanwhile is not sent again)."""
+    from dataclasses import asdict
+
+    from tidings import operations
+
+    async def go(runtime: Runtime) -> dict[str, Any]:
+        _known_channel(runtime, channel)
+        result = await operations.redrive(runtime.store, runtime.transport, channel,
+                                          now=runtime.clock.now(), ids=ids or None,
+                                          limit=limit)
+        return asdict(result)
+    result = _with_runtime(config, store, go)
+    table = Table("id", "key", "state before", "reopened", title=f"redriven: {channel}")
+    for r in result["redriven"]:
+        table.add_row(r["id"], r["key"], r["state_before"], _yes_no(r["reopened"]))
+    _emit(as_json, result, table)
+    for kept in result["kept"]:
+        console.print(f"kept {kept['id']}: {kept['why']}", soft_wrap=True)
 
 
 @app.command()

@@ -11,11 +11,13 @@ import random
 import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from tidings.audience import audience_from_spec
 from tidings.campaign import Campaign
 from tidings.clock import Clock, SystemClock
+from tidings.compose import Composer
 from tidings.errors import ConfigurationError
 from tidings.intake import NotifyRequest, cancel, notify_many
 from tidings.model import Recipient
@@ -27,9 +29,10 @@ from tidings.reconciler import Reconciler, ReconcilerConfig
 from tidings.relay import RelayConfig
 from tidings.schedule import Schedule
 from tidings.scheduler import Scheduler, SchedulerConfig
-from tidings.settings import ChannelSettings, Settings
+from tidings.settings import ChannelSettings, ProviderSettings, Settings
 from tidings.states import State
 from tidings.stores.base import Store
+from tidings.templates import TemplateSet
 from tidings.transports.base import Transport
 from tidings.worker import Worker, WorkerConfig
 
@@ -71,6 +74,10 @@ def build_provider(channel: str, spec: ChannelSettings, clock: Clock) -> Provide
     from tidings.sandbox.core import SandboxConfig, SandboxCore
 
     provider = spec.provider
+    if not isinstance(provider, ProviderSettings):
+        from tidings.providers.config import build_provider_from
+
+        return build_provider_from(provider, channel=channel, clock=clock)
     if provider.kind == "sandbox":
         if not provider.url:
             raise ConfigurationError(f"channels.{channel}.provider.url",
@@ -79,6 +86,25 @@ def build_provider(channel: str, spec: ChannelSettings, clock: Clock) -> Provide
                                    timeout_s=provider.timeout_s)
     core = SandboxCore(SandboxConfig(), now=clock.now, seed=0)
     return SandboxTwinProvider(core=core, channel=channel, clock=clock)
+
+
+def load_templates(settings: Settings) -> dict[str, TemplateSet]:
+    """Each channel's template folder, every template compiled now: a broken one is a
+    settings error at start-up, not a rejection per recipient later."""
+    loaded: dict[str, TemplateSet] = {}
+    for name, spec in settings.channels.items():
+        if spec.templates is None:
+            continue
+        field_name = f"channels.{name}.templates"
+        if not Path(spec.templates).is_dir():
+            raise ConfigurationError(field_name, f"{spec.templates} is not a folder")
+        templates = TemplateSet.from_directory(spec.templates,
+                                               max_sms_segments=spec.max_sms_segments)
+        problems = templates.compile_all()
+        if problems:
+            raise ConfigurationError(field_name, "; ".join(p.reason for p in problems[:3]))
+        loaded[name] = templates
+    return loaded
 
 
 def pace_limits(spec: ChannelSettings, channel: str) -> PaceLimits:
@@ -115,6 +141,7 @@ class Runtime:
     limits: dict[str, PaceLimits]
     campaigns: list[Campaign]
     policy: RetryPolicy
+    templates: dict[str, TemplateSet] = field(default_factory=dict)
     rng: random.Random = field(default_factory=random.Random)
 
     @property
@@ -142,6 +169,15 @@ class Runtime:
         return Pacer(channel=channel, limits=self.limits[channel], backend=self.store,
                      clock=self.clock, worker=worker_id, stale_s=max(10.0, 3 * timeout))
 
+    def composer(self) -> Composer:
+        """The send-time gate (preferences, address checks, templates) of every channel."""
+        specs = self.settings.channels
+        return Composer(store=self.store, clock=self.clock,
+                        kinds={name: spec.kind for name, spec in specs.items()
+                               if spec.kind is not None},
+                        templates=self.templates,
+                        test_domains=any(spec.accept_test_domains for spec in specs.values()))
+
     def worker(self, channel: str, worker_id: str | None = None) -> Worker:
         provider = self.provider(channel)
         wid = worker_id or default_worker_id(channel)
@@ -152,6 +188,7 @@ class Runtime:
             worker_id=wid, rng=random.Random(self.rng.getrandbits(64)),
             config=WorkerConfig(batch_size=w.batch_size, lease_s=w.lease_s,
                                 visibility_s=w.visibility_s, max_receives=w.max_receives),
+            composer=self.composer(),
         )
 
     def relay_config(self) -> RelayConfig:
@@ -231,6 +268,7 @@ async def build_runtime(
     # Everything that can refuse the settings runs before the store is opened.
     chosen_campaigns = list(campaigns) if campaigns is not None else campaigns_from(settings)
     limits = {name: pace_limits(spec, name) for name, spec in settings.channels.items()}
+    templates = load_templates(settings)
     store, transport = await open_store(settings.store)
     try:
         if migrate:
@@ -253,7 +291,7 @@ async def build_runtime(
     r = settings.retry
     return Runtime(
         settings=settings, clock=the_clock, store=store, transport=transport, providers=chosen,
-        limits=limits, campaigns=chosen_campaigns,
+        limits=limits, campaigns=chosen_campaigns, templates=templates,
         policy=RetryPolicy(max_failures=r.max_failures, base_s=r.base_s, cap_s=r.cap_s,
                            rate_limit_floor_s=r.rate_limit_floor_s,
                            rate_limit_cap_s=r.rate_limit_cap_s),

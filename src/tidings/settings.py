@@ -8,12 +8,28 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from tidings.errors import ConfigurationError
 from tidings.pacing.algorithm import parse_quota
+from tidings.providers.config import (
+    HttpProviderSettings,
+    PostmarkProviderSettings,
+    SendGridProviderSettings,
+    SmtpProviderSettings,
+    TwilioProviderSettings,
+)
 from tidings.schedule import Schedule
 
 
@@ -33,13 +49,43 @@ class ProviderSettings(_Model):
     timeout_s: float = Field(default=5.0, gt=0)
 
 
+PROVIDER_TAGS = frozenset({"sandbox", "smtp", "http", "twilio", "sendgrid", "postmark"})
+
+
+def _provider_tag(value: Any) -> str:
+    """A provider table's tag; no ``kind`` still means the sandbox."""
+    kind = value.get("kind", "sandbox") if isinstance(value, dict) else getattr(value, "kind", "")
+    return "sandbox" if kind in ("sandbox", "sandbox-twin") else str(kind)
+
+
+ChannelProvider = Annotated[
+    Annotated[ProviderSettings, Tag("sandbox")]
+    | Annotated[SmtpProviderSettings, Tag("smtp")]
+    | Annotated[HttpProviderSettings, Tag("http")]
+    | Annotated[TwilioProviderSettings, Tag("twilio")]
+    | Annotated[SendGridProviderSettings, Tag("sendgrid")]
+    | Annotated[PostmarkProviderSettings, Tag("postmark")],
+    Discriminator(_provider_tag),
+]
+
+
 class ChannelSettings(_Model):
-    provider: ProviderSettings = ProviderSettings(kind="sandbox-twin")
+    provider: ChannelProvider = ProviderSettings(kind="sandbox-twin")
     quota: str | None = None
     quota_safety: float = Field(default=0.95, gt=0, le=1)
     """Share of the quota the pacer aims at, leaving room for timing noise."""
     max_in_flight: int = Field(default=64, ge=1)
     min_interval_s: float = Field(default=0.0, ge=0)
+    kind: Literal["email", "sms"] | None = None
+    """What the channel carries. With a kind, addresses are checked before any send
+    (a bad one is rejected with its reason); without one, the provider works from the
+    identifiers alone (as the sandbox does)."""
+    templates: str | None = None
+    """A folder of versioned templates (``<name>/v<N>/subject.txt, body.txt, body.html``
+    or ``sms.txt``) rendered at send time; relative to the settings file. Needs ``kind``."""
+    max_sms_segments: int = Field(default=4, ge=1, le=20)
+    accept_test_domains: bool = False
+    """Accept ``*.test`` and single-label email domains (test set-ups only)."""
 
     @field_validator("quota")
     @classmethod
@@ -92,6 +138,109 @@ class ReconcilerSettings(_Model):
     uncertain_after_s: float = Field(default=1.0, ge=0)
 
 
+class QueueSettings(_Model):
+    """Where ``POST /v1/queue/publish`` puts a named queue's messages: a campaign's
+    channels (recipient addresses from the payload, else its audience) or one channel
+    (addresses from the payload)."""
+
+    campaign: str | None = None
+    channel: str | None = None
+
+    @model_validator(mode="after")
+    def _one_target(self) -> QueueSettings:
+        if (self.campaign is None) == (self.channel is None):
+            raise ValueError("name exactly one of 'campaign' or 'channel'")
+        return self
+
+
+class ApiSettings(_Model):
+    """The HTTP API (``tidings api``). Secrets are never in the file: each ``*_env``
+    names an environment variable that holds them."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=0, le=65535)
+    trigger_secrets_env: str = "TIDINGS_TRIGGER_SECRETS"
+    """Comma-separated HMAC secrets; two during a rotation (either verifies)."""
+    trigger_tolerance_s: float = Field(default=300.0, gt=0)
+    trigger_early_s: float = Field(default=60.0, ge=0)
+    """A trigger this many seconds before an occurrence counts as that occurrence (cron jitter)."""
+    max_body_bytes: int = Field(default=64 * 1024, ge=1024)
+    publish_rate: str | None = None
+    """Intake limit for publishes across every API process, e.g. ``"200/s"``; none by default."""
+    publish_burst: int = Field(default=0, ge=0)
+    """Publishes allowed at once above the rate; 0 means one second's worth."""
+    paused_retry_after_s: float = Field(default=60.0, gt=0)
+    idempotency_ttl_s: float = Field(default=7 * 86400.0, gt=0)
+    metrics_cache_s: float = Field(default=5.0, ge=0)
+    rate_window_s: float = Field(default=300.0, gt=0)
+    """The window over which the send rate (for status and drain time) is measured."""
+    queues: dict[str, QueueSettings] = Field(default_factory=dict)
+
+    @field_validator("publish_rate")
+    @classmethod
+    def _rate(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                parse_quota(value)
+            except ConfigurationError as exc:
+                raise ValueError(exc.message) from None
+        return value
+
+
+class TwilioWebhookSettings(_Model):
+    """Twilio status callbacks, signed with the account's auth token (HMAC-SHA1)."""
+
+    auth_token_env: str = "TWILIO_AUTH_TOKEN"
+    """Holds the auth token; two comma-separated during a rotation (primary, secondary)."""
+
+
+class SendGridWebhookSettings(_Model):
+    """SendGrid's signed event webhook (ECDSA P-256)."""
+
+    public_key_env: str = "SENDGRID_WEBHOOK_PUBLIC_KEY"
+    """Holds the verification key as SendGrid shows it (base64 DER); several
+    comma-separated while a key is replaced."""
+    tolerance_s: float = Field(default=300.0, gt=0)
+    """How far the signed timestamp may be from the server's clock."""
+
+
+class PostmarkWebhookSettings(_Model):
+    """Postmark webhooks, which offer HTTP basic auth only (credentials in the URL)."""
+
+    username_env: str = "POSTMARK_WEBHOOK_USERNAME"
+    password_env: str = "POSTMARK_WEBHOOK_PASSWORD"
+
+
+class GenericWebhookSettings(_Model):
+    """Any other provider: ``X-Tidings-Signature: t=<unix>,v1=<hex HMAC-SHA256>``."""
+
+    secrets_env: str = "TIDINGS_WEBHOOK_SECRETS"
+    """One or more environment variable names, comma-separated; each holds one secret or
+    several comma-separated. Two secrets verify during a rotation."""
+    tolerance_s: float = Field(default=300.0, gt=0)
+
+
+class WebhookSettings(_Model):
+    """Provider webhooks (``POST /v1/webhooks/{provider}``). Secrets are never in the
+    file: each ``*_env`` names an environment variable that holds them."""
+
+    public_url: str | None = None
+    """The base URL providers call (``https://notify.example.com``) when a proxy
+    rewrites it: Twilio signs the full URL it called. Default: the URL as received."""
+    max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
+    twilio: TwilioWebhookSettings = TwilioWebhookSettings()
+    sendgrid: SendGridWebhookSettings = SendGridWebhookSettings()
+    postmark: PostmarkWebhookSettings = PostmarkWebhookSettings()
+    generic: GenericWebhookSettings = GenericWebhookSettings()
+
+    @field_validator("public_url")
+    @classmethod
+    def _public_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("https://", "http://")):
+            raise ValueError(f"{value!r} must start with https:// (or http://)")
+        return value
+
+
 class Settings(_Model):
     """Everything the composition root needs to build a runtime."""
 
@@ -104,6 +253,8 @@ class Settings(_Model):
     worker: WorkerSettings = WorkerSettings()
     scheduler: SchedulerSettings = SchedulerSettings()
     reconciler: ReconcilerSettings = ReconcilerSettings()
+    api: ApiSettings = ApiSettings()
+    webhooks: WebhookSettings = WebhookSettings()
 
     @classmethod
     def parse(cls, data: dict[str, Any]) -> Settings:
@@ -112,9 +263,17 @@ class Settings(_Model):
             settings = cls.model_validate(data)
         except ValidationError as exc:
             first = exc.errors()[0]
-            field = ".".join(str(p) for p in first["loc"]) or "settings"
+            loc = first["loc"]
+            # A tagged union puts its tag in the path (provider.sendgrid.api_key_env): drop it.
+            loc = tuple(p for i, p in enumerate(loc)
+                        if not (i and loc[i - 1] == "provider" and p in PROVIDER_TAGS))
+            field = ".".join(str(p) for p in loc) or "settings"
             message = str(first["msg"]).removeprefix("Value error, ")
             raise ConfigurationError(field, message) from None
+        for name, spec in settings.channels.items():
+            if spec.templates is not None and spec.kind is None:
+                raise ConfigurationError(f"channels.{name}.kind",
+                                         "a channel with templates needs a kind (email or sms)")
         for name, campaign in settings.campaigns.items():
             try:
                 # Parsing the schedule here makes a bad cron or zone a settings error.
@@ -141,6 +300,12 @@ class Settings(_Model):
                 raise ConfigurationError("config", f"{path} does not exist") from None
             except tomllib.TOMLDecodeError as exc:
                 raise ConfigurationError("config", f"{path} is not valid TOML: {exc}") from None
+        if path is not None:
+            # Template folders are relative to the settings file, not the working directory.
+            for channel in (data.get("channels") or {}).values():
+                folder = channel.get("templates") if isinstance(channel, dict) else None
+                if isinstance(folder, str) and not Path(folder).is_absolute():
+                    channel["templates"] = str(Path(path).parent / folder)
         environ = os.environ if env is None else env
         if environ.get("TIDINGS_STORE"):
             data["store"] = environ["TIDINGS_STORE"]

@@ -18,7 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from tidings.clock import Clock
-from tidings.errors import MessageDecodeError
+from tidings.compose import Composer, Deferred, Ready
+from tidings.errors import MessageDecodeError, StoreError
 from tidings.model import Event, Intent, Message, RateLimited, Received, SendRequest
 from tidings.pacing.pacer import Pacer
 from tidings.policy import RetryPolicy
@@ -51,6 +52,13 @@ class WorkerConfig:
     max_idle_poll_s: float = 0.5
     max_idle_wait_s: float = 5.0
     """The longest idle wait on a transport that wakes consumers when a publish commits."""
+
+
+def request_for(intent: Intent) -> SendRequest:
+    """The send of an intent on a channel with no composer: identifiers only."""
+    return SendRequest(key=intent.key, channel=intent.channel, to=intent.address,
+                       template=intent.template, data=intent.data,
+                       recipient_id=intent.recipient_id)
 
 
 @dataclass(kw_only=True)
@@ -94,6 +102,7 @@ class Worker:
         worker_id: str,
         config: WorkerConfig | None = None,
         rng: random.Random | None = None,
+        composer: Composer | None = None,
     ) -> None:
         self.channel = channel
         self.store = store
@@ -105,6 +114,9 @@ class Worker:
         self.worker_id = worker_id
         self.config = config or WorkerConfig()
         self.rng = rng or random.Random()
+        # The send-time gate: preferences, address checks, rendering. Without one, the
+        # provider gets the identifiers alone (the sandbox renders nothing).
+        self.composer = composer
         self.stats = WorkerStats()
         self._stopping = asyncio.Event()
         # One future for every in-flight send to race its pacer wait against, instead of
@@ -223,12 +235,51 @@ class Worker:
         claims = await self.store.intent_claim_many(
             keys, owner=self.worker_id, lease_s=self.config.lease_s, now=now,
             message_ids=[r.message_id for r in decoded]) if keys else []
+        ready: list[tuple[Received, Intent, int]] = []
         for received, claim in zip(decoded, claims, strict=True):
             self.stats.by_kind[claim.kind] = self.stats.by_kind.get(claim.kind, 0) + 1
-            self._route(received, claim, now)
+            sendable = self._route(received, claim, now)
+            if sendable is not None:
+                ready.append(sendable)
+        await self._compose_and_send(ready, now)
         self._wake.set()
 
-    def _route(self, received: Received, claim: Claim, now: float) -> None:
+    async def _compose_and_send(self, ready: list[tuple[Received, Intent, int]],
+                                now: float) -> None:
+        """Start a send for each claimed intent the composer lets through; settle the rest."""
+        if self.composer is None:
+            for received, intent, token in ready:
+                self._start_send(intent, token, received, request_for(intent))
+            return
+        try:
+            composed = await self.composer.compose([intent for _, intent, _ in ready], now=now)
+        except (StoreError, OSError) as exc:
+            # Preferences could not be read: hand the batch back for a later try.
+            log.warning("composing %d sends failed, released: %s", len(ready), exc)
+            for received, intent, token in ready:
+                self._outcomes.append((self._released(intent, token, received, now), received))
+            return
+        for (received, intent, token), result in zip(ready, composed, strict=True):
+            if isinstance(result, Ready):
+                self._start_send(intent, token, received, result.request)
+                continue
+            self.stats.skipped += 1
+            self._outcomes.append((Change(
+                key=intent.key, from_state=State.CLAIMED, to_state=result.to_state,
+                event=result.event, lease_token=token, reason=result.reason,
+                next_attempt_at=result.until if isinstance(result, Deferred) else None,
+                worker=self.worker_id, message_id=received.message_id,
+                detail=surrogate(intent.recipient_id)), received))
+
+    def _start_send(self, intent: Intent, token: int, received: Received,
+                    request: SendRequest) -> None:
+        task = asyncio.create_task(self._send(intent, token, received, request))
+        self._sends.add(task)
+        task.add_done_callback(self._sent)
+
+    def _route(self, received: Received, claim: Claim,
+               now: float) -> tuple[Received, Intent, int] | None:
+        """Settle what needs no send; return what does, for the composer."""
         kind = claim.kind
         if kind in (ClaimKind.DONE, ClaimKind.HELD):
             # Finished (or the reconciler's to resolve): a duplicate, acked with no send.
@@ -250,10 +301,9 @@ class Worker:
             instead = self._instead_of_send(received, intent, token, now)
             if instead is not None:
                 self._outcomes.append((instead, received))
-                return
-            task = asyncio.create_task(self._send(intent, token, received))
-            self._sends.add(task)
-            task.add_done_callback(self._sent)
+                return None
+            return received, intent, token
+        return None
 
     def _instead_of_send(self, received: Received, intent: Intent, token: int,
                          now: float) -> Change | None:
@@ -281,17 +331,21 @@ class Worker:
         if not task.cancelled() and task.exception() is not None:
             log.error("send task failed", exc_info=task.exception())
 
-    async def _send(self, intent: Intent, token: int, received: Received) -> None:
+    def _released(self, intent: Intent, token: int, received: Received, now: float) -> Change:
+        self.stats.released += 1
+        return Change(
+            key=intent.key, from_state=State.CLAIMED, to_state=State.RETRYABLE,
+            event="released", lease_token=token, next_attempt_at=now,
+            worker=self.worker_id, message_id=received.message_id,
+            reason="released unsent (shutdown, or the lease ran out before the send)")
+
+    async def _send(self, intent: Intent, token: int, received: Received,
+                    request: SendRequest) -> None:
         """Pace and send one claimed intent, then queue its outcome for the commit."""
-        decision = await self._paced_send(intent)
+        decision = await self._paced_send(intent, request)
         now = self.clock.now()
         if decision is None:
-            self.stats.released += 1
-            change = Change(
-                key=intent.key, from_state=State.CLAIMED, to_state=State.RETRYABLE,
-                event="released", lease_token=token, next_attempt_at=now,
-                worker=self.worker_id, message_id=received.message_id,
-                reason="released unsent (shutdown, or the lease ran out before the send)")
+            change = self._released(intent, token, received, now)
         else:
             if decision.to in _COUNTER and decision.event != "rate_limited":
                 name = _COUNTER[decision.to]
@@ -306,7 +360,7 @@ class Worker:
         self._outcomes.append((change, received))
         self._wake.set()
 
-    async def _paced_send(self, intent: Intent) -> Decision | None:
+    async def _paced_send(self, intent: Intent, request: SendRequest) -> Decision | None:
         """None when the send must not happen: stopping, or the lease is no longer ours."""
         if self._stopping.is_set():
             return None
@@ -328,9 +382,7 @@ class Worker:
                 # Never send under a lease that may already belong to someone else;
                 # checked last, right before the request, after every await.
                 return None
-            outcome = await self.provider.send(SendRequest(
-                key=intent.key, channel=intent.channel, to=intent.address,
-                template=intent.template, data=intent.data, recipient_id=intent.recipient_id))
+            outcome = await self.provider.send(request)
         finally:
             await self.pacer.release()
         self.stats.sent += 1

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tidings.stores.queries import migrations
+
 TIDINGS = [sys.executable, "-m", "tidings"]
 TERMINAL = ("accepted", "rejected", "dead", "cancelled", "expired")
 
@@ -30,12 +32,12 @@ def test_db_migrate_then_status_on_a_fresh_file(tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path / 'cli.db'}"
     first = run("db", "migrate", "--store", store, "--json")
     assert first.returncode == 0, first.stderr
-    assert json.loads(first.stdout)["applied"] == [1]
+    assert json.loads(first.stdout)["applied"] == [m.version for m in migrations("sqlite")]
     again = run("db", "migrate", "--store", store, "--json")
     assert json.loads(again.stdout)["applied"] == []
     status = run("status", "--store", store, "--json")
     assert status.returncode == 0, status.stderr
-    assert json.loads(status.stdout)["intents"] == {}
+    assert json.loads(status.stdout)["channels"] == {}
 
 
 def test_a_bad_setting_names_its_field(tmp_path: Path) -> None:

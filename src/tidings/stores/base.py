@@ -14,6 +14,7 @@ from enum import StrEnum
 from typing import Any, Protocol, TypeVar
 
 from tidings.model import Event, Intent, IntentDraft
+from tidings.preferences import Preference
 from tidings.states import State
 
 T = TypeVar("T")
@@ -132,6 +133,136 @@ class Switch:
     paused: bool
     changed_at: float
     reason: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApiToken:
+    """An API token as stored: its id, scopes and the sha256 of its secret (never the
+    secret). Revoked once ``revoked_at`` is set."""
+
+    id: str
+    name: str
+    scopes: tuple[str, ...]
+    secret_hash: str
+    created_at: float
+    revoked_at: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class IdempotentResponse:
+    """The first answer to an idempotency key, and the hash of the request it answered.
+    ``status`` 0 is a reservation: that request is being processed."""
+
+    key: str
+    request_hash: str
+    status: int
+    body: str
+    created_at: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class IntentSummary:
+    """Counts over the intents of one (campaign, channel); ``campaign`` is None for
+    one-off intents. ``backlog``: live and due; ``scheduled``: live, due later;
+    ``overdue``: live past its expiry; ``accepted_recent``: accepted since the window
+    start the caller gave."""
+
+    campaign: str | None
+    channel: str
+    total: int
+    backlog: int
+    scheduled: int
+    claimed: int
+    retryable: int
+    uncertain: int
+    accepted: int
+    accepted_in_time: int
+    accepted_recent: int
+    expired: int
+    dead: int
+    rejected: int
+    cancelled: int
+    overdue: int
+    oldest_due_at: float | None
+    earliest_expiry: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class LatencyHistogram:
+    """Seconds from due to acceptance on one channel: ``counts[i]`` per bucket
+    ``<= bounds[i]`` (not cumulative), the last one beyond every bound."""
+
+    channel: str
+    bounds: tuple[float, ...]
+    counts: tuple[int, ...]
+    sum: float
+    count: int
+
+
+class ProviderEventType(StrEnum):
+    """What a provider reported after accepting a message (its webhooks)."""
+
+    DELIVERED = "delivered"
+    BOUNCED = "bounced"
+    COMPLAINED = "complained"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProviderEvent:
+    """One provider report, normalized. ``message_id`` is the provider's id of the
+    message, the receipt its intent stored when accepted; ``at`` is when the provider
+    says it happened (when it was received, if the provider gives no time)."""
+
+    provider: str
+    message_id: str
+    type: ProviderEventType
+    at: float
+    detail: str | None = None
+
+    @property
+    def timeline_type(self) -> str:
+        """The event type on the intent's timeline: ``provider_delivered``, …"""
+        return f"provider_{self.type.value}"
+
+    @property
+    def timeline_detail(self) -> str:
+        """The timeline event's detail: the provider, then what it said."""
+        return f"{self.provider}: {self.detail}" if self.detail else self.provider
+
+
+@dataclass(frozen=True, kw_only=True)
+class StoredProviderEvent:
+    """A provider event as stored; ``key`` is None while it is orphaned (no intent has
+    its message id as receipt)."""
+
+    provider: str
+    message_id: str
+    type: ProviderEventType
+    at: float
+    detail: str | None
+    key: str | None
+    received_at: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecordResult:
+    """What recording a batch of provider events did: ``recorded`` joined an intent's
+    timeline, ``orphaned`` were kept without one, ``duplicates`` were seen before."""
+
+    recorded: int = 0
+    duplicates: int = 0
+    orphaned: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProviderEventCount:
+    """Provider events stored per (provider, type); ``orphaned`` of them have no intent."""
+
+    provider: str
+    type: str
+    total: int
+    orphaned: int
 
 
 class Store(Protocol):
@@ -284,6 +415,22 @@ class Store(Protocol):
 
     async def switch_all(self) -> list[Switch]: ...
 
+    # ---- recipient preferences (opt-out, quiet hours) per channel
+    async def preference_set(self, preference: Preference, *, now: float) -> None:
+        """Insert or replace the preference of (recipient_id, channel), stamped ``now``."""
+        ...
+
+    async def preference_delete(self, recipient_id: str, channel: str) -> bool:
+        """Forget a preference; False if there was none."""
+        ...
+
+    async def preferences_for(
+        self, pairs: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], Preference]:
+        """The preferences of many ``(recipient_id, channel)`` pairs in one read; pairs
+        without a preference are absent from the answer."""
+        ...
+
     # ---- pacer state
     async def pacer_transact(
         self, channel: str, fn: Callable[[dict[str, Any] | None], tuple[dict[str, Any], T]]
@@ -293,3 +440,92 @@ class Store(Protocol):
         ...
 
     async def pacer_read(self, channel: str) -> dict[str, Any] | None: ...
+
+    # ---- operator API: tokens, trigger guard, publish idempotency, summaries
+    async def api_token_insert(self, token: ApiToken) -> None:
+        """Store a new token; StoreError if its id exists."""
+        ...
+
+    async def api_token_get(self, id: str) -> ApiToken | None: ...
+
+    async def api_token_list(self) -> list[ApiToken]: ...
+
+    async def api_token_revoke(self, id: str, *, now: float) -> ApiToken | None:
+        """Revoke a token (a second revocation keeps the first time); None if unknown."""
+        ...
+
+    async def api_signature_claim(self, signature: str, *, now: float,
+                                  expires_at: float) -> bool:
+        """Record a signed request's signature until ``expires_at``; False if it is
+        already recorded (a replay). Expired records are pruned first."""
+        ...
+
+    async def api_trigger_record(self, campaign: str, logical_date: str, *, now: float) -> int:
+        """Count one HTTP trigger of an occurrence; return its count so far."""
+        ...
+
+    async def api_trigger_counts(self) -> dict[str, int]:
+        """HTTP triggers so far, per campaign."""
+        ...
+
+    async def api_idempotency_get(self, key: str) -> IdempotentResponse | None: ...
+
+    async def api_idempotency_put(self, record: IdempotentResponse, *,
+                                  expire_before: float | None = None) -> IdempotentResponse:
+        """Keep the first answer to a key: return ``record`` if stored now, else the one
+        stored before (whatever its request). Records created before ``expire_before``
+        are dropped first."""
+        ...
+
+    async def api_idempotency_finish(self, key: str, request_hash: str, *, status: int,
+                                     body: str) -> bool:
+        """Turn this request's reservation into its answer; False if there is none."""
+        ...
+
+    async def api_idempotency_release(self, key: str, request_hash: str) -> bool:
+        """Drop this request's reservation (it was refused, so a retry starts afresh)."""
+        ...
+
+    async def intent_summary(self, *, now: float, since: float) -> list[IntentSummary]:
+        """One summary per (campaign, channel), ordered by campaign then channel."""
+        ...
+
+    async def intent_latency_histogram(self, bounds: Sequence[float]) -> list[LatencyHistogram]:
+        """Due-to-accepted latencies per channel counted into ``bounds`` (ascending)."""
+        ...
+
+    async def intent_find_by_recipient(self, recipient_id: str, *,
+                                       limit: int = 100) -> list[Intent]:
+        """A recipient's intents, latest due first."""
+        ...
+
+    async def event_keys_by_detail(self, detail: str, *, limit: int = 100) -> list[str]:
+        """Keys with an event whose ``detail`` is exactly ``detail``, latest first."""
+        ...
+
+
+    # ---- provider webhooks: delivered / bounced / complained / failed after acceptance
+    async def provider_events_record(self, events: Sequence[ProviderEvent], *,
+                                     now: float) -> RecordResult:
+        """Record provider events in one transaction, once per (provider, message id,
+        type): a new one whose message id is an intent's receipt gets an event
+        (``ProviderEvent.timeline_type``) on that intent's timeline, beside
+        ``accepted``, without changing its state; a new one with no such intent is kept
+        as orphaned; one seen before (even in the same batch) is a duplicate."""
+        ...
+
+    async def provider_events_orphaned(self, *, limit: int = 100) -> list[StoredProviderEvent]:
+        """Orphaned provider events, oldest received first."""
+        ...
+
+    async def provider_events_adopt(self, *, since: float, limit: int = 1000) -> int:
+        """Attach orphaned events received since ``since`` whose message id has become an
+        intent's receipt meanwhile (a webhook that beat the worker's commit), each with
+        its timeline event, in one transaction; return how many were attached. The
+        window keeps a sweep from rereading old orphans that will never match (events
+        of messages another system sent through the same provider account)."""
+        ...
+
+    async def provider_event_counts(self) -> list[ProviderEventCount]:
+        """Provider events per (provider, type), ordered by both."""
+        ...

@@ -29,14 +29,24 @@ import psycopg
 from tidings.claims import claim_kind, redelivery_event
 from tidings.errors import InvalidInput, StoreError
 from tidings.model import Event, Intent, IntentDraft, message_body
+from tidings.preferences import Preference
 from tidings.states import CLAIMABLE, State, check
+from tidings.stores import sqlite as _lite
 from tidings.stores.base import (
+    ApiToken,
     Change,
     Claim,
     ClaimKind,
+    IdempotentResponse,
+    IntentSummary,
+    LatencyHistogram,
     Occurrence,
     OccurrenceProgress,
+    ProviderEvent,
+    ProviderEventCount,
     PublishItem,
+    RecordResult,
+    StoredProviderEvent,
     Switch,
 )
 from tidings.stores.postgres_db import Conn, PostgresDatabase
@@ -507,6 +517,42 @@ class PostgresStore:
     async def switch_all(self) -> list[Switch]:
         return [_switch(row) for row in await self._rows("switch_all")]
 
+    # ---------------------------------------------------------------- recipient preferences
+
+    async def preference_set(self, preference: Preference, *, now: float) -> None:
+        """Insert or replace the preference of (recipient_id, channel), stamped ``now``."""
+        params = {"recipient_id": preference.recipient_id, "channel": preference.channel,
+                  "opted_out": preference.opted_out, "quiet_start": preference.quiet_start,
+                  "quiet_end": preference.quiet_end, "timezone": preference.timezone,
+                  "now": now}
+
+        async def fn(conn: Conn) -> None:
+            await conn.execute(self._sql["preference_upsert"], params)
+
+        await self.db.write(fn)
+
+    async def preference_delete(self, recipient_id: str, channel: str) -> bool:
+        """Forget a preference; False if there was none."""
+        params = {"recipient_id": recipient_id, "channel": channel}
+
+        async def fn(conn: Conn) -> bool:
+            cur = await conn.execute(self._sql["preference_delete"], params)
+            return cur.rowcount > 0
+
+        return await self.db.write(fn)
+
+    async def preferences_for(
+        self, pairs: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], Preference]:
+        """The preferences of many (recipient_id, channel) pairs in one read."""
+        if not pairs:
+            return {}
+        rows = await self._rows("preferences_for", {"recipients": [r for r, _ in pairs],
+                                                    "channels": [c for _, c in pairs]})
+        return {(r, c): Preference(recipient_id=r, channel=c, opted_out=out, quiet_start=start,
+                                   quiet_end=end, timezone=tz)
+                for r, c, out, start, end, tz in rows}
+
     # ---------------------------------------------------------------- pacer state
 
     async def pacer_transact(
@@ -540,3 +586,189 @@ class PostgresStore:
             return None
         state: dict[str, Any] = json.loads(rows[0][0])
         return state
+
+    # ---------------------------------------------------------------- operator API
+
+    async def _write_rows(self, query: str, params: Any) -> list[tuple[Any, ...]]:
+        async def fn(conn: Conn) -> list[tuple[Any, ...]]:
+            cur = await conn.execute(self._sql[query], params)
+            return await cur.fetchall() if cur.description is not None else []
+
+        return await self.db.write(fn)
+
+    async def api_token_insert(self, token: ApiToken) -> None:
+        """Store a new token; StoreError if its id exists."""
+        await self._write_rows("api_token_insert", _lite._api_token_params(token))
+
+    async def api_token_get(self, id: str) -> ApiToken | None:
+        rows = await self._rows("api_token_get", (id,))
+        return _lite._api_token(rows[0]) if rows else None
+
+    async def api_token_list(self) -> list[ApiToken]:
+        return [_lite._api_token(row) for row in await self._rows("api_token_list")]
+
+    async def api_token_revoke(self, id: str, *, now: float) -> ApiToken | None:
+        """Revoke a token (a second revocation keeps the first time); None if unknown."""
+        rows = await self._write_rows("api_token_revoke", {"id": id, "now": now})
+        return _lite._api_token(rows[0]) if rows else None
+
+    async def api_signature_claim(self, signature: str, *, now: float,
+                                  expires_at: float) -> bool:
+        """Record a signature until ``expires_at``; False if already recorded (a replay)."""
+        sql = self._sql
+
+        async def fn(conn: Conn) -> bool:
+            await conn.execute(sql["api_signature_prune"], {"now": now})
+            cur = await conn.execute(sql["api_signature_insert"],
+                                     {"signature": signature, "expires_at": expires_at})
+            return cur.rowcount == 1
+
+        return await self.db.write(fn)
+
+    async def api_trigger_record(self, campaign: str, logical_date: str, *, now: float) -> int:
+        """Count one HTTP trigger of an occurrence; return its count so far."""
+        rows = await self._write_rows("api_trigger_record", {
+            "campaign": campaign, "logical_date": logical_date, "now": now})
+        return int(rows[0][0])
+
+    async def api_trigger_counts(self) -> dict[str, int]:
+        return {c: int(n) for c, n in await self._rows("api_trigger_counts")}
+
+    async def api_idempotency_get(self, key: str) -> IdempotentResponse | None:
+        rows = await self._rows("api_idempotency_get", (key,))
+        return _lite._idempotent(rows[0]) if rows else None
+
+    async def api_idempotency_put(self, record: IdempotentResponse, *,
+                                  expire_before: float | None = None) -> IdempotentResponse:
+        """Keep the first answer to a key; return the one stored (this one or an older)."""
+        sql = self._sql
+        params = {"key": record.key, "request_hash": record.request_hash,
+                  "status": record.status, "body": record.body,
+                  "created_at": record.created_at}
+
+        async def fn(conn: Conn) -> IdempotentResponse:
+            if expire_before is not None:
+                await conn.execute(sql["api_idempotency_prune"], {"before": expire_before})
+            cur = await conn.execute(sql["api_idempotency_insert"], params)
+            if cur.rowcount == 1:
+                return record
+            # A concurrent insert of the same key: ON CONFLICT waited for it to commit.
+            cur = await conn.execute(sql["api_idempotency_get"], (record.key,))
+            row = await cur.fetchone()
+            if row is None:  # pragma: no cover - the conflicting row is committed
+                raise StoreError(f"idempotency key {record.key!r} vanished")
+            return _lite._idempotent(row)
+
+        return await self.db.write(fn)
+
+    async def _write_count(self, query: str, params: Any) -> int:
+        async def fn(conn: Conn) -> int:
+            cur = await conn.execute(self._sql[query], params)
+            return cur.rowcount
+
+        return await self.db.write(fn)
+
+    async def api_idempotency_finish(self, key: str, request_hash: str, *, status: int,
+                                     body: str) -> bool:
+        """Turn this request's reservation into its answer; False if there is none."""
+        return await self._write_count("api_idempotency_finish", {
+            "key": key, "request_hash": request_hash, "status": status, "body": body}) == 1
+
+    async def api_idempotency_release(self, key: str, request_hash: str) -> bool:
+        """Drop this request's reservation (it was refused, so a retry starts afresh)."""
+        return await self._write_count("api_idempotency_release",
+                                        {"key": key, "request_hash": request_hash}) == 1
+
+    async def intent_summary(self, *, now: float, since: float) -> list[IntentSummary]:
+        """One summary per (campaign, channel), ordered by campaign then channel."""
+        return [_lite._summary(row)
+                for row in await self._rows("intent_summary", {"now": now, "since": since})]
+
+    async def intent_latency_histogram(self, bounds: Sequence[float]) -> list[LatencyHistogram]:
+        """Due-to-accepted latencies per channel counted into ``bounds`` (ascending)."""
+        rows = await self._rows("intent_latency_histogram",
+                                {"bounds": [float(b) for b in bounds]})
+        return _lite._histograms(bounds, rows)
+
+    async def intent_find_by_recipient(self, recipient_id: str, *,
+                                       limit: int = 100) -> list[Intent]:
+        """A recipient's intents, latest due first."""
+        rows = await self._rows("intent_find_by_recipient",
+                                {"recipient_id": recipient_id, "limit": limit})
+        return [_intent(row) for row in rows]
+
+    async def event_keys_by_detail(self, detail: str, *, limit: int = 100) -> list[str]:
+        """Keys with an event whose ``detail`` is exactly ``detail``, latest first."""
+        rows = await self._rows("event_keys_by_detail", {"detail": detail, "limit": limit})
+        return [key for (key,) in rows]
+
+
+    # ---------------------------------------------------------------- provider webhooks
+
+    async def provider_events_record(self, events: Sequence[ProviderEvent], *,
+                                     now: float) -> RecordResult:
+        """Record provider events once each, on their intent's timeline or orphaned.
+
+        One lookup and one insert for the whole batch; the insert's ``RETURNING`` names
+        exactly the events this transaction stored, so of two deliveries of one webhook
+        at once, one records and the other counts duplicates.
+        """
+        unique = _lite.unique_provider_events(events)
+        if not unique:
+            return RecordResult(duplicates=len(events))
+        sql = self._sql
+        message_ids = sorted({e.message_id for e in unique})
+
+        async def fn(conn: Conn) -> RecordResult:
+            cur = await conn.execute(sql["intents_by_receipts"], {"message_ids": message_ids})
+            intents = {row[0]: row[1:] for row in await cur.fetchall()}
+            keys = [intents[e.message_id][0] if e.message_id in intents else None
+                    for e in unique]
+            cur = await conn.execute(sql["provider_events_insert_many"], {
+                "now": now, "providers": [e.provider for e in unique],
+                "message_ids": [e.message_id for e in unique],
+                "types": [e.type.value for e in unique], "ats": [e.at for e in unique],
+                "keys": keys, "details": [e.detail for e in unique],
+            })
+            inserted = {(p, m, t) for p, m, t in await cur.fetchall()}
+            timeline: list[Any] = []
+            orphaned = 0
+            for event in unique:
+                if (event.provider, event.message_id, event.type.value) not in inserted:
+                    continue
+                intent = intents.get(event.message_id)
+                if intent is None:
+                    orphaned += 1
+                else:
+                    timeline.append(_lite.provider_timeline_row(event, *intent))
+            await _insert_events(conn, sql, timeline)
+            recorded = len(timeline)
+            return RecordResult(recorded=recorded, orphaned=orphaned,
+                                duplicates=len(events) - recorded - orphaned)
+
+        return await self.db.write(fn)
+
+    async def provider_events_orphaned(self, *, limit: int = 100) -> list[StoredProviderEvent]:
+        """Orphaned provider events, oldest received first."""
+        return [_lite._stored_provider_event(row)
+                for row in await self._rows("provider_events_orphaned", {"limit": limit})]
+
+    async def provider_events_adopt(self, *, since: float, limit: int = 1000) -> int:
+        """Attach orphans received since ``since`` whose message id is now a receipt."""
+        sql = self._sql
+
+        async def fn(conn: Conn) -> int:
+            cur = await conn.execute(sql["provider_events_adopt"],
+                                     {"since": since, "limit": limit})
+            rows = sorted(await cur.fetchall(), key=lambda row: row[0])
+            await _insert_events(conn, sql, [
+                _lite.provider_timeline_row(_lite.adopted_event(row), *row[6:10])
+                for row in rows])
+            return len(rows)
+
+        return await self.db.write(fn)
+
+    async def provider_event_counts(self) -> list[ProviderEventCount]:
+        """Provider events per (provider, type), ordered by both."""
+        return [ProviderEventCount(provider=p, type=t, total=int(n), orphaned=int(o))
+                for p, t, n, o in await self._rows("provider_event_counts")]

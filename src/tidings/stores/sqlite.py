@@ -18,14 +18,24 @@ from typing import Any, TypeVar
 from tidings.claims import claim_kind, redelivery_event
 from tidings.errors import StoreError
 from tidings.model import Event, Intent, IntentDraft, message_body
+from tidings.preferences import Preference
 from tidings.states import CLAIMABLE, TERMINAL, State, check
 from tidings.stores.base import (
+    ApiToken,
     Change,
     Claim,
     ClaimKind,
+    IdempotentResponse,
+    IntentSummary,
+    LatencyHistogram,
     Occurrence,
     OccurrenceProgress,
+    ProviderEvent,
+    ProviderEventCount,
+    ProviderEventType,
     PublishItem,
+    RecordResult,
+    StoredProviderEvent,
     Switch,
 )
 from tidings.stores.sqlite_db import SqliteDatabase, insert_messages
@@ -66,6 +76,45 @@ def _occurrence(row: Sequence[Any]) -> Occurrence:
 def _switch(row: Sequence[Any]) -> Switch:
     return Switch(scope=row[0], name=row[1], paused=bool(row[2]), changed_at=row[3],
                   reason=row[4])
+
+
+def _api_token(row: Sequence[Any]) -> ApiToken:
+    return ApiToken(id=row[0], name=row[1], scopes=tuple(row[2].split()), secret_hash=row[3],
+                    created_at=row[4], revoked_at=row[5])
+
+
+def _api_token_params(token: ApiToken) -> dict[str, Any]:
+    return {"id": token.id, "name": token.name, "scopes": " ".join(token.scopes),
+            "secret_hash": token.secret_hash, "created_at": token.created_at,
+            "revoked_at": token.revoked_at}
+
+
+def _idempotent(row: Sequence[Any]) -> IdempotentResponse:
+    return IdempotentResponse(key=row[0], request_hash=row[1], status=row[2], body=row[3],
+                              created_at=row[4])
+
+
+def _summary(row: Sequence[Any]) -> IntentSummary:
+    return IntentSummary(
+        campaign=row[0], channel=row[1], total=row[2], backlog=row[3], scheduled=row[4],
+        claimed=row[5], retryable=row[6], uncertain=row[7], accepted=row[8],
+        accepted_in_time=row[9], accepted_recent=row[10], expired=row[11], dead=row[12],
+        rejected=row[13], cancelled=row[14], overdue=row[15],
+        oldest_due_at=None if row[16] is None else float(row[16]),
+        earliest_expiry=None if row[17] is None else float(row[17]))
+
+
+def _histograms(bounds: Sequence[float],
+                rows: Sequence[Sequence[Any]]) -> list[LatencyHistogram]:
+    """Fold ``(channel, bucket or None, count, sum)`` rows into one histogram per channel."""
+    per: dict[str, tuple[list[int], list[float]]] = {}
+    for channel, bucket, count, total in rows:
+        counts, sums = per.setdefault(channel, ([0] * (len(bounds) + 1), [0.0]))
+        counts[len(bounds) if bucket is None else int(bucket)] += int(count)
+        sums[0] += float(total or 0.0)
+    return [LatencyHistogram(channel=channel, bounds=tuple(bounds), counts=tuple(counts),
+                             sum=sums[0], count=sum(counts))
+            for channel, (counts, sums) in sorted(per.items())]
 
 
 def _event_row(e: Event) -> _EventRow:
@@ -112,6 +161,41 @@ def _change_params(change: Change, now: float) -> dict[str, Any]:
         "reset_failures": int(change.reset_failures),
         "provider_request_id": change.provider_request_id,
     }
+
+
+def _stored_provider_event(row: Sequence[Any]) -> StoredProviderEvent:
+    """A ``StoredProviderEvent`` from a row in the ``provider_events_orphaned`` order."""
+    return StoredProviderEvent(provider=row[0], message_id=row[1],
+                               type=ProviderEventType(row[2]), at=float(row[3]),
+                               detail=row[4], key=row[5], received_at=float(row[6]))
+
+
+def unique_provider_events(events: Sequence[ProviderEvent]) -> list[ProviderEvent]:
+    """The first of each (provider, message id, type): a repeat in one batch is a
+    duplicate, as it would be in the next batch."""
+    seen: set[tuple[str, str, str]] = set()
+    unique: list[ProviderEvent] = []
+    for event in events:
+        identity = (event.provider, event.message_id, event.type.value)
+        if identity not in seen:
+            seen.add(identity)
+            unique.append(event)
+    return unique
+
+
+def adopted_event(row: Sequence[Any]) -> ProviderEvent:
+    """The event of a ``provider_events_adopt(able)`` row (id, provider, message_id,
+    type, at, detail, …)."""
+    return ProviderEvent(provider=row[1], message_id=row[2], type=ProviderEventType(row[3]),
+                         at=float(row[4]), detail=row[5])
+
+
+def provider_timeline_row(event: ProviderEvent, key: str, channel: str, state: str,
+                          attempts: int | None) -> _EventRow:
+    """The timeline event of a provider event attached to intent ``key``: its state
+    and attempts as they are (a provider event changes neither)."""
+    return (key, channel, event.timeline_type, event.at, state, attempts, None, None, None,
+            event.timeline_detail)
 
 
 class SqliteStore:
@@ -523,6 +607,43 @@ class SqliteStore:
 
         return await self.db.read(fn)
 
+    # ---------------------------------------------------------------- recipient preferences
+
+    async def preference_set(self, preference: Preference, *, now: float) -> None:
+        """Insert or replace the preference of (recipient_id, channel), stamped ``now``."""
+        params = {"recipient_id": preference.recipient_id, "channel": preference.channel,
+                  "opted_out": int(preference.opted_out), "quiet_start": preference.quiet_start,
+                  "quiet_end": preference.quiet_end, "timezone": preference.timezone,
+                  "now": now}
+        await self.db.write(lambda conn: conn.execute(self._sql["preference_upsert"], params))
+
+    async def preference_delete(self, recipient_id: str, channel: str) -> bool:
+        """Forget a preference; False if there was none."""
+        params = {"recipient_id": recipient_id, "channel": channel}
+
+        def fn(conn: sqlite3.Connection) -> bool:
+            return conn.execute(self._sql["preference_delete"], params).rowcount > 0
+
+        return await self.db.write(fn)
+
+    async def preferences_for(
+        self, pairs: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], Preference]:
+        """The preferences of many (recipient_id, channel) pairs in one read."""
+        if not pairs:
+            return {}
+        params = {"pairs": json.dumps([[r, c] for r, c in dict.fromkeys(pairs)])}
+
+        def fn(conn: sqlite3.Connection) -> dict[tuple[str, str], Preference]:
+            return {
+                (r, c): Preference(recipient_id=r, channel=c, opted_out=bool(out),
+                                   quiet_start=start, quiet_end=end, timezone=tz)
+                for r, c, out, start, end, tz in conn.execute(self._sql["preferences_for"],
+                                                              params)
+            }
+
+        return await self.db.read(fn)
+
     # ---------------------------------------------------------------- pacer state
 
     async def pacer_transact(
@@ -548,5 +669,212 @@ class SqliteStore:
             row = conn.execute(self._sql["pacer_read"], (channel,)).fetchone()
             state: dict[str, Any] | None = None if row is None else json.loads(row[0])
             return state
+
+        return await self.db.read(fn)
+
+    # ---------------------------------------------------------------- operator API
+
+    async def api_token_insert(self, token: ApiToken) -> None:
+        """Store a new token; StoreError if its id exists."""
+        params = _api_token_params(token)
+        await self.db.write(lambda conn: conn.execute(self._sql["api_token_insert"], params))
+
+    async def api_token_get(self, id: str) -> ApiToken | None:
+        def fn(conn: sqlite3.Connection) -> ApiToken | None:
+            row = conn.execute(self._sql["api_token_get"], (id,)).fetchone()
+            return None if row is None else _api_token(row)
+
+        return await self.db.read(fn)
+
+    async def api_token_list(self) -> list[ApiToken]:
+        def fn(conn: sqlite3.Connection) -> list[ApiToken]:
+            return [_api_token(row) for row in conn.execute(self._sql["api_token_list"])]
+
+        return await self.db.read(fn)
+
+    async def api_token_revoke(self, id: str, *, now: float) -> ApiToken | None:
+        """Revoke a token (a second revocation keeps the first time); None if unknown."""
+        def fn(conn: sqlite3.Connection) -> ApiToken | None:
+            row = conn.execute(self._sql["api_token_revoke"], {"id": id, "now": now}).fetchone()
+            return None if row is None else _api_token(row)
+
+        return await self.db.write(fn)
+
+    async def api_signature_claim(self, signature: str, *, now: float,
+                                  expires_at: float) -> bool:
+        """Record a signature until ``expires_at``; False if already recorded (a replay)."""
+        sql = self._sql
+
+        def fn(conn: sqlite3.Connection) -> bool:
+            conn.execute(sql["api_signature_prune"], {"now": now})
+            cursor = conn.execute(sql["api_signature_insert"],
+                                  {"signature": signature, "expires_at": expires_at})
+            return cursor.rowcount == 1
+
+        return await self.db.write(fn)
+
+    async def api_trigger_record(self, campaign: str, logical_date: str, *, now: float) -> int:
+        """Count one HTTP trigger of an occurrence; return its count so far."""
+        params = {"campaign": campaign, "logical_date": logical_date, "now": now}
+
+        def fn(conn: sqlite3.Connection) -> int:
+            (count,) = conn.execute(self._sql["api_trigger_record"], params).fetchone()
+            return int(count)
+
+        return await self.db.write(fn)
+
+    async def api_trigger_counts(self) -> dict[str, int]:
+        def fn(conn: sqlite3.Connection) -> dict[str, int]:
+            return {c: int(n) for c, n in conn.execute(self._sql["api_trigger_counts"])}
+
+        return await self.db.read(fn)
+
+    async def api_idempotency_get(self, key: str) -> IdempotentResponse | None:
+        def fn(conn: sqlite3.Connection) -> IdempotentResponse | None:
+            row = conn.execute(self._sql["api_idempotency_get"], (key,)).fetchone()
+            return None if row is None else _idempotent(row)
+
+        return await self.db.read(fn)
+
+    async def api_idempotency_put(self, record: IdempotentResponse, *,
+                                  expire_before: float | None = None) -> IdempotentResponse:
+        """Keep the first answer to a key; return the one stored (this one or an older)."""
+        sql = self._sql
+        params = {"key": record.key, "request_hash": record.request_hash,
+                  "status": record.status, "body": record.body,
+                  "created_at": record.created_at}
+
+        def fn(conn: sqlite3.Connection) -> IdempotentResponse:
+            if expire_before is not None:
+                conn.execute(sql["api_idempotency_prune"], {"before": expire_before})
+            if conn.execute(sql["api_idempotency_insert"], params).rowcount == 1:
+                return record
+            return _idempotent(conn.execute(sql["api_idempotency_get"],
+                                            (record.key,)).fetchone())
+
+        return await self.db.write(fn)
+
+    async def api_idempotency_finish(self, key: str, request_hash: str, *, status: int,
+                                     body: str) -> bool:
+        """Turn this request's reservation into its answer; False if there is none."""
+        params = {"key": key, "request_hash": request_hash, "status": status, "body": body}
+
+        def fn(conn: sqlite3.Connection) -> bool:
+            return conn.execute(self._sql["api_idempotency_finish"], params).rowcount == 1
+
+        return await self.db.write(fn)
+
+    async def api_idempotency_release(self, key: str, request_hash: str) -> bool:
+        """Drop this request's reservation (it was refused, so a retry starts afresh)."""
+        params = {"key": key, "request_hash": request_hash}
+
+        def fn(conn: sqlite3.Connection) -> bool:
+            return conn.execute(self._sql["api_idempotency_release"], params).rowcount == 1
+
+        return await self.db.write(fn)
+
+    async def intent_summary(self, *, now: float, since: float) -> list[IntentSummary]:
+        """One summary per (campaign, channel), ordered by campaign then channel."""
+        def fn(conn: sqlite3.Connection) -> list[IntentSummary]:
+            rows = conn.execute(self._sql["intent_summary"], {"now": now, "since": since})
+            return [_summary(row) for row in rows]
+
+        return await self.db.read(fn)
+
+    async def intent_latency_histogram(self, bounds: Sequence[float]) -> list[LatencyHistogram]:
+        """Due-to-accepted latencies per channel counted into ``bounds`` (ascending)."""
+        params = {"bounds": json.dumps([float(b) for b in bounds])}
+
+        def fn(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
+            return conn.execute(self._sql["intent_latency_histogram"], params).fetchall()
+
+        return _histograms(bounds, await self.db.read(fn))
+
+    async def intent_find_by_recipient(self, recipient_id: str, *,
+                                       limit: int = 100) -> list[Intent]:
+        """A recipient's intents, latest due first."""
+        params = {"recipient_id": recipient_id, "limit": limit}
+
+        def fn(conn: sqlite3.Connection) -> list[Intent]:
+            return [_intent(row)
+                    for row in conn.execute(self._sql["intent_find_by_recipient"], params)]
+
+        return await self.db.read(fn)
+
+    async def event_keys_by_detail(self, detail: str, *, limit: int = 100) -> list[str]:
+        """Keys with an event whose ``detail`` is exactly ``detail``, latest first."""
+        params = {"detail": detail, "limit": limit}
+
+        def fn(conn: sqlite3.Connection) -> list[str]:
+            return [key for (key,) in conn.execute(self._sql["event_keys_by_detail"], params)]
+
+        return await self.db.read(fn)
+
+
+    # ---------------------------------------------------------------- provider webhooks
+
+    async def provider_events_record(self, events: Sequence[ProviderEvent], *,
+                                     now: float) -> RecordResult:
+        """Record provider events once each, on their intent's timeline or orphaned."""
+        unique = unique_provider_events(events)
+        if not unique:
+            return RecordResult(duplicates=len(events))
+        sql = self._sql
+
+        def fn(conn: sqlite3.Connection) -> RecordResult:
+            recorded = orphaned = 0
+            timeline: list[_EventRow] = []
+            for event in unique:
+                intent = conn.execute(sql["intent_by_receipt"],
+                                      {"message_id": event.message_id}).fetchone()
+                inserted = conn.execute(sql["provider_event_insert"], {
+                    "provider": event.provider, "message_id": event.message_id,
+                    "type": event.type.value, "at": event.at, "now": now,
+                    "key": None if intent is None else intent[0], "detail": event.detail,
+                }).rowcount
+                if not inserted:
+                    continue
+                if intent is None:
+                    orphaned += 1
+                    continue
+                recorded += 1
+                timeline.append(provider_timeline_row(event, *intent))
+            conn.executemany(sql["event_insert"], timeline)
+            return RecordResult(recorded=recorded, orphaned=orphaned,
+                                duplicates=len(events) - recorded - orphaned)
+
+        return await self.db.write(fn)
+
+    async def provider_events_orphaned(self, *, limit: int = 100) -> list[StoredProviderEvent]:
+        """Orphaned provider events, oldest received first."""
+        def fn(conn: sqlite3.Connection) -> list[StoredProviderEvent]:
+            rows = conn.execute(self._sql["provider_events_orphaned"], {"limit": limit})
+            return [_stored_provider_event(row) for row in rows]
+
+        return await self.db.read(fn)
+
+    async def provider_events_adopt(self, *, since: float, limit: int = 1000) -> int:
+        """Attach orphans received since ``since`` whose message id is now a receipt."""
+        sql = self._sql
+
+        def fn(conn: sqlite3.Connection) -> int:
+            rows = conn.execute(sql["provider_events_adoptable"],
+                                {"since": since, "limit": limit}).fetchall()
+            timeline: list[_EventRow] = []
+            for row in rows:
+                row_id, key = row[0], row[6]
+                if conn.execute(sql["provider_event_adopt"],
+                                {"id": row_id, "key": key}).rowcount:
+                    timeline.append(provider_timeline_row(adopted_event(row), *row[6:10]))
+            conn.executemany(sql["event_insert"], timeline)
+            return len(timeline)
+
+        return await self.db.write(fn)
+
+    async def provider_event_counts(self) -> list[ProviderEventCount]:
+        """Provider events per (provider, type), ordered by both."""
+        def fn(conn: sqlite3.Connection) -> list[ProviderEventCount]:
+            return [ProviderEventCount(provider=p, type=t, total=int(n), orphaned=int(o))
+                    for p, t, n, o in conn.execute(self._sql["provider_event_counts"])]
 
         return await self.db.read(fn)

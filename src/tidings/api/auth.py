@@ -1,0 +1,208 @@
+"""Who may call what: bearer tokens with scopes, HMAC-signed cron triggers, and the map
+from every route to the scope it needs.
+
+Every route is in ``ScopeMap``; ``create_app`` refuses to build an app with a route the
+map does not cover, and a request to such a route is refused (fail closed). A new group
+of routes (the dashboard under ``/ui``) joins with one ``prefix`` line.
+
+A signed trigger carries ``X-Tidings-Timestamp`` (Unix seconds) and
+``X-Tidings-Signature: sha256=<hex>``, the HMAC-SHA256 of ``"<timestamp>." + body``
+under one of the configured secrets (two during a rotation). The timestamp must be
+within the tolerance of the server's clock; a signature is accepted once (a replay is
+a 409), remembered in the store for as long as its timestamp stays acceptable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+from fastapi import Request
+
+from tidings.api.errors import ApiError
+from tidings.api.tokens import Scope, grants, matches, split_token
+from tidings.clock import Clock
+from tidings.stores.base import Store
+
+PUBLIC: Final = "public"
+TIMESTAMP_HEADER = "X-Tidings-Timestamp"
+SIGNATURE_HEADER = "X-Tidings-Signature"
+_BEARER = {"WWW-Authenticate": 'Bearer realm="tidings"'}
+
+
+@dataclass
+class ScopeMap:
+    """The scope each route needs: exact ``(METHOD, path template)`` entries first,
+    then the longest matching path prefix. ``PUBLIC`` routes need no credentials."""
+
+    exact: dict[tuple[str, str], str] = field(default_factory=dict)
+    prefixes: dict[str, str] = field(default_factory=dict)
+
+    def route(self, method: str, path: str, scope: Scope | str) -> ScopeMap:
+        self.exact[(method.upper(), path)] = str(scope)
+        return self
+
+    def prefix(self, path_prefix: str, scope: Scope | str) -> ScopeMap:
+        """Map every route under ``path_prefix`` (e.g. ``/ui``) to ``scope``."""
+        self.prefixes[path_prefix.rstrip("/")] = str(scope)
+        return self
+
+    def scope_for(self, method: str, path: str) -> str | None:
+        found = self.exact.get((method.upper(), path))
+        if found is not None:
+            return found
+        best: tuple[int, str] | None = None
+        for prefix, scope in self.prefixes.items():
+            if (path == prefix or path.startswith(prefix + "/")) and (
+                    best is None or len(prefix) > best[0]):
+                best = (len(prefix), scope)
+        return None if best is None else best[1]
+
+    def unmapped(self, routes: Iterable[tuple[str, Iterable[str]]]) -> list[str]:
+        """``METHOD path`` of every route (path, methods) the map does not cover."""
+        return [f"{m} {path}" for path, methods in routes for m in sorted(methods)
+                if m != "HEAD" and self.scope_for("GET" if m == "MOUNT" else m, path) is None]
+
+
+def default_scope_map() -> ScopeMap:
+    """The scopes of the routes ``create_app`` serves."""
+    return (
+        ScopeMap()
+        .route("GET", "/healthz", PUBLIC)
+        .route("GET", "/openapi.json", PUBLIC)
+        .route("GET", "/docs", PUBLIC)
+        .route("GET", "/docs/oauth2-redirect", PUBLIC)
+        .route("GET", "/redoc", PUBLIC)
+        .route("GET", "/metrics", Scope.VIEWER)
+        .route("POST", "/v1/trigger/{campaign}", Scope.TRIGGER)
+        .route("POST", "/v1/queue/publish", Scope.PUBLISH)
+        .route("GET", "/v1/status", Scope.VIEWER)
+        .route("GET", "/v1/plan", Scope.VIEWER)
+        .route("GET", "/v1/timeline", Scope.VIEWER)
+        .route("GET", "/v1/dead-letters/{channel}", Scope.VIEWER)
+        .route("POST", "/v1/dead-letters/{channel}/redrive", Scope.OPERATOR)
+        .route("POST", "/v1/admission/pause", Scope.OPERATOR)
+        .route("POST", "/v1/admission/resume", Scope.OPERATOR)
+        .route("POST", "/v1/replay/{campaign}/{date}", Scope.OPERATOR)
+        .route("POST", "/v1/cancel", Scope.OPERATOR)
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Principal:
+    """Who is calling: a token (``token_id``) or a signature; PUBLIC routes: nobody."""
+
+    kind: str
+    token_id: str | None = None
+    scopes: tuple[str, ...] = ()
+
+
+def secrets_from(value: str | None) -> tuple[bytes, ...]:
+    """Comma-separated secrets (whitespace trimmed, empties dropped)."""
+    if not value:
+        return ()
+    return tuple(s.strip().encode() for s in value.split(",") if s.strip())
+
+
+def sign(secret: bytes | str, timestamp: int | str, body: bytes) -> str:
+    """The ``X-Tidings-Signature`` value a cron sends: ``sha256=<hex>``."""
+    key = secret.encode() if isinstance(secret, str) else secret
+    digest = hmac.new(key, f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
+    return f"sha256={digest}"
+
+
+@dataclass(kw_only=True)
+class Authenticator:
+    """Checks credentials against the store (tokens are read per request, so a
+    revocation counts at once on every API process)."""
+
+    store: Store
+    clock: Clock
+    trigger_secrets: Sequence[bytes]
+    tolerance_s: float
+    secrets_env: str = "TIDINGS_TRIGGER_SECRETS"
+
+    async def bearer(self, header: str | None, wanted: Scope) -> Principal:
+        """A valid, unrevoked token holding ``wanted``: else 401 (who?) or 403 (not this)."""
+        if not header:
+            raise ApiError(401, "header.Authorization", "is missing; send "
+                           "'Authorization: Bearer tid_…'", headers=_BEARER)
+        scheme, _, credentials = header.partition(" ")
+        if scheme.lower() != "bearer" or not credentials.strip():
+            raise ApiError(401, "header.Authorization", "must be 'Bearer <token>'",
+                           headers=_BEARER)
+        parts = split_token(credentials.strip())
+        if parts is None:
+            raise ApiError(401, "header.Authorization", "is not a tidings token",
+                           headers=_BEARER)
+        token_id, secret = parts
+        row = await self.store.api_token_get(token_id)
+        if row is None or not matches(row, secret):
+            raise ApiError(401, "header.Authorization", "token is not valid", headers=_BEARER)
+        if row.revoked_at is not None:
+            raise ApiError(401, "header.Authorization", f"token tid_{token_id} is revoked",
+                           headers=_BEARER)
+        if not grants(row.scopes, wanted):
+            raise ApiError(403, "header.Authorization",
+                           f"token tid_{token_id} lacks the {wanted.value!r} scope "
+                           f"(it has: {', '.join(row.scopes)})")
+        return Principal(kind="token", token_id=token_id, scopes=row.scopes)
+
+    async def signature(self, headers: Mapping[str, str], body: bytes) -> Principal:
+        """A fresh, valid, first-seen HMAC signature: else 401, or 409 for a replay."""
+        if not self.trigger_secrets:
+            raise ApiError(401, f"header.{SIGNATURE_HEADER}",
+                           f"signed triggers are not configured (set {self.secrets_env})")
+        raw_ts = headers.get(TIMESTAMP_HEADER)
+        if raw_ts is None:
+            raise ApiError(401, f"header.{TIMESTAMP_HEADER}", "is missing")
+        try:
+            timestamp = int(raw_ts.strip())
+        except ValueError:
+            raise ApiError(401, f"header.{TIMESTAMP_HEADER}",
+                           "must be Unix seconds (an integer)") from None
+        now = self.clock.now()
+        skew = abs(now - timestamp) if math.isfinite(now) else math.inf
+        if skew > self.tolerance_s:
+            raise ApiError(401, f"header.{TIMESTAMP_HEADER}",
+                           f"is {skew:.0f} s from the server's clock; the tolerance is "
+                           f"{self.tolerance_s:.0f} s")
+        presented = (headers.get(SIGNATURE_HEADER) or "").strip()
+        hex_digest = presented.removeprefix("sha256=").strip().lower()
+        valid = False
+        for secret in self.trigger_secrets:
+            expected = sign(secret, timestamp, body).removeprefix("sha256=")
+            # No early exit: the time taken does not say which secret matched.
+            valid |= hmac.compare_digest(expected.encode(), hex_digest.encode())
+        if not valid:
+            raise ApiError(401, f"header.{SIGNATURE_HEADER}",
+                           "does not match the timestamp and body under any trigger secret")
+        first = await self.store.api_signature_claim(
+            hex_digest, now=now, expires_at=timestamp + self.tolerance_s + 1)
+        if not first:
+            raise ApiError(409, f"header.{SIGNATURE_HEADER}",
+                           "this signed request was already received (a replay); sign "
+                           "a new one")
+        return Principal(kind="signature")
+
+
+async def authorize(request: Request) -> Principal:
+    """The app-wide dependency: look up the matched route's scope and check it."""
+    state = request.app.state
+    scope_map: ScopeMap = state.scope_map
+    route = request.scope.get("route")
+    path = getattr(route, "path", request.url.path)
+    wanted = scope_map.scope_for(request.method, path)
+    if wanted is None:
+        raise ApiError(403, "path", f"{request.method} {path} is not mapped to a scope")
+    if wanted == PUBLIC:
+        return Principal(kind="public")
+    auth: Authenticator = state.authenticator
+    scope = Scope(wanted)
+    if scope is Scope.TRIGGER and SIGNATURE_HEADER.lower() in request.headers:
+        return await auth.signature(request.headers, await request.body())
+    return await auth.bearer(request.headers.get("authorization"), scope)

@@ -1,0 +1,28 @@
+"""What every route reaches through ``request.app.state.ctx``: one per app, no globals."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fastapi import Request
+
+from tidings.api.admission import AdmissionRunner
+from tidings.api.ratelimit import Bucket
+from tidings.metrics import ApiMetrics
+from tidings.runtime import Runtime
+from tidings.settings import ApiSettings, QueueSettings
+
+
+@dataclass(kw_only=True)
+class ApiContext:
+    runtime: Runtime
+    settings: ApiSettings
+    admission: AdmissionRunner
+    metrics: ApiMetrics
+    bucket: Bucket | None
+    queues: dict[str, QueueSettings]
+
+
+def ctx(request: Request) -> ApiContext:
+    context: ApiContext = request.app.state.ctx
+    return context

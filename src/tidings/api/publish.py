@@ -1,0 +1,362 @@
+"""``POST /v1/queue/publish``: a managed-queue-style endpoint for existing publishers.
+
+A publisher sends ``Authorization: Bearer``, ``Idempotency-Key`` and
+``{"queue": …, "payload": {"customer_id", "schedule_day", "template", …}}``; it treats
+any 2xx as done, retries a 429 after ``Retry-After`` with the same key, and treats
+anything else as a rejection. tidings maps the queue to a campaign (its channels) or a
+channel, and the payload to intents keyed by campaign, day, customer, channel and
+template version — for a campaign, the very keys its scheduler would write, so a
+publish and a scheduled run of the same day never deliver twice.
+
+Idempotency: the key is reserved with the request's hash before any work; the same key
+with the same request gets the first answer again (one set of intents), with another
+request a 409. A refusal (422, 429) releases the reservation, so the retry starts
+afresh.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from collections.abc import Sequence
+from datetime import date, datetime, time
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Header, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from tidings.api import ratelimit
+from tidings.api.context import ApiContext, ctx
+from tidings.api.errors import ApiError, ErrorBody
+from tidings.audience import Audience
+from tidings.campaign import Campaign
+from tidings.errors import InvalidInput
+from tidings.model import IntentDraft, Recipient, encode_data
+from tidings.relay import publish as publish_messages
+from tidings.runtime import Runtime
+from tidings.scheduler import Switches, occurrence_id
+from tidings.stores.base import IdempotentResponse
+
+router = APIRouter(tags=["publish"])
+
+_KEY_PART = r"^[^\s/]+$"
+_VERSIONED = re.compile(r"^(?P<base>.+?)[-/@_.]v(?P<version>[1-9][0-9]{0,5})$")
+_KNOWN = frozenset({"customer_id", "schedule_day", "template", "email", "phone", "data"})
+#: Members looked at per attempt when finding a customer in a campaign's audience.
+_LOOKUP_PAGE = 50
+
+
+class PublishPayload(BaseModel):
+    """One message. Fields beyond these become template data."""
+
+    model_config = ConfigDict(extra="allow")
+
+    customer_id: str = Field(min_length=1, max_length=200, pattern=_KEY_PART)
+    schedule_day: str = Field(description="YYYY-MM-DD", pattern=r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")
+    template: str | None = Field(default=None, min_length=1, max_length=200,
+                                 pattern=r"^\S+$")
+    email: str | None = Field(default=None, min_length=3, max_length=320)
+    phone: str | None = Field(default=None, min_length=3, max_length=32)
+    data: dict[str, Any] | None = None
+
+    @field_validator("schedule_day")
+    @classmethod
+    def _real_date(cls, value: str) -> str:
+        try:
+            date.fromisoformat(value)
+        except ValueError as exc:
+            raise ValueError(f"{value!r} is not a real date: {exc}") from None
+        return value
+
+
+class PublishRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    queue: str = Field(min_length=1, max_length=200)
+    payload: PublishPayload
+
+
+class PublishAnswer(BaseModel):
+    """What a publish did; a replay of the same request gets this same answer."""
+
+    queue: str
+    campaign: str | None
+    channel: str | None
+    keys: list[str]
+    new: int
+    skipped: dict[str, str]
+
+
+# ---------------------------------------------------------------- mapping (no I/O)
+
+
+def template_version(template: str) -> tuple[str, int] | None:
+    """``weekly-digest-v3`` (or ``…/v3``, ``…@v3``, ``…_v3``, ``….v3``) -> ("weekly-digest", 3)."""
+    match = _VERSIONED.match(template)
+    return None if match is None else (match["base"], int(match["version"]))
+
+
+def extra_data(payload: PublishPayload, member: Recipient | None) -> str:
+    """Template data: the audience member's, then payload extras, then ``payload.data``."""
+    data: dict[str, Any] = dict(member.data) if member is not None else {}
+    data.update({k: v for k, v in (payload.model_extra or {}).items() if k not in _KNOWN})
+    data.update(payload.data or {})
+    try:
+        return encode_data(data, "body.payload.data")
+    except InvalidInput as exc:
+        raise ApiError(422, exc.field, exc.message) from None
+
+
+def campaign_drafts(campaign: Campaign, payload: PublishPayload, recipient: Recipient,
+                    *, queue: str, now: float) -> tuple[list[IntentDraft], dict[str, str]]:
+    """The intents a publish to a campaign queue stands for, and the channels skipped."""
+    if payload.template is None:
+        version = campaign.version
+    else:
+        parsed = template_version(payload.template)
+        if parsed is None or parsed[0] != campaign.template:
+            raise ApiError(422, "body.payload.template",
+                           f"must be {campaign.template!r} with a version, like "
+                           f"'{campaign.template}-v{campaign.version}', for queue {queue!r} "
+                           f"(campaign {campaign.name!r})")
+        version = parsed[1]
+    day = payload.schedule_day
+    try:
+        due_at = campaign.schedule.occurrence_for(day).logical_at
+        occurrence: str | None = occurrence_id(campaign.name, day)
+    except InvalidInput:
+        # The campaign's cron does not fire that day: the day itself is the due time.
+        due_at = datetime.combine(date.fromisoformat(day), time(0),
+                                  tzinfo=campaign.schedule.zone).timestamp()
+        occurrence = None
+    expires_at = None if campaign.expires_after_s is None else due_at + campaign.expires_after_s
+    if expires_at is not None and expires_at <= now:
+        raise ApiError(422, "body.payload.schedule_day",
+                       f"{day} is past campaign {campaign.name!r}'s freshness deadline "
+                       f"({campaign.expires_after_s:g} s after it is due)")
+    if not recipient.active:
+        return [], {ch: "recipient is not active" for ch in campaign.channels}
+    data = extra_data(payload, recipient)
+    drafts, skipped = [], {}
+    for channel in campaign.channels:
+        address = recipient.address(channel)
+        if not address:
+            skipped[channel] = f"customer has no {'phone' if channel == 'sms' else 'email'}"
+            continue
+        drafts.append(IntentDraft(
+            key=f"{campaign.name}/{day}/{payload.customer_id}/{channel}/v{version}",
+            channel=channel, recipient_id=payload.customer_id, address=address,
+            template=f"{campaign.template}/v{version}", data=data, due_at=due_at,
+            expires_at=expires_at, campaign=campaign.name, occurrence=occurrence))
+    return drafts, skipped
+
+
+def channel_drafts(channel: str, payload: PublishPayload, *, queue: str) -> list[IntentDraft]:
+    """The one intent a publish to a channel queue stands for (the payload names the
+    address and the template)."""
+    field = "phone" if channel == "sms" else "email"
+    address = payload.phone if channel == "sms" else payload.email
+    if not address:
+        raise ApiError(422, f"body.payload.{field}",
+                       f"is required for queue {queue!r} (channel {channel!r})")
+    if payload.template is None:
+        raise ApiError(422, "body.payload.template",
+                       f"is required for queue {queue!r} (channel {channel!r})")
+    parsed = template_version(payload.template)
+    if parsed is None and "/" in payload.template:
+        raise ApiError(422, "body.payload.template",
+                       "must end in a version (like 'receipt-v2') or contain no '/'")
+    segment = payload.template if parsed is None else f"v{parsed[1]}"
+    template = payload.template if parsed is None else f"{parsed[0]}/v{parsed[1]}"
+    day = payload.schedule_day
+    due_at = datetime.fromisoformat(f"{day}T00:00:00+00:00").timestamp()
+    return [IntentDraft(
+        key=f"{queue}/{day}/{payload.customer_id}/{channel}/{segment}", channel=channel,
+        recipient_id=payload.customer_id, address=address, template=template,
+        data=extra_data(payload, None), due_at=due_at)]
+
+
+def request_hash(raw: bytes) -> str:
+    """The hash of a request body as JSON, insensitive to key order and spacing."""
+    canonical = json.dumps(json.loads(raw), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+# ---------------------------------------------------------------- I/O helpers
+
+
+def _predecessors(rid: str) -> list[str]:
+    """Values just below ``rid`` to page an audience from: numerically (an INTEGER id
+    column) and as a string (a text one)."""
+    found = []
+    if rid.isdigit() and int(rid) > 0:
+        found.append(str(int(rid) - 1))
+    last = ord(rid[-1])
+    found.append(rid[:-1] + chr(last - 1) + "\U0010ffff" if last > 1 else rid[:-1])
+    return found
+
+
+async def find_member(audience: Audience, rid: str) -> Recipient | None:
+    """The audience member with id ``rid``, read through ``page`` (no lookup by id in
+    the Audience port): a page that starts just below it, tried numerically and as a
+    string. Bounded: at most two pages."""
+    for after in _predecessors(rid):
+        for member in await audience.page(after or None, _LOOKUP_PAGE):
+            if member.id == rid:
+                return member
+    return None
+
+
+async def admit(runtime: Runtime, drafts: Sequence[IntentDraft], now: float) -> list[str]:
+    """Write intents (an existing key is a no-op) and publish the ones due soon, as
+    ``notify`` does; returns the keys created now."""
+    if not drafts:
+        return []
+    s = runtime.settings.scheduler
+    store = runtime.store
+    soon = [d for d in drafts if d.due_at <= now + s.relay_horizon_s]
+    later = [d for d in drafts if d.due_at > now + s.relay_horizon_s]
+    created = await store.intent_admit(later, now=now) if later else []
+    if soon and runtime.enqueue_in_store:
+        created += await store.intent_admit(soon, now=now, enqueue=True)
+    elif soon:
+        new = await store.intent_admit(soon, now=now, publish_lease_until=now + s.relay_lease_s)
+        if new:
+            fresh = set(new)
+            await publish_messages(runtime.transport, ((d.key, d.channel, d.due_at)
+                                                       for d in soon if d.key in fresh), now=now)
+            await store.intent_mark_enqueued(new, now=now)
+        created += new
+    return created
+
+
+async def _resolve(c: ApiContext, body: PublishRequest, now: float
+                   ) -> tuple[PublishAnswer, list[IntentDraft], list[str], str | None]:
+    """Map a request to its intents; returns the answer skeleton, the drafts, the
+    channels they use and the campaign (for the switches)."""
+    target = c.queues.get(body.queue)
+    if target is None:
+        known = ", ".join(sorted(c.queues)) or "none (see [api.queues] in the settings)"
+        raise ApiError(422, "body.queue", f"unknown queue {body.queue!r}; configured: {known}")
+    payload = body.payload
+    if target.campaign is not None:
+        campaign = c.admission.campaign(target.campaign)
+        if payload.email or payload.phone:
+            recipient = Recipient(id=payload.customer_id, email=payload.email,
+                                  phone=payload.phone)
+        else:
+            member = await find_member(campaign.audience, payload.customer_id)
+            if member is None:
+                raise ApiError(422, "body.payload.customer_id",
+                               f"{payload.customer_id!r} is not in campaign "
+                               f"{campaign.name!r}'s audience; send email or phone in the "
+                               "payload")
+            recipient = member
+        drafts, skipped = campaign_drafts(campaign, payload, recipient, queue=body.queue,
+                                          now=now)
+        answer = PublishAnswer(queue=body.queue, campaign=campaign.name, channel=None,
+                               keys=[d.key for d in drafts], new=0, skipped=skipped)
+        return answer, drafts, list(campaign.channels), campaign.name
+    assert target.channel is not None
+    drafts = channel_drafts(target.channel, payload, queue=body.queue)
+    answer = PublishAnswer(queue=body.queue, campaign=None, channel=target.channel,
+                           keys=[d.key for d in drafts], new=0, skipped={})
+    return answer, drafts, [target.channel], None
+
+
+async def _refusals(c: ApiContext, channels: Sequence[str], campaign: str | None,
+                    now: float) -> None:
+    """429 while admission is paused or the intake is over its rate."""
+    runtime = c.runtime
+    switches = Switches.of(await runtime.store.switch_all())
+    paused = [f"campaign {campaign!r}"] if campaign and switches.campaign_paused(campaign) else []
+    paused += [f"channel {ch!r}" for ch in channels if ch in switches.paused_channels()]
+    retry = str(math.ceil(c.settings.paused_retry_after_s))
+    if paused:
+        raise ApiError(429, "body.queue", f"admission is paused for {', '.join(paused)}; "
+                       f"retry after {retry} s", headers={"Retry-After": retry},
+                       reason="paused")
+    if c.bucket is not None:
+        wait = await ratelimit.take(runtime.store, c.bucket, now)
+        if wait > 0:
+            seconds = str(max(1, math.ceil(wait)))
+            raise ApiError(429, "request", f"intake is over its rate "
+                           f"({c.settings.publish_rate}); retry after {seconds} s",
+                           headers={"Retry-After": seconds}, reason="rate")
+
+
+def _conflict() -> ApiError:
+    return ApiError(409, "header.Idempotency-Key", "was already used for a different "
+                    "request; use a new key for a new message", reason="idempotency_conflict")
+
+
+def _stored(record: IdempotentResponse) -> JSONResponse:
+    return JSONResponse(json.loads(record.body), status_code=record.status,
+                        headers={"Idempotent-Replayed": "true"})
+
+
+_REFUSED: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorBody, "description": text} for code, text in (
+        (401, "No valid token."), (403, "The token lacks the publish scope."),
+        (409, "The Idempotency-Key was used for another request."),
+        (413, "The body is over the configured limit."),
+        (415, "The body is not application/json."),
+        (422, "A field is invalid; 'field' names it."),
+        (429, "Admission paused or intake over its rate: retry after Retry-After."))}
+
+
+def require_json(request: Request) -> None:
+    """415 for a body that is not JSON (before the body is validated as JSON)."""
+    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media != "application/json":
+        raise ApiError(415, "header.Content-Type", "must be application/json")
+
+
+@router.post("/v1/queue/publish", status_code=202, response_model=PublishAnswer,
+             responses=_REFUSED, summary="Publish one message (managed-queue compatible)",
+             dependencies=[Depends(require_json)])
+async def publish(
+    request: Request,
+    body: PublishRequest,
+    idempotency_key: Annotated[str, Header(alias="Idempotency-Key", min_length=1,
+                                           max_length=255, pattern=r"^[\x21-\x7e]+$")],
+) -> JSONResponse:
+    """Map a queue message to intents, once per Idempotency-Key."""
+    c = ctx(request)
+    now = c.runtime.clock.now()
+    digest = request_hash(await request.body())
+    stored = await c.runtime.store.api_idempotency_get(idempotency_key)
+    if stored is not None and stored.request_hash == digest and stored.status != 0:
+        c.metrics.publish_accepted.inc()
+        return _stored(stored)
+    if stored is not None and stored.request_hash != digest:
+        raise _conflict()
+    answer, drafts, channels, campaign = await _resolve(c, body, now)
+    reserved = await c.runtime.store.api_idempotency_put(
+        IdempotentResponse(key=idempotency_key, request_hash=digest, status=0, body="",
+                           created_at=now),
+        expire_before=now - c.settings.idempotency_ttl_s)
+    if reserved.request_hash != digest:
+        raise _conflict()
+    if reserved.status != 0:
+        c.metrics.publish_accepted.inc()
+        return _stored(reserved)
+    try:
+        await _refusals(c, channels, campaign, now)
+    except ApiError:
+        await c.runtime.store.api_idempotency_release(idempotency_key, digest)
+        raise
+    created = await admit(c.runtime, drafts, now)
+    text = answer.model_copy(update={"new": len(created)}).model_dump_json()
+    if not await c.runtime.store.api_idempotency_finish(idempotency_key, digest, status=202,
+                                                        body=text):
+        # The same request, processed at the same moment, answered first: give its answer.
+        again = await c.runtime.store.api_idempotency_get(idempotency_key)
+        if again is not None and again.request_hash == digest and again.status != 0:
+            c.metrics.publish_accepted.inc()
+            return _stored(again)
+    c.metrics.publish_accepted.inc()
+    return JSONResponse(json.loads(text), status_code=202)

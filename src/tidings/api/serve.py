@@ -1,0 +1,49 @@
+"""Run the API under uvicorn on the caller's event loop (the runtime's loop)."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import sys
+from collections.abc import Iterator, Mapping
+
+import uvicorn
+
+from tidings.api.app import create_app
+from tidings.runtime import Runtime
+from tidings.service import on_signals
+
+
+class _Server(uvicorn.Server):
+    """uvicorn, minus its own signal handling: it re-raises SIGTERM after a graceful
+    shutdown, which would kill the process before the runtime is closed. The signals
+    are handled on the loop instead (``tidings.service.on_signals``), as every other
+    tidings service does."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        if self.started:
+            # One line on stderr with the bound address (port 0 picks a free one).
+            bound = [s.getsockname() for srv in self.servers for s in srv.sockets]
+            host, port = bound[0][:2] if bound else (self.config.host, self.config.port)
+            print(f"tidings api listening on http://{host}:{port}", file=sys.stderr,
+                  flush=True)
+
+
+async def serve_api(runtime: Runtime, *, host: str, port: int,
+                    env: Mapping[str, str] | None = None) -> None:
+    """Serve until SIGTERM/SIGINT; background admissions stop with the server (their
+    committed pages stay admitted and the next start resumes them)."""
+    app = create_app(runtime, env=env)
+    server = _Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
+                                    access_log=False, lifespan="on"))
+
+    def stop() -> None:
+        server.should_exit = True
+
+    on_signals(stop)
+    await server.serve()

@@ -1,0 +1,155 @@
+"""The send-time gate: turn claimed intents into ready sends, or into reasons not to send.
+
+The worker calls ``Composer.compose`` with a batch of freshly claimed intents, just
+before pacing and sending. For each intent, in this order:
+
+1. the recipient opted out of the channel      -> ``Cancelled`` (reason ``opted_out``)
+2. the address cannot be used on the channel   -> ``Rejected`` (the check's reason)
+3. the message cannot be rendered              -> ``Rejected`` (the RenderError's reason)
+4. the recipient's quiet hours are on          -> ``Deferred`` until they end
+5. otherwise                                   -> ``Ready`` with its ``SendRequest``
+
+Rendering comes before quiet hours so that a broken template or bad data is reported
+when the campaign runs, not hours later when the quiet hours end. Content is
+rendered here, at send time, from the intent's template id, data and recipient id;
+it is never stored or queued. Preferences for the whole batch come from one store
+read.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+from tidings.addresses import CHANNEL_KINDS, check_address
+from tidings.clock import Clock
+from tidings.errors import ConfigurationError
+from tidings.model import Content, Intent, SendRequest
+from tidings.preferences import Preference, verdict
+from tidings.states import State
+from tidings.stores.base import Store
+from tidings.templates import RenderError, TemplateSet
+
+
+@dataclass(frozen=True, kw_only=True)
+class Ready:
+    """Send ``request`` (its ``content`` is None on a channel without templates)."""
+
+    key: str
+    request: SendRequest
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rejected:
+    """Never sendable as it stands (bad address, template or data): terminal."""
+
+    to_state: ClassVar[State] = State.REJECTED
+    event: ClassVar[str] = "rejected"
+    key: str
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cancelled:
+    """The recipient does not want this channel: terminal, not a failure."""
+
+    to_state: ClassVar[State] = State.CANCELLED
+    event: ClassVar[str] = "cancelled"
+    key: str
+    reason: str = "opted_out"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Deferred:
+    """Not now: try again at ``until`` (epoch seconds). Not a failure."""
+
+    to_state: ClassVar[State] = State.RETRYABLE
+    event: ClassVar[str] = "deferred"
+    key: str
+    until: float
+    reason: str = "quiet hours"
+
+
+Composed = Ready | Rejected | Cancelled | Deferred
+
+
+class Composer:
+    """Decides, for a batch of claimed intents, what to send and what to settle unsent.
+
+    ``kinds`` maps a channel name to its kind (``email`` or ``sms``); a channel
+    without a kind gets neither an address check nor rendering (its provider works
+    from the identifiers alone, like the sandbox). ``templates`` maps a channel name
+    to its TemplateSet; a channel without one sends ``content=None``. Preferences
+    apply to every channel. ``test_domains`` accepts ``*.test`` and single-label
+    email domains (test set-ups only).
+    """
+
+    def __init__(self, *, store: Store, kinds: Mapping[str, str],
+                 templates: Mapping[str, TemplateSet] | None = None, clock: Clock,
+                 test_domains: bool = False) -> None:
+        for channel, kind in kinds.items():
+            if kind not in CHANNEL_KINDS:
+                raise ConfigurationError(f"channels.{channel}.kind",
+                                         f"{kind!r} is not one of "
+                                         f"{', '.join(sorted(CHANNEL_KINDS))}")
+        templates = dict(templates or {})
+        for channel in templates:
+            if channel not in kinds:
+                raise ConfigurationError(f"channels.{channel}.kind",
+                                         "a channel with templates needs a kind (email or sms)")
+        self.store = store
+        self.kinds = dict(kinds)
+        self.templates = templates
+        self.clock = clock
+        self.test_domains = test_domains
+
+    async def compose(self, intents: Sequence[Intent], *,
+                      now: float | None = None) -> list[Composed]:
+        """One result per intent, in order; preferences are read in one batch."""
+        if not intents:
+            return []
+        at = self.clock.now() if now is None else now
+        pairs = list(dict.fromkeys((i.recipient_id, i.channel) for i in intents))
+        preferences = await self.store.preferences_for(pairs)
+        return [self.compose_one(i, preferences.get((i.recipient_id, i.channel)), now=at)
+                for i in intents]
+
+    def compose_one(self, intent: Intent, preference: Preference | None, *,
+                    now: float) -> Composed:
+        """The decision for one intent given its preference (no I/O)."""
+        said = verdict(preference, now)
+        if said.action == "opted_out":
+            return Cancelled(key=intent.key)
+        kind = self.kinds.get(intent.channel)
+        if kind is not None:
+            problem = check_address(kind, intent.address, test_domains=self.test_domains)
+            if problem is not None:
+                return Rejected(key=intent.key, reason=problem)
+        content: Content | None = None
+        templates = self.templates.get(intent.channel)
+        if templates is not None and kind is not None:
+            try:
+                content = templates.render(intent.template, kind, _data(intent),
+                                           intent.recipient_id)
+            except RenderError as exc:
+                return Rejected(key=intent.key, reason=exc.reason)
+        if said.action == "defer" and said.until is not None:
+            return Deferred(key=intent.key, until=said.until)
+        return Ready(key=intent.key, request=SendRequest(
+            key=intent.key, channel=intent.channel, to=intent.address,
+            template=intent.template, data=intent.data, recipient_id=intent.recipient_id,
+            content=content))
+
+
+def _data(intent: Intent) -> Mapping[str, object]:
+    """The intent's template data; RenderError (naming the template) if not an object."""
+    try:
+        data = json.loads(intent.data or "{}")
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        raise RenderError(f"template {intent.template!r}: data is not a JSON object",
+                          kind="bad_data")
+    return data

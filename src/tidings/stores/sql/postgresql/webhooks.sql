@@ -1,0 +1,55 @@
+-- Provider webhooks: events after acceptance, idempotent per (provider, message id,
+-- type), on the intent's timeline or kept as orphans (see migrations/0004_webhooks.sql).
+
+-- name: intents_by_receipts
+-- The intents the provider message ids of a batch stand for (serves from
+-- intents_receipt). A receipt belongs to one intent; should two share one, the first
+-- key wins, every time.
+SELECT DISTINCT ON (receipt) receipt, key, channel, state, attempts
+FROM intents
+WHERE receipt = ANY(%(message_ids)s::text[])
+ORDER BY receipt, key
+
+-- name: provider_events_insert_many
+-- One statement per batch; the rows returned are exactly those this transaction
+-- inserted (a concurrent insert of the same event waits for it, then does nothing).
+INSERT INTO provider_events (provider, message_id, type, at, received_at, key, detail)
+SELECT e.provider, e.message_id, e.type, e.at, %(now)s::float8, e.key, e.detail
+FROM unnest(%(providers)s::text[], %(message_ids)s::text[], %(types)s::text[],
+            %(ats)s::float8[], %(keys)s::text[], %(details)s::text[])
+     WITH ORDINALITY AS e(provider, message_id, type, at, key, detail, n)
+ORDER BY e.n
+ON CONFLICT (provider, message_id, type) DO NOTHING
+RETURNING provider, message_id, type
+
+-- name: provider_events_orphaned
+SELECT provider, message_id, type, at, detail, key, received_at FROM provider_events
+WHERE key IS NULL
+ORDER BY received_at, id
+LIMIT %(limit)s
+
+-- name: provider_events_adopt
+-- Attach orphans received since %(since)s whose message id is now an intent's receipt.
+-- The rows are locked, then re-checked (key IS NULL) by the UPDATE: of two sweeps at
+-- once, one attaches each event. Returns what the timeline events need.
+WITH candidates AS (
+    SELECT p.id, i.key, i.channel, i.state, i.attempts
+    FROM provider_events AS p
+    JOIN LATERAL (SELECT key, channel, state, attempts FROM intents
+                  WHERE receipt = p.message_id ORDER BY key LIMIT 1) AS i ON true
+    WHERE p.key IS NULL AND p.received_at >= %(since)s
+    ORDER BY p.received_at, p.id
+    LIMIT %(limit)s
+    FOR UPDATE OF p SKIP LOCKED
+)
+UPDATE provider_events AS p SET key = c.key
+FROM candidates AS c
+WHERE p.id = c.id AND p.key IS NULL
+RETURNING p.id, p.provider, p.message_id, p.type, p.at, p.detail,
+          c.key, c.channel, c.state, c.attempts
+
+-- name: provider_event_counts
+SELECT provider, type, count(*)::int, count(*) FILTER (WHERE key IS NULL)::int
+FROM provider_events
+GROUP BY provider, type
+ORDER BY provider, type

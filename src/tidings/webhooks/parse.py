@@ -1,0 +1,282 @@
+"""Provider payloads to normalized ``ProviderEvent``s, framework-free.
+
+Each parser takes the raw body (already verified) and ``now`` (the time of an event
+whose provider gives none) and returns the events tidings records plus a count of the
+reports it ignores (opens, clicks, "queued", "sent", …). A malformed payload raises
+``InvalidInput`` naming the field (``body[2].sg_message_id``); nothing of it is recorded.
+
+=========  ==========================================  ============================
+provider   payload                                     recorded
+=========  ==========================================  ============================
+twilio     status callback, form-encoded (or a JSON    delivered; undelivered ->
+           object): ``MessageSid``, ``MessageStatus``  bounced; failed
+sendgrid   JSON array of events: ``event``,            delivered; bounce ->
+           ``sg_message_id``, ``timestamp``            bounced; dropped -> failed;
+                                                       spamreport -> complained
+postmark   one JSON record: ``RecordType``,            Delivery; Bounce;
+           ``MessageID``, ``DeliveredAt``/``BouncedAt``  SpamComplaint
+generic    JSON object or array: ``message_id``,       delivered, bounced,
+           ``event``, ``at`` (optional), ``detail``      complained, failed
+=========  ==========================================  ============================
+
+SendGrid's ``sg_message_id`` is the ``X-Message-Id`` it answered the send with (the
+intent's receipt) followed by routing suffixes (``.filter0001.16648.5515E0B88.0``,
+``.recvd-…``): the message id is the part before them. Details never carry an address
+or a phone number: provider text goes through ``tidings.providers.redaction.redact``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from tidings.errors import InvalidInput
+from tidings.providers.redaction import redact
+from tidings.stores.base import ProviderEvent, ProviderEventType
+from tidings.webhooks.verify import form_params
+
+#: Longer is no provider's message id: refused rather than stored.
+MAX_MESSAGE_ID = 256
+#: Events one request may carry (SendGrid batches; the body limit bounds it too).
+MAX_EVENTS = 10_000
+_SENDGRID_SUFFIX = re.compile(r"\.(?:filter|recvd)")
+T = ProviderEventType
+
+TWILIO_TYPES = {"delivered": T.DELIVERED, "undelivered": T.BOUNCED, "failed": T.FAILED}
+SENDGRID_TYPES = {"delivered": T.DELIVERED, "bounce": T.BOUNCED, "dropped": T.FAILED,
+                  "spamreport": T.COMPLAINED}
+POSTMARK_TYPES = {"Delivery": (T.DELIVERED, "DeliveredAt"), "Bounce": (T.BOUNCED, "BouncedAt"),
+                  "SpamComplaint": (T.COMPLAINED, "BouncedAt")}
+GENERIC_TYPES = {t.value: t for t in ProviderEventType}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Parsed:
+    """The events to record from one payload, and how many reports it ignored."""
+
+    events: tuple[ProviderEvent, ...] = ()
+    ignored: int = 0
+    ignored_kinds: tuple[str, ...] = ()
+    """The distinct kinds ignored (``open``, ``queued``, …), for logs and counters."""
+
+
+class _Collector:
+    def __init__(self) -> None:
+        self.events: list[ProviderEvent] = []
+        self.ignored: list[str] = []
+
+    def parsed(self) -> Parsed:
+        return Parsed(events=tuple(self.events), ignored=len(self.ignored),
+                      ignored_kinds=tuple(sorted(set(self.ignored))))
+
+
+def _json(body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InvalidInput("body", f"is not JSON: {exc}") from None
+
+
+def _text(obj: Mapping[str, Any], name: str, where: str) -> str:
+    """The required non-empty string ``obj[name]``, stripped."""
+    value = obj.get(name)
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidInput(f"{where}.{name}", "is missing" if value is None
+                           else "must be a non-empty string")
+    return value.strip()
+
+
+def _message_id(obj: Mapping[str, Any], name: str, where: str) -> str:
+    value = _text(obj, name, where)
+    if len(value) > MAX_MESSAGE_ID or any(c.isspace() for c in value):
+        raise InvalidInput(f"{where}.{name}", f"must be at most {MAX_MESSAGE_ID} characters "
+                                              "with no whitespace")
+    return value
+
+
+def _present(fields: Mapping[str, Any], *names: str) -> str:
+    """The first of ``names`` that ``fields`` has (else the first: it is then missing)."""
+    return next((n for n in names if n in fields), names[0])
+
+
+def _unix(value: Any, field_name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InvalidInput(field_name, "must be Unix seconds (a number)")
+    return float(value)
+
+
+def _iso(value: Any, field_name: str) -> float:
+    if not isinstance(value, str):
+        raise InvalidInput(field_name, "must be an ISO 8601 time")
+    try:
+        when = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise InvalidInput(field_name, f"{value[:40]!r} is not an ISO 8601 time") from None
+    if when.tzinfo is None:  # a time without an offset is taken as UTC
+        when = when.replace(tzinfo=UTC)
+    return when.timestamp()
+
+
+def _detail(*parts: Any) -> str | None:
+    """Non-empty parts joined, with addresses and numbers scrubbed."""
+    text = ": ".join(str(p).strip() for p in parts if p is not None and str(p).strip())
+    return redact(text) or None
+
+
+def _objects(payload: Any, where: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """``(field prefix, object)`` for a JSON object or each object of an array."""
+    if isinstance(payload, dict):
+        yield where, payload
+        return
+    if not isinstance(payload, list):
+        raise InvalidInput(where, "must be a JSON object or an array of objects")
+    if len(payload) > MAX_EVENTS:
+        raise InvalidInput(where, f"holds {len(payload)} events, the limit is {MAX_EVENTS}")
+    for index, item in enumerate(payload):
+        if not isinstance(item, dict):
+            raise InvalidInput(f"{where}[{index}]", "must be a JSON object")
+        yield f"{where}[{index}]", item
+
+
+# ---------------------------------------------------------------- twilio
+
+
+def parse_twilio(body: bytes, *, now: float) -> Parsed:
+    """A Twilio status callback: one message's status; times are ``now`` (Twilio sends
+    none)."""
+    if body.lstrip().startswith(b"{"):
+        payload = _json(body)
+        if not isinstance(payload, dict):
+            raise InvalidInput("body", "must be a JSON object")
+        fields: Mapping[str, Any] = payload
+    else:
+        try:
+            fields = dict(form_params(body))
+        except ValueError:
+            raise InvalidInput("body", "is not UTF-8 form data") from None
+    out = _Collector()
+    # SmsSid / SmsStatus: the names older callbacks carry (newer ones carry both).
+    status = _text(fields, _present(fields, "MessageStatus", "SmsStatus"), "body").lower()
+    kind = TWILIO_TYPES.get(status)
+    if kind is None:
+        out.ignored.append(status)
+        return out.parsed()
+    message_id = _message_id(fields, _present(fields, "MessageSid", "SmsSid"), "body")
+    code = str(fields.get("ErrorCode") or "").strip()
+    out.events.append(ProviderEvent(
+        provider="twilio", message_id=message_id, type=kind, at=now,
+        detail=_detail(status, f"ErrorCode {code}" if code.isdigit() else None)))
+    return out.parsed()
+
+
+# ---------------------------------------------------------------- sendgrid
+
+
+def sendgrid_message_id(sg_message_id: str) -> str:
+    """The ``X-Message-Id`` an ``sg_message_id`` starts with (its routing suffix cut)."""
+    match = _SENDGRID_SUFFIX.search(sg_message_id)
+    return sg_message_id[:match.start()] if match and match.start() > 0 else sg_message_id
+
+
+def parse_sendgrid(body: bytes, *, now: float) -> Parsed:
+    """SendGrid's event webhook: a JSON array of events."""
+    payload = _json(body)
+    if not isinstance(payload, list):
+        raise InvalidInput("body", "must be a JSON array of events")
+    out = _Collector()
+    for where, item in _objects(payload, "body"):
+        name = _text(item, "event", where)
+        kind = SENDGRID_TYPES.get(name)
+        if kind is None:
+            out.ignored.append(name)
+            continue
+        message_id = sendgrid_message_id(_message_id(item, "sg_message_id", where))
+        at = now if item.get("timestamp") is None else _unix(item["timestamp"],
+                                                              f"{where}.timestamp")
+        if kind is T.BOUNCED:
+            detail = _detail(f"{name} ({item.get('type') or 'bounce'})", item.get("status"),
+                             item.get("reason"))
+        elif kind is T.FAILED:
+            detail = _detail(name, item.get("reason"))
+        else:
+            detail = _detail(name, item.get("response"))
+        out.events.append(ProviderEvent(provider="sendgrid", message_id=message_id,
+                                        type=kind, at=at, detail=detail))
+    return out.parsed()
+
+
+# ---------------------------------------------------------------- postmark
+
+
+def parse_postmark(body: bytes, *, now: float) -> Parsed:
+    """One Postmark webhook record (Delivery, Bounce, SpamComplaint; others ignored)."""
+    payload = _json(body)
+    if not isinstance(payload, dict):
+        raise InvalidInput("body", "must be a JSON object (one Postmark record)")
+    out = _Collector()
+    record = _text(payload, "RecordType", "body")
+    known = POSTMARK_TYPES.get(record)
+    if known is None:
+        out.ignored.append(record)
+        return out.parsed()
+    kind, time_field = known
+    message_id = _message_id(payload, "MessageID", "body")
+    at = now if payload.get(time_field) is None else _iso(payload[time_field],
+                                                           f"body.{time_field}")
+    if kind is T.DELIVERED:
+        detail = _detail(record, payload.get("Details"))
+    else:
+        # Never Email or Details verbatim: both carry the recipient's address.
+        detail = _detail(record, payload.get("Type"), payload.get("Description"))
+    out.events.append(ProviderEvent(provider="postmark", message_id=message_id, type=kind,
+                                    at=at, detail=detail))
+    return out.parsed()
+
+
+# ---------------------------------------------------------------- generic
+
+
+def parse_generic(body: bytes, *, now: float) -> Parsed:
+    """``{"message_id", "event", "at", "detail"}`` or an array of them; ``at`` is Unix
+    seconds or ISO 8601 (``now`` when absent)."""
+    out = _Collector()
+    for where, item in _objects(_json(body), "body"):
+        name = _text(item, "event", where)
+        kind = GENERIC_TYPES.get(name)
+        if kind is None:
+            out.ignored.append(name)
+            continue
+        message_id = _message_id(item, "message_id", where)
+        raw_at = item.get("at")
+        if raw_at is None:
+            at = now
+        elif isinstance(raw_at, str):
+            at = _iso(raw_at, f"{where}.at")
+        else:
+            at = _unix(raw_at, f"{where}.at")
+        detail = item.get("detail")
+        if detail is not None and not isinstance(detail, str):
+            raise InvalidInput(f"{where}.detail", "must be a string")
+        out.events.append(ProviderEvent(provider="generic", message_id=message_id, type=kind,
+                                        at=at, detail=_detail(detail)))
+    return out.parsed()
+
+
+PARSERS: Mapping[str, Callable[..., Parsed]] = {
+    "twilio": parse_twilio, "sendgrid": parse_sendgrid, "postmark": parse_postmark,
+    "generic": parse_generic,
+}
+
+
+def parse(provider: str, body: bytes, *, now: float) -> Parsed:
+    """The events of ``provider``'s payload ``body``; InvalidInput naming the field."""
+    parser = PARSERS.get(provider)
+    if parser is None:
+        raise InvalidInput("provider", f"unknown provider {provider!r}; one of: "
+                                       f"{', '.join(PARSERS)}")
+    return parser(body, now=now)

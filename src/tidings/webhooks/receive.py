@@ -1,0 +1,41 @@
+"""One webhook request, start to end: verify, then parse, then record.
+
+The order is the guarantee: a request that fails verification is neither parsed nor
+recorded (SignatureError, answered 401), and a malformed one records nothing
+(InvalidInput naming the field, answered 422). Framework-free: the HTTP layer only
+reads the body and maps these errors to status codes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tidings.stores.base import Store
+from tidings.webhooks.parse import parse
+from tidings.webhooks.record import record_events
+from tidings.webhooks.verify import Verifier, WebhookRequest
+
+
+@dataclass(frozen=True, kw_only=True)
+class WebhookOutcome:
+    """What one webhook request did. ``recorded`` joined a timeline, ``orphaned`` were
+    kept without an intent, ``duplicates`` were seen before, ``ignored`` are reports
+    tidings does not record (opens, clicks, "sent", …)."""
+
+    provider: str
+    recorded: int
+    duplicates: int
+    orphaned: int
+    ignored: int
+    ignored_kinds: tuple[str, ...] = ()
+
+
+async def receive(request: WebhookRequest, *, verifier: Verifier, store: Store,
+                  now: float) -> WebhookOutcome:
+    """Verify ``request`` as ``verifier.provider``'s, parse it, record its events."""
+    verifier.verify(request)
+    parsed = parse(verifier.provider, request.body, now=now)
+    result = await record_events(store, parsed.events, now)
+    return WebhookOutcome(provider=verifier.provider, recorded=result.recorded,
+                          duplicates=result.duplicates, orphaned=result.orphaned,
+                          ignored=parsed.ignored, ignored_kinds=parsed.ignored_kinds)

@@ -1,0 +1,142 @@
+"""``tidings api`` as a real process (uvicorn on a free port), driven over real HTTP the
+way an external cron, a publisher and an on-call engineer do."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tidings.api import sign
+
+TIDINGS = [sys.executable, "-m", "tidings"]
+QUERY = ("SELECT id, email FROM customers"
+         " WHERE (:after IS NULL OR id > :after) ORDER BY id LIMIT :limit")
+SECRET = "acceptance-secret"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Path:
+    crm = tmp_path / "crm.db"
+    with sqlite3.connect(crm) as conn:
+        conn.execute("CREATE TABLE customers (id TEXT PRIMARY KEY, email TEXT)")
+        conn.executemany("INSERT INTO customers VALUES (?, ?)",
+                         [(f"cust_{i:03d}", f"c{i}@example.com") for i in range(1, 31)])
+    path = tmp_path / "tidings.toml"
+    # Every minute, so an occurrence is always due whenever the test runs.
+    path.write_text(f'''
+store = "sqlite:///{tmp_path / 'api.db'}"
+[channels.email]
+quota = "50/s"
+[campaigns.digest]
+cron = "* * * * *"
+channels = ["email"]
+template = "digest"
+version = 2
+audience = {{ sql = {{ url = "sqlite:///{crm}", query = "{QUERY}" }} }}
+[api.queues.digest]
+campaign = "digest"
+''')
+    migrated = subprocess.run([*TIDINGS, "db", "migrate", "--config", str(path)],
+                              capture_output=True, text=True, timeout=60, check=False)
+    assert migrated.returncode == 0, migrated.stderr
+    return path
+
+
+@pytest.fixture
+def tokens(config: Path) -> dict[str, str]:
+    found = {}
+    for scope in ("publish", "viewer"):
+        made = subprocess.run([*TIDINGS, "token", "create", "--scope", scope, "--json",
+                               "--config", str(config)],
+                              capture_output=True, text=True, timeout=60, check=True)
+        found[scope] = json.loads(made.stdout)["token"]
+    return found
+
+
+@pytest.fixture
+def server(config: Path, tokens: dict[str, str]) -> Iterator[str]:
+    port = free_port()
+    env = {**os.environ, "TIDINGS_TRIGGER_SECRETS": f"{SECRET},older-secret"}
+    process = subprocess.Popen([*TIDINGS, "api", "--config", str(config), "--port", str(port)],
+                               stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert process.stderr is not None
+        line = process.stderr.readline()  # blocks until the server is bound (or died)
+        assert "listening on http://127.0.0.1:" in line, line + process.stderr.read()
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            assert process.wait(timeout=20) == 0  # a graceful stop, runtime closed
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+            if process.stderr is not None:
+                process.stderr.close()
+
+
+@pytest.mark.slow
+def test_a_cron_a_publisher_and_an_operator_over_real_http(
+    server: str, tokens: dict[str, str]
+) -> None:
+    with httpx.Client(base_url=server, timeout=10) as http:
+        # The external cron: a signed trigger, answered at once with the counts.
+        body = b'{"campaign":"digest"}'
+        ts = int(time.time())
+        headers = {"X-Tidings-Timestamp": str(ts), "X-Tidings-Signature": sign(SECRET, ts, body),
+                   "Content-Type": "application/json"}
+        started = time.monotonic()
+        triggered = http.post("/v1/trigger/digest", content=body, headers=headers)
+        assert time.monotonic() - started < 5
+        assert triggered.status_code == 200, triggered.text
+        assert triggered.json()["pass"]["admitted"] == 30
+        assert triggered.json()["more"] is False
+        replayed = http.post("/v1/trigger/digest", content=body, headers=headers)
+        assert replayed.status_code == 409
+
+        # A publisher written against a managed queue API.
+        today = datetime.now(UTC).date().isoformat()
+        publish = {"Authorization": f"Bearer {tokens['publish']}", "Idempotency-Key": "evt-1",
+                   "Content-Type": "application/json"}
+        message = {"queue": "digest", "payload": {"customer_id": "cust_007",
+                                                  "schedule_day": today, "template": "digest-v2"}}
+        first = http.post("/v1/queue/publish", json=message, headers=publish)
+        again = http.post("/v1/queue/publish", json=message, headers=publish)
+        other = http.post("/v1/queue/publish", headers=publish,
+                          json={**message, "payload": {**message["payload"],
+                                                       "customer_id": "cust_008"}})
+        assert first.status_code == again.status_code == 202, first.text
+        assert first.json() == again.json()
+        assert first.json()["keys"] == [f"digest/{today}/cust_007/email/v2"]
+        assert other.status_code == 409
+
+        # The on-call engineer.
+        viewer = {"Authorization": f"Bearer {tokens['viewer']}"}
+        status = http.get("/v1/status", headers=viewer).json()
+        assert status["channels"]["email"]["total"] == 31
+        assert status["campaigns"]["digest"]["latest_occurrence"]["status"] == "done"
+        assert http.get("/v1/status").status_code == 401
+        metrics = http.get("/metrics", headers=viewer).text
+        assert 'tidings_trigger_success_total{campaign="digest"} 1.0' in metrics
+        assert 'tidings_publish_rejections_total{reason="idempotency_conflict"} 1.0' in metrics
+        assert http.get("/openapi.json").json()["info"]["title"] == "tidings"

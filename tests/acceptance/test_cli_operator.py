@@ -1,0 +1,155 @@
+"""The operator's command line as an on-call engineer runs it: real processes on a real
+file, every command with ``--json``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tidings.runtime import build_runtime
+from tidings.settings import Settings
+from tidings.states import State
+from tidings.stores.base import Change, ClaimKind
+
+TIDINGS = [sys.executable, "-m", "tidings"]
+QUERY = ("SELECT id, email, phone FROM customers"
+         " WHERE (:after IS NULL OR id > :after) ORDER BY id LIMIT :limit")
+
+
+def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*TIDINGS, *args], capture_output=True, text=True, timeout=timeout,
+                          check=False)
+
+
+def ok_json(*args: str) -> Any:
+    result = run(*args, "--json")
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Path:
+    """A settings file: email and sms channels and a daily digest over a SQL audience of
+    three customers, on a migrated store."""
+    crm = tmp_path / "crm.db"
+    with sqlite3.connect(crm) as conn:
+        conn.execute("CREATE TABLE customers (id TEXT PRIMARY KEY, email TEXT, phone TEXT)")
+        conn.executemany("INSERT INTO customers VALUES (?, ?, ?)", [
+            ("cust_1", "a@example.com", "+15550001"), ("cust_2", "b@example.com", None),
+            ("cust_3", "c@example.com", None)])
+    path = tmp_path / "tidings.toml"
+    path.write_text(f'''
+store = "sqlite:///{tmp_path / 'ops.db'}"
+[channels.email]
+quota = "20/s"
+[channels.sms]
+quota = "2/s"
+[campaigns.digest]
+cron = "0 9 * * *"
+timezone = "UTC"
+channels = ["email", "sms"]
+template = "digest"
+audience = {{ sql = {{ url = "sqlite:///{crm}", query = "{QUERY}" }} }}
+''')
+    assert run("db", "migrate", "--config", str(path)).returncode == 0
+    return path
+
+
+def given_a_dead_letter(config: Path) -> str:
+    """Admit the digest of 2026-08-10 and dead-letter cust_1's email; returns its key."""
+    async def go() -> str:
+        runtime = await build_runtime(Settings.load(config))
+        async with runtime:
+            now = runtime.clock.now()
+            await runtime.scheduler().replay("digest", "2026-08-10", now=now)
+            key = "digest/2026-08-10/cust_1/email/v1"
+            received = await runtime.transport.receive("email", max_messages=10,
+                                                       visibility_s=60, now=now)
+            [message] = [m for m in received if m.message_id == key]
+            [claim] = await runtime.store.intent_claim_many([key], owner="w", lease_s=30,
+                                                            now=now)
+            assert claim.kind is ClaimKind.CLAIMED
+            await runtime.store.intent_apply_many([Change(
+                key=key, from_state=State.CLAIMED, to_state=State.DEAD, event="dead",
+                lease_token=claim.token, reason="retry budget spent")], now=now)
+            await runtime.transport.dead_letter("email", [(message.receipt, "budget spent")],
+                                                now=now)
+            return key
+    return asyncio.run(go())
+
+
+def test_help_lists_the_operator_commands() -> None:
+    result = run("--help")
+    for command in ("api", "token", "dlq", "plan", "status", "inspect", "admission"):
+        assert command in result.stdout
+
+
+def test_token_create_list_revoke(config: Path) -> None:
+    created = ok_json("token", "create", "--scope", "operator", "--scope", "viewer",
+                      "--name", "on-call", "--config", str(config))
+    assert created["token"].startswith(f"tid_{created['id']}_")
+    assert created["scopes"] == ["operator", "viewer"]
+
+    listed = ok_json("token", "list", "--config", str(config))
+    assert [t["id"] for t in listed["tokens"]] == [created["id"]]
+    assert created["token"] not in json.dumps(listed)  # the secret is shown once only
+
+    revoked = ok_json("token", "revoke", created["id"], "--config", str(config))
+    assert revoked["revoked"] is True
+    bad = run("token", "create", "--scope", "admin", "--config", str(config))
+    assert bad.returncode == 2 and "scope: unknown scope 'admin'" in bad.stderr
+
+
+def test_dlq_list_and_redrive(config: Path) -> None:
+    key = given_a_dead_letter(config)
+
+    listed = ok_json("dlq", "list", "--channel", "email", "--config", str(config))
+    [letter] = listed["dead_letters"]
+    assert (letter["key"], letter["intent_state"]) == (key, "dead")
+
+    redriven = ok_json("dlq", "redrive", "--channel", "email", "--id", letter["id"],
+                       "--config", str(config))
+    assert redriven["redriven"] == [{"id": letter["id"], "key": key, "state_before": "dead",
+                                     "reopened": True}]
+    assert ok_json("dlq", "list", "--channel", "email", "--config", str(config)) == {
+        "channel": "email", "dead_letters": []}
+    timeline = ok_json("inspect", key, "--config", str(config))
+    [delivery] = timeline["deliveries"]
+    assert delivery["answers"]["state"] == "retryable"
+    assert delivery["events"][-1]["type"] == "redriven"
+
+    unknown = run("dlq", "list", "--channel", "fax", "--config", str(config))
+    assert unknown.returncode == 2 and "unknown channel 'fax'" in unknown.stderr
+
+
+def test_plan_and_status_share_the_numbers(config: Path) -> None:
+    given_a_dead_letter(config)
+
+    plan = ok_json("plan", "--config", str(config))
+    status = ok_json("status", "--config", str(config))
+
+    [email] = [x for x in plan["lines"] if x["channel"] == "email" and x["campaign"] is None]
+    assert email["backlog"] == status["channels"]["email"]["backlog"] == 2
+    assert (email["rate_source"], email["rate_per_s"]) == ("configured", 19.0)
+    assert email["drain_s"] == pytest.approx(2 / 19.0, abs=1e-3)
+    assert email["deadline_in_s"] is not None and email["verdict"] in ("ok", "at_risk")
+    assert status["channels"]["email"]["dead"] == 1
+    assert status["channels"]["email"]["dead_letters"] == 1
+    assert status["campaigns"]["digest"]["latest_occurrence"]["kind"] == "replay"
+
+
+def test_inspect_by_recipient(config: Path) -> None:
+    given_a_dead_letter(config)
+
+    found = ok_json("inspect", "--recipient", "cust_1", "--config", str(config))
+
+    assert sorted(d["key"] for d in found["deliveries"]) == [
+        "digest/2026-08-10/cust_1/email/v1", "digest/2026-08-10/cust_1/sms/v1"]
+    assert "a@example.com" not in json.dumps(found)
