@@ -85,7 +85,9 @@ class Pacer:
                 if start > now:
                     await self._clock.sleep(start - now)
                     now = self._clock.now()
-                if now - start > self._late:
+                if now - start > self._late and self.limits.interval_s > 0:
+                    # A late start would crowd the next window. Without an interval the
+                    # slot is only an in-flight token: late or not, it is good.
                     self.forfeited += 1
                     self._to_release += 1
                     continue
