@@ -72,7 +72,7 @@ ChannelProvider = Annotated[
 class ChannelSettings(_Model):
     provider: ChannelProvider = ProviderSettings(kind="sandbox-twin")
     quota: str | None = None
-    quota_safety: float = Field(default=0.95, gt=0, le=1)
+    quota_safety: float = Field(default=0.98, gt=0, le=1)
     """Share of the quota the pacer aims at, leaving room for timing noise."""
     max_in_flight: int = Field(default=64, ge=1)
     min_interval_s: float = Field(default=0.0, ge=0)

@@ -46,7 +46,7 @@ class PaceLimits:
     max_in_flight: int = 64
     min_interval_s: float = 0.0
     quota_per_s: float | None = None
-    safety: float = 0.95
+    safety: float = 0.98
 
     def __post_init__(self) -> None:
         if self.max_in_flight < 1:

@@ -46,7 +46,7 @@ class Pacer:
         horizon_s: float = 0.1,
         late_tolerance_s: float = 0.01,
         stale_s: float = 120.0,
-        pause_check_s: float = 0.01,
+        pause_check_s: float | None = None,
     ) -> None:
         self.channel = channel
         self.limits = limits
@@ -56,7 +56,12 @@ class Pacer:
         self._horizon = horizon_s
         self._late = late_tolerance_s
         self._stale = stale_s
-        self._pause_check = pause_check_s
+        # How stale this process's view of another process's 429 pause may be. A paced
+        # channel (starts at least 2 ms apart) can afford a look before every start,
+        # which narrows the window in which a pause is not yet seen to the time the
+        # pausing process takes to write it; a fast unpaced one looks every 10 ms.
+        self._pause_check = (pause_check_s if pause_check_s is not None
+                             else 0.0 if limits.interval_s >= 0.002 else 0.01)
         self._slots: deque[float] = deque()
         self._lock = asyncio.Lock()
         self._waiting = 0
