@@ -22,7 +22,8 @@ from prometheus_client.registry import Collector
 
 from tidings import operations
 from tidings.runtime import Runtime
-from tidings.stores.base import LatencyHistogram
+from tidings.stores.base import LatencyHistogram, ProviderEventCount
+from tidings.webhooks.metrics import provider_event_families
 
 #: The content type ``render`` produces.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -34,6 +35,7 @@ class _Reading:
     histograms: tuple[LatencyHistogram, ...]
     triggers: dict[str, int]
     plan: tuple[operations.PlanLine, ...]
+    provider_events: tuple[ProviderEventCount, ...] = ()
 
 
 class _StoreCollector(Collector):
@@ -140,6 +142,7 @@ class _StoreCollector(Collector):
                 deadline.add_metric([line.channel], line.deadline_in_s)
         yield drain
         yield deadline
+        yield from provider_event_families(r.provider_events)
 
 
 class ApiMetrics:
@@ -174,10 +177,12 @@ class ApiMetrics:
                                          window_s=self.window_s, occurrences=False)
         histograms = await rt.store.intent_latency_histogram(operations.LATENCY_BUCKETS)
         triggers = await rt.store.api_trigger_counts()
+        provider_events = await rt.store.provider_event_counts()
         plan = operations.plan(snap, limits=rt.limits,
                                freshness={c.name: c.expires_after_s for c in rt.campaigns})
         self._store.reading = _Reading(snap=snap, histograms=tuple(histograms),
-                                       triggers=triggers, plan=tuple(plan))
+                                       triggers=triggers, plan=tuple(plan),
+                                       provider_events=tuple(provider_events))
         self._read_at = now
 
     def render(self) -> bytes:

@@ -24,6 +24,7 @@ from tidings.relay import RelayConfig, publish, relay_pass
 from tidings.states import State
 from tidings.stores.base import Change, Store
 from tidings.transports.base import Transport
+from tidings.webhooks.record import adopt_orphans
 
 log = logging.getLogger("tidings.reconciler")
 
@@ -43,10 +44,11 @@ class ReconcileResult:
     republished_lost: int = 0
     uncertain_accepted: int = 0
     uncertain_retried: int = 0
+    orphans_adopted: int = 0
 
     def total(self) -> int:
         return (self.leases_expired + self.republished_stuck + self.republished_lost
-                + self.uncertain_accepted + self.uncertain_retried)
+                + self.uncertain_accepted + self.uncertain_retried + self.orphans_adopted)
 
 
 class Reconciler:
@@ -68,6 +70,8 @@ class Reconciler:
         result.republished_lost = await self._republish_lost(now)
         accepted, retried = await self._resolve_uncertain(now)
         result.uncertain_accepted, result.uncertain_retried = accepted, retried
+        # A provider's webhook can beat the worker's commit of "accepted": attach it now.
+        result.orphans_adopted = await adopt_orphans(self.store, now, limit=self.config.limit)
         if result.total():
             log.info("reconciled", extra={"result": result.__dict__})
         return result

@@ -191,7 +191,8 @@ class TwilioWebhookSettings(_Model):
     """Twilio status callbacks, signed with the account's auth token (HMAC-SHA1)."""
 
     auth_token_env: str = "TWILIO_AUTH_TOKEN"
-    """Holds the auth token; two comma-separated during a rotation (primary, secondary)."""
+    """Holds the account's auth token (Twilio signs with it even when sends use an API
+    key); two comma-separated during a rotation (primary, secondary)."""
 
 
 class SendGridWebhookSettings(_Model):

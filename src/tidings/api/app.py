@@ -19,24 +19,29 @@ from tidings.api.auth import Authenticator, ScopeMap, authorize, default_scope_m
 from tidings.api.context import ApiContext
 from tidings.api.errors import error_response, install
 from tidings.api.ratelimit import Bucket
+from tidings.api.webhooks import webhook_router
 from tidings.errors import ConfigurationError
 from tidings.metrics import ApiMetrics
 from tidings.pacing.algorithm import parse_quota
 from tidings.runtime import Runtime
+from tidings.webhooks.metrics import WebhookMetrics
 
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 
 
 class BodyLimit:
     """Refuses a request body over ``max_bytes`` with a 413 naming ``body``, before any
-    route (or credential check) runs; the body is buffered once and handed on."""
+    route (or credential check) runs; the body is buffered once and handed on. Paths
+    under an ``exempt`` prefix apply a limit of their own (webhooks)."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, exempt: tuple[str, ...] = ()) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.exempt = exempt
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] not in _BODY_METHODS:
+        if (scope["type"] != "http" or scope["method"] not in _BODY_METHODS
+                or scope["path"].startswith(self.exempt)):
             await self.app(scope, receive, send)
             return
         declared = dict(scope["headers"]).get(b"content-length")
@@ -164,12 +169,16 @@ def create_app(runtime: Runtime, *, env: Mapping[str, str] | None = None,
         tolerance_s=settings.trigger_tolerance_s, secrets_env=settings.trigger_secrets_env)
     for module in (observe, trigger, publish, operator):
         app.include_router(module.router)
+    app.include_router(webhook_router(runtime, env=environ,
+                                      metrics=WebhookMetrics(context.metrics.registry)))
 
     def refused(path: str, status: int, reason: str) -> None:
         _count_refusal(context, path, status, reason)
 
     install(app, refused)
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    # Webhook batches (SendGrid's) outgrow the API's limit: the route applies
+    # webhooks.max_body_bytes itself.
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, exempt=("/v1/webhooks/",))
     missing = app.state.scope_map.unmapped(route_methods(app.routes))
     if missing:
         raise ConfigurationError("api", f"routes without a scope: {', '.join(missing)}")

@@ -89,6 +89,8 @@ def default_scope_map() -> ScopeMap:
         .route("POST", "/v1/admission/resume", Scope.OPERATOR)
         .route("POST", "/v1/replay/{campaign}/{date}", Scope.OPERATOR)
         .route("POST", "/v1/cancel", Scope.OPERATOR)
+        # No token: the route verifies the provider's own signature (tidings.webhooks).
+        .route("POST", "/v1/webhooks/{provider}", PUBLIC)
     )
 
 

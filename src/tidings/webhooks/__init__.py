@@ -6,7 +6,8 @@ bounced, complained, failed), verified, normalized and recorded beside ``accepte
 - ``parse``: each provider's payload to ``ProviderEvent`` values;
 - ``record``: once per (provider, message id, type) on the intent's timeline, or kept
   as orphaned, and the sweep that adopts orphans later;
-- ``receive``: the three in order for one request.
+- ``receive``: the three in order for one request;
+- ``metrics``: in-process counters and the store's counts as Prometheus families.
 
 The HTTP route is ``tidings.api.webhooks``; nothing here imports a web framework.
 """

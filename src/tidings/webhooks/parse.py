@@ -149,11 +149,9 @@ def _objects(payload: Any, where: str) -> Iterator[tuple[str, Mapping[str, Any]]
 def parse_twilio(body: bytes, *, now: float) -> Parsed:
     """A Twilio status callback: one message's status; times are ``now`` (Twilio sends
     none)."""
+    fields: Mapping[str, Any]
     if body.lstrip().startswith(b"{"):
-        payload = _json(body)
-        if not isinstance(payload, dict):
-            raise InvalidInput("body", "must be a JSON object")
-        fields: Mapping[str, Any] = payload
+        fields = _json(body)  # JSON text opening with "{" is an object
     else:
         try:
             fields = dict(form_params(body))
