@@ -25,7 +25,9 @@ COPY admit_stage (n, key, channel, recipient_id, address, template, data, campai
                   occurrence, due_at, expires_at, body) FROM STDIN
 
 -- name: intent_admit_staged
--- The staged page as selected intents (one "selected" event each), in stage order.
+-- The staged page as selected intents (one "selected" event each). Intents go in page
+-- (key) order, so two schedulers admitting overlapping pages wait for each other
+-- instead of deadlocking; events need no order (one per key here).
 -- ON CONFLICT DO NOTHING waits for a concurrent admitter of the same key and then
 -- skips it, so RETURNING is exactly the set of keys this transaction inserted, and
 -- only those get an event.
@@ -44,7 +46,7 @@ WITH fresh AS (
 ), logged AS (
     INSERT INTO events (key, channel, type, at, state, attempt)
     SELECT s.key, s.channel, 'selected', %(now)s::float8, 'selected', 0
-    FROM admit_stage s JOIN fresh USING (key) ORDER BY s.n
+    FROM admit_stage s JOIN fresh USING (key)
 )
 SELECT key FROM fresh
 
@@ -68,7 +70,7 @@ WITH fresh AS (
 ), logged AS (
     INSERT INTO events (key, channel, type, at, state, attempt)
     SELECT key, channel, 'enqueued', %(now)s::float8, 'enqueued', 0
-    FROM admitted ORDER BY n
+    FROM admitted
 ), queued AS (
     -- In stage order: message ids grow in publish order, which receive calls oldest.
     INSERT INTO messages (queue, enqueued_at, message_id, body, available_at)
