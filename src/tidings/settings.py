@@ -33,6 +33,16 @@ from tidings.providers.config import (
 from tidings.schedule import Schedule
 
 
+def _valid_quota(value: str | None) -> str | None:
+    """A quota such as ``100/s`` (or None); the error says what a quota looks like."""
+    if value is not None:
+        try:
+            parse_quota(value)
+        except ConfigurationError as exc:
+            raise ValueError(exc.message) from None
+    return value
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -87,15 +97,7 @@ class ChannelSettings(_Model):
     accept_test_domains: bool = False
     """Accept ``*.test`` and single-label email domains (test set-ups only)."""
 
-    @field_validator("quota")
-    @classmethod
-    def _quota(cls, value: str | None) -> str | None:
-        if value is not None:
-            try:
-                parse_quota(value)
-            except ConfigurationError as exc:
-                raise ValueError(exc.message) from None
-        return value
+    _quota = field_validator("quota")(_valid_quota)
 
 
 class CampaignSettings(_Model):
@@ -176,15 +178,7 @@ class ApiSettings(_Model):
     """The window over which the send rate (for status and drain time) is measured."""
     queues: dict[str, QueueSettings] = Field(default_factory=dict)
 
-    @field_validator("publish_rate")
-    @classmethod
-    def _rate(cls, value: str | None) -> str | None:
-        if value is not None:
-            try:
-                parse_quota(value)
-            except ConfigurationError as exc:
-                raise ValueError(exc.message) from None
-        return value
+    _rate = field_validator("publish_rate")(_valid_quota)
 
 
 class TwilioWebhookSettings(_Model):
