@@ -231,8 +231,12 @@ async def _admit(url: str, plan: Plan, profile_top: int) -> Report:
     measured = sum(s for phase, s in timer.seconds.items() if "." not in phase)
     phases = {phase: {"s": rounded(s), "share": rounded(s / elapsed), "calls": timer.calls[phase]}
               for phase, s in sorted(timer.seconds.items())}
-    phases["drafts+loop"] = {"s": rounded(elapsed - measured),
-                             "share": rounded((elapsed - measured) / elapsed), "calls": passes}
+    if measured <= elapsed:
+        phases["drafts+loop"] = {"s": rounded(elapsed - measured),
+                                 "share": rounded((elapsed - measured) / elapsed),
+                                 "calls": passes}
+    # else: pages were written side by side (pages_in_flight > 1), so the phases overlap
+    # and the rest of the loop cannot be had by subtraction.
     enqueued = counts.get(CHANNEL, {}).get("enqueued", 0)
     return {
         "elapsed_s": elapsed,
@@ -405,6 +409,7 @@ def run(*, n: int, folder: Path, store: str | None, profile_n: int, profile_top:
         "store": url,
         "tidings": source_revision(),
         "page_size": SchedulerSettings().page_size,
+        "pages_in_flight": SchedulerSettings().pages_in_flight or (2 if pg else 1),
         "rate_per_s": round(rate),
         "floor_rate_per_s": round(floor_rate),
         "ratio": rounded(floor_rate / rate, 2),
@@ -441,8 +446,9 @@ def run(*, n: int, folder: Path, store: str | None, profile_n: int, profile_top:
 
 def summary(report: Report) -> str:
     lines = [
-        f"admission of {report['n']:,} recipients, page size {report['page_size']:,}, "
-        f"{report['passes']} passes, store {report['store']}",
+        f"admission of {report['n']:,} recipients, page size {report['page_size']:,} "
+        f"({report['pages_in_flight']} in flight), {report['passes']} passes, "
+        f"store {report['store']}",
         f"  tidings at {report['tidings'].get('commit', '?')}"
         f"{' (src modified)' if report['tidings'].get('src_dirty') else ''}, "
         f"{report['tidings']['package']}",
@@ -464,7 +470,8 @@ def summary(report: Report) -> str:
                  f"{cpu['event_loop_thread']:.2f} s"
                  + (f" + SQLite thread {cpu['sqlite_thread']:.2f} s" if "sqlite_thread" in cpu
                     else " (the PostgreSQL server's CPU is not counted)") + " (+ others)")
-    lines.append("  phases (wall time inside each call, share of the run):")
+    lines.append("  phases (wall time inside each call, share of the run; pages written "
+                 "side by side overlap, so shares may sum past 100%):")
     for phase, data in report["phases"].items():
         lines.append(f"    {phase:<14} {data['s']:8.2f} s  {data['share']:6.1%}  "
                      f"{data['calls']:>6} calls")

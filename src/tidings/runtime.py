@@ -199,6 +199,8 @@ class Runtime:
         s = self.settings.scheduler
         return Scheduler(store=self.store, transport=self.transport, campaigns=self.campaigns,
                          config=SchedulerConfig(page_size=s.page_size, max_pages=s.max_pages,
+                                                pages_in_flight=s.pages_in_flight or (
+                                                    2 if self.store.concurrent_writers else 1),
                                                 enqueue_in_store=self.enqueue_in_store,
                                                 relay=self.relay_config()))
 

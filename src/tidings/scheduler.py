@@ -31,6 +31,7 @@ class SchedulerConfig:
 
     page_size: int = 5000
     max_pages: int = 20
+    pages_in_flight: int = 1
     enqueue_in_store: bool = False
     relay: RelayConfig = field(default_factory=RelayConfig)
 
@@ -111,6 +112,12 @@ class Scheduler:
         result.published += await relay_pass(
             self.store, self.transport, now=now, config=self.config.relay,
             paused_channels=switches.paused_channels())
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("scheduler pass", extra={
+                "occurrences": len(result.occurrences), "members": result.members,
+                "admitted": result.admitted, "skipped": result.skipped,
+                "published": result.published, "more": result.more,
+                "paused": result.paused or None, "missed": result.missed or None})
         return result
 
     @staticmethod
@@ -171,21 +178,35 @@ class Scheduler:
         return drafts, skipped
 
     async def _write(self, drafts: list[IntentDraft], progress: OccurrenceProgress, now: float,
-                     result: PassResult) -> None:
-        """Write one page's intents and move the high-water mark in one transaction."""
+                     result: PassResult, *, after: asyncio.Task[None] | None = None) -> None:
+        """Write one page's intents and move the high-water mark in one transaction
+        (after the previous page's write, ``after``, has moved it)."""
         fused = self.config.enqueue_in_store
         new_keys = await self.store.intent_admit(
-            drafts, now=now, enqueue=fused, progress=progress,
+            drafts, now=now, enqueue=fused, progress=progress, progress_after=after,
             publish_lease_until=None if fused else now + self.config.relay.lease_s)
         result.members += progress.members
         result.skipped += progress.skipped
         result.admitted += len(new_keys)
+        log.info("page admitted", extra={
+            "occurrence": progress.occurrence, "members": progress.members,
+            "admitted": len(new_keys), "skipped": progress.skipped,
+            "existing": len(drafts) - len(new_keys), "high_water": progress.high_water})
         if new_keys and not fused:
             fresh = set(new_keys)
             await publish(self.transport, ((d.key, d.channel, d.due_at)
                                            for d in drafts if d.key in fresh), now=now)
             await self.store.intent_mark_enqueued(new_keys, now=now)
         result.published += len(new_keys)
+
+    async def _finish(self, occurrence: str, campaign: str, kind: str,
+                      writes: list[asyncio.Task[None]], now: float) -> None:
+        """Wait for the pages in flight, in order, then close the occurrence."""
+        while writes:
+            await writes.pop(0)
+        await self.store.occurrence_finish(occurrence, now=now)
+        log.info("occurrence finished", extra={
+            "occurrence": occurrence, "campaign": campaign, "kind": kind})
 
     async def _skip(self, campaign: Campaign, due: OccurrenceTime, now: float,
                     reason: str) -> None:
@@ -194,6 +215,8 @@ class Scheduler:
             logical_at=due.logical_at, logical_date=due.logical_date, kind="scheduled", now=now)
         if occ.status == "admitting" and occ.members == 0:
             await self.store.occurrence_finish(occ.id, now=now, status="skipped", reason=reason)
+            log.info("occurrence skipped", extra={
+                "occurrence": occ.id, "campaign": campaign.name, "reason": reason})
 
     async def _admit(self, campaign: Campaign, due: OccurrenceTime, kind: str, now: float,
                      switches: Switches, result: PassResult) -> None:
@@ -202,6 +225,10 @@ class Scheduler:
             logical_at=due.logical_at, logical_date=due.logical_date, kind=kind, now=now)
         if occ.status != "admitting":
             return
+        if occ.passes <= 1 and occ.members == 0:  # its first pass
+            log.info("occurrence opened", extra={
+                "occurrence": occ.id, "campaign": campaign.name, "kind": kind,
+                "logical_date": due.logical_date})
         paused = [c for c in campaign.channels if c in switches.paused_channels()]
         if paused:
             # The occurrence waits for its channels; nothing already accepted is touched.
@@ -215,35 +242,34 @@ class Scheduler:
         key_of = [(channel, campaign_key_maker(campaign.name, due.logical_date, channel,
                                                campaign.version))
                   for channel in campaign.channels]
-        # Page k+1 is read and drafted while page k is written: the SQLite thread and
-        # the event loop work side by side instead of taking turns.
-        writing: asyncio.Task[None] | None = None
+        # Page k+1 is read and drafted while earlier pages are written. A store that
+        # takes concurrent writers (PostgreSQL) writes up to ``pages_in_flight`` pages
+        # side by side; each moves the occurrence's mark only after the page before it.
+        writes: list[asyncio.Task[None]] = []
         try:
             for _ in range(self.config.max_pages):
                 members = await campaign.audience.page(high_water, self.config.page_size)
                 drafts, skipped = self._drafts(members, campaign, occ.id, due, key_of, template,
                                                expires_at)
-                if writing is not None:
-                    await writing
-                    writing = None
+                while len(writes) >= self.config.pages_in_flight:
+                    await writes.pop(0)
                 if not members:
-                    await self.store.occurrence_finish(occ.id, now=now)
+                    await self._finish(occ.id, campaign.name, kind, writes, now)
                     return
                 progress = OccurrenceProgress(occurrence=occ.id, after=high_water,
                                               high_water=members[-1].id,
                                               members=len(members), skipped=skipped)
                 high_water = members[-1].id
-                writing = asyncio.create_task(self._write(drafts, progress, now, result))
+                previous = writes[-1] if writes else None
+                writes.append(asyncio.create_task(
+                    self._write(drafts, progress, now, result, after=previous)))
                 if len(members) < self.config.page_size:
-                    await writing
-                    writing = None
-                    await self.store.occurrence_finish(occ.id, now=now)
+                    await self._finish(occ.id, campaign.name, kind, writes, now)
                     return
-            if writing is not None:
-                await writing
-                writing = None
+            while writes:
+                await writes.pop(0)
         finally:
-            if writing is not None:
+            if writes:
                 # Never leave a page's write behind: let it land before the error spreads.
-                await asyncio.gather(writing, return_exceptions=True)
+                await asyncio.gather(*writes, return_exceptions=True)
         result.more = True

@@ -173,6 +173,46 @@ async def test_admit_with_progress_for_an_unknown_occurrence_writes_nothing(stor
     assert await store.events_for("a") == []
 
 
+async def test_pages_written_side_by_side_move_the_mark_in_page_order(store: Store) -> None:
+    # Given an occurrence and two consecutive pages, the second written while the first
+    # is still being written (it waits for the first before moving the progress)
+    occ = "digest/2026-08-14"
+    await store.occurrence_open(id=occ, campaign="digest", logical_at=T0,
+                                logical_date="2026-08-14", kind="scheduled", now=T0)
+    first = asyncio.ensure_future(store.intent_admit(
+        [draft("a", occurrence=occ), draft("b", occurrence=occ)], now=T0,
+        progress=OccurrenceProgress(occurrence=occ, after=None, high_water="r-b", members=2)))
+    second = await store.intent_admit(
+        [draft("c", occurrence=occ)], now=T0, progress_after=first,
+        progress=OccurrenceProgress(occurrence=occ, after="r-b", high_water="r-c", members=1))
+
+    # Then both count, and the mark is the second page's
+    assert (await first, second) == (["a", "b"], ["c"])
+    o = await store.occurrence_get(occ)
+    assert o is not None
+    assert (o.high_water, o.members, o.admitted) == ("r-c", 3, 3)
+
+
+async def test_a_page_whose_previous_page_failed_writes_nothing(store: Store) -> None:
+    occ = "digest/2026-08-14"
+    await store.occurrence_open(id=occ, campaign="digest", logical_at=T0,
+                                logical_date="2026-08-14", kind="scheduled", now=T0)
+    failed = asyncio.ensure_future(store.intent_admit(
+        [draft("a")], now=T0,
+        progress=OccurrenceProgress(occurrence="nope", high_water="x", members=1)))
+
+    with pytest.raises(StoreError):
+        await store.intent_admit(
+            [draft("c", occurrence=occ)], now=T0, progress_after=failed,
+            progress=OccurrenceProgress(occurrence=occ, after="x", high_water="r-c",
+                                        members=1))
+
+    assert failed.done() and isinstance(failed.exception(), StoreError)
+    assert await store.intent_get("c") is None and await store.intent_get("a") is None
+    o = await store.occurrence_get(occ)
+    assert o is not None and (o.high_water, o.members, o.admitted) == (None, 0, 0)
+
+
 # ---------------------------------------------------------------- the outbox relay
 
 

@@ -8,7 +8,7 @@ changes the core decided, guarded by compare-and-set on state and lease token.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol, TypeVar
@@ -266,9 +266,12 @@ class ProviderEventCount:
 
 
 class Store(Protocol):
-    """Durable state of tidings. Adapters: ``sqlite`` (embedded), later ``postgres``."""
+    """Durable state of tidings. Adapters: ``sqlite`` (embedded) and ``postgres``."""
 
     url: str
+    concurrent_writers: bool
+    """True when writes from one process can run side by side (a pool of server
+    connections), False when the store has one writer (SQLite)."""
 
     # ---- lifecycle
     async def migrate(self) -> list[int]:
@@ -292,6 +295,7 @@ class Store(Protocol):
         publish_lease_until: float | None = None,
         progress: OccurrenceProgress | None = None,
         enqueue: bool = False,
+        progress_after: Awaitable[object] | None = None,
     ) -> list[str]:
         """Insert intents as ``selected``; existing keys are left untouched.
 
@@ -306,6 +310,11 @@ class Store(Protocol):
         ``progress`` moves the occurrence's high-water mark and counts in the same
         transaction (``admitted`` grows by the number inserted). One ``selected``
         event per inserted intent.
+
+        ``progress_after`` (the previous page's write) is awaited before the progress
+        moves, so a store that writes pages side by side still moves the mark in page
+        order; if it failed, or is not done within ``PAGE_ORDER_WAIT_S``, this page's
+        transaction rolls back and the error is raised.
         """
         ...
 

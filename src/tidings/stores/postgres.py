@@ -19,6 +19,7 @@ The SQL lives in ``stores/sql/postgresql/*.sql``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
@@ -56,6 +57,20 @@ from tidings.stores.sqlite import _event_row, _intent, _occurrence, _switch
 T = TypeVar("T")
 
 _FLAGS = ("leaves_claimed", "terminal", "reopens", "reset_failures")
+#: How long a page's transaction waits for the previous page before rolling back. Two
+#: schedulers admitting overlapping pages can wait on each other's rows while each
+#: waits for its own previous page, a cycle PostgreSQL cannot see; rolling back after
+#: this long breaks it (the page is admitted again from the high-water mark).
+PAGE_ORDER_WAIT_S = 10.0
+
+
+async def _in_page_order(previous: Awaitable[object]) -> None:
+    """Wait for the previous page's write (its failure is this page's failure)."""
+    try:
+        await asyncio.wait_for(asyncio.shield(previous), timeout=PAGE_ORDER_WAIT_S)
+    except TimeoutError:
+        raise StoreError(f"the previous page was not written within {PAGE_ORDER_WAIT_S} s; "
+                         "this page rolled back and will be admitted again") from None
 
 
 def _change_params(change: Change, now: float) -> dict[str, Any]:
@@ -74,6 +89,8 @@ async def _insert_events(conn: Conn, sql: Mapping[str, str], events: Sequence[An
 
 class PostgresStore:
     """The ``Store`` port on one PostgreSQL database (see ``PostgresDatabase``)."""
+
+    concurrent_writers = True
 
     def __init__(self, db: PostgresDatabase) -> None:
         self.db = db
@@ -115,16 +132,19 @@ class PostgresStore:
         publish_lease_until: float | None = None,
         progress: OccurrenceProgress | None = None,
         enqueue: bool = False,
+        progress_after: Awaitable[object] | None = None,
     ) -> list[str]:
         """Insert intents as ``selected`` (existing keys untouched); return the new keys.
 
         With ``enqueue`` the new intents' messages go into this database's queue in the
-        same transaction and the intents are born ``enqueued``.
+        same transaction and the intents are born ``enqueued``. With ``progress_after``
+        this page's rows are written while that one's are, and only the occurrence's
+        progress waits for it (see the port).
         """
         if not drafts and progress is None:
             return []
         fn = self._admission(drafts, now=now, publish_lease_until=publish_lease_until,
-                             progress=progress, enqueue=enqueue)
+                             progress=progress, enqueue=enqueue, progress_after=progress_after)
         return await self.db.write(fn)
 
     async def intent_admit_in(self, connection: object, drafts: Sequence[IntentDraft], *,
@@ -145,7 +165,7 @@ class PostgresStore:
             return []
         conn = cast(Conn, connection)
         fn = self._admission(drafts, now=now, publish_lease_until=None, progress=None,
-                             enqueue=enqueue)
+                             enqueue=enqueue, progress_after=None)
         try:
             async with conn.transaction():
                 return await fn(conn)
@@ -154,7 +174,8 @@ class PostgresStore:
 
     def _admission(self, drafts: Sequence[IntentDraft], *, now: float,
                    publish_lease_until: float | None, progress: OccurrenceProgress | None,
-                   enqueue: bool) -> Callable[[Conn], Awaitable[list[str]]]:
+                   enqueue: bool, progress_after: Awaitable[object] | None
+                   ) -> Callable[[Conn], Awaitable[list[str]]]:
         """The body of one admission transaction (safe to run again: see intent_admit)."""
         sql = self._sql
         insert = sql["intent_admit_staged_enqueued" if enqueue else "intent_admit_staged"]
@@ -183,6 +204,8 @@ class PostgresStore:
             if enqueue:
                 for queue in sorted({d.channel for d in fresh}):
                     await conn.execute(sql["queue_notify"], {"queue": queue})
+            if progress_after is not None:
+                await _in_page_order(progress_after)
             if progress is not None:
                 cur = await conn.execute(sql["occurrence_progress"], {
                     "id": progress.occurrence, "high_water": progress.high_water,

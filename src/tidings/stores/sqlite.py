@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
@@ -201,6 +201,8 @@ def provider_timeline_row(event: ProviderEvent, key: str, channel: str, state: s
 class SqliteStore:
     """The ``Store`` port on one SQLite file (see ``SqliteDatabase`` for concurrency)."""
 
+    concurrent_writers = False
+
     def __init__(self, db: SqliteDatabase) -> None:
         self.db = db
         self.url = db.url
@@ -239,12 +241,16 @@ class SqliteStore:
         publish_lease_until: float | None = None,
         progress: OccurrenceProgress | None = None,
         enqueue: bool = False,
+        progress_after: Awaitable[object] | None = None,
     ) -> list[str]:
         """Insert intents as ``selected`` (existing keys untouched); return the new keys.
 
         With ``enqueue`` the new intents' messages go into this database's queue in the
-        same transaction and the intents are born ``enqueued``.
+        same transaction and the intents are born ``enqueued``. SQLite has one writer:
+        ``progress_after`` is simply awaited first.
         """
+        if progress_after is not None:
+            await progress_after
         if not drafts and progress is None:
             return []
         sql = self._sql
