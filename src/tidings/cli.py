@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
-import sys
+import os
 from collections.abc import Awaitable, Callable
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from tidings import logs
 from tidings.errors import TidingsError
 from tidings.runtime import Runtime, build_runtime
 from tidings.settings import Settings
@@ -77,10 +78,38 @@ def _emit(as_json: bool, data: Any, table: Table | None = None) -> None:
         Console().print(table)
 
 
+class LogFormat(StrEnum):
+    console = "console"
+    json = "json"
+
+
+class LogLevel(StrEnum):
+    debug = "debug"
+    info = "info"
+    warning = "warning"
+    error = "error"
+    critical = "critical"
+
+
 @app.callback()
-def _main(log_level: Annotated[str, typer.Option(help="Logging level.")] = "WARNING") -> None:
-    logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+def _main(
+    log_format: Annotated[LogFormat | None, typer.Option(
+        "--log-format", envvar=logs.FORMAT_ENV, case_sensitive=False, show_default=False,
+        help="Log lines as 'console' (readable) or 'json' (one object per line). Default: "
+             "console when stderr is a terminal, json otherwise.")] = None,
+    log_level: Annotated[LogLevel | None, typer.Option(
+        "--log-level", envvar=logs.LEVEL_ENV, case_sensitive=False, show_default=False,
+        help="Log from this level up; debug adds one line per send. Default: info.")] = None,
+) -> None:
+    """Logs go to stderr; both options apply to every command and, through the
+    environment, to the processes a command starts."""
+    logs.configure_logging(None if log_format is None else log_format.value,
+                           logs.DEFAULT_LEVEL if log_level is None else log_level.value)
+    # Processes this one starts (worker --processes, the demo's) log the same way.
+    if log_format is not None:
+        os.environ[logs.FORMAT_ENV] = log_format.value
+    if log_level is not None:
+        os.environ[logs.LEVEL_ENV] = log_level.value
 
 
 @db_app.command("migrate")
@@ -166,6 +195,9 @@ def worker(
 
 def _serve_worker(config: Path | None, store: str | None, channel: str, reconcile: bool) -> None:
     from tidings.service import serve_worker
+
+    # A --processes child starts here, not in the callback: set its logs up again.
+    logs.configure_logging(*logs.from_env(os.environ))
 
     _with_runtime(config, store, lambda rt: serve_worker(rt, channel, reconcile=reconcile))
 

@@ -72,8 +72,10 @@ class Reconciler:
         result.uncertain_accepted, result.uncertain_retried = accepted, retried
         # A provider's webhook can beat the worker's commit of "accepted": attach it now.
         result.orphans_adopted = await adopt_orphans(self.store, now, limit=self.config.limit)
-        if result.total():
-            log.info("reconciled", extra={"result": result.__dict__})
+        for action, count in result.__dict__.items():
+            if count:
+                log.info("reconciled", extra={"action": action, "count": count,
+                                              "worker": self.worker_id})
         return result
 
     async def _expire_leases(self, now: float) -> int:

@@ -84,6 +84,10 @@ class WorkerStats:
 
 _COUNTER = {State.ACCEPTED: "accepted", State.RETRYABLE: "transient", State.REJECTED: "rejected",
             State.DEAD: "dead", State.UNCERTAIN: "uncertain"}
+# How loudly a settled intent is logged (event "send"); every other outcome (accepted,
+# a transient failure with budget left, cancelled, expired, deferred) at debug.
+_LOUD = {"rate_limited": logging.INFO, "rejected": logging.INFO, "uncertain": logging.INFO,
+         "released": logging.INFO, "dead": logging.WARNING}
 
 
 class Worker:
@@ -232,6 +236,9 @@ class Worker:
             except MessageDecodeError as exc:
                 self.stats.poison += 1
                 self._dead.append((item.receipt, f"undecodable message: {exc}"))
+                log.warning("dead letter", extra={
+                    "channel": self.channel, "message_id": item.message_id,
+                    "reason": "undecodable message", "worker": self.worker_id})
         claims = await self.store.intent_claim_many(
             keys, owner=self.worker_id, lease_s=self.config.lease_s, now=now,
             message_ids=[r.message_id for r in decoded]) if keys else []
@@ -264,12 +271,14 @@ class Worker:
                 self._start_send(intent, token, received, result.request)
                 continue
             self.stats.skipped += 1
-            self._outcomes.append((Change(
+            change = Change(
                 key=intent.key, from_state=State.CLAIMED, to_state=result.to_state,
                 event=result.event, lease_token=token, reason=result.reason,
                 next_attempt_at=result.until if isinstance(result, Deferred) else None,
                 worker=self.worker_id, message_id=received.message_id,
-                detail=surrogate(intent.recipient_id)), received))
+                detail=surrogate(intent.recipient_id))
+            self._outcomes.append((change, received))
+            self._log_outcome(change, intent)
 
     def _start_send(self, intent: Intent, token: int, received: Received,
                     request: SendRequest) -> None:
@@ -289,11 +298,17 @@ class Worker:
             if received.receive_count > self.config.max_receives:
                 self._dead.append((received.receipt,
                                    f"received {received.receive_count} times without progress"))
+                log.warning("dead letter", extra={
+                    "key": claim.key, "channel": self.channel, "message_id": received.message_id,
+                    "reason": "received too often without progress", "worker": self.worker_id})
             else:
                 self._nacks.append((received.receipt, max(0.0, (claim.retry_at or now) - now)))
         elif kind == ClaimKind.MISSING:
             self.stats.poison += 1
             self._dead.append((received.receipt, f"unknown intent key {claim.key!r}"))
+            log.warning("dead letter", extra={
+                "key": claim.key, "channel": self.channel, "message_id": received.message_id,
+                "reason": "unknown intent key", "worker": self.worker_id})
         else:
             intent, token = claim.intent, claim.token
             assert intent is not None and token is not None
@@ -301,6 +316,7 @@ class Worker:
             instead = self._instead_of_send(received, intent, token, now)
             if instead is not None:
                 self._outcomes.append((instead, received))
+                self._log_outcome(instead, intent)
                 return None
             return received, intent, token
         return None
@@ -359,6 +375,20 @@ class Worker:
                 detail=surrogate(intent.recipient_id))
         self._outcomes.append((change, received))
         self._wake.set()
+        self._log_outcome(change, intent)
+
+    def _log_outcome(self, change: Change, intent: Intent) -> None:
+        """One "send" line per settled intent: the routine at debug, what an on-call
+        engineer looks for at info or warning (see ``_LOUD``). Off, it costs one check."""
+        level = _LOUD.get(change.event, logging.DEBUG)
+        if not log.isEnabledFor(level):
+            return
+        log.log(level, "send", extra={
+            "key": change.key, "channel": self.channel,
+            "recipient": change.detail or surrogate(intent.recipient_id),
+            "message_id": change.message_id, "provider_request_id": change.provider_request_id,
+            "attempt": intent.attempts, "outcome": change.event, "reason": change.reason,
+            "retry_at": change.next_attempt_at, "worker": self.worker_id})
 
     async def _paced_send(self, intent: Intent, request: SendRequest) -> Decision | None:
         """None when the send must not happen: stopping, or the lease is no longer ours."""
@@ -395,7 +425,6 @@ class Worker:
             await self.pacer.pause(decision.channel_pause_until)
         elif decision.to == State.ACCEPTED:
             await self.pacer.succeeded()
-        log.debug("sent %s: %s", intent.key, decision.event)
         return decision
 
     async def _no_longer_wanted(self, intent: Intent, waited_from: float) -> Decision | None:
@@ -483,6 +512,11 @@ class Worker:
                                   message_id=change.message_id,
                                   provider_request_id=change.provider_request_id,
                                   detail=f"outcome {change.event} not recorded: lease lost"))
+                log.warning("lease lost", extra={
+                    "key": change.key, "channel": self.channel, "message_id": change.message_id,
+                    "provider_request_id": change.provider_request_id,
+                    "outcome": change.event, "reason": "outcome not recorded: the lease "
+                    "moved on; the message comes back", "worker": self.worker_id})
             elif change.to_state == State.RETRYABLE:
                 delay = max(0.0, (change.next_attempt_at or now) - now)
                 self._nacks.append((received.receipt, delay))
@@ -492,6 +526,10 @@ class Worker:
                 self._acks.append(received.receipt)
         if lost:
             await self.store.event_append_many(lost)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("commit", extra={
+                "channel": self.channel, "outcomes": len(outcomes), "applied": len(applied),
+                "lease_lost": len(lost), "worker": self.worker_id})
 
     # ------------------------------------------------------------------ leases
 

@@ -13,9 +13,17 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tidings import __version__
-from tidings.api import observe, operator, publish, trigger
+from tidings.api import observe, operator, publish, trigger, ui
+from tidings.api.access import AccessLog
 from tidings.api.admission import AdmissionRunner
-from tidings.api.auth import Authenticator, ScopeMap, authorize, default_scope_map, secrets_from
+from tidings.api.auth import (
+    Authenticator,
+    ScopeMap,
+    authorize,
+    default_scope_map,
+    secrets_from,
+    sessions_from,
+)
 from tidings.api.context import ApiContext
 from tidings.api.errors import error_response, install
 from tidings.api.ratelimit import Bucket
@@ -166,8 +174,9 @@ def create_app(runtime: Runtime, *, env: Mapping[str, str] | None = None,
     app.state.authenticator = Authenticator(
         store=runtime.store, clock=runtime.clock,
         trigger_secrets=secrets_from(environ.get(settings.trigger_secrets_env)),
-        tolerance_s=settings.trigger_tolerance_s, secrets_env=settings.trigger_secrets_env)
-    for module in (observe, trigger, publish, operator):
+        tolerance_s=settings.trigger_tolerance_s, secrets_env=settings.trigger_secrets_env,
+        sessions=sessions_from(environ))
+    for module in (observe, trigger, publish, operator, ui):
         app.include_router(module.router)
     app.include_router(webhook_router(runtime, env=environ,
                                       metrics=WebhookMetrics(context.metrics.registry)))
@@ -176,9 +185,11 @@ def create_app(runtime: Runtime, *, env: Mapping[str, str] | None = None,
         _count_refusal(context, path, status, reason)
 
     install(app, refused)
+    ui.install(app)
     # Webhook batches (SendGrid's) outgrow the API's limit: the route applies
     # webhooks.max_body_bytes itself.
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, exempt=("/v1/webhooks/",))
+    app.add_middleware(AccessLog)  # outermost: sees BodyLimit's refusals too
     missing = app.state.scope_map.unmapped(route_methods(app.routes))
     if missing:
         raise ConfigurationError("api", f"routes without a scope: {', '.join(missing)}")

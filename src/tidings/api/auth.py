@@ -10,6 +10,11 @@ A signed trigger carries ``X-Tidings-Timestamp`` (Unix seconds) and
 under one of the configured secrets (two during a rotation). The timestamp must be
 within the tolerance of the server's clock; a signature is accepted once (a replay is
 a 409), remembered in the store for as long as its timestamp stays acceptable.
+
+The dashboard (``/ui``) also accepts a browser session: an HttpOnly cookie holding a
+token id and an expiry, signed with the ``TIDINGS_UI_SECRET`` environment variable (or
+a secret made per process). The token row is re-read on every request, so revoking the
+token ends its sessions at once; the CSRF token of a session derives from its cookie.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import math
+import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
@@ -32,6 +38,8 @@ PUBLIC: Final = "public"
 TIMESTAMP_HEADER = "X-Tidings-Timestamp"
 SIGNATURE_HEADER = "X-Tidings-Signature"
 _BEARER = {"WWW-Authenticate": 'Bearer realm="tidings"'}
+SESSION_COOKIE = "tidings_session"
+SESSION_SECRET_ENV = "TIDINGS_UI_SECRET"
 
 
 @dataclass
@@ -91,6 +99,13 @@ def default_scope_map() -> ScopeMap:
         .route("POST", "/v1/cancel", Scope.OPERATOR)
         # No token: the route verifies the provider's own signature (tidings.webhooks).
         .route("POST", "/v1/webhooks/{provider}", PUBLIC)
+        .prefix("/ui", Scope.VIEWER)
+        .route("GET", "/ui/login", PUBLIC)
+        .route("POST", "/ui/login", PUBLIC)
+        .route("GET", "/ui/static/{name}", PUBLIC)
+        .route("POST", "/ui/dead-letters/{channel}/redrive", Scope.OPERATOR)
+        .route("POST", "/ui/admission/pause", Scope.OPERATOR)
+        .route("POST", "/ui/admission/resume", Scope.OPERATOR)
     )
 
 
@@ -117,6 +132,46 @@ def sign(secret: bytes | str, timestamp: int | str, body: bytes) -> str:
     return f"sha256={digest}"
 
 
+@dataclass(frozen=True)
+class Sessions:
+    """Signs and reads dashboard session cookies: ``<token id>.<expiry>.<hmac>``."""
+
+    secret: bytes
+    lifetime_s: float = 12 * 3600.0
+
+    def _mac(self, text: str) -> str:
+        return hmac.new(self.secret, text.encode(), hashlib.sha256).hexdigest()
+
+    def issue(self, token_id: str, *, now: float) -> str:
+        body = f"{token_id}.{int(now + self.lifetime_s)}"
+        return f"{body}.{self._mac('session|' + body)}"
+
+    def token_id(self, cookie: str | None, *, now: float) -> str | None:
+        """The token id of a well-signed, unexpired cookie, else None."""
+        token_id, _, rest = (cookie or "").partition(".")
+        expiry, _, mac = rest.partition(".")
+        if not (token_id and expiry.isdigit() and mac):
+            return None
+        if not hmac.compare_digest(self._mac(f"session|{token_id}.{expiry}"), mac):
+            return None
+        return token_id if now < int(expiry) else None
+
+    def csrf(self, cookie: str) -> str:
+        """The CSRF token the forms of this session carry."""
+        return self._mac("csrf|" + cookie)
+
+    def csrf_ok(self, cookie: str | None, presented: str | None) -> bool:
+        return bool(cookie and presented) and hmac.compare_digest(
+            self.csrf(cookie or ""), presented or "")
+
+
+def sessions_from(env: Mapping[str, str]) -> Sessions:
+    """Sessions signed with ``TIDINGS_UI_SECRET``; without it, a secret of this process
+    (its sessions end when it restarts and do not work on other API processes)."""
+    value = env.get(SESSION_SECRET_ENV, "").strip()
+    return Sessions(value.encode() if value else secrets.token_bytes(32))
+
+
 @dataclass(kw_only=True)
 class Authenticator:
     """Checks credentials against the store (tokens are read per request, so a
@@ -127,6 +182,7 @@ class Authenticator:
     trigger_secrets: Sequence[bytes]
     tolerance_s: float
     secrets_env: str = "TIDINGS_TRIGGER_SECRETS"
+    sessions: Sessions = field(default_factory=lambda: sessions_from({}))
 
     async def bearer(self, header: str | None, wanted: Scope) -> Principal:
         """A valid, unrevoked token holding ``wanted``: else 401 (who?) or 403 (not this)."""
@@ -153,6 +209,23 @@ class Authenticator:
                            f"token tid_{token_id} lacks the {wanted.value!r} scope "
                            f"(it has: {', '.join(row.scopes)})")
         return Principal(kind="token", token_id=token_id, scopes=row.scopes)
+
+    async def session(self, cookie: str | None, wanted: Scope) -> Principal:
+        """A dashboard session whose token is still valid and holds ``wanted``."""
+        token_id = self.sessions.token_id(cookie, now=self.clock.now())
+        if token_id is None:
+            raise ApiError(401, "header.Authorization", "is missing; send 'Authorization: "
+                           "Bearer tid_…', or log in at /ui/login", headers=_BEARER)
+        row = await self.store.api_token_get(token_id)
+        if row is None or row.revoked_at is not None:
+            why = "is revoked" if row is not None else "is not known here"
+            raise ApiError(401, "cookie.session", f"token tid_{token_id} {why}; "
+                           "log in again with another token", headers=_BEARER)
+        if not grants(row.scopes, wanted):
+            raise ApiError(403, "cookie.session",
+                           f"token tid_{token_id} lacks the {wanted.value!r} scope "
+                           f"(it has: {', '.join(row.scopes)})")
+        return Principal(kind="session", token_id=token_id, scopes=row.scopes)
 
     async def signature(self, headers: Mapping[str, str], body: bytes) -> Principal:
         """A fresh, valid, first-seen HMAC signature: else 401, or 409 for a replay."""
@@ -207,4 +280,6 @@ async def authorize(request: Request) -> Principal:
     scope = Scope(wanted)
     if scope is Scope.TRIGGER and SIGNATURE_HEADER.lower() in request.headers:
         return await auth.signature(request.headers, await request.body())
+    if (path == "/ui" or path.startswith("/ui/")) and "authorization" not in request.headers:
+        return await auth.session(request.cookies.get(SESSION_COOKIE), scope)
     return await auth.bearer(request.headers.get("authorization"), scope)

@@ -14,6 +14,7 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tidings.errors import ConfigurationError, FieldError, StoreError, TransportError
+from tidings.providers.redaction import scrub
 
 log = logging.getLogger("tidings.api")
 
@@ -54,10 +55,12 @@ class ApiError(Exception):
 def error_response(status: int, field: str, message: str, *,
                    errors: Sequence[tuple[str, str]] | None = None,
                    headers: Mapping[str, str] | None = None) -> JSONResponse:
-    body: dict[str, Any] = {"error": _CODES.get(status, "error"), "field": field,
-                            "message": message}
+    # A field name or message may quote what the client sent: never an address or a
+    # phone number in an error body (nor, through it, in a client's or proxy's logs).
+    body: dict[str, Any] = {"error": _CODES.get(status, "error"), "field": scrub(field),
+                            "message": scrub(message)}
     if errors:
-        body["errors"] = [{"field": f, "message": m} for f, m in errors]
+        body["errors"] = [{"field": scrub(f), "message": scrub(m)} for f, m in errors]
     return JSONResponse(body, status_code=status, headers=dict(headers or {}))
 
 

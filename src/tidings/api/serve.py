@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import socket
 import sys
 from collections.abc import Iterator, Mapping
@@ -12,6 +13,8 @@ import uvicorn
 from tidings.api.app import create_app
 from tidings.runtime import Runtime
 from tidings.service import on_signals
+
+log = logging.getLogger("tidings.api")
 
 
 class _Server(uvicorn.Server):
@@ -32,6 +35,7 @@ class _Server(uvicorn.Server):
             host, port = bound[0][:2] if bound else (self.config.host, self.config.port)
             print(f"tidings api listening on http://{host}:{port}", file=sys.stderr,
                   flush=True)
+            log.info("api listening", extra={"host": host, "port": port})
 
 
 async def serve_api(runtime: Runtime, *, host: str, port: int,
@@ -39,8 +43,11 @@ async def serve_api(runtime: Runtime, *, host: str, port: int,
     """Serve until SIGTERM/SIGINT; background admissions stop with the server (their
     committed pages stay admitted and the next start resumes them)."""
     app = create_app(runtime, env=env)
+    # log_config=None: uvicorn keeps its hands off logging, so its lines go through the
+    # process's handler (tidings.logs) like every other; requests are logged by
+    # tidings.api.access (route templates, never raw paths, bodies or headers).
     server = _Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
-                                    access_log=False, lifespan="on"))
+                                    access_log=False, lifespan="on", log_config=None))
 
     def stop() -> None:
         server.should_exit = True

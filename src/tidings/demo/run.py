@@ -178,7 +178,7 @@ async def notify_shipments(runtime: Runtime, customers: Customers, rng: random.R
     for start in range(0, len(requests), 500):
         for group in await runtime.notify_many(requests[start:start + 500]):
             keys.extend(group)
-    for index in range(CANCELLED_SHIPMENTS):
+    for index in range(min(CANCELLED_SHIPMENTS, len(requests))):
         cid = customers.active[index * SHIPMENT_EVERY][0]
         await runtime.cancel(f"shipment-{index:06d}:{cid}", reason="order cancelled")
     return keys
