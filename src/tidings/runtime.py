@@ -18,12 +18,13 @@ from tidings.audience import audience_from_spec
 from tidings.campaign import Campaign
 from tidings.clock import Clock, SystemClock
 from tidings.compose import Composer
-from tidings.errors import ConfigurationError
+from tidings.errors import ConfigurationError, InvalidInput
 from tidings.intake import NotifyRequest, cancel, notify_many
 from tidings.model import Recipient
 from tidings.pacing.algorithm import PaceLimits, parse_quota
 from tidings.pacing.pacer import Pacer
 from tidings.policy import RetryPolicy
+from tidings.preferences import Preference
 from tidings.providers.base import Provider
 from tidings.reconciler import Reconciler, ReconcilerConfig
 from tidings.relay import RelayConfig
@@ -241,6 +242,34 @@ class Runtime:
         """Cancel an intent (or every channel of a notify key) before its send starts."""
         return await cancel(self.store, key, channels=self.limits, now=self.clock.now(),
                             reason=reason)
+
+    async def set_preference(self, recipient_id: str, channel: str, *, opted_out: bool = False,
+                             quiet_start: str | None = None, quiet_end: str | None = None,
+                             timezone: str = "UTC") -> Preference:
+        """Store a recipient's wishes for a channel, checked at every later send: opted out
+        cancels with reason ``opted_out``; quiet hours (``"22:00"``-``"07:00"`` in the
+        recipient's ``timezone``) defer to their end."""
+        self._known_channel(channel)
+        preference = Preference(recipient_id=recipient_id, channel=channel,
+                                opted_out=opted_out, quiet_start=quiet_start,
+                                quiet_end=quiet_end, timezone=timezone)
+        await self.store.preference_set(preference, now=self.clock.now())
+        return preference
+
+    async def delete_preference(self, recipient_id: str, channel: str) -> bool:
+        """Forget a recipient's wishes for a channel; False if there were none."""
+        self._known_channel(channel)
+        return await self.store.preference_delete(recipient_id, channel)
+
+    async def preferences(self, recipient_id: str) -> list[Preference]:
+        """A recipient's stored wishes, one per channel that has any."""
+        found = await self.store.preferences_for([(recipient_id, c) for c in self.channels])
+        return [found[(recipient_id, c)] for c in self.channels if (recipient_id, c) in found]
+
+    def _known_channel(self, channel: str) -> None:
+        if channel not in self.limits:
+            raise InvalidInput("channel", f"unknown channel {channel!r}; declared: "
+                               f"{', '.join(self.channels) or 'none'}")
 
     async def close(self) -> None:
         for provider in self.providers.values():

@@ -18,7 +18,8 @@ from tidings.api.tokens import Scope, grants, hash_secret, new_token, parse_scop
 from tidings.errors import ConfigurationError, InvalidInput
 
 #: Values for the path parameters of every route, to call each one concretely.
-PATH_VALUES = {"campaign": "weekly-digest", "channel": "email", "date": DAY}
+PATH_VALUES = {"campaign": "weekly-digest", "channel": "email", "date": DAY,
+               "recipient_id": "cust_0001"}
 
 
 @pytest.fixture

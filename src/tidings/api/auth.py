@@ -97,6 +97,10 @@ def default_scope_map() -> ScopeMap:
         .route("POST", "/v1/admission/resume", Scope.OPERATOR)
         .route("POST", "/v1/replay/{campaign}/{date}", Scope.OPERATOR)
         .route("POST", "/v1/cancel", Scope.OPERATOR)
+        # The application that publishes owns its recipients' wishes.
+        .route("PUT", "/v1/preferences/{recipient_id}/{channel}", Scope.PUBLISH)
+        .route("DELETE", "/v1/preferences/{recipient_id}/{channel}", Scope.PUBLISH)
+        .route("GET", "/v1/preferences/{recipient_id}", Scope.VIEWER)
         # No token: the route verifies the provider's own signature (tidings.webhooks).
         .route("POST", "/v1/webhooks/{provider}", PUBLIC)
         .prefix("/ui", Scope.VIEWER)
