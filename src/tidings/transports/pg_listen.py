@@ -69,10 +69,10 @@ class ReadyListener:
                     async for note in conn.notifies():
                         if note.payload.startswith(prefix):
                             self._wakeups.wake(note.payload[len(prefix):])
-            except psycopg.Error as exc:
+            except Exception as exc:  # whatever broke it, listen again
                 if self.connected:
                     log.warning("lost the LISTEN connection to %s (%s); polling until it "
-                                "is back", self._safe_url, exc)
+                                "is back", self._safe_url, type(exc).__name__)
             finally:
                 self._connected.clear()
             await asyncio.sleep(pause)
