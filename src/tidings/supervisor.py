@@ -11,6 +11,8 @@ reconciled like any other crashed worker.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import logging
 import multiprocessing
 import os
@@ -25,6 +27,7 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
+_PR_SET_PDEATHSIG = 1
 #: A child that lived this long is healthy: the restart pause starts over.
 HEALTHY_AFTER_S = 30.0
 FIRST_PAUSE_S = 0.5
@@ -37,6 +40,17 @@ class _Slot:
     started: float
     pause_s: float = FIRST_PAUSE_S
     restart_at: float | None = None
+
+
+def _child(parent: int, target: Callable[..., Any], args: tuple[Any, ...]) -> None:
+    """A worker process: told to stop (SIGTERM) if its supervisor dies, even by SIGKILL,
+    so no worker outlives the command that started it (Linux; elsewhere best effort)."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != parent:
+        return  # the supervisor died before the request above could take effect
+    target(*args)
 
 
 class Supervisor:
@@ -54,7 +68,7 @@ class Supervisor:
         self._stopping = False
 
     def _start(self, index: int) -> BaseProcess:
-        process = self._ctx.Process(target=self.target, args=self.args,
+        process = self._ctx.Process(target=_child, args=(os.getpid(), self.target, self.args),
                                     name=f"{self.name}-{index}")
         process.start()
         return process

@@ -43,6 +43,14 @@ def worker_children(pid: int) -> set[int]:
             if b"resource_tracker" not in Path(f"/proc/{c}/cmdline").read_bytes()}
 
 
+def alive(pid: int) -> bool:
+    """Running (not gone, not a zombie waiting to be reaped)."""
+    try:
+        return "zombie" not in Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+
+
 async def until(predicate: object, what: str) -> None:
     assert callable(predicate)
     for _ in range(int(GUARD_S / 0.05)):
@@ -101,3 +109,25 @@ async def test_supervised_workers_on_postgres_deliver_each_key_once(
             await command.wait()
         await runtime.close()
         await server.close()
+
+
+async def test_workers_stop_when_their_supervisor_is_killed(tmp_path: Path) -> None:
+    # SQLite is enough here: what is tested is the processes, not the store.
+    settings_file = tmp_path / "tidings.toml"
+    settings_file.write_text(f'store = "sqlite:///{tmp_path / "t.db"}"\n[channels.email]\n')
+    command = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tidings", "worker", "--channel", "email", "--processes", "2",
+        "--config", str(settings_file),
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+    try:
+        await until(lambda: len(worker_children(command.pid)) == 2, "two workers")
+        workers = worker_children(command.pid)
+        command.kill()
+        await command.wait()
+        # Each worker was told to stop when its parent died, and does.
+        await until(lambda: not any(alive(pid) for pid in workers),
+                    "the orphaned workers to exit")
+    finally:
+        if command.returncode is None:
+            command.kill()
+            await command.wait()
