@@ -195,8 +195,7 @@ class TwinCase(Case):
         self.side = SandboxSide(RecordingCore(now=self.clock.now, seed=1))
 
     async def build(self, scenario: Scenario) -> Provider:
-        if scenario is Scenario.UNREACHABLE:
-            pytest.skip("the in-process twin has nothing to connect to")
+        assert scenario is not Scenario.UNREACHABLE, "the in-process twin connects to nothing"
         # The twin waits its timeout on the clock, which auto-advances: no real wait.
         return SandboxTwinProvider(self.side.core, "email", self.clock, timeout_s=10.0)
 
@@ -343,6 +342,16 @@ async def case(request: pytest.FixtureRequest) -> AsyncIterator[Case]:
         await made.close()
 
 
+@pytest.fixture(params=sorted(k for k in CASES if k != "sandbox-twin"))
+async def networked_case(request: pytest.FixtureRequest) -> AsyncIterator[Case]:
+    """Every adapter that connects to something (the in-process twin does not)."""
+    made = CASES[request.param]()
+    try:
+        yield made
+    finally:
+        await made.close()
+
+
 def message(case: Case, *, content: Content | None = CONTENT) -> SendRequest:
     return SendRequest(key=KEY, channel="email", to=case.to, template="digest",
                        data='{"items":[1,2]}', recipient_id="cust_1042", content=content)
@@ -424,7 +433,8 @@ async def test_no_answer_after_the_request_went_out_is_uncertain(case: Case,
     assert case.side.keys_received == [KEY]  # it did reach the provider
 
 
-async def test_nothing_listening_is_transient(case: Case) -> None:
+async def test_nothing_listening_is_transient(networked_case: Case) -> None:
+    case = networked_case
     provider = await case.start(Scenario.UNREACHABLE)
     outcome = await provider.send(message(case))
     assert isinstance(outcome, Transient)
