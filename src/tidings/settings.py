@@ -83,7 +83,8 @@ class ChannelSettings(_Model):
     provider: ChannelProvider = ProviderSettings(kind="sandbox-twin")
     quota: str | None = None
     quota_safety: float = Field(default=0.98, gt=0, le=1)
-    """Share of the quota the pacer aims at, leaving room for timing noise."""
+    """Share of the quota the pacer aims at (and at least 2 requests/s below it), leaving
+    room for timing noise."""
     max_in_flight: int = Field(default=64, ge=1)
     min_interval_s: float = Field(default=0.0, ge=0)
     kind: Literal["email", "sms"] | None = None

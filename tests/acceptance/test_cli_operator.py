@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
+from tidings.pacing.algorithm import PaceLimits
 from tidings.runtime import build_runtime
-from tidings.settings import ChannelSettings, Settings
+from tidings.settings import Settings
 from tidings.states import State
 from tidings.stores.base import Change, ClaimKind
 
@@ -137,7 +138,8 @@ def test_plan_and_status_share_the_numbers(config: Path) -> None:
 
     [email] = [x for x in plan["lines"] if x["channel"] == "email" and x["campaign"] is None]
     assert email["backlog"] == status["channels"]["email"]["backlog"] == 2
-    paced = 20 * ChannelSettings().quota_safety  # the pacer aims just under the quota
+    paced = PaceLimits(quota_per_s=20).paced_per_s  # the pacer aims just under the quota
+    assert paced is not None and paced < 20
     assert (email["rate_source"], email["rate_per_s"]) == ("configured", pytest.approx(paced))
     assert email["drain_s"] == pytest.approx(2 / paced, abs=1e-3)
     assert email["deadline_in_s"] is not None and email["verdict"] in ("ok", "at_risk")

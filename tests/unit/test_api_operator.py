@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from apikit import DAY, T0, Api, dumps, open_api, publish_body, publish_headers, walk
 
-from tidings.settings import ChannelSettings
+from tidings.pacing.algorithm import PaceLimits
 from tidings.states import State
 from tidings.stores.base import Change, ClaimKind
 from tidings.surrogate import surrogate
@@ -84,9 +84,10 @@ async def test_plan_compares_drain_time_with_the_freshness_deadline(api: Api) ->
     [email] = [x for x in plan["lines"] if x["channel"] == "email" and x["campaign"] is None]
     assert email["backlog"] == 5
     assert email["rate_source"] == "configured"
-    safety = ChannelSettings().quota_safety  # the pacer aims just under the quota
-    assert email["rate_per_s"] == pytest.approx(10 * safety)
-    assert email["drain_s"] == pytest.approx(5 / (10 * safety), abs=1e-3)
+    paced = PaceLimits(quota_per_s=10).paced_per_s  # the pacer aims just under the quota
+    assert paced is not None and paced < 10
+    assert email["rate_per_s"] == pytest.approx(paced)
+    assert email["drain_s"] == pytest.approx(5 / paced, abs=1e-3)
     assert email["deadline_in_s"] == pytest.approx(6 * 3600 - 5)
     assert email["verdict"] == "ok"
 

@@ -112,3 +112,21 @@ async def test_late_slots_are_forfeited_not_fired_in_a_burst() -> None:
         clock.advance(0.001)
     assert pacer.forfeited == 1
     assert clock.now() >= 0.5  # the late slot was not used; a fresh one was
+
+
+@pytest.mark.parametrize(("quota", "paced"), [
+    (1000, 980.0),  # 2 % of a large quota is more than 2 requests
+    (200, 196.0),
+    (50, 48.0),     # 2 % of 50 would be one request: two are kept
+    (10, 8.0),
+    (2, 1.0),       # never below half the quota
+])
+def test_the_pacer_keeps_two_requests_a_second_below_the_quota_at_least(
+        quota: float, paced: float) -> None:
+    limits = PaceLimits(quota_per_s=quota, safety=0.98)
+    assert limits.paced_per_s == paced
+    assert limits.interval_s == pytest.approx(1 / paced)
+
+
+def test_safety_one_asks_for_no_headroom() -> None:
+    assert PaceLimits(quota_per_s=50, safety=1.0).paced_per_s == 50
