@@ -44,9 +44,9 @@ class PaceLimits:
 
     ``quota_per_s`` is what the provider allows; the pacer aims below it so timing
     noise cannot push a one-second window over the quota: at ``quota_per_s * safety``,
-    but (unless ``safety`` is 1) at least ``MARGIN_REQUESTS`` below the quota. A request that arrives a little
-    late lands in the next window, and at 50/s a 2 % margin is a single request; the
-    429 it would cost pauses the channel for a whole second.
+    but (unless ``safety`` is 1) at least ``MARGIN_REQUESTS`` below the quota. A
+    request that arrives a little late lands in the next window, and at 50/s a 2 %
+    margin is a single request; the 429 it would cost pauses the channel for a second.
     """
 
     max_in_flight: int = 64
