@@ -1,0 +1,94 @@
+"""tidings (this checkout) on SQLite or PostgreSQL — settings used and why.
+
+The store is a fresh SQLite file (WAL) in the run's folder, or a throw-away PostgreSQL
+database ``tidings_bench_<random>``; the transport is the store's own queue table, so
+a job is an intent row plus a queue row written in one transaction. The driver writes
+the settings file (``PEERS_TIDINGS_CONFIG``, TOML) for each workload:
+
+* every workload: channel ``email``; default worker settings (outcomes committed in
+  batches before their messages are acked); the reconciler runs in every worker process
+  every 5 s (``tidings worker``'s default).
+* throughput: ``max_in_flight = 10000`` and no quota (no pacing limit binds, as for the
+  peers). The provider is the in-process sandbox twin with a 1,000,000/s quota wrapped
+  so that every accepted send also calls the shared in-process sink; the worker is this
+  module's ``worker`` command, which is ``tidings worker`` (``service.serve_worker``,
+  reconciler included) with that provider injected: ``tidings worker`` cannot be given
+  a twin with a quota above the twin's default 1,000/s from settings.
+* pacing: ``quota = "50/s"`` with the default ``quota_safety`` (the share of the quota
+  the pacer aims at; the report records its value) and ``max_in_flight = 64``; the
+  pacer's state is in the store, so the P worker processes
+  share one budget. Provider ``{kind = "sandbox", url = <the sandbox>}``; the worker is
+  the real ``tidings worker --channel email --config <file>``.
+* crash: as pacing without a quota, and ``lease_s = 10``, ``visibility_s = 15``
+  (defaults 30 s and 60 s): a killed process's leases expire and the reconciler
+  resolves them by asking the sandbox (lookup by idempotency key) within seconds,
+  shortened as for the peers so a run ends.
+* P processes are P ``tidings worker`` instances; the crash workload kills and restarts
+  an instance.
+* producer: ``runtime.notify_many`` with 5,000 requests per call (one transaction each).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+
+import jobs
+
+from systems._producer import main
+from tidings.intake import NotifyRequest
+from tidings.model import Outcome, Recipient, SendRequest
+from tidings.providers.sandbox import SandboxTwinProvider
+from tidings.runtime import build_runtime
+from tidings.sandbox.core import SandboxConfig, SandboxCore
+from tidings.settings import Settings
+
+CONFIG = os.environ.get("PEERS_TIDINGS_CONFIG", "tidings.toml")
+CHANNEL = "email"
+BATCH = 5_000
+
+
+class SinkTwin(SandboxTwinProvider):
+    """The in-process sandbox twin; every send it accepts also goes to the sink."""
+
+    async def send(self, request: SendRequest) -> Outcome:
+        outcome = await super().send(request)
+        if getattr(outcome, "receipt", None):
+            jobs.sink(int(request.key.split(":", 1)[0].removeprefix("job-")))
+        return outcome
+
+
+async def enqueue(ids: range) -> None:
+    runtime = await build_runtime(Settings.load(CONFIG))
+    try:
+        items = list(ids)
+        for first in range(0, len(items), BATCH):
+            await runtime.notify_many([
+                NotifyRequest(key=jobs.key_of(i),
+                              recipient=Recipient(id=f"c{i}", email=f"r{i}@example.com"),
+                              channels=[CHANNEL], template="bench")
+                for i in items[first:first + BATCH]])
+    finally:
+        await runtime.close()
+
+
+async def serve() -> None:
+    from tidings.clock import SystemClock
+    from tidings.service import serve_worker
+
+    clock = SystemClock()
+    core = SandboxCore(SandboxConfig(quotas={CHANNEL: 1_000_000}), now=clock.now,
+                       seed=os.getpid())
+    provider = SinkTwin(core=core, channel=CHANNEL, clock=clock)
+    runtime = await build_runtime(Settings.load(CONFIG), clock=clock,
+                                  providers={CHANNEL: provider}, migrate=False)
+    async with runtime:
+        await serve_worker(runtime, CHANNEL)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["worker"]:
+        asyncio.run(serve())
+    else:
+        main(enqueue, "runtime.notify_many, 5,000 requests per call")
