@@ -85,7 +85,9 @@ def build_provider(channel: str, spec: ChannelSettings, clock: Clock) -> Provide
                                      "is required for the sandbox provider")
         return SandboxHttpProvider(base_url=provider.url, channel=channel, clock=clock,
                                    timeout_s=provider.timeout_s)
-    core = SandboxCore(SandboxConfig(), now=clock.now, seed=0)
+    config = (SandboxConfig(quotas={channel: provider.twin_quota}) if provider.twin_quota
+              else SandboxConfig())
+    core = SandboxCore(config, now=clock.now, seed=0)
     return SandboxTwinProvider(core=core, channel=channel, clock=clock)
 
 

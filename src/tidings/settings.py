@@ -57,6 +57,9 @@ class ProviderSettings(_Model):
     kind: Literal["sandbox", "sandbox-twin"] = "sandbox"
     url: str | None = None
     timeout_s: float = Field(default=5.0, gt=0)
+    twin_quota: int | None = Field(default=None, ge=1)
+    """Requests per second the in-process twin accepts on this channel (default: the
+    sandbox's own quotas); e.g. a very large one to measure tidings alone."""
 
 
 PROVIDER_TAGS = frozenset({"sandbox", "smtp", "http", "twilio", "sendgrid", "postmark"})

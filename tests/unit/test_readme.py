@@ -27,3 +27,4 @@ def test_a_readme_settings_block_parses(block: str, tmp_path: Path,
     path = tmp_path / "tidings.toml"
     path.write_text(block)
     Settings.load(path, env={})
+

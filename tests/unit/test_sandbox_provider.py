@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from email.utils import formatdate
+from pathlib import Path
 
 import httpx
 import pytest
@@ -291,3 +292,20 @@ async def test_twin_maps_errors_like_http(config: dict[str, object], to: str,
     provider, _ = twin(FakeClock(auto_advance=True), **config)
     outcome = await provider.send(request(to=to))
     assert type(outcome) is outcome_type
+
+
+async def test_twin_quota_in_settings_sizes_the_in_process_sandbox(tmp_path: Path) -> None:
+    from tidings.clock import FakeClock
+    from tidings.model import Accepted, SendRequest
+    from tidings.runtime import build_runtime
+    from tidings.settings import Settings
+
+    settings = Settings.parse({
+        "store": f"sqlite:///{tmp_path / 't.db'}",
+        "channels": {"email": {"provider": {"kind": "sandbox-twin", "twin_quota": 5000}}}})
+    async with await build_runtime(settings, clock=FakeClock(1_000_000.0)) as runtime:
+        provider = runtime.provider("email")
+        outcomes = [await provider.send(SendRequest(
+            key=f"k{i}", channel="email", to=f"c{i}@example.com", template="t/v1", data="{}",
+            recipient_id=f"c{i}")) for i in range(1500)]  # one second: over the default 1,000
+    assert all(isinstance(o, Accepted) for o in outcomes)
