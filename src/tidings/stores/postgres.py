@@ -156,7 +156,9 @@ class PostgresStore:
         if the caller's transaction commits. Inside a transaction the writes sit in a
         savepoint, so a failure here leaves the caller's transaction usable; on an
         autocommit connection outside a transaction they are one transaction of their
-        own. There is no retry: the transaction is the caller's.
+        own. There is no retry: the transaction is the caller's. The session gets the
+        temporary table ``admit_stage`` (rows kept only until commit), as every
+        connection that admits does.
         """
         if not isinstance(connection, psycopg.AsyncConnection):
             raise InvalidInput("connection", "must be a psycopg.AsyncConnection to the "
