@@ -208,10 +208,6 @@ class PostgresDatabase:
         when it started (READ COMMITTED), with no transaction block around them."""
         return await self.transaction(fn, block=False)
 
-    async def statement(self, fn: Callable[[Conn], Awaitable[T]]) -> T:
-        """Run ``fn(conn)``, which executes one statement: atomic on its own."""
-        return await self.transaction(fn, block=False)
-
     # ---------------------------------------------------------------- sharing
 
     def retain(self) -> None:
