@@ -36,6 +36,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from tidings.clock import SystemClock
 from tidings.errors import ConfigurationError, SchemaOutOfDate, StoreError
 from tidings.stores import queries
+from tidings.stores.sharing import SharedDatabase
 
 T = TypeVar("T")
 Conn = psycopg.AsyncConnection[TupleRow]
@@ -85,7 +86,7 @@ def redact(url: str) -> str:
         return f"{scheme}{sep}{user}{':***' if colon else ''}@{hostpart}"
 
 
-class PostgresDatabase:
+class PostgresDatabase(SharedDatabase):
     """A pool of connections to one PostgreSQL database (see the module docstring).
 
     The pool opens on first use (or ``open()``); an unreachable server surfaces as a
@@ -101,7 +102,6 @@ class PostgresDatabase:
         self._pool: AsyncConnectionPool[Conn] | None = None
         self._opening: asyncio.Lock | None = None
         self._closed = False
-        self._users = 0
 
     @classmethod
     def from_url(cls, url: str, *, min_size: int = 1, max_size: int = 8) -> PostgresDatabase:
@@ -208,17 +208,7 @@ class PostgresDatabase:
         when it started (READ COMMITTED), with no transaction block around them."""
         return await self.transaction(fn, block=False)
 
-    # ---------------------------------------------------------------- sharing
-
-    def retain(self) -> None:
-        """Count one more adapter using this database (see ``release``)."""
-        self._users += 1
-
-    async def release(self) -> None:
-        """One adapter is done with the database; the last one closes it."""
-        self._users -= 1
-        if self._users <= 0:
-            await self.close()
+    # ---------------------------------------------------------------- closing
 
     async def close(self) -> None:
         """Close the pool; later calls raise StoreError."""

@@ -23,6 +23,7 @@ from typing import TypeVar
 from tidings.clock import SystemClock
 from tidings.errors import ConfigurationError, SchemaOutOfDate, StoreError
 from tidings.stores import queries
+from tidings.stores.sharing import SharedDatabase
 
 T = TypeVar("T")
 
@@ -42,7 +43,7 @@ def _is_locked(exc: sqlite3.Error) -> bool:
     return "locked" in str(exc)
 
 
-class SqliteDatabase:
+class SqliteDatabase(SharedDatabase):
     """One connection to one SQLite file, served by one thread.
 
     ``path`` is a file path (or ``:memory:``, private to this object). The
@@ -58,7 +59,6 @@ class SqliteDatabase:
         self._conn: sqlite3.Connection | None = None
         self._open_error: BaseException | None = None
         self._closed = False
-        self._users = 0
         self._executor.submit(self._open)
 
     @classmethod
@@ -150,17 +150,7 @@ class SqliteDatabase:
         """Run ``fn(conn)`` outside any transaction (autocommit statements)."""
         return await self._submit(partial(self._plain, fn))
 
-    # ---------------------------------------------------------------- sharing
-
-    def retain(self) -> None:
-        """Count one more adapter using this database (see ``release``)."""
-        self._users += 1
-
-    async def release(self) -> None:
-        """One adapter is done with the database; the last one closes it."""
-        self._users -= 1
-        if self._users <= 0:
-            await self.close()
+    # ---------------------------------------------------------------- closing
 
     async def close(self) -> None:
         """Close the connection and stop the thread; later calls raise StoreError."""
