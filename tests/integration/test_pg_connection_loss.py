@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from urllib.parse import urlsplit
 
 import psycopg
 import pytest
@@ -27,11 +28,14 @@ def named(url: str) -> str:
     return f"{url}&application_name={APP}"
 
 
-async def terminate_ours(admin_url: str) -> int:
+async def terminate_ours(admin_url: str, url: str) -> int:
+    """Kill this test's connections to ``url``'s database (not another run's)."""
+    database = urlsplit(url).path.lstrip("/")
     async with await psycopg.AsyncConnection.connect(admin_url, autocommit=True) as conn:
         cur = await conn.execute(
             "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-            "WHERE application_name = %s AND pid <> pg_backend_pid()", (APP,))
+            "WHERE application_name = %s AND datname = %s AND pid <> pg_backend_pid()",
+            (APP, database))
         row = await cur.fetchone()
         return int(row[0]) if row else 0
 
@@ -49,7 +53,7 @@ async def test_a_transaction_whose_connection_dies_midway_is_retried_whole(
         attempts += 1
         await conn.execute("INSERT INTO batch SELECT generate_series(1, 500)")
         if attempts == 1:
-            assert await terminate_ours(pg_admin_url) >= 1
+            assert await terminate_ours(pg_admin_url, pg_url) >= 1
         await conn.execute("INSERT INTO batch SELECT generate_series(501, 1000)")
         return attempts
 
@@ -75,7 +79,7 @@ async def test_a_connection_that_never_comes_back_is_a_store_error_after_the_bud
     db = PostgresDatabase.from_url(named(pg_url))
 
     async def always_cut(conn: Conn) -> None:
-        await terminate_ours(pg_admin_url)
+        await terminate_ours(pg_admin_url, pg_url)
         await conn.execute("SELECT 1")
 
     try:
@@ -103,7 +107,7 @@ async def test_admission_under_repeated_connection_kills_admits_each_intent_once
         while not stop.is_set():
             # Often enough to cut many batches, rarely enough for batches to finish.
             await asyncio.sleep(random.uniform(0.05, 0.3))
-            kills += await terminate_ours(pg_admin_url)
+            kills += await terminate_ours(pg_admin_url, pg_url)
 
     chaos = asyncio.create_task(killer())
     try:
