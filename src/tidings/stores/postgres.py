@@ -26,6 +26,7 @@ from dataclasses import replace
 from typing import Any, TypeVar, cast
 
 import psycopg
+from psycopg import errors as pg_errors
 
 from tidings.claims import claim_kind, redelivery_event
 from tidings.errors import InvalidInput, StoreError
@@ -180,7 +181,9 @@ class PostgresStore:
                    ) -> Callable[[Conn], Awaitable[list[str]]]:
         """The body of one admission transaction (safe to run again: see intent_admit)."""
         sql = self._sql
-        insert = sql["intent_admit_staged_enqueued" if enqueue else "intent_admit_staged"]
+        suffix = "_enqueued" if enqueue else ""
+        insert_fresh = sql["intent_admit_fresh" + suffix]
+        insert = sql["intent_admit_staged" + suffix]
         seen: set[str] = set()
         rows: list[tuple[Any, ...]] = []
         unique: list[IntentDraft] = []
@@ -193,16 +196,22 @@ class PostgresStore:
                              d.expires_at, message_body(d.key)))
 
         async def fn(conn: Conn) -> list[str]:
-            inserted: set[str] = set()
+            params = {"now": now, "lease_until": publish_lease_until}
+            fresh = unique
             if rows:
                 await conn.execute(sql["admit_stage_create"])
                 async with conn.cursor() as cur:
                     async with cur.copy(sql["admit_stage_copy"]) as copy:
                         for row in rows:
                             await copy.write_row(row)
-                    await cur.execute(insert, {"now": now, "lease_until": publish_lease_until})
-                    inserted.update(row[0] for row in await cur.fetchall())
-            fresh = [d for d in unique if d.key in inserted]
+                    try:
+                        async with conn.transaction():
+                            await cur.execute(insert_fresh, params)
+                    except pg_errors.UniqueViolation:
+                        # Some keys exist (a replay, a second scheduler): insert the rest.
+                        await cur.execute(insert, params)
+                        inserted = {row[0] for row in await cur.fetchall()}
+                        fresh = [d for d in unique if d.key in inserted]
             if enqueue:
                 for queue in sorted({d.channel for d in fresh}):
                     await conn.execute(sql["queue_notify"], {"queue": queue})

@@ -79,6 +79,51 @@ WITH fresh AS (
 )
 SELECT key FROM fresh
 
+-- name: intent_admit_fresh
+-- The common case of intent_admit_staged: a page none of whose keys exists yet (the
+-- scheduler's next page past its high-water mark). Plain inserts without ON CONFLICT
+-- skip the speculative insertion and the join back to the stage; a key that does exist
+-- fails the statement with unique_violation, and the caller rolls back to its
+-- savepoint and takes the ON CONFLICT statement instead.
+-- No ORDER BY n: a sequential scan of the stage, emptied at every commit and filled by
+-- one COPY, returns the rows in COPY order (page order) without a sort. So two
+-- schedulers admitting the same page still meet on its first key rather than deadlock,
+-- and message ids still grow in page order; if a scan ever returned another order,
+-- a deadlock is retried and message order within a page is not a promise.
+WITH fresh AS (
+    INSERT INTO intents (
+        created_at, updated_at, selected_at, publish_lease_until, state,
+        key, channel, recipient_id, address, template, data, campaign, occurrence,
+        due_at, expires_at
+    )
+    SELECT %(now)s::float8, %(now)s::float8, %(now)s::float8, %(lease_until)s::float8,
+           'selected', key, channel, recipient_id, address, template, data, campaign,
+           occurrence, due_at, expires_at
+    FROM admit_stage
+)
+INSERT INTO events (key, channel, type, at, state, attempt)
+SELECT key, channel, 'selected', %(now)s::float8, 'selected', 0 FROM admit_stage
+
+-- name: intent_admit_fresh_enqueued
+-- intent_admit_fresh for intents born enqueued, with their queue messages.
+WITH fresh AS (
+    INSERT INTO intents (
+        created_at, updated_at, selected_at, enqueued_at, state,
+        key, channel, recipient_id, address, template, data, campaign, occurrence,
+        due_at, expires_at
+    )
+    SELECT %(now)s::float8, %(now)s::float8, %(now)s::float8, %(now)s::float8,
+           'enqueued', key, channel, recipient_id, address, template, data, campaign,
+           occurrence, due_at, expires_at
+    FROM admit_stage
+), logged AS (
+    INSERT INTO events (key, channel, type, at, state, attempt)
+    SELECT key, channel, 'enqueued', %(now)s::float8, 'enqueued', 0 FROM admit_stage
+)
+INSERT INTO messages (queue, enqueued_at, message_id, body, available_at)
+SELECT channel, %(now)s::float8, key, body, greatest(due_at, %(now)s::float8)
+FROM admit_stage
+
 -- name: intent_claim_publish
 -- SKIP LOCKED: two relays (or schedulers) on two machines take disjoint pages instead
 -- of queueing behind each other's row locks.
