@@ -413,17 +413,19 @@ class Worker:
                 # checked last, right before the request, after every await.
                 return None
             outcome = await self.provider.send(request)
+            now = self.clock.now()
+            streak = self.pacer.streak + 1 if isinstance(outcome, RateLimited) else 1
+            decision = decide(outcome, failures=intent.failures, policy=self.policy, now=now,
+                              rng=self.rng, consecutive_rate_limits=streak)
+            if decision.channel_pause_until is not None:
+                # Before anything else, the slot's release included: every process of
+                # the channel must stop before its next start.
+                self.stats.rate_limited += 1
+                await self.pacer.pause(decision.channel_pause_until)
         finally:
             await self.pacer.release()
         self.stats.sent += 1
-        now = self.clock.now()
-        streak = self.pacer.streak + 1 if isinstance(outcome, RateLimited) else 1
-        decision = decide(outcome, failures=intent.failures, policy=self.policy, now=now,
-                          rng=self.rng, consecutive_rate_limits=streak)
-        if decision.channel_pause_until is not None:
-            self.stats.rate_limited += 1
-            await self.pacer.pause(decision.channel_pause_until)
-        elif decision.to == State.ACCEPTED:
+        if decision.channel_pause_until is None and decision.to == State.ACCEPTED:
             await self.pacer.succeeded()
         return decision
 
@@ -455,7 +457,13 @@ class Worker:
                 await self.clock.sleep(self.config.commit_linger_s)
             self._wake.clear()
             try:
-                await self.flush()
+                # Shielded: a stop cancels this loop, and a commit cut off after it landed
+                # would be committed again by the final flush and read as a lost lease.
+                # The final flush waits for this one (the flush lock) instead, and tries
+                # again what it failed to commit (so its error is not reported twice).
+                flushing = asyncio.ensure_future(self.flush())
+                flushing.add_done_callback(_retrieve)
+                await asyncio.shield(flushing)
                 failures = 0
             except Exception:
                 # The outcomes stay queued (see flush) and are committed on a later try;
@@ -559,3 +567,9 @@ class Worker:
         await self.transport.extend(
             self.channel, [received.receipt for _, (_, received, _) in held],
             visibility_s=self.config.visibility_s, now=now)
+
+
+def _retrieve(task: asyncio.Future[None]) -> None:
+    """Mark a task's outcome as seen (its error is handled elsewhere)."""
+    if not task.cancelled():
+        task.exception()

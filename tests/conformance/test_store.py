@@ -692,6 +692,17 @@ async def test_pacer_transact_writes_nothing_when_fn_raises(store: Store) -> Non
     assert await store.pacer_read("sms") == {"count": 1}
 
 
+async def test_pacer_pause_keeps_the_latest_end_per_channel(store: Store) -> None:
+    assert await store.pacer_paused_until("sms") == 0.0
+
+    await asyncio.gather(*(store.pacer_pause("sms", until) for until in (105.0, 130.0, 110.0)))
+    await store.pacer_pause("sms", 120.0)  # a shorter pause never ends a longer one early
+
+    assert await store.pacer_paused_until("sms") == 130.0
+    assert await store.pacer_paused_until("email") == 0.0
+    assert await store.pacer_read("sms") is None  # the state is the pacer's own business
+
+
 # ---------------------------------------------------------------- several processes
 
 

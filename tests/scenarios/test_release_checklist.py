@@ -827,3 +827,57 @@ async def test_a_failed_outcome_commit_is_kept_and_retried_not_lost(h: Harness) 
     assert await h.queue_total() == 0
     stats = h.stats()
     assert (stats["requests"], stats["accepted_keys"]) == (1, 1)
+
+
+class CommitLandsThenStalls:
+    """A store whose first outcome commit lands, then keeps the caller waiting (the
+    answer is still on its way back) until ``answer`` is set."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.landed = asyncio.Event()
+        self.answer = asyncio.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def intent_apply_many(self, changes: Any, *, now: float) -> list[str]:
+        result: list[str] = await self.inner.intent_apply_many(changes, now=now)
+        if not self.landed.is_set():
+            self.landed.set()
+            await self.answer.wait()
+        return result
+
+
+async def test_a_stop_during_an_outcome_commit_lets_it_finish(
+        make_harness: HarnessFactory) -> None:
+    # given a worker whose outcome commit has landed but not yet answered
+    h = await make_harness()
+    key = await h.notify("ship-10:c10")
+    worker = h.worker("w1")
+    store = CommitLandsThenStalls(worker.store)
+    worker.store = store  # type: ignore[assignment]
+    running = asyncio.create_task(worker.run())
+
+    async def until_landed() -> None:
+        while not store.landed.is_set():  # the worker's short waits pass on the fake clock
+            await asyncio.sleep(0)
+            wake = h.clock.next_wake()
+            if wake is not None and wake - h.clock.now() < 1.0:
+                h.clock.advance(wake - h.clock.now())
+
+    await h.guard(until_landed())
+
+    # when the worker is stopped right then, and the answer arrives afterwards
+    worker.stop()
+    for _ in range(20):
+        await asyncio.sleep(0)
+    store.answer.set()
+    await h.guard(running)
+
+    # then the commit counts: no "lease lost", the message is acked, one send
+    assert "lease_lost" not in await h.event_types(key)
+    assert worker.stats.lease_lost == 0
+    assert (await h.intent(key)).state is State.ACCEPTED
+    assert await h.queue_total() == 0
+    assert h.stats()["requests"] == 1

@@ -15,6 +15,7 @@ class MemoryPacerBackend:
 
     def __init__(self) -> None:
         self._states: dict[str, dict[str, Any]] = {}
+        self._pauses: dict[str, float] = {}
         self._lock = asyncio.Lock()
 
     async def pacer_transact(
@@ -29,3 +30,9 @@ class MemoryPacerBackend:
     async def pacer_read(self, channel: str) -> dict[str, Any] | None:
         state = self._states.get(channel)
         return copy.deepcopy(state) if state is not None else None
+
+    async def pacer_pause(self, channel: str, until: float) -> None:
+        self._pauses[channel] = max(self._pauses.get(channel, 0.0), until)
+
+    async def pacer_paused_until(self, channel: str) -> float:
+        return self._pauses.get(channel, 0.0)

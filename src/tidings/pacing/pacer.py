@@ -31,6 +31,12 @@ class PacerBackend(Protocol):
 
     async def pacer_read(self, channel: str) -> dict[str, Any] | None: ...
 
+    async def pacer_pause(self, channel: str, until: float) -> None:
+        """Pause the channel until ``until`` at once: one write, no state lock."""
+        ...
+
+    async def pacer_paused_until(self, channel: str) -> float: ...
+
 
 class Pacer:
     """Paces one channel for one worker process against the channel's shared budget."""
@@ -125,6 +131,10 @@ class Pacer:
         """Pause the whole channel (every process) until ``until``; return the 429 streak."""
         self._paused_until = max(self._paused_until, until)
         self._drop_slots()
+        # First the one-statement pause every other process reads before its next start
+        # (a pacer transaction may first wait for the state's lock); then the state,
+        # for reservations and the streak.
+        await self._backend.pacer_pause(self.channel, until)
         self.streak = await self._backend.pacer_transact(
             self.channel, partial(algorithm.pause, until=until, now=self._clock.now())
         )
@@ -166,10 +176,9 @@ class Pacer:
         # Another process's 429 must stop this one too: look at the shared state
         # at most every ``pause_check_s``.
         if now - self._checked_at >= self._pause_check:
-            state = await self._backend.pacer_read(self.channel)
+            paused_until = await self._backend.pacer_paused_until(self.channel)
             self._checked_at = now
-            if state is not None:
-                self._paused_until = max(self._paused_until, float(state["paused_until"]))
+            self._paused_until = max(self._paused_until, paused_until)
         if self._paused_until > now:
             self._drop_slots()
             self._retry_at = self._paused_until

@@ -450,6 +450,15 @@ class Store(Protocol):
 
     async def pacer_read(self, channel: str) -> dict[str, Any] | None: ...
 
+    async def pacer_pause(self, channel: str, until: float) -> None:
+        """Pause the channel until ``until`` (never shortening a pause) in one write
+        that does not wait for ``pacer_transact``: what a 429 must reach at once."""
+        ...
+
+    async def pacer_paused_until(self, channel: str) -> float:
+        """Until when ``pacer_pause`` paused the channel (0.0 if never)."""
+        ...
+
     # ---- operator API: tokens, trigger guard, publish idempotency, summaries
     async def api_token_insert(self, token: ApiToken) -> None:
         """Store a new token; StoreError if its id exists."""

@@ -621,6 +621,16 @@ class PostgresStore:
         state: dict[str, Any] = json.loads(rows[0][0])
         return state
 
+    async def pacer_pause(self, channel: str, until: float) -> None:
+        async def fn(conn: Conn) -> None:
+            await conn.execute(self._sql["pacer_pause"], (channel, until))
+
+        await self.db.transaction(fn, block=False)  # one statement: no BEGIN/COMMIT
+
+    async def pacer_paused_until(self, channel: str) -> float:
+        rows = await self._rows("pacer_paused_until", (channel,))
+        return float(rows[0][0]) if rows else 0.0
+
     # ---------------------------------------------------------------- operator API
 
     async def _write_rows(self, query: str, params: Any) -> list[tuple[Any, ...]]:

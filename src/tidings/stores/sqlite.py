@@ -678,6 +678,16 @@ class SqliteStore:
 
         return await self.db.read(fn)
 
+    async def pacer_pause(self, channel: str, until: float) -> None:
+        await self.db.write(lambda conn: conn.execute(self._sql["pacer_pause"], (channel, until)))
+
+    async def pacer_paused_until(self, channel: str) -> float:
+        def fn(conn: sqlite3.Connection) -> float:
+            row = conn.execute(self._sql["pacer_paused_until"], (channel,)).fetchone()
+            return 0.0 if row is None else float(row[0])
+
+        return await self.db.read(fn)
+
     # ---------------------------------------------------------------- operator API
 
     async def api_token_insert(self, token: ApiToken) -> None:

@@ -15,3 +15,11 @@ SELECT state FROM pacer_state WHERE channel = %s
 
 -- name: pacer_write
 UPDATE pacer_state SET state = %s WHERE channel = %s
+
+-- name: pacer_pause
+-- Never shortens a pause; contends only with another pauser of the same channel.
+INSERT INTO pacer_pauses (channel, until) VALUES (%s, %s)
+ON CONFLICT (channel) DO UPDATE SET until = greatest(pacer_pauses.until, excluded.until)
+
+-- name: pacer_paused_until
+SELECT until FROM pacer_pauses WHERE channel = %s

@@ -1,0 +1,3 @@
+-- 0005: nothing to change on SQLite. PostgreSQL's 0005 folds the events' primary key
+-- and key index into one (key, id) index; here the index on key already carries the
+-- rowid (the id), in order, and the rowid needs no index of its own.
