@@ -220,7 +220,9 @@ LEAKY = [
 
 
 @pytest.mark.parametrize("source", LEAKY)
-@given(secret=st.text(min_size=2, max_size=40).filter(lambda s: not s.isspace()))
+# A secret that names a method of str ("replace") makes ``k | attr(k)`` render, not fail.
+@given(secret=st.text(min_size=2, max_size=40).filter(
+    lambda s: not s.isspace() and not hasattr(str, s)))
 def test_a_reason_never_contains_a_data_value(source: str, secret: str) -> None:
     templates = one({"sms.txt": source})
 
