@@ -48,7 +48,7 @@ from tidings.audience import Audience, GeneratorAudience
 from tidings.campaign import Campaign
 from tidings.clock import FakeClock
 from tidings.model import Recipient, campaign_key
-from tidings.runtime import build_runtime
+from tidings.runtime import CONCURRENT_PAGES_IN_FLIGHT, build_runtime
 from tidings.schedule import Schedule
 from tidings.scheduler import occurrence_id
 from tidings.settings import SchedulerSettings, Settings
@@ -409,7 +409,8 @@ def run(*, n: int, folder: Path, store: str | None, profile_n: int, profile_top:
         "store": url,
         "tidings": source_revision(),
         "page_size": SchedulerSettings().page_size,
-        "pages_in_flight": SchedulerSettings().pages_in_flight or (2 if pg else 1),
+        "pages_in_flight": SchedulerSettings().pages_in_flight or (
+            CONCURRENT_PAGES_IN_FLIGHT if pg else 1),
         "rate_per_s": round(rate),
         "floor_rate_per_s": round(floor_rate),
         "ratio": rounded(floor_rate / rate, 2),

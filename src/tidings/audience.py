@@ -17,13 +17,15 @@ Sources:
 from __future__ import annotations
 
 import asyncio
+import bisect
 import importlib
 import itertools
+import operator
 import re
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NoReturn, Protocol, runtime_checkable
 
 from tidings.errors import ConfigurationError, InvalidInput
 from tidings.model import Recipient
@@ -86,12 +88,11 @@ class GeneratorAudience:
             self._restart()
         recipients: list[Recipient] = []
         while len(recipients) < limit and not self._exhausted:
-            recipient = self._pull()
-            if recipient is None:
-                break
-            if after is not None and recipient.id <= after:
-                continue
-            recipients.append(recipient)
+            batch = self._take(limit - len(recipients))
+            if after is not None and batch and batch[0].id <= after:
+                # A restarted source: skip what the mark has passed (ids ascend).
+                batch = batch[bisect.bisect_right(batch, after, key=_id):]
+            recipients.extend(batch)
         if recipients:
             self._position = recipients[-1].id
         elif after is not None and (self._position is None or after > self._position):
@@ -107,26 +108,47 @@ class GeneratorAudience:
         self._previous = None
         self._exhausted = False
 
-    def _pull(self) -> Recipient | None:
+    def _take(self, n: int) -> list[Recipient]:
+        """Up to ``n`` more recipients from the source, checked as a batch (this runs
+        for every member, so the checks run in C: ``map``, not a Python loop)."""
         assert self._iterator is not None
         try:
-            recipient = next(self._iterator)
-            _check_recipient(recipient, self.describe)
-        except StopIteration:
-            self._exhausted = True
-            return None
+            batch = list(itertools.islice(self._iterator, n))
         except BaseException:
             # A generator that raised is closed; resuming it would look like the end.
             self._iterator = None
             raise
-        if self._previous is not None and recipient.id <= self._previous:
-            self._iterator = None
-            raise ConfigurationError(
-                "audience",
-                f"{self.describe()} yielded id {recipient.id!r} after {self._previous!r}; "
-                "ids must be unique and ascending as strings (zero-pad numeric ids)")
-        self._previous = recipient.id
-        return recipient
+        if len(batch) < n:
+            self._exhausted = True
+        if not batch:
+            return batch
+        if not all(map(isinstance, batch, itertools.repeat(Recipient))):
+            self._refuse(batch)
+        ids = [r.id for r in batch]
+        if not (all(map(isinstance, ids, itertools.repeat(str))) and all(ids)
+                and all(map(operator.lt, ids, itertools.islice(ids, 1, None)))
+                and (self._previous is None or self._previous < ids[0])):
+            self._refuse(batch)
+        self._previous = ids[-1]
+        return batch
+
+    def _refuse(self, batch: list[Any]) -> NoReturn:
+        """Raise the error for the first bad member of ``batch`` (one that is known)."""
+        self._iterator = None
+        previous = self._previous
+        for recipient in batch:
+            _check_recipient(recipient, self.describe)
+            if previous is not None and recipient.id <= previous:
+                raise ConfigurationError(
+                    "audience",
+                    f"{self.describe()} yielded id {recipient.id!r} after {previous!r}; "
+                    "ids must be unique and ascending as strings (zero-pad numeric ids)")
+            previous = recipient.id
+        raise AssertionError("_refuse called on a good batch")
+
+
+def _id(recipient: Recipient) -> str:
+    return recipient.id
 
 
 # ---------------------------------------------------------------- keyset

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
 from tidings.errors import InvalidInput, MessageDecodeError
 from tidings.states import State
@@ -14,7 +14,7 @@ from tidings.states import State
 MAX_KEY_LENGTH = 512
 MAX_PAYLOAD_BYTES = 256 * 1024
 MESSAGE_VERSION = 1
-_KEY_PART = re.compile(r"^[^\s/]+$")
+_KEY_PART = re.compile(r"[^\s/]+")  # whole part: fullmatch (a "$" would let "x\n" by)
 
 
 def campaign_key(campaign: str, logical_date: str, recipient_id: str, channel: str,
@@ -26,24 +26,44 @@ def campaign_key(campaign: str, logical_date: str, recipient_id: str, channel: s
     """
     for name, part in (("campaign", campaign), ("logical_date", logical_date),
                        ("recipient.id", recipient_id), ("channel", channel)):
-        if not _KEY_PART.match(part):
+        if not _KEY_PART.fullmatch(part):
             raise InvalidInput(name, f"{part!r} must be non-empty with no '/' or spaces")
     return f"{campaign}/{logical_date}/{recipient_id}/{channel}/v{version}"
+
+
+def campaign_key_parts(campaign: str, logical_date: str, channel: str,
+                       version: int) -> tuple[str, str]:
+    """What ``campaign_key`` puts before and after the recipient id (checked once)."""
+    campaign_key(campaign, logical_date, "-", channel, version)
+    return f"{campaign}/{logical_date}/", f"/{channel}/v{version}"
 
 
 def campaign_key_maker(campaign: str, logical_date: str, channel: str,
                        version: int) -> Callable[[str], str]:
     """``campaign_key`` with every part but the recipient id fixed and checked once."""
-    campaign_key(campaign, logical_date, "-", channel, version)
-    prefix, suffix = f"{campaign}/{logical_date}/", f"/{channel}/v{version}"
+    prefix, suffix = campaign_key_parts(campaign, logical_date, channel, version)
 
     def key(recipient_id: str) -> str:
-        if not _KEY_PART.match(recipient_id):
-            raise InvalidInput("recipient.id",
-                               f"{recipient_id!r} must be non-empty with no '/' or spaces")
+        check_recipient_ids([recipient_id])
         return prefix + recipient_id + suffix
 
     return key
+
+
+_BAD_ID_CHAR = re.compile(r"[\s/]")
+
+
+def check_recipient_ids(ids: Sequence[str]) -> None:
+    """Refuse a recipient id that cannot be part of a key (empty, '/' or whitespace).
+
+    One scan over the joined ids, not one regex call per id: this runs for every
+    member of every page.
+    """
+    joined = "\x00".join(ids)
+    if all(ids) and _BAD_ID_CHAR.search(joined) is None:
+        return
+    bad = next(i for i in ids if not _KEY_PART.fullmatch(i))
+    raise InvalidInput("recipient.id", f"{bad!r} must be non-empty with no '/' or spaces")
 
 
 def notify_key(key: str, channel: str) -> str:
@@ -106,6 +126,63 @@ class IntentDraft:
     occurrence: str | None = None
 
 
+class DraftPage(Sequence[IntentDraft]):
+    """One page of a campaign occurrence's intents, kept in columns.
+
+    What every intent of the page shares is held once; each intent adds only its
+    channel (an index into ``channels``), recipient id, address and data. To any
+    store it is a sequence of ``IntentDraft`` (made on demand); a store that can
+    write the columns as they are (PostgreSQL) skips the drafts altogether.
+    ``channels`` holds ``(channel, key prefix, key suffix)``: an intent's key is
+    ``prefix + recipient_id + suffix`` (see ``campaign_key_parts``).
+    """
+
+    __slots__ = ("campaign", "channels", "due_at", "expires_at", "occurrence", "rows",
+                 "template")
+
+    def __init__(self, *, campaign: str, occurrence: str, template: str, due_at: float,
+                 expires_at: float | None, channels: Sequence[tuple[str, str, str]]) -> None:
+        self.campaign = campaign
+        self.occurrence = occurrence
+        self.template = template
+        self.due_at = due_at
+        self.expires_at = expires_at
+        self.channels = tuple(channels)
+        #: (channel index, recipient id, address, data JSON) per intent, in page order
+        self.rows: list[tuple[int, str, str, str]] = []
+
+    def key(self, row: tuple[int, str, str, str]) -> str:
+        _, prefix, suffix = self.channels[row[0]]
+        return prefix + row[1] + suffix
+
+    def keys(self) -> list[str]:
+        return [self.key(row) for row in self.rows]
+
+    def _draft(self, row: tuple[int, str, str, str]) -> IntentDraft:
+        channel, prefix, suffix = self.channels[row[0]]
+        return IntentDraft(key=prefix + row[1] + suffix, channel=channel, recipient_id=row[1],
+                           address=row[2], template=self.template, data=row[3],
+                           due_at=self.due_at, expires_at=self.expires_at,
+                           campaign=self.campaign, occurrence=self.occurrence)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @overload
+    def __getitem__(self, index: int) -> IntentDraft: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[IntentDraft]: ...
+
+    def __getitem__(self, index: int | slice) -> IntentDraft | list[IntentDraft]:
+        if isinstance(index, slice):
+            return [self._draft(row) for row in self.rows[index]]
+        return self._draft(self.rows[index])
+
+    def __iter__(self) -> Iterator[IntentDraft]:
+        return map(self._draft, self.rows)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Intent:
     """One logical delivery as the ledger holds it."""
@@ -157,6 +234,12 @@ class Event:
 
 
 # ---------------------------------------------------------------- queue messages
+
+
+def message_body_parts(version: int = MESSAGE_VERSION) -> tuple[str, str]:
+    """A message body is these two around the key as a JSON string (for SQL that builds
+    bodies server-side; ``message_body`` is the same in Python)."""
+    return f'{{"v":{version},"key":', "}"
 
 
 def message_body(key: str, version: int = MESSAGE_VERSION) -> str:

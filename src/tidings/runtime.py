@@ -37,6 +37,10 @@ from tidings.templates import TemplateSet
 from tidings.transports.base import Transport
 from tidings.worker import Worker, WorkerConfig
 
+#: Pages a scheduler writes side by side on a store that takes concurrent writers: the
+#: server works on two while the scheduler drafts the next (bench/admission.py).
+CONCURRENT_PAGES_IN_FLIGHT = 3
+
 
 def default_worker_id(channel: str) -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{channel}:{random.getrandbits(24):06x}"
@@ -203,7 +207,8 @@ class Runtime:
         return Scheduler(store=self.store, transport=self.transport, campaigns=self.campaigns,
                          config=SchedulerConfig(page_size=s.page_size, max_pages=s.max_pages,
                                                 pages_in_flight=s.pages_in_flight or (
-                                                    2 if self.store.concurrent_writers else 1),
+                                                    CONCURRENT_PAGES_IN_FLIGHT
+                                                    if self.store.concurrent_writers else 1),
                                                 enqueue_in_store=self.enqueue_in_store,
                                                 relay=self.relay_config()))
 

@@ -10,12 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from tidings.campaign import Campaign
 from tidings.errors import InvalidInput
-from tidings.model import IntentDraft, Recipient, campaign_key_maker, encode_data
+from tidings.model import (
+    DraftPage,
+    Recipient,
+    campaign_key_parts,
+    check_recipient_ids,
+    encode_data,
+)
 from tidings.relay import RelayConfig, publish, relay_pass
 from tidings.schedule import OccurrenceTime
 from tidings.stores.base import Occurrence, OccurrenceProgress, Store, Switch
@@ -153,11 +159,15 @@ class Scheduler:
 
     @staticmethod
     def _drafts(members: Sequence[Recipient], campaign: Campaign, occurrence: str,
-                due: OccurrenceTime, key_of: Sequence[tuple[str, Callable[[str], str]]],
-                template: str, expires_at: float | None) -> tuple[list[IntentDraft], int]:
+                due: OccurrenceTime, channels: Sequence[tuple[str, str, str]],
+                template: str, expires_at: float | None) -> tuple[DraftPage, int]:
         """One intent per active member and channel; members without an address for a
         channel (and inactive ones) are counted as skipped."""
-        drafts: list[IntentDraft] = []
+        page = DraftPage(campaign=campaign.name, occurrence=occurrence, template=template,
+                         due_at=due.logical_at, expires_at=expires_at, channels=channels)
+        check_recipient_ids([m.id for m in members])
+        rows = page.rows
+        kinds = list(enumerate(channel for channel, _, _ in channels))
         skipped = 0
         for member in members:
             if not member.active:
@@ -165,19 +175,15 @@ class Scheduler:
                 continue
             data = (encode_data(member.data, f"audience[{member.id}].data")
                     if member.data else "{}")
-            for channel, key in key_of:
+            for index, channel in kinds:
                 address = member.address(channel)
                 if not address:
                     skipped += 1
                     continue
-                drafts.append(IntentDraft(
-                    key=key(member.id), channel=channel, recipient_id=member.id,
-                    address=address, template=template, data=data, due_at=due.logical_at,
-                    expires_at=expires_at, campaign=campaign.name, occurrence=occurrence,
-                ))
-        return drafts, skipped
+                rows.append((index, member.id, address, data))
+        return page, skipped
 
-    async def _write(self, drafts: list[IntentDraft], progress: OccurrenceProgress, now: float,
+    async def _write(self, drafts: DraftPage, progress: OccurrenceProgress, now: float,
                      result: PassResult, *, after: asyncio.Task[None] | None = None) -> None:
         """Write one page's intents and move the high-water mark in one transaction
         (after the previous page's write, ``after``, has moved it)."""
@@ -239,9 +245,9 @@ class Scheduler:
         expires_at = (due.logical_at + campaign.expires_after_s
                       if campaign.expires_after_s is not None else None)
         template = f"{campaign.template}/v{campaign.version}"
-        key_of = [(channel, campaign_key_maker(campaign.name, due.logical_date, channel,
-                                               campaign.version))
-                  for channel in campaign.channels]
+        channels = [(channel, *campaign_key_parts(campaign.name, due.logical_date, channel,
+                                                  campaign.version))
+                    for channel in campaign.channels]
         # Page k+1 is read and drafted while earlier pages are written. A store that
         # takes concurrent writers (PostgreSQL) writes up to ``pages_in_flight`` pages
         # side by side; each moves the occurrence's mark only after the page before it.
@@ -249,7 +255,7 @@ class Scheduler:
         try:
             for _ in range(self.config.max_pages):
                 members = await campaign.audience.page(high_water, self.config.page_size)
-                drafts, skipped = self._drafts(members, campaign, occ.id, due, key_of, template,
+                drafts, skipped = self._drafts(members, campaign, occ.id, due, channels, template,
                                                expires_at)
                 while len(writes) >= self.config.pages_in_flight:
                     await writes.pop(0)

@@ -135,8 +135,8 @@ class SchedulerSettings(_Model):
     page_size: int = Field(default=5000, ge=1, le=50_000)
     max_pages: int = Field(default=20, ge=1)
     pages_in_flight: int | None = Field(default=None, ge=1, le=8)
-    """Pages written side by side; default 2 on PostgreSQL (two server processes at
-    work), 1 on SQLite (one writer)."""
+    """Pages written side by side; default 3 on PostgreSQL (server processes at work
+    while the scheduler drafts the next page), 1 on SQLite (one writer)."""
     interval_s: float = Field(default=1.0, gt=0)
     relay_horizon_s: float = Field(default=60.0, ge=0)
     relay_lease_s: float = Field(default=30.0, gt=0)

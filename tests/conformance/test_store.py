@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from tidings.errors import InvalidTransition, StoreError
-from tidings.model import Event, IntentDraft
+from tidings.model import DraftPage, Event, IntentDraft, Message
+from tidings.runtime import open_store
 from tidings.states import State
 from tidings.stores.base import Change, ClaimKind, OccurrenceProgress, Store
 
@@ -232,6 +233,72 @@ async def test_admit_with_enqueue_writes_intents_and_their_messages_together(
     assert await event_types(store, "k1") == ["enqueued"]
     [claim] = await store.intent_claim_many(["k1"], owner="w", lease_s=LEASE, now=T0 + 2)
     assert claim.kind is ClaimKind.CLAIMED
+
+
+def digest_page(*ids: str, occurrence: str = "digest/2026-08-14") -> DraftPage:
+    """A two-channel campaign page; a member whose id starts with "m" has no phone."""
+    page = DraftPage(campaign="digest", occurrence=occurrence, template="digest/v1",
+                     due_at=T0 - 5, expires_at=T0 + 60,
+                     channels=[("email", "digest/2026-08-14/", "/email/v1"),
+                               ("sms", "digest/2026-08-14/", "/sms/v1")])
+    for i in ids:
+        page.rows.append((0, i, f"{i}@example.com", f'{{"i":"{i}"}}'))
+        if not i.startswith("m"):
+            page.rows.append((1, i, "+15550000", "{}"))
+    return page
+
+
+@pytest.mark.parametrize("enqueue", [False, True])
+async def test_a_draft_page_is_admitted_as_the_drafts_it_stands_for(
+        store: Store, enqueue: bool) -> None:
+    page = digest_page("a", "b\"q", "m1")
+
+    keys = await store.intent_admit(page, now=T0, enqueue=enqueue)
+
+    assert keys == page.keys() == [d.key for d in page] == [
+        "digest/2026-08-14/a/email/v1", "digest/2026-08-14/a/sms/v1",
+        'digest/2026-08-14/b"q/email/v1', 'digest/2026-08-14/b"q/sms/v1',
+        "digest/2026-08-14/m1/email/v1"]
+    state = State.ENQUEUED if enqueue else State.SELECTED
+    for d in page:
+        intent = await store.intent_get(d.key)
+        assert intent is not None
+        assert (intent.channel, intent.recipient_id, intent.address, intent.template,
+                intent.data, intent.due_at, intent.expires_at, intent.campaign,
+                intent.occurrence, intent.state) == (
+            d.channel, d.recipient_id, d.address, d.template, d.data, d.due_at,
+            d.expires_at, d.campaign, d.occurrence, state)
+        assert await event_types(store, d.key) == [state.value]
+
+
+async def test_a_draft_page_with_its_messages_queues_one_per_intent(
+        store: Store, store_url: str) -> None:
+    page = digest_page("a", "b\"q", "m1")
+    await store.intent_admit(page, now=T0, enqueue=True)
+
+    same_store, queue = await open_store(store_url)  # the store's own queue table
+    try:
+        bodies = {queue_name: [Message.decode(r.body).key for r in await queue.receive(
+                      queue_name, max_messages=10, visibility_s=30, now=T0)]
+                  for queue_name in ("email", "sms")}
+    finally:
+        await queue.close()
+        await same_store.close()
+    assert bodies == {"email": [d.key for d in page if d.channel == "email"],
+                      "sms": [d.key for d in page if d.channel == "sms"]}
+
+
+async def test_a_draft_page_over_admitted_keys_inserts_only_the_new_ones(
+        store: Store) -> None:
+    page = digest_page("a", "b", "c")
+    await store.intent_admit([page[1], page[4]], now=T0)
+
+    keys = await store.intent_admit(page, now=T0 + 1, enqueue=True)
+
+    assert keys == [d.key for i, d in enumerate(page) if i not in (1, 4)]
+    earlier = await store.intent_get(page[1].key)
+    assert earlier is not None and earlier.state == State.SELECTED
+    assert await event_types(store, page[1].key) == ["selected"]
 
 
 async def test_claim_publish_leases_due_selected_intents_oldest_first(store: Store) -> None:

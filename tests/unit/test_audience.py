@@ -154,6 +154,25 @@ async def test_a_generator_that_yields_something_else_is_a_configuration_error()
         await GeneratorAudience(source).page(None, 10)
 
 
+@pytest.mark.parametrize("bad", [7, ""])
+async def test_an_id_that_is_not_a_non_empty_string_is_named(bad: object) -> None:
+    def source() -> Iterator[Recipient]:
+        yield Recipient(id="a")
+        yield Recipient(id=bad)  # type: ignore[arg-type]
+        yield Recipient(id="c")
+
+    with pytest.raises(ConfigurationError, match=f"recipient id {bad!r}"):
+        await GeneratorAudience(source).page(None, 10)
+
+
+async def test_an_order_break_across_two_pages_is_caught() -> None:
+    audience = GeneratorAudience(CountingSource(["a", "b", "c", "b1"]))
+
+    assert [r.id for r in await audience.page(None, 3)] == ["a", "b", "c"]
+    with pytest.raises(ConfigurationError, match="'b1' after 'c'"):
+        await audience.page("c", 3)
+
+
 async def test_a_generator_that_fails_is_restarted_not_taken_for_finished() -> None:
     calls = 0
 

@@ -30,7 +30,7 @@ from psycopg import errors as pg_errors
 
 from tidings.claims import claim_kind, redelivery_event
 from tidings.errors import InvalidInput, StoreError
-from tidings.model import Event, Intent, IntentDraft, message_body
+from tidings.model import DraftPage, Event, Intent, IntentDraft, message_body, message_body_parts
 from tidings.preferences import Preference
 from tidings.states import CLAIMABLE, State, check
 from tidings.stores import sqlite as _lite
@@ -179,41 +179,81 @@ class PostgresStore:
                    publish_lease_until: float | None, progress: OccurrenceProgress | None,
                    enqueue: bool, progress_after: Awaitable[object] | None
                    ) -> Callable[[Conn], Awaitable[list[str]]]:
-        """The body of one admission transaction (safe to run again: see intent_admit)."""
+        """The body of one admission transaction (safe to run again: see intent_admit).
+
+        The first try assumes no key exists yet (a scheduler's page past its mark) and
+        inserts without ON CONFLICT in a savepoint; a unique_violation rolls back to it
+        and the page goes in by ``intent_admit_staged``, which skips existing keys.
+        A ``DraftPage`` is staged in its columns; anything else as whole drafts.
+        """
         sql = self._sql
         suffix = "_enqueued" if enqueue else ""
-        insert_fresh = sql["intent_admit_fresh" + suffix]
-        insert = sql["intent_admit_staged" + suffix]
-        seen: set[str] = set()
-        rows: list[tuple[Any, ...]] = []
-        unique: list[IntentDraft] = []
-        for d in drafts:  # keeps the first of a key drafted twice
-            if d.key not in seen:
-                seen.add(d.key)
-                unique.append(d)
-                rows.append((len(rows), d.key, d.channel, d.recipient_id, d.address,
-                             d.template, d.data, d.campaign, d.occurrence, d.due_at,
-                             d.expires_at, message_body(d.key)))
+        params: dict[str, Any] = {"now": now, "lease_until": publish_lease_until}
+        page = drafts if isinstance(drafts, DraftPage) else None
+        if page is not None:
+            body_head, body_tail = message_body_parts()
+            params.update(
+                channels=[c for c, _, _ in page.channels],
+                prefixes=[p for _, p, _ in page.channels],
+                suffixes=[s for _, _, s in page.channels],
+                template=page.template, campaign=page.campaign, occurrence=page.occurrence,
+                due_at=page.due_at, expires_at=page.expires_at,
+                body_head=body_head, body_tail=body_tail)
+
+        def unique_drafts() -> tuple[list[IntentDraft], list[tuple[Any, ...]]]:
+            seen: set[str] = set()
+            unique: list[IntentDraft] = []
+            rows: list[tuple[Any, ...]] = []
+            for d in drafts:  # keeps the first of a key drafted twice
+                if d.key not in seen:
+                    seen.add(d.key)
+                    unique.append(d)
+                    rows.append((len(rows), d.key, d.channel, d.recipient_id, d.address,
+                                 d.template, d.data, d.campaign, d.occurrence, d.due_at,
+                                 d.expires_at, message_body(d.key)))
+            return unique, rows
+
+        async def copy_rows(cur: Any, stage: str, rows: Sequence[tuple[Any, ...]]) -> None:
+            await cur.execute(sql[f"{stage}_create"])
+            async with cur.copy(sql[f"{stage}_copy"]) as copy:
+                for row in rows:
+                    await copy.write_row(row)
+
+        async def fresh_only(cur: Any, statement: str) -> bool:
+            try:
+                async with cur.connection.transaction():
+                    await cur.execute(sql[statement + suffix], params)
+                return True
+            except pg_errors.UniqueViolation:
+                return False  # some keys exist (a replay, a second scheduler)
+
+        async def write(cur: Any) -> tuple[list[str], set[str]]:
+            """The new keys, and the queues that got messages."""
+            if page is not None:
+                await copy_rows(cur, "admit_page_stage", page.rows)
+                if await fresh_only(cur, "intent_admit_page"):
+                    used = {row[0] for row in page.rows}
+                    return page.keys(), {page.channels[i][0] for i in used}
+                unique, rows = unique_drafts()
+                await copy_rows(cur, "admit_stage", rows)
+            else:
+                unique, rows = unique_drafts()
+                await copy_rows(cur, "admit_stage", rows)
+                if await fresh_only(cur, "intent_admit_fresh"):
+                    return [d.key for d in unique], {d.channel for d in unique}
+            await cur.execute(sql["intent_admit_staged" + suffix], params)
+            inserted = {row[0] for row in await cur.fetchall()}
+            fresh = [d for d in unique if d.key in inserted]
+            return [d.key for d in fresh], {d.channel for d in fresh}
 
         async def fn(conn: Conn) -> list[str]:
-            params = {"now": now, "lease_until": publish_lease_until}
-            fresh = unique
-            if rows:
-                await conn.execute(sql["admit_stage_create"])
+            keys: list[str] = []
+            queues: set[str] = set()
+            if drafts:
                 async with conn.cursor() as cur:
-                    async with cur.copy(sql["admit_stage_copy"]) as copy:
-                        for row in rows:
-                            await copy.write_row(row)
-                    try:
-                        async with conn.transaction():
-                            await cur.execute(insert_fresh, params)
-                    except pg_errors.UniqueViolation:
-                        # Some keys exist (a replay, a second scheduler): insert the rest.
-                        await cur.execute(insert, params)
-                        inserted = {row[0] for row in await cur.fetchall()}
-                        fresh = [d for d in unique if d.key in inserted]
+                    keys, queues = await write(cur)
             if enqueue:
-                for queue in sorted({d.channel for d in fresh}):
+                for queue in sorted(queues):
                     await conn.execute(sql["queue_notify"], {"queue": queue})
             if progress_after is not None:
                 await _in_page_order(progress_after)
@@ -221,12 +261,12 @@ class PostgresStore:
                 cur = await conn.execute(sql["occurrence_progress"], {
                     "id": progress.occurrence, "high_water": progress.high_water,
                     "after": progress.after,
-                    "members": progress.members, "admitted": len(fresh),
+                    "members": progress.members, "admitted": len(keys),
                     "skipped": progress.skipped,
                 })
                 if cur.rowcount != 1:
                     raise StoreError(f"occurrence {progress.occurrence!r} does not exist")
-            return [d.key for d in fresh]
+            return keys
 
         return fn
 

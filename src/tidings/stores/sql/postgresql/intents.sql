@@ -124,6 +124,72 @@ INSERT INTO messages (queue, enqueued_at, message_id, body, available_at)
 SELECT channel, %(now)s::float8, key, body, greatest(due_at, %(now)s::float8)
 FROM admit_stage
 
+-- name: admit_page_stage_create
+-- A campaign page in columns (see model.DraftPage): per intent only its channel (an
+-- index into the statement's channel arrays), recipient id, address and data; the key
+-- and everything the page shares are put together server-side.
+CREATE TEMP TABLE IF NOT EXISTS admit_page_stage (
+    channel      integer NOT NULL,
+    recipient_id text    NOT NULL,
+    address      text    NOT NULL,
+    data         text    NOT NULL
+) ON COMMIT DELETE ROWS
+
+-- name: admit_page_stage_copy
+COPY admit_page_stage (channel, recipient_id, address, data) FROM STDIN
+
+-- name: intent_admit_page
+-- intent_admit_fresh for a staged page (the same no-sort, no-ON-CONFLICT reasoning:
+-- a unique_violation sends the caller to intent_admit_staged). The channel arrays are
+-- joined by index; the stage stays the outer, scanned side, so rows keep page order.
+WITH staged AS (
+    SELECT c.channel, c.prefix || s.recipient_id || c.suffix AS key, s.recipient_id,
+           s.address, s.data
+    FROM admit_page_stage s
+    JOIN unnest(%(channels)s::text[], %(prefixes)s::text[], %(suffixes)s::text[])
+         WITH ORDINALITY AS c(channel, prefix, suffix, i) ON c.i = s.channel + 1
+), fresh AS (
+    INSERT INTO intents (
+        created_at, updated_at, selected_at, publish_lease_until, state,
+        key, channel, recipient_id, address, template, data, campaign, occurrence,
+        due_at, expires_at
+    )
+    SELECT %(now)s::float8, %(now)s::float8, %(now)s::float8, %(lease_until)s::float8,
+           'selected', key, channel, recipient_id, address, %(template)s, data,
+           %(campaign)s, %(occurrence)s, %(due_at)s::float8, %(expires_at)s::float8
+    FROM staged
+)
+INSERT INTO events (key, channel, type, at, state, attempt)
+SELECT key, channel, 'selected', %(now)s::float8, 'selected', 0 FROM staged
+
+-- name: intent_admit_page_enqueued
+-- intent_admit_page for intents born enqueued, with their queue messages. The body is
+-- model.message_body's: %(body_head)s, the key as a JSON string, %(body_tail)s.
+WITH staged AS (
+    SELECT c.channel, c.prefix || s.recipient_id || c.suffix AS key, s.recipient_id,
+           s.address, s.data
+    FROM admit_page_stage s
+    JOIN unnest(%(channels)s::text[], %(prefixes)s::text[], %(suffixes)s::text[])
+         WITH ORDINALITY AS c(channel, prefix, suffix, i) ON c.i = s.channel + 1
+), fresh AS (
+    INSERT INTO intents (
+        created_at, updated_at, selected_at, enqueued_at, state,
+        key, channel, recipient_id, address, template, data, campaign, occurrence,
+        due_at, expires_at
+    )
+    SELECT %(now)s::float8, %(now)s::float8, %(now)s::float8, %(now)s::float8,
+           'enqueued', key, channel, recipient_id, address, %(template)s, data,
+           %(campaign)s, %(occurrence)s, %(due_at)s::float8, %(expires_at)s::float8
+    FROM staged
+), logged AS (
+    INSERT INTO events (key, channel, type, at, state, attempt)
+    SELECT key, channel, 'enqueued', %(now)s::float8, 'enqueued', 0 FROM staged
+)
+INSERT INTO messages (queue, enqueued_at, message_id, body, available_at)
+SELECT channel, %(now)s::float8, key, %(body_head)s || to_json(key)::text || %(body_tail)s,
+       greatest(%(due_at)s::float8, %(now)s::float8)
+FROM staged
+
 -- name: intent_claim_publish
 -- SKIP LOCKED: two relays (or schedulers) on two machines take disjoint pages instead
 -- of queueing behind each other's row locks.
