@@ -48,7 +48,12 @@ from tidings.audience import Audience, GeneratorAudience
 from tidings.campaign import Campaign
 from tidings.clock import FakeClock
 from tidings.model import Recipient, campaign_key
-from tidings.runtime import CONCURRENT_PAGES_IN_FLIGHT, build_runtime
+from tidings.runtime import (
+    CONCURRENT_PAGE_SIZE,
+    CONCURRENT_PAGES_IN_FLIGHT,
+    SINGLE_WRITER_PAGE_SIZE,
+    build_runtime,
+)
 from tidings.schedule import Schedule
 from tidings.scheduler import occurrence_id
 from tidings.settings import SchedulerSettings, Settings
@@ -408,7 +413,8 @@ def run(*, n: int, folder: Path, store: str | None, profile_n: int, profile_top:
         "n": n,
         "store": url,
         "tidings": source_revision(),
-        "page_size": SchedulerSettings().page_size,
+        "page_size": SchedulerSettings().page_size or (
+            CONCURRENT_PAGE_SIZE if pg else SINGLE_WRITER_PAGE_SIZE),
         "pages_in_flight": SchedulerSettings().pages_in_flight or (
             CONCURRENT_PAGES_IN_FLIGHT if pg else 1),
         "rate_per_s": round(rate),

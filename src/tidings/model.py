@@ -156,7 +156,11 @@ class DraftPage(Sequence[IntentDraft]):
         return prefix + row[1] + suffix
 
     def keys(self) -> list[str]:
-        return [self.key(row) for row in self.rows]
+        parts = [(prefix, suffix) for _, prefix, suffix in self.channels]
+        if len(parts) == 1:
+            [(prefix, suffix)] = parts
+            return [prefix + row[1] + suffix for row in self.rows]
+        return [parts[row[0]][0] + row[1] + parts[row[0]][1] for row in self.rows]
 
     def _draft(self, row: tuple[int, str, str, str]) -> IntentDraft:
         channel, prefix, suffix = self.channels[row[0]]

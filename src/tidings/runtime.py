@@ -40,6 +40,10 @@ from tidings.worker import Worker, WorkerConfig
 #: Pages a scheduler writes side by side on a store that takes concurrent writers: the
 #: server works on two while the scheduler drafts the next (bench/admission.py).
 CONCURRENT_PAGES_IN_FLIGHT = 3
+#: Members per admission page: smaller on a server store (PostgreSQL), where a page's
+#: WAL then fits the default wal_buffers, than on SQLite's one writer.
+CONCURRENT_PAGE_SIZE = 2500
+SINGLE_WRITER_PAGE_SIZE = 5000
 
 
 def default_worker_id(channel: str) -> str:
@@ -204,11 +208,14 @@ class Runtime:
 
     def scheduler(self) -> Scheduler:
         s = self.settings.scheduler
+        concurrent = self.store.concurrent_writers
+        page_size = s.page_size or (CONCURRENT_PAGE_SIZE if concurrent
+                                    else SINGLE_WRITER_PAGE_SIZE)
         return Scheduler(store=self.store, transport=self.transport, campaigns=self.campaigns,
-                         config=SchedulerConfig(page_size=s.page_size, max_pages=s.max_pages,
+                         config=SchedulerConfig(page_size=page_size, max_pages=s.max_pages,
                                                 pages_in_flight=s.pages_in_flight or (
-                                                    CONCURRENT_PAGES_IN_FLIGHT
-                                                    if self.store.concurrent_writers else 1),
+                                                    CONCURRENT_PAGES_IN_FLIGHT if concurrent
+                                                    else 1),
                                                 enqueue_in_store=self.enqueue_in_store,
                                                 relay=self.relay_config()))
 

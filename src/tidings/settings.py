@@ -132,7 +132,9 @@ class WorkerSettings(_Model):
 
 
 class SchedulerSettings(_Model):
-    page_size: int = Field(default=5000, ge=1, le=50_000)
+    page_size: int | None = Field(default=None, ge=1, le=50_000)
+    """Audience members read and admitted per page; default 2,500 on PostgreSQL (a
+    page's writes then fit its WAL buffers), 5,000 on SQLite."""
     max_pages: int = Field(default=20, ge=1)
     pages_in_flight: int | None = Field(default=None, ge=1, le=8)
     """Pages written side by side; default 3 on PostgreSQL (server processes at work

@@ -65,6 +65,18 @@ _FLAGS = ("leaves_claimed", "terminal", "reopens", "reset_failures")
 PAGE_ORDER_WAIT_S = 10.0
 
 
+def _page_copy_text(page: DraftPage) -> str | None:
+    """The page's rows as COPY text when no field needs escaping (the usual case), else
+    None and psycopg formats them row by row. One join and four scans of the result
+    instead of a formatting call per row: this runs for every member admitted."""
+    rows = page.rows
+    text = "".join([f"{c}\t{r}\t{a}\t{d}\n" for c, r, a, d in rows])
+    if (text.count("\t") == 3 * len(rows) and text.count("\n") == len(rows)
+            and "\\" not in text and "\r" not in text):
+        return text
+    return None
+
+
 async def _in_page_order(previous: Awaitable[object]) -> None:
     """Wait for the previous page's write (its failure is this page's failure)."""
     try:
@@ -213,9 +225,13 @@ class PostgresStore:
                                  d.expires_at, message_body(d.key)))
             return unique, rows
 
-        async def copy_rows(cur: Any, stage: str, rows: Sequence[tuple[Any, ...]]) -> None:
+        async def copy_rows(cur: Any, stage: str, rows: Sequence[tuple[Any, ...]],
+                            text: str | None = None) -> None:
             await cur.execute(sql[f"{stage}_create"])
             async with cur.copy(sql[f"{stage}_copy"]) as copy:
+                if text is not None:
+                    await copy.write(text)
+                    return
                 for row in rows:
                     await copy.write_row(row)
 
@@ -230,7 +246,7 @@ class PostgresStore:
         async def write(cur: Any) -> tuple[list[str], set[str]]:
             """The new keys, and the queues that got messages."""
             if page is not None:
-                await copy_rows(cur, "admit_page_stage", page.rows)
+                await copy_rows(cur, "admit_page_stage", page.rows, _page_copy_text(page))
                 if await fresh_only(cur, "intent_admit_page"):
                     used = {row[0] for row in page.rows}
                     return page.keys(), {page.channels[i][0] for i in used}
