@@ -271,6 +271,19 @@ async def test_a_draft_page_is_admitted_as_the_drafts_it_stands_for(
         assert await event_types(store, d.key) == [state.value]
 
 
+async def test_a_draft_page_keeps_text_that_needs_escaping_as_it_is(store: Store) -> None:
+    page = digest_page("plain")
+    page.rows.append((0, "r\\b", "tab\there@example.com", '{"t":"a\\nb\\\\c","x":"\r\n"}'))
+
+    keys = await store.intent_admit(page, now=T0)
+
+    assert keys == page.keys()
+    intent = await store.intent_get(page[-1].key)
+    assert intent is not None
+    assert (intent.recipient_id, intent.address, intent.data) == (
+        "r\\b", "tab\there@example.com", '{"t":"a\\nb\\\\c","x":"\r\n"}')
+
+
 async def test_a_draft_page_with_its_messages_queues_one_per_intent(
         store: Store, store_url: str) -> None:
     page = digest_page("a", "b\"q", "m1")
