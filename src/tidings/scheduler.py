@@ -165,7 +165,7 @@ class Scheduler:
         channel (and inactive ones) are counted as skipped."""
         page = DraftPage(campaign=campaign.name, occurrence=occurrence, template=template,
                          due_at=due.logical_at, expires_at=expires_at, channels=channels)
-        check_recipient_ids([m.id for m in members])
+        check_recipient_ids([m.id for m in members if m.active])  # ids that become keys
         rows = page.rows
         kinds = list(enumerate(channel for channel, _, _ in channels))
         skipped = 0
