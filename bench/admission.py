@@ -48,14 +48,9 @@ from tidings.audience import Audience, GeneratorAudience
 from tidings.campaign import Campaign
 from tidings.clock import FakeClock
 from tidings.model import Recipient, campaign_key
-from tidings.runtime import (
-    CONCURRENT_PAGE_SIZE,
-    CONCURRENT_PAGES_IN_FLIGHT,
-    SINGLE_WRITER_PAGE_SIZE,
-    build_runtime,
-)
+from tidings.runtime import build_runtime
 from tidings.schedule import Schedule
-from tidings.scheduler import occurrence_id
+from tidings.scheduler import admission_shape, occurrence_id
 from tidings.settings import SchedulerSettings, Settings
 from tidings.stores import queries
 from tidings.stores.sqlite import SqliteStore
@@ -413,10 +408,10 @@ def run(*, n: int, folder: Path, store: str | None, profile_n: int, profile_top:
         "n": n,
         "store": url,
         "tidings": source_revision(),
-        "page_size": SchedulerSettings().page_size or (
-            CONCURRENT_PAGE_SIZE if pg else SINGLE_WRITER_PAGE_SIZE),
-        "pages_in_flight": SchedulerSettings().pages_in_flight or (
-            CONCURRENT_PAGES_IN_FLIGHT if pg else 1),
+        "page_size": SchedulerSettings().page_size or admission_shape(pg).page_size,
+        "pages_in_flight": (SchedulerSettings().pages_in_flight
+                            or admission_shape(pg).pages_in_flight),
+        "max_pages": SchedulerSettings().max_pages or admission_shape(pg).max_pages,
         "rate_per_s": round(rate),
         "floor_rate_per_s": round(floor_rate),
         "ratio": rounded(floor_rate / rate, 2),

@@ -29,21 +29,13 @@ from tidings.providers.base import Provider
 from tidings.reconciler import Reconciler, ReconcilerConfig
 from tidings.relay import RelayConfig
 from tidings.schedule import Schedule
-from tidings.scheduler import Scheduler, SchedulerConfig
+from tidings.scheduler import Scheduler, SchedulerConfig, admission_shape
 from tidings.settings import ChannelSettings, ProviderSettings, Settings
 from tidings.states import State
 from tidings.stores.base import Store
 from tidings.templates import TemplateSet
 from tidings.transports.base import Transport
 from tidings.worker import Worker, WorkerConfig
-
-#: Pages a scheduler writes side by side on a store that takes concurrent writers: the
-#: server works on two while the scheduler drafts the next (bench/admission.py).
-CONCURRENT_PAGES_IN_FLIGHT = 3
-#: Members per admission page: smaller on a server store (PostgreSQL), where a page's
-#: WAL then fits the default wal_buffers, than on SQLite's one writer.
-CONCURRENT_PAGE_SIZE = 2500
-SINGLE_WRITER_PAGE_SIZE = 5000
 
 
 def default_worker_id(channel: str) -> str:
@@ -208,16 +200,14 @@ class Runtime:
 
     def scheduler(self) -> Scheduler:
         s = self.settings.scheduler
-        concurrent = self.store.concurrent_writers
-        page_size = s.page_size or (CONCURRENT_PAGE_SIZE if concurrent
-                                    else SINGLE_WRITER_PAGE_SIZE)
+        shape = admission_shape(self.store.concurrent_writers)
         return Scheduler(store=self.store, transport=self.transport, campaigns=self.campaigns,
-                         config=SchedulerConfig(page_size=page_size, max_pages=s.max_pages,
-                                                pages_in_flight=s.pages_in_flight or (
-                                                    CONCURRENT_PAGES_IN_FLIGHT if concurrent
-                                                    else 1),
-                                                enqueue_in_store=self.enqueue_in_store,
-                                                relay=self.relay_config()))
+                         config=SchedulerConfig(
+                             page_size=s.page_size or shape.page_size,
+                             max_pages=s.max_pages or shape.max_pages,
+                             pages_in_flight=s.pages_in_flight or shape.pages_in_flight,
+                             enqueue_in_store=self.enqueue_in_store,
+                             relay=self.relay_config()))
 
     def reconciler(self) -> Reconciler:
         r = self.settings.reconciler

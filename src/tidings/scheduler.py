@@ -31,6 +31,26 @@ log = logging.getLogger("tidings.scheduler")
 
 
 @dataclass(frozen=True, kw_only=True)
+class AdmissionShape:
+    """How a scheduler pages an audience: members per page, pages per pass (a pass
+    then returns), pages written side by side."""
+
+    page_size: int
+    max_pages: int
+    pages_in_flight: int
+
+
+def admission_shape(concurrent_writers: bool) -> AdmissionShape:
+    """The default shape for a store. SQLite has one writer: big pages, one at a time.
+    A server store (PostgreSQL) writes three pages at once while the next is drafted,
+    in pages whose WAL fits the default wal_buffers; a pass covers 100,000 members on
+    either (bench/admission.py measures the choice)."""
+    if concurrent_writers:
+        return AdmissionShape(page_size=2500, max_pages=40, pages_in_flight=3)
+    return AdmissionShape(page_size=5000, max_pages=20, pages_in_flight=1)
+
+
+@dataclass(frozen=True, kw_only=True)
 class SchedulerConfig:
     """``enqueue_in_store``: the transport is the store's own queue table, so a page's
     intents and messages are written in one transaction (see ``Store.intent_admit``)."""

@@ -132,13 +132,13 @@ class WorkerSettings(_Model):
 
 
 class SchedulerSettings(_Model):
+    # Left out, each takes its store's default (scheduler.admission_shape):
     page_size: int | None = Field(default=None, ge=1, le=50_000)
-    """Audience members read and admitted per page; default 2,500 on PostgreSQL (a
-    page's writes then fit its WAL buffers), 5,000 on SQLite."""
-    max_pages: int = Field(default=20, ge=1)
+    """Audience members per page: 2,500 on PostgreSQL, 5,000 on SQLite."""
+    max_pages: int | None = Field(default=None, ge=1)
+    """Pages per pass: 40 on PostgreSQL, 20 on SQLite (100,000 members either way)."""
     pages_in_flight: int | None = Field(default=None, ge=1, le=8)
-    """Pages written side by side; default 3 on PostgreSQL (server processes at work
-    while the scheduler drafts the next page), 1 on SQLite (one writer)."""
+    """Pages written side by side: 3 on PostgreSQL, 1 on SQLite (one writer)."""
     interval_s: float = Field(default=1.0, gt=0)
     relay_horizon_s: float = Field(default=60.0, ge=0)
     relay_lease_s: float = Field(default=30.0, gt=0)
