@@ -256,6 +256,9 @@ class SqliteStore:
         sql = self._sql
         insert = sql["intent_insert_many_enqueued" if enqueue else "intent_insert_many"]
         head = (now, now, now, now if enqueue else publish_lease_until)
+        # A DraftPage makes its drafts on demand: make them once, here, not on the
+        # database thread each time they are read.
+        drafts = list(drafts)
         keys_json = json.dumps([d.key for d in drafts])
 
         def fn(conn: sqlite3.Connection) -> list[str]:
