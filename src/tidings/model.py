@@ -151,10 +151,6 @@ class DraftPage(Sequence[IntentDraft]):
         #: (channel index, recipient id, address, data JSON) per intent, in page order
         self.rows: list[tuple[int, str, str, str]] = []
 
-    def key(self, row: tuple[int, str, str, str]) -> str:
-        _, prefix, suffix = self.channels[row[0]]
-        return prefix + row[1] + suffix
-
     def keys(self) -> list[str]:
         parts = [(prefix, suffix) for _, prefix, suffix in self.channels]
         if len(parts) == 1:
