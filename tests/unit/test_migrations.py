@@ -1,8 +1,10 @@
-"""SQLite migrations and the named-query loader."""
+"""The named-query loader, and every SQLite query against the migrated schema.
+
+Migrating itself is one suite for both databases: tests/conformance/test_store_migrations.py.
+"""
 
 from __future__ import annotations
 
-import asyncio
 import re
 import sqlite3
 from collections.abc import AsyncIterator
@@ -10,12 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from tidings.errors import SchemaOutOfDate, StoreError
 from tidings.stores import queries
 from tidings.stores.sqlite_db import SqliteDatabase
 
 NOW = 1_000_000.0
-KNOWN = [m.version for m in queries.migrations("sqlite")]
 
 
 @pytest.fixture
@@ -23,91 +23,6 @@ async def db(tmp_path: Path) -> AsyncIterator[SqliteDatabase]:
     database = SqliteDatabase.from_url(f"sqlite:///{tmp_path / 'm.db'}")
     yield database
     await database.close()
-
-
-def with_extra_migration(monkeypatch: pytest.MonkeyPatch, sql: str) -> int:
-    """Make the code know one migration more than the package ships; returns its version."""
-    shipped = queries.migrations("sqlite")
-    extra = queries.Migration(version=shipped[-1].version + 1, title="extra", sql=sql)
-    monkeypatch.setattr(queries, "migrations", lambda dialect: (*shipped, extra))
-    return extra.version
-
-
-async def tables(db: SqliteDatabase) -> set[str]:
-    rows = await db.read(
-        lambda conn: conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
-    )
-    return {name for (name,) in rows}
-
-
-async def test_migrate_from_zero_applies_every_migration_in_order(db: SqliteDatabase) -> None:
-    assert await db.schema_version() == 0
-
-    applied = await db.migrate(now=NOW)
-
-    assert applied == KNOWN == sorted(KNOWN)
-    assert await db.schema_version() == KNOWN[-1]
-    assert {"intents", "events", "occurrences", "switches", "pacer_state", "messages",
-            "dead_letters", "schema_migrations"} <= await tables(db)
-    recorded = await db.read(lambda conn: conn.execute(
-        "SELECT version, applied_at FROM schema_migrations").fetchall())
-    assert recorded == [(v, NOW) for v in KNOWN]
-    await db.check_schema()
-
-
-async def test_migrating_again_applies_nothing(db: SqliteDatabase) -> None:
-    await db.migrate(now=NOW)
-
-    assert await db.migrate(now=NOW + 1) == []
-    assert await db.applied_migrations() == KNOWN
-
-
-async def test_two_processes_migrating_at_once_apply_each_version_once(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'race.db'}"
-    first, second = SqliteDatabase.from_url(url), SqliteDatabase.from_url(url)
-    try:
-        a, b = await asyncio.gather(first.migrate(now=NOW), second.migrate(now=NOW))
-    finally:
-        await first.close()
-        await second.close()
-
-    assert sorted(a + b) == KNOWN
-
-
-async def test_check_schema_names_every_pending_version_of_an_empty_database(
-    db: SqliteDatabase,
-) -> None:
-    with pytest.raises(SchemaOutOfDate, match="0001"):
-        await db.check_schema()
-
-
-async def test_check_schema_names_only_the_versions_not_yet_applied(
-    db: SqliteDatabase, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    await db.migrate(now=NOW)
-    extra = with_extra_migration(monkeypatch, "CREATE TABLE later (id INTEGER PRIMARY KEY);")
-
-    with pytest.raises(SchemaOutOfDate) as raised:
-        await db.check_schema()
-
-    assert f"{extra:04d}" in str(raised.value)
-    assert f"{KNOWN[0]:04d}" not in str(raised.value)
-    assert await db.migrate(now=NOW) == [extra]
-    await db.check_schema()
-
-
-async def test_a_failing_migration_rolls_back_whole_and_is_not_recorded(
-    db: SqliteDatabase, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    await db.migrate(now=NOW)
-    with_extra_migration(monkeypatch, "CREATE TABLE half (id INTEGER);\n"
-                                      "INSERT INTO nowhere VALUES (1);")
-
-    with pytest.raises(StoreError, match="nowhere"):
-        await db.migrate(now=NOW)
-
-    assert "half" not in await tables(db)
-    assert await db.applied_migrations() == KNOWN
 
 
 async def test_every_named_query_prepares_against_the_migrated_schema(

@@ -1,0 +1,141 @@
+"""Migrations, one suite for both databases (the store's ``store_url`` backends).
+
+Each dialect ships its own numbered migration files (``stores/sql/<dialect>/migrations``);
+what migrating means is the same on both: in order, once, each version whole or not at
+all, with the pending ones named by ``check_schema``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from tidings.errors import SchemaOutOfDate, StoreError
+from tidings.stores import queries
+from tidings.stores.sqlite_db import SqliteDatabase
+
+NOW = 1_000_000.0
+TABLES = {
+    "sqlite": "SELECT name FROM sqlite_master WHERE type = 'table'",
+    "postgresql": "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()",
+}
+
+
+@dataclass(frozen=True)
+class Migrated:
+    """A database of one dialect, not migrated yet, and how to look inside it."""
+
+    dialect: str
+    url: str
+    known: list[int]  # the versions the package ships (read before any test adds one)
+
+    def open(self) -> Any:
+        if self.dialect == "sqlite":
+            return SqliteDatabase.from_url(self.url)
+        from tidings.stores.postgres_db import PostgresDatabase
+
+        return PostgresDatabase.from_url(self.url)
+
+    def with_extra_migration(self, monkeypatch: pytest.MonkeyPatch, sql: str) -> int:
+        """The code knows one migration more than the package ships; returns its version."""
+        shipped = queries.migrations(self.dialect)
+        extra = queries.Migration(version=shipped[-1].version + 1, title="extra", sql=sql)
+        monkeypatch.setattr(queries, "migrations", lambda dialect: (*shipped, extra))
+        return extra.version
+
+    async def rows(self, db: Any, sql: str) -> list[tuple[Any, ...]]:
+        if self.dialect == "sqlite":
+            result: list[tuple[Any, ...]] = await db.read(
+                lambda conn: conn.execute(sql).fetchall())
+            return result
+
+        async def fn(conn: Any) -> list[tuple[Any, ...]]:
+            cur = await conn.execute(sql)
+            return list(await cur.fetchall())
+
+        return list(await db.read(fn))
+
+    async def tables(self, db: Any) -> set[str]:
+        return {name for (name,) in await self.rows(db, TABLES[self.dialect])}
+
+
+@pytest.fixture
+def migrated(store_backend: Any, store_url: str) -> Migrated:
+    dialect = "sqlite" if store_backend.name == "sqlite" else "postgresql"
+    return Migrated(dialect=dialect, url=store_url,
+                    known=[m.version for m in queries.migrations(dialect)])
+
+
+@pytest.fixture
+async def db(migrated: Migrated) -> AsyncIterator[Any]:
+    database = migrated.open()
+    yield database
+    await database.close()
+
+
+async def test_migrate_from_zero_applies_every_migration_in_order(
+        migrated: Migrated, db: Any) -> None:
+    assert await db.schema_version() == 0
+    with pytest.raises(SchemaOutOfDate, match="0001"):
+        await db.check_schema()
+
+    applied = await db.migrate(now=NOW)
+
+    assert applied == migrated.known == sorted(migrated.known)
+    assert await db.schema_version() == migrated.known[-1]
+    assert {"intents", "events", "occurrences", "switches", "pacer_state", "pacer_pauses",
+            "messages", "dead_letters", "schema_migrations"} <= await migrated.tables(db)
+    recorded = await migrated.rows(
+        db, "SELECT version, applied_at FROM schema_migrations ORDER BY version")
+    assert recorded == [(v, NOW) for v in migrated.known]
+    await db.check_schema()
+
+
+async def test_migrating_again_applies_nothing(migrated: Migrated, db: Any) -> None:
+    await db.migrate(now=NOW)
+
+    assert await db.migrate(now=NOW + 1) == []
+    assert await db.applied_migrations() == migrated.known
+
+
+async def test_concurrent_migrators_apply_each_version_once(migrated: Migrated) -> None:
+    migrators = [migrated.open() for _ in range(4)]
+    try:
+        results = await asyncio.gather(*(m.migrate(now=NOW) for m in migrators))
+    finally:
+        for m in migrators:
+            await m.close()
+
+    assert sorted(v for applied in results for v in applied) == migrated.known
+
+
+async def test_check_schema_names_only_the_versions_not_yet_applied(
+        migrated: Migrated, db: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    await db.migrate(now=NOW)
+    extra = migrated.with_extra_migration(
+        monkeypatch, "CREATE TABLE later (id integer PRIMARY KEY);")
+
+    with pytest.raises(SchemaOutOfDate) as raised:
+        await db.check_schema()
+
+    assert f"{extra:04d}" in str(raised.value)
+    assert f"{migrated.known[0]:04d}" not in str(raised.value)
+    assert await db.migrate(now=NOW) == [extra]
+    await db.check_schema()
+
+
+async def test_a_failing_migration_rolls_back_whole_and_is_not_recorded(
+        migrated: Migrated, db: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    await db.migrate(now=NOW)
+    migrated.with_extra_migration(monkeypatch, "CREATE TABLE half (id integer);\n"
+                                               "INSERT INTO nowhere VALUES (1);")
+
+    with pytest.raises(StoreError, match="nowhere"):
+        await db.migrate(now=NOW)
+
+    assert "half" not in await migrated.tables(db)
+    assert await db.applied_migrations() == migrated.known
