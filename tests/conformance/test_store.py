@@ -271,6 +271,19 @@ async def test_a_draft_page_is_admitted_as_the_drafts_it_stands_for(
         assert await event_types(store, d.key) == [state.value]
 
 
+async def test_one_draft_page_admitted_twice_at_once_is_admitted_once(store: Store) -> None:
+    """Two schedulers on the same page at the same moment: one writes it, the other
+    (waiting for the first's keys, then finding them) writes nothing."""
+    page = digest_page(*(f"c{i:04d}" for i in range(500)))
+
+    results = await asyncio.gather(store.intent_admit(page, now=T0, enqueue=True),
+                                   store.intent_admit(page, now=T0, enqueue=True))
+
+    assert sorted(results, key=len) == [[], page.keys()]
+    assert await store.event_counts() == {"email": {"enqueued": 500},
+                                          "sms": {"enqueued": 500}}
+
+
 async def test_a_draft_page_keeps_text_that_needs_escaping_as_it_is(store: Store) -> None:
     page = digest_page("plain")
     page.rows.append((0, "r\\b", "tab\there@example.com", '{"t":"a\\nb\\\\c","x":"\r\n"}'))
