@@ -8,6 +8,9 @@ exception family whichever transport is underneath.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from typing import Any
+
 import aiohttp
 import httpx
 
@@ -58,6 +61,30 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+class HttpDispatch:
+    """How an HTTP adapter sends: through an ``AiohttpTransport`` of its own (closed by
+    ``aclose``), or through an injected ``httpx.AsyncClient`` (left open); either way
+    with the adapter's timeout in ``extensions``, to pass on every request."""
+
+    def __init__(self, client: httpx.AsyncClient | None, *, timeout_s: float,
+                 max_connections: int) -> None:
+        self.extensions: dict[str, Any] = {
+            "timeout": httpx.Timeout(timeout_s, connect=min(timeout_s, 5.0)).as_dict()
+        }
+        self._transport: AiohttpTransport | None = None
+        self.send: Callable[[httpx.Request], Awaitable[httpx.Response]]
+        if client is None:
+            self._transport = AiohttpTransport(max_connections=max_connections)
+            self.send = self._transport.handle_async_request
+        else:
+            self.send = client.send
+
+    async def aclose(self) -> None:
+        """Close the owned transport; safe to repeat."""
+        if self._transport is not None:
+            await self._transport.aclose()
 
 
 def _as_httpx_error(exc: aiohttp.ClientError, request: httpx.Request) -> httpx.RequestError:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import string
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 from urllib.parse import quote
 
@@ -44,7 +44,7 @@ from tidings.model import (
     Uncertain,
 )
 from tidings.policy import parse_retry_after
-from tidings.providers.aiohttp_transport import AiohttpTransport
+from tidings.providers.aiohttp_transport import HttpDispatch
 from tidings.providers.redaction import redact
 
 NO_CONTENT = "no rendered content"
@@ -153,16 +153,7 @@ class HttpAdapter:
         self.channel = channel
         self._clock = clock or SystemClock()
         self._secrets = tuple(secrets)
-        self._extensions: dict[str, Any] = {
-            "timeout": httpx.Timeout(timeout_s, connect=min(timeout_s, 5.0)).as_dict()
-        }
-        self._transport: AiohttpTransport | None = None
-        self._dispatch: Callable[[httpx.Request], Awaitable[httpx.Response]]
-        if client is None:
-            self._transport = AiohttpTransport(max_connections=max_connections)
-            self._dispatch = self._transport.handle_async_request
-        else:
-            self._dispatch = client.send
+        self._http = HttpDispatch(client, timeout_s=timeout_s, max_connections=max_connections)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} name={self.name!r} channel={self.channel!r}>"
@@ -170,13 +161,13 @@ class HttpAdapter:
     def _request(self, method: str, url: httpx.URL, *, headers: dict[str, str],
                  content: bytes) -> httpx.Request:
         return httpx.Request(method, url, headers=headers, content=content,
-                             extensions=self._extensions)
+                             extensions=self._http.extensions)
 
     async def _exchange(self, request: httpx.Request, send: SendRequest
                         ) -> httpx.Response | Transient | Uncertain:
         """Send ``request``; a transport failure comes back as Transient or Uncertain."""
         try:
-            return await self._dispatch(request)
+            return await self._http.send(request)
         except NOT_SENT as exc:
             return Transient(reason=f"request not sent: {self._redact(describe(exc), send)}")
         except httpx.RequestError as exc:
@@ -201,6 +192,5 @@ class HttpAdapter:
 
     async def close(self) -> None:
         """Close the owned transport (an injected client is left open); safe to repeat."""
-        if self._transport is not None:
-            await self._transport.aclose()
+        await self._http.aclose()
 

@@ -9,9 +9,6 @@ failure after it may have arrived (read timeout, dropped connection) is Uncertai
 from __future__ import annotations
 
 import json
-import string
-from collections.abc import Awaitable, Callable
-from typing import Any
 from urllib.parse import quote
 
 import httpx
@@ -29,12 +26,9 @@ from tidings.model import (
     Uncertain,
 )
 from tidings.policy import parse_retry_after
-from tidings.providers.aiohttp_transport import AiohttpTransport
+from tidings.providers.aiohttp_transport import HttpDispatch
+from tidings.providers.http_outcomes import NOT_SENT, describe, header_value
 from tidings.sandbox.core import AnswerKind, SandboxCore
-
-# Printable ASCII passes through as is; '%' and anything else is percent-encoded so
-# any key fits a latin-1 header, and the sandbox server decodes it back.
-_HEADER_SAFE = "".join(c for c in string.punctuation if c != "%")
 
 
 class SandboxLookupError(TidingsError):
@@ -81,16 +75,7 @@ class SandboxHttpProvider:
         # Parsed once: httpx re-parses a str URL on every request.
         self._send_url = httpx.URL(f"{base}/v1/{quote(channel, safe='')}/messages")
         self._lookup_url = f"{base}/v1/messages/"
-        self._extensions: dict[str, Any] = {
-            "timeout": httpx.Timeout(timeout_s, connect=min(timeout_s, 5.0)).as_dict()
-        }
-        self._transport: AiohttpTransport | None = None
-        self._dispatch: Callable[[httpx.Request], Awaitable[httpx.Response]]
-        if client is None:
-            self._transport = AiohttpTransport(max_connections=max_connections)
-            self._dispatch = self._transport.handle_async_request
-        else:
-            self._dispatch = client.send
+        self._http = HttpDispatch(client, timeout_s=timeout_s, max_connections=max_connections)
 
     async def send(self, request: SendRequest) -> Outcome:
         """Send one message with its delivery key as ``Idempotency-Key``; never raises."""
@@ -102,19 +87,18 @@ class SandboxHttpProvider:
             (request.data or "{}").encode(),
         )
         headers = {
-            "Idempotency-Key": quote(request.key, safe=_HEADER_SAFE),
+            "Idempotency-Key": header_value(request.key),
             "Content-Type": "application/json",
         }
         try:
-            response = await self._dispatch(httpx.Request(
+            response = await self._http.send(httpx.Request(
                 "POST", self._send_url, headers=headers, content=body,
-                extensions=self._extensions))
-        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout,
-                httpx.UnsupportedProtocol, httpx.ProxyError, httpx.LocalProtocolError) as exc:
-            return Transient(reason=f"request not sent: {_describe(exc)}")
+                extensions=self._http.extensions))
+        except NOT_SENT as exc:
+            return Transient(reason=f"request not sent: {describe(exc)}")
         except httpx.RequestError as exc:
             # Read timeouts, resets and disconnects after the request went out.
-            return Uncertain(reason=f"no answer: {_describe(exc)}")
+            return Uncertain(reason=f"no answer: {describe(exc)}")
         reason, receipt = _error_and_receipt(response)
         return outcome_for(response.status_code, receipt=receipt,
                            retry_after=response.headers.get("Retry-After"), reason=reason,
@@ -124,11 +108,11 @@ class SandboxHttpProvider:
     async def lookup(self, key: str) -> Lookup:
         """Ask the sandbox for ``key`` on this channel; raises SandboxLookupError if it cannot."""
         try:
-            response = await self._dispatch(httpx.Request(
+            response = await self._http.send(httpx.Request(
                 "GET", self._lookup_url + quote(key, safe=""), params={"channel": self.channel},
-                extensions=self._extensions))
+                extensions=self._http.extensions))
         except httpx.RequestError as exc:
-            raise SandboxLookupError(f"lookup of {key!r} failed: {_describe(exc)}") from exc
+            raise SandboxLookupError(f"lookup of {key!r} failed: {describe(exc)}") from exc
         if response.status_code == 404:
             return Lookup(found=False)
         _, receipt = _error_and_receipt(response)
@@ -137,8 +121,7 @@ class SandboxHttpProvider:
         return Lookup(found=True, receipt=receipt)
 
     async def close(self) -> None:
-        if self._transport is not None:
-            await self._transport.aclose()
+        await self._http.aclose()
 
 
 def _error_and_receipt(response: httpx.Response) -> tuple[str | None, str | None]:
@@ -152,11 +135,6 @@ def _error_and_receipt(response: httpx.Response) -> tuple[str | None, str | None
     error, receipt = body.get("error"), body.get("id")
     return (str(error) if error is not None else None,
             receipt if isinstance(receipt, str) else None)
-
-
-def _describe(exc: Exception) -> str:
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 class SandboxTwinProvider:
