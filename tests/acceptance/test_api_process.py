@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
-import sqlite3
 import subprocess
 import sys
 import time
@@ -18,28 +16,16 @@ from pathlib import Path
 import httpx
 import pytest
 
+from support.crm import QUERY, free_port, write_crm
 from tidings.api import sign
 
 TIDINGS = [sys.executable, "-m", "tidings"]
-QUERY = ("SELECT id, email FROM customers"
-         " WHERE (:after IS NULL OR id > :after) ORDER BY id LIMIT :limit")
 SECRET = "acceptance-secret"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @pytest.fixture
 def config(tmp_path: Path) -> Path:
-    crm = tmp_path / "crm.db"
-    with sqlite3.connect(crm) as conn:
-        conn.execute("CREATE TABLE customers (id TEXT PRIMARY KEY, email TEXT)")
-        conn.executemany("INSERT INTO customers VALUES (?, ?)",
-                         [(f"cust_{i:03d}", f"c{i}@example.com") for i in range(1, 31)])
+    crm = write_crm(tmp_path / "crm.db")
     path = tmp_path / "tidings.toml"
     # Every minute, so an occurrence is always due whenever the test runs.
     path.write_text(f'''

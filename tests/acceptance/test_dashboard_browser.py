@@ -12,8 +12,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
-import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -24,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from support.crm import QUERY, free_port, write_crm
 from tidings.clock import Clock, SystemClock
 from tidings.providers.base import Provider
 from tidings.providers.sandbox import SandboxTwinProvider
@@ -40,8 +39,6 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
                  "--disable-component-update", "--disable-sync"]
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts" / "dashboard"
 TIDINGS = [sys.executable, "-m", "tidings"]
-QUERY = ("SELECT id, email FROM customers"
-         " WHERE (:after IS NULL OR id > :after) ORDER BY id LIMIT :limit")
 #: Two customers whose provider always fails (dead letters), one it rejects.
 FAILING = ("c7@example.com", "c19@example.com")
 REJECTED = ("c23@example.com",)
@@ -58,13 +55,6 @@ def need_chromium() -> None:
         pytest.skip(message)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @dataclass(frozen=True)
 class Seeded:
     config: Path
@@ -74,12 +64,7 @@ class Seeded:
 
 
 def write_config(tmp_path: Path) -> Path:
-    crm = tmp_path / "crm.db"
-    with sqlite3.connect(crm) as conn:
-        conn.execute("CREATE TABLE customers (id TEXT PRIMARY KEY, email TEXT)")
-        conn.executemany("INSERT INTO customers VALUES (?, ?)",
-                         [(f"cust_{i:03d}", f"c{i}@example.com") for i in range(1, 31)])
-    conn.close()
+    crm = write_crm(tmp_path / "crm.db")
     path = tmp_path / "tidings.toml"
     # Every minute, so an occurrence is due whenever the test runs; a retry budget of
     # one failure, so a failing address is dead-lettered by the first worker pass.

@@ -28,7 +28,6 @@ import json
 import os
 import random
 import signal
-import socket
 import sqlite3
 import sys
 import time
@@ -42,6 +41,7 @@ from typing import Any
 import httpx
 import pytest
 
+from support.crm import QUERY, free_port, write_crm
 from tidings.api import sign
 from tidings.api.tokens import new_token
 from tidings.runtime import Runtime, build_runtime
@@ -53,8 +53,6 @@ pytestmark = pytest.mark.slow
 TIDINGS = [sys.executable, "-m", "tidings"]
 LOGGING = ["--log-format", "json", "--log-level", "debug"]
 SMTP_SERVER = Path(__file__).parents[1] / "support" / "smtp_server.py"
-QUERY = ("SELECT id, email FROM customers"
-         " WHERE (:after IS NULL OR id > :after) ORDER BY id LIMIT :limit")
 SETTLE_S = 120.0
 
 
@@ -133,13 +131,6 @@ class Canaries:
         return found
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @dataclass
 class Procs:
     """Child processes, each one's output in a file of its own."""
@@ -193,12 +184,9 @@ class Procs:
 
 
 def write_settings(tmp_path: Path, c: Canaries, *, sandbox: str, smtp_port: int) -> Path:
-    crm = tmp_path / "crm.db"
-    with sqlite3.connect(crm) as conn:
-        conn.execute("CREATE TABLE customers (id TEXT PRIMARY KEY, email TEXT)")
-        members = [*c.mail_ok, c.mail_refused, c.mail_greylisted]
-        conn.executemany("INSERT INTO customers VALUES (?, ?)",
-                         [(f"member_{i:02d}", address) for i, address in enumerate(members)])
+    members = [*c.mail_ok, c.mail_refused, c.mail_greylisted]
+    crm = write_crm(tmp_path / "crm.db",
+                    [(f"member_{i:02d}", address) for i, address in enumerate(members)])
     note = tmp_path / "templates" / "note" / "v1"
     note.mkdir(parents=True)
     (note / "subject.txt").write_text("A note for {{ recipient_id }}")

@@ -14,7 +14,6 @@ A new adapter joins by adding a ``Case`` to ``CASES``.
 
 from __future__ import annotations
 
-import socket
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -22,6 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
+from support.crm import free_port
 from support.fake_http_providers import (
     RETRY_AFTER_S,
     FakeApi,
@@ -74,14 +74,6 @@ ENV = {
 }
 CONTENT = Content(subject="Your weekly digest", text="Three things happened.",
                   html="<p>Three things happened.</p>")
-
-
-def free_port() -> int:
-    """A port nothing listens on (bound, then released)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
 
 
 # ---------------------------------------------------------------- the sandbox as a side
