@@ -112,14 +112,12 @@ class HttpJsonProvider(HttpAdapter):
         for field, source in self._body.items():
             if values.get(source) is not None:
                 fields[field] = values[source]
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        for name, value in self._headers.items():
-            headers[name] = value.get_secret_value() if isinstance(value, SecretStr) else value
+        headers = {name: value.get_secret_value() if isinstance(value, SecretStr) else value
+                   for name, value in self._headers.items()}
         if self._idempotency_header:
             headers[self._idempotency_header] = header_value(request.key)
-        content = json.dumps(_nest(fields), separators=(",", ":")).encode()
-        answer = await self._exchange(
-            self._request(self._method, self._url, headers=headers, content=content), request)
+        answer = await self._exchange_json(self._method, self._url, headers=headers,
+                                           body=_nest(fields), send=request)
         if not isinstance(answer, httpx.Response):
             return answer
         body = json_of(answer)

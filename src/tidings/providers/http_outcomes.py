@@ -163,6 +163,17 @@ class HttpAdapter:
         return httpx.Request(method, url, headers=headers, content=content,
                              extensions=self._http.extensions)
 
+    async def _exchange_json(self, method: str, url: httpx.URL, *, headers: dict[str, str],
+                             body: Any, send: SendRequest
+                             ) -> httpx.Response | Transient | Uncertain:
+        """``_exchange`` of ``body`` as compact JSON, asking for JSON back; ``headers``
+        come after (and may replace) the two content headers."""
+        return await self._exchange(self._request(
+            method, url,
+            headers={"Content-Type": "application/json", "Accept": "application/json",
+                     **headers},
+            content=json.dumps(body, separators=(",", ":")).encode()), send)
+
     async def _exchange(self, request: httpx.Request, send: SendRequest
                         ) -> httpx.Response | Transient | Uncertain:
         """Send ``request``; a transport failure comes back as Transient or Uncertain."""

@@ -25,7 +25,6 @@ invalid request, any other
 from __future__ import annotations
 
 import hashlib
-import json
 from email.utils import formataddr
 from typing import Any
 
@@ -92,14 +91,9 @@ class PostmarkProvider(HttpAdapter):
             message["HtmlBody"] = content.html
         if self._reply_to:
             message["ReplyTo"] = self._reply_to
-        headers = {
-            TOKEN_HEADER: self._token.get_secret_value(),
-            "Content-Type": "application/json",
-            "Accept": "application/json",
-        }
-        answer = await self._exchange(self._request(
-            "POST", self._url, headers=headers,
-            content=json.dumps(message, separators=(",", ":")).encode()), request)
+        answer = await self._exchange_json(
+            "POST", self._url, headers={TOKEN_HEADER: self._token.get_secret_value()},
+            body=message, send=request)
         if not isinstance(answer, httpx.Response):
             return answer
         body = json_of(answer)

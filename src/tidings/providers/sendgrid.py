@@ -10,7 +10,6 @@ answers 202 with an empty body; the receipt is the ``X-Message-Id`` header.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import httpx
@@ -65,14 +64,10 @@ class SendGridProvider(HttpAdapter):
             message["subject"] = content.subject
         if self._reply_to:
             message["reply_to"] = {"email": self._reply_to}
-        headers = {
-            "Authorization": f"Bearer {self._api_key.get_secret_value()}",
-            "Content-Type": "application/json",
-            "Accept": "application/json",
-        }
-        answer = await self._exchange(self._request(
-            "POST", self._url, headers=headers,
-            content=json.dumps(message, separators=(",", ":")).encode()), request)
+        answer = await self._exchange_json(
+            "POST", self._url,
+            headers={"Authorization": f"Bearer {self._api_key.get_secret_value()}"},
+            body=message, send=request)
         if not isinstance(answer, httpx.Response):
             return answer
         return self._outcome(answer, request,
