@@ -53,6 +53,12 @@ class StoreError(TidingsError):
 class SchemaOutOfDate(StoreError):
     """The database schema is older than this version of tidings: run `tidings db migrate`."""
 
+    def __init__(self, where: str, pending: tuple[int, ...]) -> None:
+        self.pending = pending
+        names = ", ".join(f"{v:04d}" for v in pending)
+        super().__init__(f"{where}: schema is out of date, pending migrations {names}; "
+                         "run `tidings db migrate`")
+
 
 class TransportError(TidingsError):
     """The transport failed to do what was asked."""

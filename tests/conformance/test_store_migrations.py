@@ -80,8 +80,9 @@ async def db(migrated: Migrated) -> AsyncIterator[Any]:
 async def test_migrate_from_zero_applies_every_migration_in_order(
         migrated: Migrated, db: Any) -> None:
     assert await db.schema_version() == 0
-    with pytest.raises(SchemaOutOfDate, match="0001"):
+    with pytest.raises(SchemaOutOfDate) as raised:
         await db.check_schema()
+    assert raised.value.pending == tuple(migrated.known)
 
     applied = await db.migrate(now=NOW)
 
@@ -122,8 +123,8 @@ async def test_check_schema_names_only_the_versions_not_yet_applied(
     with pytest.raises(SchemaOutOfDate) as raised:
         await db.check_schema()
 
-    assert f"{extra:04d}" in str(raised.value)
-    assert f"{migrated.known[0]:04d}" not in str(raised.value)
+    assert raised.value.pending == (extra,)
+    assert f"pending migrations {extra:04d};" in str(raised.value)
     assert await db.migrate(now=NOW) == [extra]
     await db.check_schema()
 

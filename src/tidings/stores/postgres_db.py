@@ -276,11 +276,7 @@ class PostgresDatabase(SharedDatabase):
         """Raise SchemaOutOfDate naming the pending versions, if any."""
         pending = await self.pending_migrations()
         if pending:
-            names = ", ".join(f"{v:04d}" for v in pending)
-            raise SchemaOutOfDate(
-                f"{self.safe_url}: schema is out of date, pending migrations {names}; "
-                "run `tidings db migrate`"
-            )
+            raise SchemaOutOfDate(self.safe_url, tuple(pending))
 
 
 async def insert_messages(conn: Conn, sql: Mapping[str, str], queue: str,

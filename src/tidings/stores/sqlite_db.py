@@ -219,11 +219,7 @@ class SqliteDatabase(SharedDatabase):
         """Raise SchemaOutOfDate naming the pending versions, if any."""
         pending = await self.pending_migrations()
         if pending:
-            names = ", ".join(f"{v:04d}" for v in pending)
-            raise SchemaOutOfDate(
-                f"{self.url}: schema is out of date, pending migrations {names}; "
-                "run `tidings db migrate`"
-            )
+            raise SchemaOutOfDate(self.url, tuple(pending))
 
 
 def insert_messages(conn: sqlite3.Connection, sql: Mapping[str, str], queue: str,
