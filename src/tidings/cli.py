@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tidings import logs
-from tidings.errors import TidingsError
+from tidings.errors import TidingsError, unknown_name
 from tidings.runtime import Runtime, build_runtime
 from tidings.settings import Settings
 
@@ -145,8 +145,7 @@ def _switch(paused: bool, campaign: str | None, channel: str | None, reason: str
         known = ({c.name for c in runtime.campaigns} if scope == "campaign"
                  else set(runtime.channels))
         if name not in known:
-            raise typer.BadParameter(f"unknown {scope} {name!r}; declared: "
-                                     f"{', '.join(sorted(known)) or 'none'}")
+            raise typer.BadParameter(unknown_name(scope, name, sorted(known)))
         switch = await runtime.store.switch_set(scope=scope, name=name, paused=paused,
                                                 now=runtime.clock.now(), reason=reason)
         return dict(switch.__dict__)
@@ -465,8 +464,7 @@ DlqChannelOpt = Annotated[str, typer.Option("--channel", help="The channel's que
 
 def _known_channel(runtime: Runtime, channel: str) -> None:
     if channel not in runtime.limits:
-        raise typer.BadParameter(f"unknown channel {channel!r}; declared: "
-                                 f"{', '.join(runtime.channels) or 'none'}",
+        raise typer.BadParameter(unknown_name("channel", channel, runtime.channels),
                                  param_hint="--channel")
 
 

@@ -15,9 +15,16 @@ Provider answers are not exceptions: a provider returns an ``Outcome`` value
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 
 class TidingsError(Exception):
     """Base class of every error raised by tidings."""
+
+
+def unknown_name(kind: str, name: str, declared: Iterable[str]) -> str:
+    """The message for a name that is not declared: ``unknown channel 'x'; declared: a, b``."""
+    return f"unknown {kind} {name!r}; declared: {', '.join(declared) or 'none'}"
 
 
 class FieldError(TidingsError):

@@ -6,7 +6,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from tidings.errors import ConfigurationError, InvalidInput
+from tidings.errors import ConfigurationError, InvalidInput, unknown_name
 from tidings.model import IntentDraft, Recipient, encode_data, notify_key, validate_key
 from tidings.relay import publish
 from tidings.states import State
@@ -64,8 +64,8 @@ def drafts_for(request: NotifyRequest, *, known_channels: Collection[str], now: 
         raise bad("channels", "must name at least one channel")
     for index, channel in enumerate(request.channels):
         if channel not in known_channels:
-            raise bad(f"channels[{index}]", f"unknown channel {channel!r}; declared: "
-                      f"{', '.join(sorted(known_channels)) or 'none'}")
+            raise bad(f"channels[{index}]",
+                      unknown_name("channel", channel, sorted(known_channels)))
     if not request.template:
         raise bad("template", "must not be empty")
     due = now if request.due_at is None else float(request.due_at)

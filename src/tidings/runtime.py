@@ -18,7 +18,7 @@ from tidings.audience import audience_from_spec
 from tidings.campaign import Campaign
 from tidings.clock import Clock, SystemClock
 from tidings.compose import Composer
-from tidings.errors import ConfigurationError, InvalidInput
+from tidings.errors import ConfigurationError, InvalidInput, unknown_name
 from tidings.intake import NotifyRequest, cancel, notify_many
 from tidings.model import Recipient
 from tidings.pacing.algorithm import PaceLimits, parse_quota
@@ -161,8 +161,8 @@ class Runtime:
         try:
             return self.providers[channel]
         except KeyError:
-            raise ConfigurationError("channel", f"unknown channel {channel!r}; declared: "
-                                     f"{', '.join(self.channels) or 'none'}") from None
+            raise ConfigurationError(
+                "channel", unknown_name("channel", channel, self.channels)) from None
 
     def pacer(self, channel: str, worker_id: str) -> Pacer:
         # Every Store is a pacer backend: processes that share the store share the budget.
@@ -272,8 +272,7 @@ class Runtime:
 
     def _known_channel(self, channel: str) -> None:
         if channel not in self.limits:
-            raise InvalidInput("channel", f"unknown channel {channel!r}; declared: "
-                               f"{', '.join(self.channels) or 'none'}")
+            raise InvalidInput("channel", unknown_name("channel", channel, self.channels))
 
     async def close(self) -> None:
         for provider in self.providers.values():

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from tidings.campaign import Campaign
-from tidings.errors import InvalidInput
+from tidings.errors import InvalidInput, unknown_name
 from tidings.model import (
     DraftPage,
     Recipient,
@@ -163,8 +163,8 @@ class Scheduler:
         """Admit one date of a campaign explicitly, as its own ``replay`` admission."""
         campaign = self.campaigns.get(campaign_name)
         if campaign is None:
-            raise InvalidInput("campaign", f"unknown campaign {campaign_name!r}; known: "
-                               f"{', '.join(sorted(self.campaigns)) or 'none'}")
+            raise InvalidInput("campaign",
+                               unknown_name("campaign", campaign_name, sorted(self.campaigns)))
         due = campaign.schedule.occurrence_for(logical_date)
         if due.logical_at > now:
             raise InvalidInput("date", f"{logical_date} is in the future; replay admits past "

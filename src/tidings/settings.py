@@ -21,7 +21,7 @@ from pydantic import (
     model_validator,
 )
 
-from tidings.errors import ConfigurationError
+from tidings.errors import ConfigurationError, unknown_name
 from tidings.pacing.algorithm import parse_quota
 from tidings.providers.config import (
     HttpProviderSettings,
@@ -288,8 +288,7 @@ class Settings(_Model):
                 if channel not in settings.channels:
                     raise ConfigurationError(
                         f"campaigns.{name}.channels[{index}]",
-                        f"unknown channel {channel!r}; declared: "
-                        f"{', '.join(sorted(settings.channels)) or 'none'}")
+                        unknown_name("channel", channel, sorted(settings.channels)))
         return settings
 
     @classmethod

@@ -121,6 +121,8 @@ async def test_a_bad_switch_names_its_field(api: Api, body: dict[str, str], stat
 
     assert response.status_code == status
     assert response.json()["field"] == field
+    if status == 404:
+        assert response.json()["message"].startswith("unknown ")
     assert await api.runtime.store.switch_all() == []
 
 

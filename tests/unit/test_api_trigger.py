@@ -241,6 +241,7 @@ async def test_an_unknown_campaign_is_not_found(api: Api) -> None:
 
     assert response.status_code == 404
     assert response.json()["field"] == "path.campaign"
+    assert response.json()["message"].startswith("unknown campaign 'monthly'; declared: ")
     await nothing_processed(api)
 
 

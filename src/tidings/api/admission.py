@@ -19,7 +19,7 @@ from typing import Any
 
 from tidings.api.errors import ApiError
 from tidings.campaign import Campaign
-from tidings.errors import InvalidInput
+from tidings.errors import InvalidInput, unknown_name
 from tidings.runtime import Runtime
 from tidings.schedule import OccurrenceTime
 from tidings.scheduler import PassResult, Scheduler, occurrence_id
@@ -64,8 +64,8 @@ class AdmissionRunner:
         for campaign in self.runtime.campaigns:
             if campaign.name == name:
                 return campaign
-        known = ", ".join(sorted(c.name for c in self.runtime.campaigns)) or "none"
-        raise ApiError(404, "path.campaign", f"unknown campaign {name!r}; declared: {known}")
+        raise ApiError(404, "path.campaign", unknown_name(
+            "campaign", name, sorted(c.name for c in self.runtime.campaigns)))
 
     def _scheduler(self, campaign: Campaign) -> Scheduler:
         base = self.runtime.scheduler()

@@ -28,7 +28,7 @@ from tidings.api.context import ApiContext
 from tidings.api.errors import error_response, install
 from tidings.api.ratelimit import Bucket
 from tidings.api.webhooks import webhook_router
-from tidings.errors import ConfigurationError
+from tidings.errors import ConfigurationError, unknown_name
 from tidings.metrics import ApiMetrics
 from tidings.pacing.algorithm import parse_quota
 from tidings.runtime import Runtime
@@ -104,12 +104,10 @@ def _check_queues(runtime: Runtime) -> None:
     for name, queue in runtime.settings.api.queues.items():
         if queue.campaign is not None and queue.campaign not in campaigns:
             raise ConfigurationError(f"api.queues.{name}.campaign",
-                                     f"unknown campaign {queue.campaign!r}; declared: "
-                                     f"{', '.join(sorted(campaigns)) or 'none'}")
+                                     unknown_name("campaign", queue.campaign, sorted(campaigns)))
         if queue.channel is not None and queue.channel not in runtime.limits:
             raise ConfigurationError(f"api.queues.{name}.channel",
-                                     f"unknown channel {queue.channel!r}; declared: "
-                                     f"{', '.join(runtime.channels) or 'none'}")
+                                     unknown_name("channel", queue.channel, runtime.channels))
 
 
 def route_methods(routes: Sequence[BaseRoute]) -> list[tuple[str, set[str]]]:

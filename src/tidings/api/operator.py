@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from tidings import operations
 from tidings.api.context import ApiContext, ctx
 from tidings.api.errors import ApiError, ErrorBody
-from tidings.errors import InvalidInput
+from tidings.errors import InvalidInput, unknown_name
 
 router = APIRouter(prefix="/v1", tags=["operator"])
 
@@ -30,8 +30,7 @@ def _refused(*codes: int) -> dict[int | str, dict[str, Any]]:
 
 def _channel(c: ApiContext, channel: str) -> str:
     if channel not in c.runtime.limits:
-        raise ApiError(404, "path.channel", f"unknown channel {channel!r}; declared: "
-                       f"{', '.join(c.runtime.channels) or 'none'}")
+        raise ApiError(404, "path.channel", unknown_name("channel", channel, c.runtime.channels))
     return channel
 
 
@@ -145,8 +144,7 @@ async def _switch(request: Request, body: SwitchBody, paused: bool) -> dict[str,
         assert body.channel is not None
         scope, name = "channel", body.channel
         if name not in c.runtime.limits:
-            raise ApiError(404, "body.channel", f"unknown channel {name!r}; declared: "
-                           f"{', '.join(c.runtime.channels) or 'none'}")
+            raise ApiError(404, "body.channel", unknown_name("channel", name, c.runtime.channels))
     switch = await c.runtime.store.switch_set(scope=scope, name=name, paused=paused,
                                               now=c.runtime.clock.now(), reason=body.reason)
     return dict(switch.__dict__)

@@ -40,7 +40,7 @@ from tidings.api.auth import SESSION_COOKIE, Authenticator, Principal, authorize
 from tidings.api.context import ApiContext, ctx
 from tidings.api.errors import ApiError
 from tidings.api.tokens import Scope, grants, split_token
-from tidings.errors import InvalidInput
+from tidings.errors import InvalidInput, unknown_name
 from tidings.stores.base import Occurrence, Switch
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
@@ -566,8 +566,7 @@ async def _switch(request: Request, who: Principal, paused: bool) -> Response:
     if scope not in declared:
         raise ApiError(422, "form.scope", "must be campaign or channel")
     if name not in declared[scope]:
-        raise ApiError(404, "form.name", f"unknown {scope} {name!r}; declared: "
-                       f"{', '.join(declared[scope]) or 'none'}")
+        raise ApiError(404, "form.name", unknown_name(scope, name, declared[scope]))
     reason = _one(form, "reason")[:500] or None
     await c.runtime.store.switch_set(scope=scope, name=name, paused=paused,
                                      now=c.runtime.clock.now(), reason=reason)
@@ -678,8 +677,7 @@ async def timeline_live(request: Request, who: Who, q: _Q = "", by: str = "auto"
 
 def _known_channel(c: ApiContext, channel: str) -> str:
     if channel not in c.runtime.limits:
-        raise ApiError(404, "path.channel", f"unknown channel {channel!r}; declared: "
-                       f"{', '.join(c.runtime.channels) or 'none'}")
+        raise ApiError(404, "path.channel", unknown_name("channel", channel, c.runtime.channels))
     return channel
 
 
