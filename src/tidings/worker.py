@@ -235,10 +235,7 @@ class Worker:
                 decoded.append(item)
             except MessageDecodeError as exc:
                 self.stats.poison += 1
-                self._dead.append((item.receipt, f"undecodable message: {exc}"))
-                log.warning("dead letter", extra={
-                    "channel": self.channel, "message_id": item.message_id,
-                    "reason": "undecodable message", "worker": self.worker_id})
+                self._dead_letter(item, f"undecodable message: {exc}", "undecodable message")
         claims = await self.store.intent_claim_many(
             keys, owner=self.worker_id, lease_s=self.config.lease_s, now=now,
             message_ids=[r.message_id for r in decoded]) if keys else []
@@ -277,8 +274,7 @@ class Worker:
                 next_attempt_at=result.until if isinstance(result, Deferred) else None,
                 worker=self.worker_id, message_id=received.message_id,
                 detail=surrogate(intent.recipient_id))
-            self._outcomes.append((change, received))
-            self._log_outcome(change, intent)
+            self._queue_outcome(change, received, intent)
 
     def _start_send(self, intent: Intent, token: int, received: Received,
                     request: SendRequest) -> None:
@@ -296,27 +292,22 @@ class Worker:
             self._acks.append(received.receipt)
         elif kind in (ClaimKind.BUSY, ClaimKind.NOT_DUE):
             if received.receive_count > self.config.max_receives:
-                self._dead.append((received.receipt,
-                                   f"received {received.receive_count} times without progress"))
-                log.warning("dead letter", extra={
-                    "key": claim.key, "channel": self.channel, "message_id": received.message_id,
-                    "reason": "received too often without progress", "worker": self.worker_id})
+                self._dead_letter(received,
+                                  f"received {received.receive_count} times without progress",
+                                  "received too often without progress", key=claim.key)
             else:
                 self._nacks.append((received.receipt, max(0.0, (claim.retry_at or now) - now)))
         elif kind == ClaimKind.MISSING:
             self.stats.poison += 1
-            self._dead.append((received.receipt, f"unknown intent key {claim.key!r}"))
-            log.warning("dead letter", extra={
-                "key": claim.key, "channel": self.channel, "message_id": received.message_id,
-                "reason": "unknown intent key", "worker": self.worker_id})
+            self._dead_letter(received, f"unknown intent key {claim.key!r}",
+                              "unknown intent key", key=claim.key)
         else:
             intent, token = claim.intent, claim.token
             assert intent is not None and token is not None
             self._held[intent.key] = (token, received, intent.lease_expires_at or now)
             instead = self._instead_of_send(received, intent, token, now)
             if instead is not None:
-                self._outcomes.append((instead, received))
-                self._log_outcome(instead, intent)
+                self._queue_outcome(instead, received, intent)
                 return None
             return received, intent, token
         return None
@@ -373,13 +364,22 @@ class Worker:
                 provider_request_id=decision.request_id, count_failure=decision.count_failure,
                 worker=self.worker_id, message_id=received.message_id,
                 detail=surrogate(intent.recipient_id))
-        self._outcomes.append((change, received))
+        self._queue_outcome(change, received, intent)
         self._wake.set()
-        self._log_outcome(change, intent)
 
-    def _log_outcome(self, change: Change, intent: Intent) -> None:
-        """One "send" line per settled intent: the routine at debug, what an on-call
-        engineer looks for at info or warning (see ``_LOUD``). Off, it costs one check."""
+    def _dead_letter(self, received: Received, reason: str, summary: str, *,
+                     key: str | None = None) -> None:
+        """Dead-letter a message with ``reason``; log it with ``summary`` (no message text)."""
+        self._dead.append((received.receipt, reason))
+        extra = {} if key is None else {"key": key}
+        log.warning("dead letter", extra=extra | {
+            "channel": self.channel, "message_id": received.message_id, "reason": summary,
+            "worker": self.worker_id})
+
+    def _queue_outcome(self, change: Change, received: Received, intent: Intent) -> None:
+        """Queue an outcome for the commit, and log one "send" line for it: the routine at
+        debug, what an on-call engineer looks for at info or warning (see ``_LOUD``)."""
+        self._outcomes.append((change, received))
         level = _LOUD.get(change.event, logging.DEBUG)
         if not log.isEnabledFor(level):
             return
