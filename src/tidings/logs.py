@@ -139,6 +139,13 @@ def default_format(stream: TextIO) -> LogFormat:
     return "console" if callable(isatty) and isatty() else "json"
 
 
+def _one_of(field: str, value: str, allowed: tuple[str, ...]) -> str:
+    """``value`` if it is allowed, else a ConfigurationError naming ``field``."""
+    if value not in allowed:
+        raise ConfigurationError(field, f"{value!r} is not one of {', '.join(allowed)}")
+    return value
+
+
 def level_number(level: str | int) -> int:
     """``"debug"`` … ``"critical"`` (any case) or a number, as a logging level."""
     if isinstance(level, int):
@@ -153,12 +160,10 @@ def from_env(environ: Mapping[str, str]) -> tuple[LogFormat | None, str]:
     """The format (None: the default) and level ``TIDINGS_LOG_FORMAT`` and
     ``TIDINGS_LOG_LEVEL`` ask for; errors name the variable."""
     raw_format = environ.get(FORMAT_ENV, "").strip().lower() or None
-    if raw_format is not None and raw_format not in FORMATS:
-        raise ConfigurationError(FORMAT_ENV, f"{raw_format!r} is not one of "
-                                 f"{', '.join(FORMATS)}")
-    level = environ.get(LEVEL_ENV, "").strip().lower() or DEFAULT_LEVEL
-    if level not in LEVELS:
-        raise ConfigurationError(LEVEL_ENV, f"{level!r} is not one of {', '.join(LEVELS)}")
+    if raw_format is not None:
+        _one_of(FORMAT_ENV, raw_format, FORMATS)
+    level = _one_of(LEVEL_ENV, environ.get(LEVEL_ENV, "").strip().lower() or DEFAULT_LEVEL,
+                    LEVELS)
     return cast(LogFormat | None, raw_format), level
 
 
@@ -168,9 +173,7 @@ def configure_logging(format: LogFormat | None = None,
     """Send every log of this process to ``stream`` (stderr) as ``format`` (None: the
     default for the stream), from ``level`` up. Calling it again replaces the set-up."""
     out = sys.stderr if stream is None else stream
-    chosen = default_format(out) if format is None else format
-    if chosen not in FORMATS:
-        raise ConfigurationError("log_format", f"{chosen!r} is not one of {', '.join(FORMATS)}")
+    chosen = default_format(out) if format is None else _one_of("log_format", format, FORMATS)
     number = level_number(level)
     timestamp = structlog.processors.TimeStamper(fmt="iso", utc=True)
     shared: list[Processor] = [
