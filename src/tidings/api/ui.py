@@ -21,7 +21,6 @@ import hashlib
 import hmac
 import inspect
 import itertools
-import re
 import secrets
 from collections import deque
 from collections.abc import Mapping, Sequence
@@ -41,6 +40,7 @@ from tidings.api.context import ApiContext, ctx
 from tidings.api.errors import ApiError
 from tidings.api.tokens import Scope, grants, split_token
 from tidings.errors import InvalidInput, unknown_name
+from tidings.providers import redaction
 from tidings.stores.base import Occurrence, Switch
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
@@ -53,6 +53,7 @@ SAMPLE_EVERY_S = 2.0
 HISTORY = 180
 _FAILED = frozenset({"rejected", "dead", "cancelled", "expired"})
 _AFTER_ACCEPTED = frozenset({"delivered", "bounced", "complained"})
+_REDACTED = "‹redacted›"
 _HEADERS = {
     "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; "
                                "img-src 'self' data:; connect-src 'self'; form-action 'self'; "
@@ -60,8 +61,6 @@ _HEADERS = {
     "X-Frame-Options": "DENY", "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "same-origin", "Cache-Control": "no-store",
 }
-# Reasons never carry addresses by design; a provider's free text might, so pages scrub.
-_ADDRESS = re.compile(r"[^\s@<>\"']+@[^\s@<>\"']+\.[A-Za-z]{2,}|\+[1-9][0-9]{6,14}")
 
 Who = Annotated[Principal, Depends(authorize)]
 
@@ -127,7 +126,9 @@ def fmt_ago(at: float | None, now: float) -> str:
 
 
 def scrub(text: str | None) -> str:
-    return "" if text is None else _ADDRESS.sub("‹redacted›", text)
+    """Reasons never carry addresses by design; a provider's free text might, so
+    pages scrub what looks like one (the same shapes as logs and API errors)."""
+    return "" if text is None else redaction.scrub(text, address=_REDACTED, number=_REDACTED)
 
 
 # ---------------------------------------------------------------- templates and assets

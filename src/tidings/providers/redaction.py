@@ -38,13 +38,14 @@ def redact(text: str, *, address: str | None = None, secrets: Iterable[str] = ()
     return text
 
 
-def scrub(text: str) -> str:
+def scrub(text: str, *, address: str = "[address]", number: str = "[number]") -> str:
     """``text`` with anything shaped like an email address or an international phone
-    number replaced, and nothing else changed: no whitespace collapsed, no cap (for log
-    lines, tracebacks and API error bodies). Cheap when there is nothing to find: each
-    pattern runs only if its ``@`` or ``+`` is there."""
+    number replaced (by ``address`` / ``number``), and nothing else changed: no
+    whitespace collapsed, no cap (for log lines, tracebacks, API error bodies and the
+    dashboard). Cheap when there is nothing to find: each pattern runs only if its
+    ``@`` or ``+`` is there."""
     if "@" in text:
-        text = _EMAIL.sub("[address]", text)
+        text = _EMAIL.sub(address, text)
     if "+" in text:
-        text = _PHONE.sub("[number]", text)
+        text = _PHONE.sub(number, text)
     return text
