@@ -7,7 +7,9 @@ from dataclasses import dataclass
 from fastapi import Request
 
 from tidings.api.admission import AdmissionRunner
+from tidings.api.errors import ApiError
 from tidings.api.ratelimit import Bucket
+from tidings.errors import unknown_name
 from tidings.metrics import ApiMetrics
 from tidings.runtime import Runtime
 from tidings.settings import ApiSettings, QueueSettings
@@ -21,6 +23,12 @@ class ApiContext:
     metrics: ApiMetrics
     bucket: Bucket | None
     queues: dict[str, QueueSettings]
+
+    def channel(self, name: str, field: str = "path.channel") -> str:
+        """``name`` if it is a declared channel, else a 404 naming ``field``."""
+        if name not in self.runtime.limits:
+            raise ApiError(404, field, unknown_name("channel", name, self.runtime.channels))
+        return name
 
 
 def ctx(request: Request) -> ApiContext:

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from tidings import operations
 from tidings.api.context import ApiContext, ctx
 from tidings.api.errors import ApiError, ErrorBody
-from tidings.errors import InvalidInput, unknown_name
+from tidings.errors import InvalidInput
 
 router = APIRouter(prefix="/v1", tags=["operator"])
 
@@ -26,12 +26,6 @@ def _refused(*codes: int) -> dict[int | str, dict[str, Any]]:
              422: "A field is invalid; 'field' names it."}
     return {code: {"model": ErrorBody, "description": texts[code]}
             for code in (401, 403, *codes)}
-
-
-def _channel(c: ApiContext, channel: str) -> str:
-    if channel not in c.runtime.limits:
-        raise ApiError(404, "path.channel", unknown_name("channel", channel, c.runtime.channels))
-    return channel
 
 
 async def status_report(c: ApiContext) -> dict[str, Any]:
@@ -97,7 +91,7 @@ async def dead_letters(request: Request, channel: _NAME,
     """Oldest first, each with its intent's state in the ledger."""
     c = ctx(request)
     rows = await operations.dead_letters(c.runtime.store, c.runtime.transport,
-                                         _channel(c, channel), limit=limit)
+                                         c.channel(channel), limit=limit)
     return {"channel": channel, "dead_letters": rows}
 
 
@@ -119,7 +113,7 @@ async def redrive(request: Request, channel: _NAME,
     body = body or RedriveBody()
     try:
         result = await operations.redrive(
-            c.runtime.store, c.runtime.transport, _channel(c, channel),
+            c.runtime.store, c.runtime.transport, c.channel(channel),
             now=c.runtime.clock.now(), ids=body.ids, limit=body.limit)
     except InvalidInput as exc:
         raise ApiError(422, f"body.{exc.field}", exc.message) from None
@@ -142,9 +136,7 @@ async def _switch(request: Request, body: SwitchBody, paused: bool) -> dict[str,
         scope, name = "campaign", c.admission.campaign(body.campaign).name
     else:
         assert body.channel is not None
-        scope, name = "channel", body.channel
-        if name not in c.runtime.limits:
-            raise ApiError(404, "body.channel", unknown_name("channel", name, c.runtime.channels))
+        scope, name = "channel", c.channel(body.channel, "body.channel")
     switch = await c.runtime.store.switch_set(scope=scope, name=name, paused=paused,
                                               now=c.runtime.clock.now(), reason=body.reason)
     return dict(switch.__dict__)

@@ -676,18 +676,12 @@ async def timeline_live(request: Request, who: Who, q: _Q = "", by: str = "auto"
 # ---------------------------------------------------------------- dead letters
 
 
-def _known_channel(c: ApiContext, channel: str) -> str:
-    if channel not in c.runtime.limits:
-        raise ApiError(404, "path.channel", unknown_name("channel", channel, c.runtime.channels))
-    return channel
-
-
 async def _dead_letters(request: Request, channel: str) -> dict[str, Any]:
     c = ctx(request)
     rt = c.runtime
     now = rt.clock.now()
     counts = {ch: (await rt.transport.depth(ch, now=now)).dead for ch in rt.channels}
-    rows = await operations.dead_letters(rt.store, rt.transport, _known_channel(c, channel),
+    rows = await operations.dead_letters(rt.store, rt.transport, c.channel(channel),
                                          limit=200)
     for row in rows:
         row["reason"] = scrub(row["reason"])
@@ -727,7 +721,7 @@ async def redrive(request: Request, who: Who, channel: str) -> Response:
     ids = [i.strip() for i in form.get("id", []) if i.strip()] or None
     try:
         result = await operations.redrive(
-            c.runtime.store, c.runtime.transport, _known_channel(c, channel),
+            c.runtime.store, c.runtime.transport, c.channel(channel),
             now=c.runtime.clock.now(), ids=ids, limit=100, reason="operator redrive (dashboard)")
     except InvalidInput as exc:
         if exc.field != "ids":
