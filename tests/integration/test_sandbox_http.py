@@ -11,7 +11,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
+from support.crm import free_port
 from tidings.clock import FakeClock
 from tidings.model import (
     Accepted,
@@ -262,9 +262,7 @@ async def test_latency_is_waited_by_the_server(sandbox: Sandbox,
 
 @pytest.mark.parametrize("kind", ["aiohttp", "httpx"])
 async def test_nothing_listening_is_transient(kind: str) -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     client = httpx.AsyncClient() if kind == "httpx" else None
     provider = SandboxHttpProvider(f"http://127.0.0.1:{port}", "email", client=client,
                                    timeout_s=1)
