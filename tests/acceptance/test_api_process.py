@@ -3,11 +3,7 @@ way an external cron, a publisher and an on-call engineer do."""
 
 from __future__ import annotations
 
-import json
-import os
-import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -16,10 +12,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from support.crm import QUERY, free_port, write_crm
+from support.api_process import TIDINGS, api_server, create_token
+from support.crm import QUERY, write_crm
 from tidings.api import sign
 
-TIDINGS = [sys.executable, "-m", "tidings"]
 SECRET = "acceptance-secret"
 
 
@@ -49,36 +45,13 @@ campaign = "digest"
 
 @pytest.fixture
 def tokens(config: Path) -> dict[str, str]:
-    found = {}
-    for scope in ("publish", "viewer"):
-        made = subprocess.run([*TIDINGS, "token", "create", "--scope", scope, "--json",
-                               "--config", str(config)],
-                              capture_output=True, text=True, timeout=60, check=True)
-        found[scope] = json.loads(made.stdout)["token"]
-    return found
+    return {scope: create_token(config, scope) for scope in ("publish", "viewer")}
 
 
 @pytest.fixture
 def server(config: Path, tokens: dict[str, str]) -> Iterator[str]:
-    port = free_port()
-    env = {**os.environ, "TIDINGS_TRIGGER_SECRETS": f"{SECRET},older-secret"}
-    process = subprocess.Popen([*TIDINGS, "api", "--config", str(config), "--port", str(port)],
-                               stderr=subprocess.PIPE, text=True, env=env)
-    try:
-        assert process.stderr is not None
-        line = process.stderr.readline()  # blocks until the server is bound (or died)
-        assert "listening on http://127.0.0.1:" in line, line + process.stderr.read()
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            assert process.wait(timeout=20) == 0  # a graceful stop, runtime closed
-        finally:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
-            if process.stderr is not None:
-                process.stderr.close()
+    with api_server(config, {"TIDINGS_TRIGGER_SECRETS": f"{SECRET},older-secret"}) as base:
+        yield base
 
 
 @pytest.mark.slow

@@ -9,11 +9,8 @@ Screenshots of every page are kept in ``tests/artifacts/dashboard/``. Without
 from __future__ import annotations
 
 import asyncio
-import json
 import os
-import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -22,7 +19,8 @@ from typing import Any
 
 import pytest
 
-from support.crm import QUERY, free_port, write_crm
+from support.api_process import TIDINGS, api_server, create_token
+from support.crm import QUERY, write_crm
 from tidings.clock import Clock, SystemClock
 from tidings.providers.base import Provider
 from tidings.providers.sandbox import SandboxTwinProvider
@@ -38,7 +36,6 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
                  "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts" / "dashboard"
-TIDINGS = [sys.executable, "-m", "tidings"]
 #: Two customers whose provider always fails (dead letters), one it rejects.
 FAILING = ("c7@example.com", "c19@example.com")
 REJECTED = ("c23@example.com",)
@@ -143,14 +140,6 @@ async def admit_more(config: Path, count: int) -> None:
         await runtime.close()
 
 
-def create_token(config: Path, scope: str) -> str:
-    made = subprocess.run([*TIDINGS, "token", "create", "--scope", scope, "--name",
-                           f"{scope} on call", "--json", "--config", str(config)],
-                          capture_output=True, text=True, timeout=60, check=True)
-    token: str = json.loads(made.stdout)["token"]
-    return token
-
-
 @pytest.fixture
 def seeded(tmp_path: Path) -> Seeded:
     need_chromium()
@@ -159,25 +148,8 @@ def seeded(tmp_path: Path) -> Seeded:
 
 @pytest.fixture
 def server(seeded: Seeded) -> Iterator[str]:
-    port = free_port()
-    env = {**os.environ, "TIDINGS_UI_SECRET": "dashboard-acceptance-secret"}
-    process = subprocess.Popen([*TIDINGS, "api", "--config", str(seeded.config), "--port",
-                                str(port)], stderr=subprocess.PIPE, text=True, env=env)
-    try:
-        assert process.stderr is not None
-        line = process.stderr.readline()  # blocks until the server is bound (or died)
-        assert "listening on http://127.0.0.1:" in line, line + process.stderr.read()
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            assert process.wait(timeout=20) == 0
-        finally:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
-            if process.stderr is not None:
-                process.stderr.close()
+    with api_server(seeded.config, {"TIDINGS_UI_SECRET": "dashboard-acceptance-secret"}) as base:
+        yield base
 
 
 @pytest.fixture
@@ -211,7 +183,7 @@ def test_an_operator_watches_searches_redrives_and_steers(
 ) -> None:
     from playwright.sync_api import expect
 
-    token = create_token(seeded.config, "operator")
+    token = create_token(seeded.config, "operator", name="operator on call")
     context = browser.new_context(viewport={"width": 1360, "height": 900})
     page = context.new_page()
     problems: list[str] = []
@@ -322,7 +294,7 @@ def test_a_viewer_looks_but_cannot_act_and_a_revoked_token_ends_the_session(
 ) -> None:
     from playwright.sync_api import expect
 
-    token = create_token(seeded.config, "viewer")
+    token = create_token(seeded.config, "viewer", name="viewer on call")
     context = browser.new_context(viewport={"width": 1360, "height": 900})
     page = context.new_page()
     log_in(page, server, token)
