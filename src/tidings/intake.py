@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from tidings.errors import ConfigurationError, InvalidInput, unknown_name
-from tidings.model import IntentDraft, Recipient, encode_data, notify_key, validate_key
+from tidings.keys import validate_key
+from tidings.model import IntentDraft, Recipient, encode_data, notify_key
 from tidings.relay import publish
 from tidings.states import State
 from tidings.stores.base import Store

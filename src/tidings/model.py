@@ -9,12 +9,17 @@ from dataclasses import dataclass, field
 from typing import Any, overload
 
 from tidings.errors import InvalidInput, MessageDecodeError
+from tidings.keys import validate_key
 from tidings.states import State
 
-MAX_KEY_LENGTH = 512
 MAX_PAYLOAD_BYTES = 256 * 1024
 MESSAGE_VERSION = 1
-_KEY_PART = re.compile(r"[^\s/]+")  # whole part: fullmatch (a "$" would let "x\n" by)
+#: A queue body is a key and a version: anything longer is not a tidings message. The
+#: bound also caps how deep a hostile body can nest before it is parsed.
+MAX_MESSAGE_BYTES = 8 * 1024
+# A key part: no '/', no whitespace, no control character, nothing a store cannot hold.
+# Whole part: fullmatch (a "$" would let "x\n" by).
+_KEY_PART = re.compile(r"[^\s/\x00-\x1f\x7f-\x9f\ud800-\udfff]+")
 
 
 def campaign_key(campaign: str, logical_date: str, recipient_id: str, channel: str,
@@ -50,7 +55,7 @@ def campaign_key_maker(campaign: str, logical_date: str, channel: str,
     return key
 
 
-_BAD_ID_CHAR = re.compile(r"[\s/]")
+_BAD_ID_CHAR = re.compile(r"[\s/\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 
 
 def check_recipient_ids(ids: Sequence[str]) -> None:
@@ -59,26 +64,17 @@ def check_recipient_ids(ids: Sequence[str]) -> None:
     One scan over the joined ids, not one regex call per id: this runs for every
     member of every page.
     """
-    joined = "\x00".join(ids)
+    joined = "".join(ids)  # bad characters are bad one at a time: no separator needed
     if all(ids) and _BAD_ID_CHAR.search(joined) is None:
         return
     bad = next(i for i in ids if not _KEY_PART.fullmatch(i))
-    raise InvalidInput("recipient.id", f"{bad!r} must be non-empty with no '/' or spaces")
+    raise InvalidInput("recipient.id", f"{bad!r} must be non-empty with no '/', spaces or "
+                       "control characters")
 
 
 def notify_key(key: str, channel: str) -> str:
     """The delivery key of a one-off intent on one channel: ``shipment-4821:customer-73:sms``."""
     return f"{key}:{channel}"
-
-
-def validate_key(key: str, field_name: str = "key") -> str:
-    if not isinstance(key, str) or not key.strip():
-        raise InvalidInput(field_name, "must be a non-empty string")
-    if len(key) > MAX_KEY_LENGTH:
-        raise InvalidInput(field_name, f"is {len(key)} characters, the limit is {MAX_KEY_LENGTH}")
-    if any(c.isspace() for c in key):
-        raise InvalidInput(field_name, "must not contain whitespace")
-    return key
 
 
 def encode_data(data: dict[str, Any] | None, field_name: str = "data") -> str:
@@ -261,20 +257,48 @@ class Message:
 
     @classmethod
     def decode(cls, body: str | bytes) -> Message:
-        """Parse a queue body; anything unexpected raises MessageDecodeError naming the field."""
+        """Parse a queue body; anything else raises MessageDecodeError naming the field.
+
+        Whatever the body holds (bytes that are not UTF-8, JSON of any depth or size,
+        any code point, any type), this returns a message or raises that one error.
+        """
+        if isinstance(body, bytes | bytearray):
+            try:
+                body = bytes(body).decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise MessageDecodeError(f"body is not UTF-8: {exc.reason} at byte "
+                                         f"{exc.start}") from None
+        if not isinstance(body, str):
+            raise MessageDecodeError(f"body is {type(body).__name__}, not text")
+        if len(body) > MAX_MESSAGE_BYTES:
+            raise MessageDecodeError(f"body is {len(body)} characters, the limit is "
+                                     f"{MAX_MESSAGE_BYTES}")
         try:
             obj = json.loads(body)
-        except (ValueError, UnicodeDecodeError) as exc:
+        except ValueError as exc:  # JSONDecodeError, and an integer too long to convert
             raise MessageDecodeError(f"body is not JSON: {exc}") from None
+        except RecursionError:
+            raise MessageDecodeError("body is not JSON: nested too deeply") from None
         if not isinstance(obj, dict):
-            raise MessageDecodeError("body is not a JSON object")
+            raise MessageDecodeError(f"body is a JSON {type(obj).__name__}, not an object")
         version = obj.get("v")
-        if version != MESSAGE_VERSION:
-            raise MessageDecodeError(f"v: unknown message version {version!r}")
+        # type(), not ==: true == 1 and 1.0 == 1 in Python, and neither is a version.
+        if type(version) is not int or version != MESSAGE_VERSION:
+            raise MessageDecodeError(f"v: unknown message version {_short(version)}")
         key = obj.get("key")
-        if not isinstance(key, str) or not key:
+        if not isinstance(key, str):
             raise MessageDecodeError("key: missing or not a string")
+        try:
+            validate_key(key)
+        except InvalidInput as exc:
+            raise MessageDecodeError(str(exc)) from None
         return cls(key=key, version=version)
+
+
+def _short(value: object) -> str:
+    """A bounded, printable rendering of a value from a hostile body, for a reason."""
+    text = ascii(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -292,7 +316,8 @@ class Received:
 
     queue: str
     message_id: str
-    body: str
+    body: str | bytes
+    """Text, or the raw bytes where the queue holds a body that is not UTF-8 (poison)."""
     receipt: str
     receive_count: int
     enqueued_at: float

@@ -233,7 +233,7 @@ class Worker:
             try:
                 keys.append(Message.decode(item.body).key)
                 decoded.append(item)
-            except MessageDecodeError as exc:
+            except MessageDecodeError as exc:  # whatever the body, this is all decode raises
                 self.stats.poison += 1
                 self._dead_letter(item, f"undecodable message: {exc}", "undecodable message")
         claims = await self.store.intent_claim_many(

@@ -22,7 +22,11 @@ from tidings.model import (
 )
 
 
-@given(st.text(min_size=1))
+_KEY_TEXT = st.text(st.characters(blacklist_categories=("Cc", "Cs", "Zs", "Zl", "Zp")),
+                    min_size=1, max_size=512).filter(lambda k: not any(c.isspace() for c in k))
+
+
+@given(_KEY_TEXT)
 def test_message_body_is_exactly_the_json_of_the_message(key: str) -> None:
     expected = json.dumps({"v": 1, "key": key}, separators=(",", ":"))
     assert message_body(key) == expected == Message(key=key).encode()
@@ -33,7 +37,7 @@ def test_message_body_is_exactly_the_json_of_the_message(key: str) -> None:
 
 @pytest.mark.parametrize(("body", "problem"), [
     ("not json", "not JSON"),
-    ("[1, 2]", "not a JSON object"),
+    ("[1, 2]", "a JSON list, not an object"),
     ('{"v": 2, "key": "k"}', "v: unknown message version 2"),
     ('{"v": 1}', "key: missing"),
 ])
@@ -61,7 +65,7 @@ def test_payload_over_256_kb_is_refused_naming_the_field() -> None:
     assert encode_data({"b": 1, "a": 2}) == '{"a":2,"b":1}'
 
 
-@pytest.mark.parametrize("bad", ["", "a/b", "a b", "a\tb", "x\n"])
+@pytest.mark.parametrize("bad", ["", "a/b", "a b", "a\tb", "x\n", "a\x00b", "\ud800", "a\x7f"])
 def test_a_recipient_id_that_cannot_be_in_a_key_is_named(bad: str) -> None:
     with pytest.raises(InvalidInput) as caught:
         check_recipient_ids(["ok-1", bad, "ok-2"])
@@ -89,3 +93,48 @@ def test_a_draft_page_is_the_sequence_of_its_drafts() -> None:
                                   data='{"a":1}', due_at=5.0, expires_at=None, campaign="c",
                                   occurrence="c/2026-08-14")
     assert list(page) == page[:] == [page[0], page[1]]
+
+
+_HOSTILE_BODIES = [
+    "[" * 100_000 + "]" * 100_000,
+    '{"v":1,"key":' + "[" * 5_000 + "]" * 5_000 + "}",
+    '{"v":1,"key":"a\\u0000b"}',
+    '{"v":1,"key":"\\ud800"}',
+    '{"v":1,"key":"a\\u0007b"}',
+    '{"v":1,"key":"a b"}',
+    '{"v":1,"key":""}',
+    '{"v":1,"key":"' + "k" * 513 + '"}',
+    '{"v":true,"key":"k"}',
+    '{"v":1.0,"key":"k"}',
+    '{"v":1e999,"key":"k"}',
+    '{"v":' + "9" * 5_000 + ',"key":"k"}',
+    '{"v":1,"key":7}',
+    '{"v":1,"key":null}',
+    '{"v":1,"key":["k"]}',
+    "null", "7", '"k"', "", "{",
+    b"\xff\xfe{}",
+    b'{"v":1,"key":"\xc3"}',
+]
+
+
+@pytest.mark.parametrize("body", _HOSTILE_BODIES)
+def test_a_hostile_body_is_a_decode_error_with_a_reason(body: str | bytes) -> None:
+    with pytest.raises(MessageDecodeError) as caught:
+        Message.decode(body)
+
+    assert str(caught.value) and str(caught.value).isprintable()
+
+
+@given(st.one_of(st.binary(max_size=300), st.text(max_size=300),
+                 st.recursive(st.none() | st.booleans() | st.integers() | st.floats()
+                              | st.text(max_size=20),
+                              lambda inner: st.lists(inner, max_size=4)
+                              | st.dictionaries(st.sampled_from(["v", "key", "x"]), inner,
+                                                max_size=3)).map(json.dumps)))
+def test_any_body_decodes_or_is_refused_with_a_printable_reason(body: str | bytes) -> None:
+    try:
+        message = Message.decode(body)
+    except MessageDecodeError as exc:
+        assert str(exc).isprintable()
+    else:
+        assert message.version == 1 and message.key

@@ -22,6 +22,19 @@ from tidings.transports.wakeups import Wakeups
 T = TypeVar("T")
 
 
+def body_of(raw: bytes | None) -> str | bytes:
+    """A body as text, or as the bytes it is when they are not UTF-8 (for the consumer to
+    dead-letter; see ``Message.decode``)."""
+    try:
+        return (raw or b"").decode("utf-8")
+    except UnicodeDecodeError:
+        return raw or b""
+
+
+def shown(raw: bytes | None) -> str:
+    """Text for display and logs: bytes that are not UTF-8 escaped, never an error."""
+    return (raw or b"").decode("utf-8", errors="backslashreplace")
+
 
 def parse_receipt(receipt: str) -> tuple[int, int]:
     """``"12:3"`` -> ``(12, 3)``: row id and receive token."""
@@ -81,7 +94,7 @@ class SqlTransport:
         params = {"queue": queue, "now": now, "visible_at": now + visibility_s,
                   "limit": max_messages}
 
-        def fn(conn: sqlite3.Connection) -> list[tuple[int, str, str, int, int, float]]:
+        def fn(conn: sqlite3.Connection) -> list[tuple[int, bytes, bytes, int, int, float]]:
             return conn.execute(self._sql["message_receive"], params).fetchall()
 
         rows = await self._write(fn)
@@ -89,7 +102,7 @@ class SqlTransport:
         # float(): RETURNING hands back a whole REAL as the integer SQLite stored it as.
         rows.sort(key=lambda r: (r[5], r[0]))
         return [
-            Received(queue=queue, message_id=message_id, body=body,
+            Received(queue=queue, message_id=shown(message_id), body=body_of(body),
                      receipt=f"{row_id}:{token}", receive_count=count,
                      enqueued_at=float(enqueued_at))
             for row_id, message_id, body, count, token, enqueued_at in rows
@@ -138,8 +151,8 @@ class SqlTransport:
         """The oldest dead letters of ``queue``."""
         def fn(conn: sqlite3.Connection) -> list[DeadLetter]:
             return [
-                DeadLetter(id=str(r[0]), queue=r[1], message_id=r[2], body=r[3], reason=r[4],
-                           receive_count=r[5], dead_at=r[6])
+                DeadLetter(id=str(r[0]), queue=r[1], message_id=shown(r[2]), body=shown(r[3]),
+                           reason=shown(r[4]), receive_count=r[5], dead_at=r[6])
                 for r in conn.execute(self._sql["dead_letter_list"], (queue, limit))
             ]
 

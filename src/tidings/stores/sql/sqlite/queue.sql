@@ -13,6 +13,8 @@ SELECT min(available_at) FROM messages WHERE queue = ?
 
 -- name: message_receive
 -- Oldest visible first; the receive token fences receipts of earlier receives.
+-- Text comes back as bytes: a body that is not UTF-8 must reach the consumer (to be
+-- dead-lettered), not fail the whole receive.
 UPDATE messages
 SET available_at = :visible_at, receive_count = receive_count + 1,
     receive_token = receive_token + 1, leased = 1
@@ -22,7 +24,8 @@ WHERE id IN (
     ORDER BY available_at, id
     LIMIT :limit
 )
-RETURNING id, message_id, body, receive_count, receive_token, enqueued_at
+RETURNING id, CAST(message_id AS BLOB), CAST(body AS BLOB), receive_count, receive_token,
+    enqueued_at
 
 -- name: message_ack
 -- By id alone: whoever acks has finished the work, even under a stale receipt.
@@ -48,7 +51,9 @@ WHERE queue = ? AND id = ? AND receive_token = ?
 DELETE FROM messages WHERE queue = ? AND id = ? AND receive_token = ?
 
 -- name: dead_letter_list
-SELECT id, queue, message_id, body, reason, receive_count, dead_at
+-- Text as bytes, as in message_receive: a poison body must not hide the list.
+SELECT id, queue, CAST(message_id AS BLOB), CAST(body AS BLOB), CAST(reason AS BLOB),
+    receive_count, dead_at
 FROM dead_letters
 WHERE queue = ?
 ORDER BY dead_at, id

@@ -1,0 +1,63 @@
+"""The one rule for text that every store can hold, and for delivery keys.
+
+PostgreSQL ``text`` cannot hold NUL, and no UTF-8 column can hold a lone surrogate
+(``"\\ud800"``): such a value reaches the store only to fail there, on every retry,
+for ever. So every entry point (the API, ``notify``, the CLI, a queue message) checks
+its text here first and refuses it with an error naming the field.
+
+A key is stricter: it is an idempotency key, a message id, a log field and a path
+segment, so it is bounded and holds no whitespace and no control character either.
+"""
+
+from __future__ import annotations
+
+import re
+
+from tidings.errors import InvalidInput
+
+MAX_KEY_LENGTH = 512
+
+# NUL and the surrogate range: what no store's text column takes.
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+# ... plus whitespace and the C0/C1 control characters: what no key holds.
+_NOT_IN_KEY = re.compile(r"[\s\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def _describe(char: str) -> str:
+    if char == "\x00":
+        return "a NUL character"
+    if "\ud800" <= char <= "\udfff":
+        return f"a lone surrogate (U+{ord(char):04X})"
+    if char.isspace():
+        return f"whitespace (U+{ord(char):04X})"
+    return f"a control character (U+{ord(char):04X})"
+
+
+def check_text(value: object, field: str, *, max_length: int | None = None) -> str:
+    """``value`` if it is a string every store can hold, else ``InvalidInput`` on ``field``."""
+    if not isinstance(value, str):
+        raise InvalidInput(field, f"must be a string, not {type(value).__name__}")
+    if max_length is not None and len(value) > max_length:
+        raise InvalidInput(field, f"is {len(value)} characters, the limit is {max_length}")
+    bad = _UNSTORABLE.search(value)
+    if bad is not None:
+        raise InvalidInput(field, f"must not contain {_describe(bad.group())}")
+    return value
+
+
+def storable(value: str) -> bool:
+    """True when ``check_text`` would accept ``value`` (for validators that raise their own)."""
+    return _UNSTORABLE.search(value) is None
+
+
+def validate_key(key: object, field: str = "key") -> str:
+    """``key`` if it can be a delivery key: 1 to 512 characters, no whitespace, no control
+    character, nothing a store cannot hold."""
+    if not isinstance(key, str) or not key:
+        raise InvalidInput(field, "must be a non-empty string")
+    if len(key) > MAX_KEY_LENGTH:
+        raise InvalidInput(field, f"is {len(key)} characters, the limit is {MAX_KEY_LENGTH}")
+    bad = _NOT_IN_KEY.search(key)
+    if bad is not None:
+        raise InvalidInput(field, f"must not contain {_describe(bad.group())}")
+    return key
