@@ -21,7 +21,6 @@ from tidings.model import (
     message_body_parts,
 )
 
-
 _KEY_TEXT = st.text(st.characters(blacklist_categories=("Cc", "Cs", "Zs", "Zl", "Zp")),
                     min_size=1, max_size=512).filter(lambda k: not any(c.isspace() for c in k))
 
