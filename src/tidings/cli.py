@@ -146,9 +146,16 @@ def _switch(paused: bool, campaign: str | None, channel: str | None, reason: str
                  else set(runtime.channels))
         if name not in known:
             raise typer.BadParameter(unknown_name(scope, name, sorted(known)))
+        before = next((s for s in await runtime.store.switch_all()
+                       if (s.scope, s.name) == (scope, name)), None)
+        if not paused and before is not None and before.paused:
+            # Resuming shows why it was paused first: a guardrail's reason above all.
+            typer.echo(f"{scope} {name!r} was paused since {_when(before.changed_at)}: "
+                       f"{before.reason or 'no reason given'}", err=True)
         switch = await runtime.store.switch_set(scope=scope, name=name, paused=paused,
                                                 now=runtime.clock.now(), reason=reason)
-        return dict(switch.__dict__)
+        return dict(switch.__dict__) | {"was": None if before is None else dict(
+            before.__dict__)}
     _emit(as_json, _with_runtime(config, store, go))
 
 
@@ -311,6 +318,10 @@ def status(config: ConfigOpt = None, store: StoreOpt = None, as_json: JsonOpt = 
         _emit(True, result)
         return
     out = Console()
+    for trip in result["guardrails_tripped"]:
+        out.print(f"[bold red]admission paused by a guardrail[/]: {trip['scope']} "
+                  f"{trip['name']!r} since {_when(trip['since'])}: {trip['reason']}",
+                  markup=True, highlight=False)
     table = Table("channel", "backlog", "oldest (s)", "in flight", "rate/s", "accepted", "429s",
                   "retries", "dead letters", "duplicates", "SLI", "drain (s)", "paused",
                   title="tidings status: channels")

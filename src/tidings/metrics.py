@@ -12,7 +12,7 @@ refusals) is counted in-process; Prometheus sums those across API instances.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, generate_latest
@@ -20,7 +20,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from tidings import operations
+from tidings import guardrails, operations
 from tidings.runtime import Runtime
 from tidings.stores.base import LatencyHistogram, ProviderEventCount
 from tidings.webhooks.metrics import provider_event_families
@@ -36,6 +36,7 @@ class _Reading:
     triggers: dict[str, int]
     plan: tuple[operations.PlanLine, ...]
     provider_events: tuple[ProviderEventCount, ...] = ()
+    guardrails: tuple[guardrails.Reading, ...] = ()
 
 
 class _StoreCollector(Collector):
@@ -109,6 +110,9 @@ class _StoreCollector(Collector):
              "Redeliveries of finished intents, acked with no send."),
             ("tidings_rate_limited", "rate_limited", "Provider 429 answers per channel."),
             ("tidings_retries", "transient_failure", "Transient failures to be retried."),
+            ("tidings_rejected", "rejected",
+             "Permanent rejections (an invalid address, a 4xx other than 429)."),
+            ("tidings_dead", "dead", "Intents whose retry budget was spent."),
         ):
             family = CounterMetricFamily(name, doc, labels=["channel"])
             for channel in sorted(set(snap.queues) | set(snap.events)):
@@ -143,6 +147,33 @@ class _StoreCollector(Collector):
         yield drain
         yield deadline
         yield from provider_event_families(r.provider_events)
+        yield from _guardrail_families(snap, r.guardrails)
+
+
+def _guardrail_families(snap: operations.Snapshot, readings: Sequence[guardrails.Reading]
+                        ) -> Iterator[Metric]:
+    tripped = GaugeMetricFamily(
+        "tidings_guardrail_tripped",
+        "1 while a guardrail holds a campaign's or channel's admission paused.",
+        labels=["scope", "name"])
+    for switch in snap.switches:
+        tripped.add_metric([switch.scope, switch.name],
+                           1.0 if guardrails.tripped_by_guardrail(switch) else 0.0)
+    yield tripped
+    value = GaugeMetricFamily(
+        "tidings_guardrail_value",
+        "A guardrail's measure over its window (rates per send; age in seconds).",
+        labels=["scope", "name", "measure"])
+    threshold = GaugeMetricFamily(
+        "tidings_guardrail_threshold", "The threshold a guardrail's measure is held to.",
+        labels=["scope", "name", "measure"])
+    for reading in readings:
+        labels = [reading.scope, reading.name, reading.measure]
+        value.add_metric(labels, reading.value)
+        if reading.threshold is not None:
+            threshold.add_metric(labels, reading.threshold)
+    yield value
+    yield threshold
 
 
 class ApiMetrics:
@@ -178,11 +209,15 @@ class ApiMetrics:
         histograms = await rt.store.intent_latency_histogram(operations.LATENCY_BUCKETS)
         triggers = await rt.store.api_trigger_counts()
         provider_events = await rt.store.provider_event_counts()
+        config = rt.guardrails()
+        readings = (await guardrails.measure(rt.store, rt.transport, config, now=now))[0] \
+            if config.active() else []
         plan = operations.plan(snap, limits=rt.limits,
                                freshness={c.name: c.expires_after_s for c in rt.campaigns})
         self._store.reading = _Reading(snap=snap, histograms=tuple(histograms),
                                        triggers=triggers, plan=tuple(plan),
-                                       provider_events=tuple(provider_events))
+                                       provider_events=tuple(provider_events),
+                                       guardrails=tuple(readings))
         self._read_at = now
 
     def render(self) -> bytes:

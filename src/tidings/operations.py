@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tidings.errors import InvalidInput
+from tidings.guardrails import tripped_by_guardrail
 from tidings.model import DeadLetter, Event, Intent, Message, QueueDepth
 from tidings.pacing.algorithm import PaceLimits
 from tidings.states import State
@@ -178,6 +179,7 @@ def status(snap: Snapshot, *, campaigns: Mapping[str, Sequence[str]],
         row = _counts(per_channel.get(channel, Totals()), now, window)
         row.update({
             "paused": channel in paused_channels,
+            "paused_reason": _reason(paused_channels.get(channel)),
             "queue": None if depth is None else {
                 "ready": depth.ready, "delayed": depth.delayed, "in_flight": depth.in_flight,
                 "dead_letters": depth.dead, "oldest_age_s": round(depth.oldest_age_s, 3)},
@@ -205,6 +207,7 @@ def status(snap: Snapshot, *, campaigns: Mapping[str, Sequence[str]],
             **_counts(total, now, window),
             "declared": name in campaigns,
             "paused": name in paused_campaigns,
+            "paused_reason": _reason(paused_campaigns.get(name)),
             "latest_occurrence": None if occ is None else {
                 "logical_date": occ.logical_date, "kind": occ.kind, "status": occ.status,
                 "members": occ.members, "admitted": occ.admitted, "skipped": occ.skipped,
@@ -220,7 +223,14 @@ def status(snap: Snapshot, *, campaigns: Mapping[str, Sequence[str]],
         "channels": channel_rows,
         "campaigns": campaign_rows,
         "one_off": {ch: _counts(s, now, window) for ch, s in sorted(one_off.items())},
+        "guardrails_tripped": [
+            {"scope": s.scope, "name": s.name, "since": s.changed_at, "reason": s.reason}
+            for s in snap.switches if tripped_by_guardrail(s)],
     }
+
+
+def _reason(switch: Switch | None) -> str | None:
+    return None if switch is None else switch.reason
 
 
 @dataclass(frozen=True, kw_only=True)

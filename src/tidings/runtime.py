@@ -19,6 +19,7 @@ from tidings.campaign import Campaign
 from tidings.clock import Clock, SystemClock
 from tidings.compose import Composer
 from tidings.errors import ConfigurationError, InvalidInput, unknown_name
+from tidings.guardrails import GuardrailConfig, Thresholds
 from tidings.intake import NotifyRequest, cancel, notify_many
 from tidings.model import Recipient
 from tidings.pacing.algorithm import PaceLimits, parse_quota
@@ -30,7 +31,7 @@ from tidings.reconciler import Reconciler, ReconcilerConfig
 from tidings.relay import RelayConfig
 from tidings.schedule import Schedule
 from tidings.scheduler import Scheduler, SchedulerConfig, admission_shape
-from tidings.settings import ChannelSettings, ProviderSettings, Settings
+from tidings.settings import ChannelSettings, GuardrailLimits, ProviderSettings, Settings
 from tidings.states import State
 from tidings.stores.base import Store
 from tidings.templates import TemplateSet
@@ -208,6 +209,25 @@ class Runtime:
                              pages_in_flight=s.pages_in_flight or shape.pages_in_flight,
                              enqueue_in_store=self.enqueue_in_store,
                              relay=self.relay_config()))
+
+    def guardrails(self) -> GuardrailConfig:
+        """The thresholds of every declared channel and campaign (overrides applied)."""
+        g = self.settings.guardrails
+        fields = GuardrailLimits.model_fields
+
+        def limits(override: GuardrailLimits | None, *, channel: bool) -> Thresholds:
+            values = {f: getattr(g, f) for f in fields}
+            if override is not None:
+                values.update({f: getattr(override, f) for f in override.model_fields_set})
+            if not channel:
+                values["oldest_message_age_s"] = None
+            return Thresholds(**values)
+
+        return GuardrailConfig(
+            window_s=g.window_s, min_sends=g.min_sends,
+            channels={c: limits(g.channels.get(c), channel=True) for c in self.channels},
+            campaigns={c.name: limits(g.campaigns.get(c.name), channel=False)
+                       for c in self.campaigns})
 
     def reconciler(self) -> Reconciler:
         r = self.settings.reconciler

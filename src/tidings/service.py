@@ -8,6 +8,7 @@ import logging
 import signal
 from collections.abc import Callable
 
+from tidings.guardrails import enforce
 from tidings.runtime import Runtime
 from tidings.scheduler import Switches
 
@@ -25,7 +26,14 @@ def on_signals(stop: Callable[[], None]) -> None:
 async def reconcile_loop(runtime: Runtime, every_s: float, stopping: asyncio.Event) -> None:
     """Run the reconciler every ``every_s`` seconds until ``stopping`` is set."""
     reconciler = runtime.reconciler()
+    guardrails = runtime.guardrails()
     while not stopping.is_set():
+        try:
+            # Guardrails first: a crossing pauses admission before the relay's next pass.
+            await enforce(runtime.store, runtime.transport, guardrails,
+                          now=runtime.clock.now(), worker=reconciler.worker_id)
+        except Exception:
+            log.exception("guardrail check failed")
         try:
             switches = Switches.of(await runtime.store.switch_all())
             await reconciler.run_pass(now=runtime.clock.now(),

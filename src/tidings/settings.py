@@ -149,6 +149,33 @@ class ReconcilerSettings(_Model):
     uncertain_after_s: float = Field(default=1.0, ge=0)
 
 
+class GuardrailLimits(_Model):
+    """Thresholds over the guardrail window; a measure left out is not watched."""
+
+    duplicate_rate: float | None = Field(default=None, gt=0, le=1)
+    """Redeliveries of finished intents per send."""
+    rejection_rate: float | None = Field(default=None, gt=0, le=1)
+    """Permanent rejections (an invalid address, a 4xx) per send."""
+    rate_limited_rate: float | None = Field(default=None, gt=0, le=1)
+    """429 answers per send."""
+    dead_rate: float | None = Field(default=None, gt=0, le=1)
+    """Retry budgets spent per send."""
+    oldest_message_age_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    """Channels only: the oldest message on the channel's queue."""
+
+
+class GuardrailSettings(GuardrailLimits):
+    """Crossing a threshold pauses admission of that campaign or channel (see
+    ``tidings.guardrails``). The thresholds here apply to every channel and every
+    campaign; ``channels.<name>`` and ``campaigns.<name>`` override them one by one."""
+
+    window_s: float = Field(default=300.0, gt=0, allow_inf_nan=False)
+    min_sends: int = Field(default=20, ge=1)
+    """Sends in the window below which no rate is judged."""
+    channels: dict[str, GuardrailLimits] = Field(default_factory=dict)
+    campaigns: dict[str, GuardrailLimits] = Field(default_factory=dict)
+
+
 class QueueSettings(_Model):
     """Where ``POST /v1/queue/publish`` puts a named queue's messages: a campaign's
     channels (recipient addresses from the payload, else its audience) or one channel
@@ -257,6 +284,7 @@ class Settings(_Model):
     worker: WorkerSettings = WorkerSettings()
     scheduler: SchedulerSettings = SchedulerSettings()
     reconciler: ReconcilerSettings = ReconcilerSettings()
+    guardrails: GuardrailSettings = GuardrailSettings()
     api: ApiSettings = ApiSettings()
     webhooks: WebhookSettings = WebhookSettings()
 
@@ -278,6 +306,17 @@ class Settings(_Model):
             if spec.templates is not None and spec.kind is None:
                 raise ConfigurationError(f"channels.{name}.kind",
                                          "a channel with templates needs a kind (email or sms)")
+        for scope, declared in (("channels", settings.channels),
+                                ("campaigns", settings.campaigns)):
+            for name in getattr(settings.guardrails, scope):
+                if name not in declared:
+                    raise ConfigurationError(f"guardrails.{scope}.{name}", unknown_name(
+                        scope.removesuffix("s"), name, sorted(declared)))
+        if settings.guardrails.campaigns and any(
+                v.oldest_message_age_s is not None
+                for v in settings.guardrails.campaigns.values()):
+            raise ConfigurationError("guardrails.campaigns", "oldest_message_age_s is a "
+                                     "channel's measure (its queue); set it on channels")
         for name, campaign in settings.campaigns.items():
             try:
                 # Parsing the schedule here makes a bad cron or zone a settings error.

@@ -265,6 +265,18 @@ class ProviderEventCount:
     orphaned: int
 
 
+@dataclass(frozen=True, kw_only=True)
+class OutcomeCount:
+    """Outcome events of one type, channel and campaign in one time bucket (the
+    guardrails' reading); ``bucket`` is ``floor(at / bucket_s)``."""
+
+    channel: str
+    campaign: str | None
+    type: str
+    bucket: int
+    count: int
+
+
 class Store(Protocol):
     """Durable state of tidings. Adapters: ``sqlite`` (embedded) and ``postgres``."""
 
@@ -423,6 +435,16 @@ class Store(Protocol):
     ) -> Switch: ...
 
     async def switch_all(self) -> list[Switch]: ...
+
+    async def switch_trip(self, *, scope: str, name: str, now: float, reason: str
+                          ) -> Switch | None:
+        """Pause unless already paused; the switch if this call paused it, else None."""
+        ...
+
+    async def outcome_counts(self, *, since: float, bucket_s: float) -> list[OutcomeCount]:
+        """Outcome events (see ``tidings.guardrails``) at or after ``since``, counted per
+        channel, campaign, type and bucket of ``bucket_s`` seconds."""
+        ...
 
     # ---- recipient preferences (opt-out, quiet hours) per channel
     async def preference_set(self, preference: Preference, *, now: float) -> None:

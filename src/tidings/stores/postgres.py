@@ -44,6 +44,7 @@ from tidings.stores.base import (
     LatencyHistogram,
     Occurrence,
     OccurrenceProgress,
+    OutcomeCount,
     ProviderEvent,
     ProviderEventCount,
     PublishItem,
@@ -606,6 +607,25 @@ class PostgresStore:
 
     async def switch_all(self) -> list[Switch]:
         return [_switch(row) for row in await self._rows("switch_all")]
+
+    async def switch_trip(self, *, scope: str, name: str, now: float, reason: str
+                          ) -> Switch | None:
+        """Pause unless already paused; the switch if this call paused it, else None."""
+        params = {"scope": scope, "name": name, "now": now, "reason": reason}
+
+        async def fn(conn: Conn) -> Switch | None:
+            cur = await conn.execute(self._sql["switch_trip"], params)
+            row = await cur.fetchone()
+            return None if row is None else _switch(row)
+
+        return await self.db.write(fn)
+
+    async def outcome_counts(self, *, since: float, bucket_s: float) -> list[OutcomeCount]:
+        """Outcome events at or after ``since`` per channel, campaign, type and bucket."""
+        return [OutcomeCount(channel=channel, campaign=campaign, type=kind, bucket=int(bucket),
+                             count=int(count))
+                for channel, campaign, kind, bucket, count
+                in await self._rows("outcome_counts", {"since": since, "bucket_s": bucket_s})]
 
     # ---------------------------------------------------------------- recipient preferences
 

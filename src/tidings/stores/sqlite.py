@@ -30,6 +30,7 @@ from tidings.stores.base import (
     LatencyHistogram,
     Occurrence,
     OccurrenceProgress,
+    OutcomeCount,
     ProviderEvent,
     ProviderEventCount,
     ProviderEventType,
@@ -613,6 +614,29 @@ class SqliteStore:
     async def switch_all(self) -> list[Switch]:
         def fn(conn: sqlite3.Connection) -> list[Switch]:
             return [_switch(row) for row in conn.execute(self._sql["switch_all"])]
+
+        return await self.db.read(fn)
+
+    async def switch_trip(self, *, scope: str, name: str, now: float, reason: str
+                          ) -> Switch | None:
+        """Pause unless already paused; the switch if this call paused it, else None."""
+        params = {"scope": scope, "name": name, "now": now, "reason": reason}
+
+        def fn(conn: sqlite3.Connection) -> Switch | None:
+            row = conn.execute(self._sql["switch_trip"], params).fetchone()
+            return None if row is None else _switch(row)
+
+        return await self.db.write(fn)
+
+    async def outcome_counts(self, *, since: float, bucket_s: float) -> list[OutcomeCount]:
+        """Outcome events at or after ``since`` per channel, campaign, type and bucket."""
+        params = {"since": since, "bucket_s": bucket_s}
+
+        def fn(conn: sqlite3.Connection) -> list[OutcomeCount]:
+            return [OutcomeCount(channel=channel, campaign=campaign, type=kind,
+                                 bucket=int(bucket), count=int(count))
+                    for channel, campaign, kind, bucket, count
+                    in conn.execute(self._sql["outcome_counts"], params)]
 
         return await self.db.read(fn)
 

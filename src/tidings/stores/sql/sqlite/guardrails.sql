@@ -1,0 +1,20 @@
+-- What the guardrails read (tidings.guardrails): outcome events of a recent window.
+
+-- name: outcome_counts
+-- Per channel, campaign (NULL for notify intents), type and time bucket. The type list
+-- is the events_outcomes_at index's own, so the planner walks that index.
+SELECT e.channel, i.campaign, e.type, CAST(e.at / :bucket_s AS INTEGER), count(*)
+FROM events e LEFT JOIN intents i ON i.key = e.key
+WHERE e.at >= :since
+  AND e.type IN ('accepted', 'rejected', 'rate_limited', 'transient_failure', 'dead',
+                 'uncertain', 'duplicate_observed')
+GROUP BY 1, 2, 3, 4
+
+-- name: switch_trip
+-- Pause unless already paused: the caller that gets a row back paused it.
+INSERT INTO switches (scope, name, paused, changed_at, reason)
+VALUES (:scope, :name, 1, :now, :reason)
+ON CONFLICT (scope, name) DO UPDATE
+SET paused = 1, changed_at = excluded.changed_at, reason = excluded.reason
+WHERE switches.paused = 0
+RETURNING scope, name, paused, changed_at, reason
