@@ -237,13 +237,44 @@ def reconcile(config: ConfigOpt = None, store: StoreOpt = None, as_json: JsonOpt
 
 @app.command()
 def replay(campaign: str, date: Annotated[str, typer.Argument(help="Logical date, YYYY-MM-DD.")],
+           to: Annotated[str | None, typer.Option(
+               help="Backfill: every occurrence from DATE through this date.")] = None,
+           expires_in: Annotated[str | None, typer.Option(
+               help="A new freshness deadline from now (6h, 2d): needed when DATE's own "
+                    "deadline has passed.")] = None,
+           new_version: Annotated[bool, typer.Option(
+               "--new-version", help="Replay a date admitted under an earlier campaign "
+                                     "version: new intents, a second delivery each.")] = False,
+           dry_run: Annotated[bool, typer.Option(
+               "--dry-run", help="Say what would be admitted; admit nothing.")] = False,
            config: ConfigOpt = None, store: StoreOpt = None, as_json: JsonOpt = False) -> None:
-    """Admit a missed date of a campaign explicitly, as its own replay admission."""
+    """Admit a missed date of a campaign explicitly, as its own replay admission.
+
+    Refused when the date's freshness deadline has passed (every intent would expire
+    unsent) unless --expires-in gives a new one, and when the date was sent under an
+    earlier version of the campaign unless --new-version says a second send is meant.
+    """
+    from tidings.durations import parse_duration
+
     async def go(runtime: Runtime) -> dict[str, Any]:
-        result = await runtime.scheduler().replay(campaign, date, now=runtime.clock.now())
-        return {"campaign": campaign, "date": date, "members": result.members,
-                "admitted": result.admitted, "skipped": result.skipped,
-                "published": result.published}
+        now = runtime.clock.now()
+        expires_at = (None if expires_in is None
+                      else now + parse_duration(expires_in, "expires_in"))
+        scheduler = runtime.scheduler()
+        plans = await scheduler.plan_replay(campaign, date, now=now, to=to,
+                                            expires_at=expires_at)
+        answer: dict[str, Any] = {
+            "campaign": campaign, "date": date, "to": to, "dry_run": dry_run,
+            "occurrences": [{"logical_date": p.logical_date, "expires_at": p.expires_at,
+                             "sendable": p.sendable(now),
+                             "earlier_version": p.earlier_version} for p in plans]}
+        if dry_run:
+            return answer
+        result = await scheduler.replay(campaign, date, now=now, to=to,
+                                        expires_at=expires_at, new_version=new_version)
+        return answer | {"members": result.members, "admitted": result.admitted,
+                         "skipped": result.skipped, "published": result.published,
+                         "sendable": result.sendable}
     _emit(as_json, _with_runtime(config, store, go))
 
 

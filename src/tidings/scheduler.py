@@ -12,12 +12,15 @@ import asyncio
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta
 
 from tidings.campaign import Campaign
 from tidings.errors import InvalidInput, unknown_name
 from tidings.model import (
     DraftPage,
+    Event,
     Recipient,
+    campaign_key,
     campaign_key_parts,
     check_recipient_ids,
     encode_data,
@@ -74,6 +77,41 @@ class PassResult:
     more: bool = False
     paused: list[str] = field(default_factory=list)
     missed: list[str] = field(default_factory=list)
+    sendable: int = 0
+    """Intents admitted by this pass that are not past their freshness deadline."""
+
+
+#: The most occurrences one replay (a backfill ``--to`` a later date) admits.
+MAX_REPLAY_OCCURRENCES = 400
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplayPlan:
+    """What a replay of one occurrence would do, said before it is done."""
+
+    campaign: str
+    logical_date: str
+    logical_at: float
+    deadline: float | None
+    """The campaign's own freshness deadline for that date (None: it has none)."""
+    expires_at: float | None
+    """The deadline the replayed intents carry (a new one given, else ``deadline``)."""
+    earlier_version: int | None
+    """The version the date was admitted under, when it is not the campaign's current one."""
+
+    def sendable(self, now: float) -> bool:
+        return self.expires_at is None or self.expires_at > now
+
+
+class _Deadline:
+    """The campaign's own freshness deadline (``_admit``'s default)."""
+
+
+_CAMPAIGNS = _Deadline()
+
+
+def _iso(at: float, campaign: Campaign) -> str:
+    return datetime.fromtimestamp(at, campaign.schedule.zone).isoformat(timespec="seconds")
 
 
 def occurrence_id(campaign: str, logical_date: str) -> str:
@@ -158,24 +196,127 @@ class Scheduler:
             return "campaign was paused at its logical time; replay admits it"
         return None
 
-    async def replay(self, campaign_name: str, logical_date: str, *, now: float,
-                     until_done: bool = True) -> PassResult:
-        """Admit one date of a campaign explicitly, as its own ``replay`` admission."""
-        campaign = self.campaigns.get(campaign_name)
+    def _campaign(self, name: str) -> Campaign:
+        campaign = self.campaigns.get(name)
         if campaign is None:
-            raise InvalidInput("campaign",
-                               unknown_name("campaign", campaign_name, sorted(self.campaigns)))
-        due = campaign.schedule.occurrence_for(logical_date)
-        if due.logical_at > now:
-            raise InvalidInput("date", f"{logical_date} is in the future; replay admits past "
+            raise InvalidInput("campaign", unknown_name("campaign", name, sorted(self.campaigns)))
+        return campaign
+
+    def _replay_dates(self, campaign: Campaign, first: str, last: str | None,
+                      now: float) -> list[OccurrenceTime]:
+        start = campaign.schedule.occurrence_for(first)
+        if start.logical_at > now:
+            raise InvalidInput("date", f"{first} is in the future; replay admits past "
                                "dates only")
+        if last is None:
+            return [start]
+        try:
+            end_day = date.fromisoformat(last[:10]) if len(last) in (10, 16) else None
+        except ValueError:
+            end_day = None
+        if end_day is None:
+            raise InvalidInput("to", f"{last!r} is not a date (YYYY-MM-DD)")
+        if end_day < date.fromisoformat(start.logical_date[:10]):
+            raise InvalidInput("to", f"{last} is before {first}")
+        # Every occurrence from the first through the end of the last date, local time.
+        end = datetime.combine(end_day + timedelta(days=1), datetime.min.time(),
+                               tzinfo=campaign.schedule.zone).timestamp()
+        found = [start, *campaign.schedule.between(start.logical_at, min(end, now),
+                                                   limit=MAX_REPLAY_OCCURRENCES)]
+        if len(found) > MAX_REPLAY_OCCURRENCES:
+            raise InvalidInput("to", f"{first} to {last} holds more than "
+                               f"{MAX_REPLAY_OCCURRENCES} occurrences; replay a shorter range")
+        return found
+
+    async def _admitted_version(self, campaign: Campaign, due: OccurrenceTime) -> int | None:
+        """The earlier version a date was admitted under, if it was (a few members'
+        keys under each earlier version are looked up; None when none is found)."""
+        if campaign.version <= 1:
+            return None
+        existing = await self.store.occurrence_get(occurrence_id(campaign.name,
+                                                                 due.logical_date))
+        if existing is None or existing.admitted == 0:
+            return None
+        members = await campaign.audience.page(None, 5)
+        for version in range(campaign.version - 1, 0, -1):
+            keys = [campaign_key(campaign.name, due.logical_date, m.id, channel, version)
+                    for m in members for channel in campaign.channels]
+            for key in keys:
+                if await self.store.intent_get(key) is not None:
+                    return version
+        return None
+
+    async def plan_replay(self, campaign_name: str, logical_date: str, *, now: float,
+                          to: str | None = None, expires_at: float | None = None
+                          ) -> list[ReplayPlan]:
+        """What ``replay`` would admit, one plan per occurrence, without admitting it.
+
+        ``expires_at`` is a new freshness deadline for the replayed intents.
+        """
+        campaign = self._campaign(campaign_name)
+        if expires_at is not None and not (now < expires_at < float("inf")):
+            raise InvalidInput("expires_in", "a new deadline must be in the future")
+        plans = []
+        for due in self._replay_dates(campaign, logical_date, to, now):
+            deadline = (None if campaign.expires_after_s is None
+                        else due.logical_at + campaign.expires_after_s)
+            plans.append(ReplayPlan(
+                campaign=campaign.name, logical_date=due.logical_date,
+                logical_at=due.logical_at, deadline=deadline,
+                expires_at=deadline if expires_at is None else expires_at,
+                earlier_version=await self._admitted_version(campaign, due)))
+        return plans
+
+    async def replay(self, campaign_name: str, logical_date: str, *, now: float,
+                     until_done: bool = True, to: str | None = None,
+                     expires_at: float | None = None, new_version: bool = False
+                     ) -> PassResult:
+        """Admit a past date of a campaign (or every occurrence through ``to``: a
+        backfill) explicitly, each as its own ``replay`` admission.
+
+        Refused, before anything is written, when a date's freshness deadline has passed
+        (its intents would all expire unsent) unless ``expires_at`` gives a new one,
+        and when the date was admitted under an earlier version of the campaign (the
+        replay would make a second delivery per recipient) unless ``new_version``.
+        """
+        campaign = self._campaign(campaign_name)
+        plans = await self.plan_replay(campaign_name, logical_date, now=now, to=to,
+                                       expires_at=expires_at)
+        for plan in plans:
+            if not plan.sendable(now):
+                assert plan.deadline is not None
+                raise InvalidInput("expires_in", (
+                    f"{plan.logical_date}'s freshness deadline passed at "
+                    f"{_iso(plan.deadline, campaign)} ({campaign.expires_after_s:g} s after "
+                    "it was due): every intent would expire before it is sent. Give a new "
+                    "deadline for this replay (tidings replay ... --expires-in 6h)"))
+            if plan.earlier_version is not None and not new_version:
+                raise InvalidInput("version", (
+                    f"{plan.logical_date} was admitted under v{plan.earlier_version} and the "
+                    f"campaign is now v{campaign.version}: a replay creates new intents, a "
+                    "second delivery to every recipient already sent. To do that on purpose, "
+                    "replay with --new-version"))
         result = PassResult()
         switches = Switches.of(await self.store.switch_all())
-        while True:
-            await self._admit(campaign, due, "replay", now, switches, result)
-            if not (until_done and result.more):
-                return result
-            result.more = False
+        for plan in plans:
+            due = OccurrenceTime(logical_at=plan.logical_at, logical_date=plan.logical_date)
+            if plan.earlier_version is not None:
+                # The operator's decision, on the record: admit the date again from its
+                # first member, under the new version's keys.
+                occ_id = occurrence_id(campaign.name, plan.logical_date)
+                detail = (f"replayed under v{campaign.version} (admitted under "
+                          f"v{plan.earlier_version}): new intents")
+                await self.store.occurrence_restart(occ_id, reason=detail)
+                await self.store.event_append_many([Event(
+                    key=f"occurrence/{occ_id}", channel="-", type="occurrence_restarted",
+                    at=now, state="admitting", detail=detail)])
+            while True:
+                await self._admit(campaign, due, "replay", now, switches, result,
+                                  expires_at=plan.expires_at)
+                if not (until_done and result.more):
+                    break
+                result.more = False
+        return result
 
     @staticmethod
     def _drafts(members: Sequence[Recipient], campaign: Campaign, occurrence: str,
@@ -214,6 +355,8 @@ class Scheduler:
         result.members += progress.members
         result.skipped += progress.skipped
         result.admitted += len(new_keys)
+        if drafts.expires_at is None or drafts.expires_at > now:
+            result.sendable += len(new_keys)
         log.info("page admitted", extra={
             "occurrence": progress.occurrence, "members": progress.members,
             "admitted": len(new_keys), "skipped": progress.skipped,
@@ -245,7 +388,8 @@ class Scheduler:
                 "occurrence": occ.id, "campaign": campaign.name, "reason": reason})
 
     async def _admit(self, campaign: Campaign, due: OccurrenceTime, kind: str, now: float,
-                     switches: Switches, result: PassResult) -> None:
+                     switches: Switches, result: PassResult, *,
+                     expires_at: float | _Deadline | None = _CAMPAIGNS) -> None:
         occ: Occurrence = await self.store.occurrence_open(
             id=occurrence_id(campaign.name, due.logical_date), campaign=campaign.name,
             logical_at=due.logical_at, logical_date=due.logical_date, kind=kind, now=now)
@@ -262,8 +406,9 @@ class Scheduler:
             return
         result.occurrences.append(occ.id)
         high_water = occ.high_water
-        expires_at = (due.logical_at + campaign.expires_after_s
-                      if campaign.expires_after_s is not None else None)
+        if isinstance(expires_at, _Deadline):
+            expires_at = (due.logical_at + campaign.expires_after_s
+                          if campaign.expires_after_s is not None else None)
         template = f"{campaign.template}/v{campaign.version}"
         channels = [(channel, *campaign_key_parts(campaign.name, due.logical_date, channel,
                                                   campaign.version))

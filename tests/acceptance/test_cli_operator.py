@@ -69,7 +69,8 @@ def given_a_dead_letter(config: Path) -> str:
         runtime = await build_runtime(Settings.load(config))
         async with runtime:
             now = runtime.clock.now()
-            await runtime.scheduler().replay("digest", "2026-08-10", now=now)
+            await runtime.scheduler().replay("digest", "2026-08-10", now=now,
+                                             expires_at=now + 3600)
             key = "digest/2026-08-10/cust_1/email/v1"
             received = await runtime.transport.receive("email", max_messages=10,
                                                        visibility_s=60, now=now)

@@ -756,7 +756,7 @@ async def test_poison_messages_are_dead_lettered_and_the_batch_goes_on(h: Harnes
     assert set(letters) == {"junk-1", "junk-2", "junk-3"}
     assert "not JSON" in letters["junk-1"]
     assert "v: unknown message version 99" in letters["junk-2"]
-    assert "not a JSON object" in letters["junk-3"]
+    assert "not an object" in letters["junk-3"]
     # and the good ones in the same batch were delivered, once each
     assert all(h.accepted_by_sandbox(k) for k in good)
     stats = h.stats()

@@ -127,7 +127,16 @@ async def test_a_bad_switch_names_its_field(api: Api, body: dict[str, str], stat
 
 
 async def test_replay_admits_a_missed_date_as_its_own_admission(api: Api) -> None:
+    # 2026-08-10's six-hour freshness deadline has passed: without a new one every
+    # intent would expire unsent, so the replay is refused and says why.
+    refused = await api.client.post("/v1/replay/weekly-digest/2026-08-10",
+                                    headers=api.auth("operator"))
+    assert (refused.status_code, refused.json()["field"]) == (422, "query.expires_in_s")
+    assert "freshness deadline passed" in refused.json()["message"]
+    assert await api.intents() == 8
+
     response = await api.client.post("/v1/replay/weekly-digest/2026-08-10",
+                                     params={"expires_in_s": 3600},
                                      headers=api.auth("operator"))
 
     assert response.status_code == 200

@@ -106,19 +106,29 @@ class AdmissionRunner:
                 "reason": occ.reason},
         }
 
-    async def replay(self, name: str, logical_date: str) -> dict[str, Any]:
-        """One bounded replay pass of a past date; the rest continues in the background."""
+    async def replay(self, name: str, logical_date: str, *, expires_in_s: float | None = None,
+                     new_version: bool = False) -> dict[str, Any]:
+        """One bounded replay pass of a past date; the rest continues in the background.
+
+        ``expires_in_s`` gives the replayed intents a new freshness deadline (needed when
+        the date's own has passed); ``new_version`` allows a date admitted under an
+        earlier campaign version (a second delivery to each recipient).
+        """
         campaign = self.campaign(name)
         now = self.runtime.clock.now()
+        expires_at = None if expires_in_s is None else now + expires_in_s
         try:
-            result = await self._scheduler(campaign).replay(name, logical_date, now=now,
-                                                            until_done=False)
+            result = await self._scheduler(campaign).replay(
+                name, logical_date, now=now, until_done=False, expires_at=expires_at,
+                new_version=new_version)
         except InvalidInput as exc:
-            raise ApiError(422, f"path.{exc.field}", exc.message) from None
+            where = {"expires_in": "query.expires_in_s",
+                     "version": "query.new_version"}.get(exc.field, f"path.{exc.field}")
+            raise ApiError(422, where, exc.message) from None
         occ = await self.runtime.store.occurrence_get(occurrence_id(name, logical_date))
         date = occ.logical_date if occ is not None else logical_date
         if result.more:
-            self.continue_later(campaign, date)
+            self.continue_later(campaign, date, expires_at=expires_at, new_version=new_version)
         return {"campaign": name, "logical_date": date, "pass": _pass(result),
                 "more": result.more, "paused": bool(result.paused),
                 "occurrence": None if occ is None else {
@@ -127,13 +137,17 @@ class AdmissionRunner:
 
     # ---------------------------------------------------------------- continuations
 
-    def continue_later(self, campaign: Campaign, logical_date: str) -> None:
-        """Keep admitting an occurrence in the background (once per occurrence)."""
+    def continue_later(self, campaign: Campaign, logical_date: str, *,
+                       expires_at: float | None = None, new_version: bool = False) -> None:
+        """Keep admitting an occurrence in the background (once per occurrence); a replay
+        goes on under the deadline and version decision it started with."""
         occ_id = occurrence_id(campaign.name, logical_date)
         running = self._tasks.get(occ_id)
         if running is not None and not running.done():
             return
-        task = asyncio.create_task(self._continue(campaign, logical_date),
+        task = asyncio.create_task(self._continue(campaign, logical_date,
+                                                  expires_at=expires_at,
+                                                  new_version=new_version),
                                    name=f"tidings-admit:{occ_id}")
         self._tasks[occ_id] = task
         task.add_done_callback(functools.partial(self._done, occ_id))
@@ -142,7 +156,8 @@ class AdmissionRunner:
         if self._tasks.get(occ_id) is task:
             del self._tasks[occ_id]
 
-    async def _continue(self, campaign: Campaign, logical_date: str) -> None:
+    async def _continue(self, campaign: Campaign, logical_date: str, *,
+                        expires_at: float | None, new_version: bool) -> None:
         occ_id = occurrence_id(campaign.name, logical_date)
         scheduler = self._scheduler(campaign)
         store, clock = self.runtime.store, self.runtime.clock
@@ -158,7 +173,8 @@ class AdmissionRunner:
                 else:
                     # A newer occurrence is due meanwhile: finish this one as a replay.
                     result = await scheduler.replay(campaign.name, logical_date, now=now,
-                                                    until_done=False)
+                                                    until_done=False, expires_at=expires_at,
+                                                    new_version=new_version)
                 if not result.more:
                     return
                 await asyncio.sleep(0)  # let requests in between pages
@@ -196,4 +212,5 @@ class AdmissionRunner:
 
 def _pass(result: PassResult) -> dict[str, int]:
     return {"members": result.members, "admitted": result.admitted,
-            "skipped": result.skipped, "published": result.published}
+            "skipped": result.skipped, "published": result.published,
+            "sendable": result.sendable}

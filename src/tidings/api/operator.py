@@ -161,9 +161,18 @@ async def resume(request: Request, body: SwitchBody) -> dict[str, Any]:
 async def replay(request: Request, campaign: _NAME,
                  date: Annotated[str, Path(min_length=10, max_length=16,
                                            description="YYYY-MM-DD or YYYY-MM-DDTHH:MM")],
+                 expires_in_s: Annotated[float | None, Query(
+                     gt=0, le=366 * 86400, description="A new freshness deadline, seconds "
+                     "from now: needed when the date's own deadline has passed")] = None,
+                 new_version: Annotated[bool, Query(
+                     description="Replay a date admitted under an earlier "
+                     "campaign version (a second delivery to each recipient)")] = False,
                  ) -> dict[str, Any]:
-    """One bounded pass now; a large date continues in the background."""
-    return await ctx(request).admission.replay(campaign, date)
+    """One bounded pass now; a large date continues in the background. Refused (422)
+    when the date's deadline has passed without ``expires_in_s``, or when it was
+    admitted under an earlier version without ``new_version``."""
+    return await ctx(request).admission.replay(campaign, date, expires_in_s=expires_in_s,
+                                               new_version=new_version)
 
 
 class CancelBody(BaseModel):

@@ -427,6 +427,10 @@ class Store(Protocol):
     async def occurrence_finish(self, id: str, *, now: float, status: str = "done",
                                 reason: str | None = None) -> None: ...
 
+    async def occurrence_restart(self, id: str, *, reason: str) -> None:
+        """Admit an occurrence again from its first member (unknown ids raise)."""
+        ...
+
     async def occurrence_list(self, campaign: str | None = None) -> list[Occurrence]: ...
 
     # ---- admission switches

@@ -585,6 +585,17 @@ class PostgresStore:
 
         await self.db.write(fn)
 
+    async def occurrence_restart(self, id: str, *, reason: str) -> None:
+        """Admit an occurrence again from its first member (unknown ids raise)."""
+        params = {"id": id, "reason": reason}
+
+        async def fn(conn: Conn) -> None:
+            cur = await conn.execute(self._sql["occurrence_restart"], params)
+            if cur.rowcount != 1:
+                raise StoreError(f"occurrence {id!r} does not exist")
+
+        await self.db.write(fn)
+
     async def occurrence_list(self, campaign: str | None = None) -> list[Occurrence]:
         return [_occurrence(row)
                 for row in await self._rows("occurrence_list", {"campaign": campaign})]

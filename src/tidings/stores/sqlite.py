@@ -591,6 +591,16 @@ class SqliteStore:
 
         await self.db.write(fn)
 
+    async def occurrence_restart(self, id: str, *, reason: str) -> None:
+        """Admit an occurrence again from its first member (unknown ids raise)."""
+        params = {"id": id, "reason": reason}
+
+        def fn(conn: sqlite3.Connection) -> None:
+            if conn.execute(self._sql["occurrence_restart"], params).rowcount != 1:
+                raise StoreError(f"occurrence {id!r} does not exist")
+
+        await self.db.write(fn)
+
     async def occurrence_list(self, campaign: str | None = None) -> list[Occurrence]:
         def fn(conn: sqlite3.Connection) -> list[Occurrence]:
             rows = conn.execute(self._sql["occurrence_list"], {"campaign": campaign})

@@ -38,6 +38,14 @@ SET admitted = admitted + %(admitted)s,
                       THEN %(high_water)s ELSE high_water END
 WHERE id = %(id)s
 
+-- name: occurrence_restart
+-- An occurrence admitted again from its first member (a replay under a new campaign
+-- version: the new keys are new intents); what it admitted before stays counted.
+UPDATE occurrences
+SET status = 'admitting', kind = 'replay', high_water = NULL, members = 0, skipped = 0,
+    passes = passes + 1, finished_at = NULL, reason = %(reason)s
+WHERE id = %(id)s
+
 -- name: occurrence_finish
 UPDATE occurrences SET status = %(status)s, finished_at = %(now)s, reason = %(reason)s
 WHERE id = %(id)s

@@ -29,6 +29,14 @@ SET admitted = admitted + :admitted,
     high_water = CASE WHEN high_water IS :after THEN :high_water ELSE high_water END
 WHERE id = :id
 
+-- name: occurrence_restart
+-- An occurrence admitted again from its first member (a replay under a new campaign
+-- version: the new keys are new intents); what it admitted before stays counted.
+UPDATE occurrences
+SET status = 'admitting', kind = 'replay', high_water = NULL, members = 0, skipped = 0,
+    passes = passes + 1, finished_at = NULL, reason = :reason
+WHERE id = :id
+
 -- name: occurrence_finish
 UPDATE occurrences SET status = :status, finished_at = :now, reason = :reason WHERE id = :id
 

@@ -1,8 +1,12 @@
-"""What the guardrails need of every store: outcome counts per window bucket, and a
-pause that only one caller wins. Runs unchanged on SQLite and PostgreSQL."""
+"""What the runbook needs of every store: outcome counts per window bucket and a pause
+that only one caller wins (guardrails), an occurrence admitted again from its start (a
+replay under a new version). Runs unchanged on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import pytest
+
+from tidings.errors import StoreError
 from tidings.model import Event, IntentDraft
 from tidings.stores.base import Store
 
@@ -55,3 +59,20 @@ async def test_a_trip_pauses_once_and_leaves_an_operator_pause_alone(store: Stor
     resumed = await store.switch_trip(scope="campaign", name="alpha", now=15.0,
                                       reason="guardrail: again")
     assert resumed is not None and resumed.changed_at == 15.0
+
+
+async def test_an_occurrence_restarts_from_its_first_member(store: Store) -> None:
+    occ = await store.occurrence_open(id="alpha/2026-08-10", campaign="alpha",
+                                      logical_at=1.0, logical_date="2026-08-10",
+                                      kind="scheduled", now=2.0)
+    await store.occurrence_finish(occ.id, now=3.0)
+
+    await store.occurrence_restart(occ.id, reason="replayed under v2")
+
+    again = await store.occurrence_get(occ.id)
+    assert again is not None
+    assert (again.status, again.kind, again.high_water, again.members, again.reason) == (
+        "admitting", "replay", None, 0, "replayed under v2")
+    assert again.passes == occ.passes + 1 and again.finished_at is None
+    with pytest.raises(StoreError):
+        await store.occurrence_restart("nope/2026-08-10", reason="x")

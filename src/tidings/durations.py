@@ -1,0 +1,27 @@
+"""Durations as people type them: ``90s``, ``15m``, ``12h``, ``30d`` (or plain seconds)."""
+
+from __future__ import annotations
+
+import math
+import re
+
+from tidings.errors import InvalidInput
+
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
+_DURATION = re.compile(r"(?P<n>\d+(?:\.\d+)?)\s*(?P<unit>[smhdw]?)")
+
+
+def parse_duration(text: str, field: str) -> float:
+    """Seconds in ``text``; ``InvalidInput`` on ``field`` for anything else (zero,
+    negative and unbounded durations included).
+
+    >>> parse_duration("6h", "expires_in")
+    21600.0
+    """
+    match = _DURATION.fullmatch(text.strip().lower()) if isinstance(text, str) else None
+    if match is None:
+        raise InvalidInput(field, f"{text!r} is not a duration like 90s, 15m, 12h or 30d")
+    seconds = float(match["n"]) * _UNITS[match["unit"] or "s"]
+    if not (0 < seconds < math.inf):
+        raise InvalidInput(field, f"{text!r} must be longer than zero")
+    return seconds

@@ -1,0 +1,92 @@
+"""Honest replays: a replay says what it will send, refuses one that would expire
+unsent or send a second version, and a backfill admits one occurrence per date."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from apikit import T0, customers, digest, settings_for
+
+from tidings.clock import FakeClock
+from tidings.errors import InvalidInput
+from tidings.runtime import Runtime, build_runtime
+
+
+async def runtime_at(tmp_path: Path, now: float, version: int = 3) -> Runtime:
+    campaign = replace(digest(4), version=version)
+    return await build_runtime(settings_for(tmp_path), clock=FakeClock(now),
+                               campaigns=[campaign])
+
+
+async def test_a_replay_past_its_deadline_is_refused_with_the_reason(tmp_path: Path) -> None:
+    async with await runtime_at(tmp_path, T0) as rt:
+        with pytest.raises(InvalidInput) as caught:
+            await rt.scheduler().replay("weekly-digest", "2026-08-10", now=T0)
+
+        assert caught.value.field == "expires_in"
+        assert "2026-08-10's freshness deadline passed at 2026-08-10T15:00:00+00:00" in \
+            caught.value.message and "--expires-in" in caught.value.message
+        assert await rt.store.intent_counts() == {}  # nothing written
+
+
+async def test_a_new_deadline_makes_the_replay_sendable(tmp_path: Path) -> None:
+    async with await runtime_at(tmp_path, T0) as rt:
+        scheduler = rt.scheduler()
+        [plan] = await scheduler.plan_replay("weekly-digest", "2026-08-10", now=T0,
+                                             expires_at=T0 + 6 * 3600)
+        assert plan.sendable(T0) and plan.expires_at == T0 + 6 * 3600
+
+        result = await scheduler.replay("weekly-digest", "2026-08-10", now=T0,
+                                        expires_at=T0 + 6 * 3600)
+
+        assert result.admitted == result.sendable == 6  # 4 emails, 2 phones
+        intent = await rt.store.intent_get("weekly-digest/2026-08-10/cust_0001/email/v3")
+        assert intent is not None and intent.expires_at == T0 + 6 * 3600
+        with pytest.raises(InvalidInput) as caught:
+            await scheduler.plan_replay("weekly-digest", "2026-08-10", now=T0,
+                                        expires_at=T0 - 1)
+        assert caught.value.field == "expires_in"
+
+
+async def test_a_backfill_admits_one_occurrence_per_date(tmp_path: Path) -> None:
+    async with await runtime_at(tmp_path, T0) as rt:
+        result = await rt.scheduler().replay("weekly-digest", "2026-08-10", to="2026-08-13",
+                                             now=T0, expires_at=T0 + 3600)
+
+        occurrences = await rt.store.occurrence_list("weekly-digest")
+        assert sorted(o.logical_date for o in occurrences) == [
+            "2026-08-10", "2026-08-11", "2026-08-12", "2026-08-13"]
+        assert {o.kind for o in occurrences} == {"replay"}
+        assert result.admitted == 4 * 6
+        for bad, field in (("2026-08-09", "to"), ("soon", "to")):
+            with pytest.raises(InvalidInput) as caught:
+                await rt.scheduler().replay("weekly-digest", "2026-08-10", to=bad, now=T0,
+                                            expires_at=T0 + 3600)
+            assert caught.value.field == field
+
+
+async def test_replaying_a_date_sent_under_an_earlier_version_needs_a_decision(
+        tmp_path: Path) -> None:
+    async with await runtime_at(tmp_path, T0, version=3) as rt:
+        await rt.scheduler().replay("weekly-digest", "2026-08-13", now=T0,
+                                    expires_at=T0 + 3600)
+    # The campaign moves to v4 in the settings: the deliberate act.
+    async with await runtime_at(tmp_path, T0 + 60, version=4) as rt:
+        scheduler = rt.scheduler()
+        [plan] = await scheduler.plan_replay("weekly-digest", "2026-08-13", now=T0 + 60,
+                                             expires_at=T0 + 3600)
+        assert plan.earlier_version == 3
+        with pytest.raises(InvalidInput) as caught:
+            await scheduler.replay("weekly-digest", "2026-08-13", now=T0 + 60,
+                                   expires_at=T0 + 3600)
+        assert caught.value.field == "version"
+        assert "admitted under v3 and the campaign is now v4" in caught.value.message
+
+        result = await scheduler.replay("weekly-digest", "2026-08-13", now=T0 + 60,
+                                        expires_at=T0 + 3600, new_version=True)
+        assert result.admitted == 6
+        assert await rt.store.intent_get(
+            "weekly-digest/2026-08-13/cust_0001/email/v4") is not None
+    assert len(customers(4)) == 4
