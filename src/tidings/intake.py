@@ -120,6 +120,23 @@ async def notify_many(
         for i, r in enumerate(requests)
     ]
     drafts = [d for group in per_request for d in group]
+    await admit_drafts(store, transport, drafts, now=now, horizon_s=horizon_s, lease_s=lease_s,
+                       enqueue_in_store=enqueue_in_store, connection=connection)
+    return [[d.key for d in group] for group in per_request]
+
+
+async def admit_drafts(
+    store: Store,
+    transport: Transport,
+    drafts: Sequence[IntentDraft],
+    *,
+    now: float,
+    horizon_s: float = 60.0,
+    lease_s: float = 30.0,
+    enqueue_in_store: bool = False,
+    connection: object | None = None,
+) -> None:
+    """Write validated drafts (see ``notify_many``); a key already there is left as it is."""
     soon = [d for d in drafts if d.due_at <= now + horizon_s]
     later = [d for d in drafts if d.due_at > now + horizon_s]
     if connection is not None:
@@ -131,7 +148,7 @@ async def notify_many(
             await store.intent_admit_in(connection, later, now=now)
         if soon:
             await store.intent_admit_in(connection, soon, now=now, enqueue=enqueue_in_store)
-        return [[d.key for d in group] for group in per_request]
+        return
     if later:
         await store.intent_admit(later, now=now)
     if soon and enqueue_in_store:
@@ -143,7 +160,6 @@ async def notify_many(
             await publish(transport, ((d.key, d.channel, d.due_at) for d in soon
                                       if d.key in fresh), now=now)
             await store.intent_mark_enqueued(new, now=now)
-    return [[d.key for d in group] for group in per_request]
 
 
 async def cancel(store: Store, key: str, *, channels: Collection[str], now: float,

@@ -50,6 +50,12 @@ def storable(value: str) -> bool:
     return _UNSTORABLE.search(value) is None
 
 
+def make_storable(value: str) -> str:
+    """``value`` with what no store can hold replaced by U+FFFD: for text tidings did not
+    take from a caller but must record (a provider's answer, an exception's message)."""
+    return _UNSTORABLE.sub("\ufffd", value) if _UNSTORABLE.search(value) else value
+
+
 def validate_key(key: object, field: str = "key") -> str:
     """``key`` if it can be a delivery key: 1 to 512 characters, no whitespace, no control
     character, nothing a store cannot hold."""

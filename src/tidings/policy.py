@@ -27,6 +27,10 @@ class RetryPolicy:
         if self.base_s <= 0 or self.cap_s < self.base_s:
             raise ValueError("backoff needs 0 < base_s <= cap_s")
 
+    def spent(self, failures: int) -> bool:
+        """Whether ``failures`` transient failures use up the budget."""
+        return failures >= self.max_failures
+
 
 def full_jitter(attempt: int, *, base: float, cap: float, rng: random.Random) -> float:
     """Exponential backoff with full jitter: uniform(0, min(cap, base * 2**(attempt-1)))."""

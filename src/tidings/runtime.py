@@ -19,9 +19,10 @@ from tidings.campaign import Campaign
 from tidings.clock import Clock, SystemClock
 from tidings.compose import Composer
 from tidings.errors import ConfigurationError, InvalidInput, unknown_name
+from tidings.group_commit import GroupCommit, GroupCommitConfig
 from tidings.guardrails import GuardrailConfig, Thresholds
-from tidings.intake import NotifyRequest, cancel, notify_many
-from tidings.model import Recipient
+from tidings.intake import NotifyRequest, admit_drafts, cancel, drafts_for, notify_many
+from tidings.model import IntentDraft, Recipient
 from tidings.pacing.algorithm import PaceLimits, parse_quota
 from tidings.pacing.pacer import Pacer
 from tidings.policy import RetryPolicy
@@ -147,6 +148,9 @@ class Runtime:
     policy: RetryPolicy
     templates: dict[str, TemplateSet] = field(default_factory=dict)
     rng: random.Random = field(default_factory=random.Random)
+    group_commit: GroupCommitConfig | None = field(default_factory=GroupCommitConfig)
+    """How concurrent ``notify`` calls share a transaction; None: one each."""
+    _group: GroupCommit | None = field(default=None, init=False, repr=False)
 
     @property
     def enqueue_in_store(self) -> bool:
@@ -243,6 +247,10 @@ class Runtime:
                      ) -> list[str]:
         """Create a one-off or future-dated intent per channel; returns their keys.
 
+        Concurrent calls in this process share one store transaction (``group_commit``);
+        each returns once its own intents are written, and a bad request fails its own
+        call alone.
+
         ``connection``: the caller's ``psycopg.AsyncConnection`` to the store's
         PostgreSQL database; the intents are then written in the caller's transaction
         and exist if and only if it commits.
@@ -250,7 +258,28 @@ class Runtime:
         request = NotifyRequest(key=key, recipient=recipient, channels=channels,
                                 template=template, data=data, due_at=due_at,
                                 expires_at=expires_at)
-        return (await self.notify_many([request], connection=connection))[0]
+        if connection is not None or self.group_commit is None:
+            return (await self.notify_many([request], connection=connection))[0]
+        drafts = drafts_for(request, known_channels=self.limits, now=self.clock.now())
+        await self._grouped().submit(drafts)
+        return [d.key for d in drafts]
+
+    @property
+    def notify_groups(self) -> int:
+        """Group transactions ``notify`` has written so far (see ``group_commit``)."""
+        return 0 if self._group is None else self._group.groups
+
+    def _grouped(self) -> GroupCommit:
+        if self._group is None:
+            s = self.settings.scheduler
+
+            async def write(drafts: Sequence[IntentDraft], now: float) -> None:
+                await admit_drafts(self.store, self.transport, drafts, now=now,
+                                   horizon_s=s.relay_horizon_s, lease_s=s.relay_lease_s,
+                                   enqueue_in_store=self.enqueue_in_store)
+
+            self._group = GroupCommit(write, clock=self.clock, config=self.group_commit)
+        return self._group
 
     async def notify_many(self, requests: Sequence[NotifyRequest], *,
                           connection: object | None = None) -> list[list[str]]:
@@ -295,6 +324,8 @@ class Runtime:
             raise InvalidInput("channel", unknown_name("channel", channel, self.channels))
 
     async def close(self) -> None:
+        if self._group is not None:
+            await self._group.drain()  # every notify in hand is answered first
         for provider in self.providers.values():
             await provider.close()
         await self.transport.close()

@@ -8,7 +8,7 @@ transition not in ``TRANSITIONS`` raises ``InvalidTransition``.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
@@ -31,8 +31,10 @@ class State(StrEnum):
     """A try failed in a way worth retrying, or a lease expired. Out: a worker claims
     it again once ``next_attempt_at`` passes, or it is republished."""
     UNCERTAIN = "uncertain"
-    """The provider may have accepted it. Out: the reconciler resolves it (accepted by
-    lookup, else retryable under the same idempotency key)."""
+    """The provider may have accepted it (a timeout, a lost answer, or an adapter that
+    raised during the send). Out: the reconciler resolves it (accepted by lookup, else
+    retryable under the same idempotency key; a worker then dead-letters it unsent if
+    its retry budget is spent)."""
     ACCEPTED = "accepted"
     """The provider accepted it; the receipt is stored. Out: provider webhooks only."""
     DELIVERED = "delivered"
@@ -101,6 +103,8 @@ class Decision:
     channel_pause_until: float | None = None
     receipt: str | None = None
     request_id: str | None = None
+    raised: bool = False
+    """The send raised instead of answering (``decide_raised``)."""
 
 
 def decide(
@@ -131,7 +135,7 @@ def decide(
             )
         case Transient(reason=reason, request_id=request_id):
             spent = failures + 1
-            if spent >= policy.max_failures:
+            if policy.spent(spent):
                 return Decision(
                     to=S.DEAD, event="dead",
                     reason=f"retry budget spent after {spent} transient failures: {reason}",
@@ -148,6 +152,35 @@ def decide(
             return Decision(to=S.UNCERTAIN, event="uncertain", reason=reason,
                             request_id=request_id)
     raise TypeError(f"not an outcome: {outcome!r}")  # pragma: no cover
+
+
+def decide_raised(
+    what: str,
+    *,
+    may_have_left: bool,
+    failures: int,
+    policy: RetryPolicy,
+    now: float,
+    rng: random.Random,
+) -> Decision:
+    """Map a send that raised ``what`` instead of answering to a transition out of
+    ``claimed``.
+
+    Raised before the request could have left (composing, pacing, the last checks): a
+    transient failure, retried with backoff until the budget is spent. Raised once it
+    may have left (inside the provider's ``send``, or mapping its answer): uncertain, for
+    the reconciler to settle by lookup like any other uncertain send. Both spend the
+    budget, so an adapter that raises on every send ends dead, not retried for ever.
+    """
+    from tidings.model import Transient
+
+    if not may_have_left:
+        failed = decide(Transient(reason=f"raised before the send: {what}"),
+                        failures=failures, policy=policy, now=now, rng=rng)
+        return replace(failed, raised=True)
+    return Decision(to=S.UNCERTAIN, event="uncertain", count_failure=True, raised=True,
+                    reason=f"raised during the send, which may have reached the provider: "
+                           f"{what}")
 
 
 def before_send(*, cancel_requested: bool, expires_at: float | None, now: float) -> State | None:

@@ -6,6 +6,11 @@ arrive, so one slow request never holds up the rest. Every outcome and its audit
 event are committed before the message is acked, so a crash at any point leads to a
 redelivery that the ledger turns into either a retry (after the lease expired) or a
 duplicate that is acked with no provider call.
+
+No exception strands a delivery: whatever the composer, the pacer, the last checks,
+the provider or the mapping of its answer raises becomes the intent's outcome
+(``states.decide_raised``): before the request could have left, a transient failure;
+once it may have left, uncertain, for the reconciler to settle. The worker goes on.
 """
 
 from __future__ import annotations
@@ -14,17 +19,19 @@ import asyncio
 import contextlib
 import logging
 import random
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 from tidings.clock import Clock
-from tidings.compose import Composer, Deferred, Ready
+from tidings.compose import Composed, Composer, Deferred, Ready
 from tidings.errors import MessageDecodeError, StoreError
 from tidings.model import Event, Intent, Message, RateLimited, Received, SendRequest
 from tidings.pacing.pacer import Pacer
 from tidings.policy import RetryPolicy
 from tidings.providers.base import Provider
-from tidings.states import Decision, State, before_send, decide
+from tidings.raised import describe_raised
+from tidings.states import Decision, State, before_send, decide, decide_raised
 from tidings.stores.base import Change, Claim, ClaimKind, Store
 from tidings.surrogate import surrogate
 from tidings.transports.base import Transport
@@ -78,6 +85,8 @@ class WorkerStats:
     poison: int = 0
     lease_lost: int = 0
     released: int = 0
+    raised: int = 0
+    """Sends that raised instead of answering (also counted by their outcome)."""
     commits: int = 0
     by_kind: dict[str, int] = field(default_factory=dict)
 
@@ -256,16 +265,25 @@ class Worker:
                 self._start_send(intent, token, received, request_for(intent))
             return
         try:
-            composed = await self.composer.compose([intent for _, intent, _ in ready], now=now)
+            composed: Sequence[Composed | Exception] = await self.composer.compose(
+                [intent for _, intent, _ in ready], now=now)
         except (StoreError, OSError) as exc:
             # Preferences could not be read: hand the batch back for a later try.
             log.warning("composing %d sends failed, released: %s", len(ready), exc)
             for received, intent, token in ready:
                 self._outcomes.append((self._released(intent, token, received, now), received))
             return
+        except Exception:
+            # A fault of the composer's: find out which intents it is about, one by one,
+            # so one bad intent spends only its own retry budget.
+            composed = [await self._compose_one(intent, now) for _, intent, _ in ready]
         for (received, intent, token), result in zip(ready, composed, strict=True):
             if isinstance(result, Ready):
                 self._start_send(intent, token, received, result.request)
+                continue
+            if isinstance(result, Exception):
+                self._queue_decision(
+                    self._raised(result, intent, may_have_left=False), intent, token, received)
                 continue
             self.stats.skipped += 1
             change = Change(
@@ -276,11 +294,20 @@ class Worker:
                 detail=surrogate(intent.recipient_id))
             self._queue_outcome(change, received, intent)
 
+    async def _compose_one(self, intent: Intent, now: float) -> Composed | Exception:
+        """One intent composed alone: its result, or what composing it raised."""
+        assert self.composer is not None
+        try:
+            (result,) = await self.composer.compose([intent], now=now)
+        except Exception as exc:
+            return exc
+        return result
+
     def _start_send(self, intent: Intent, token: int, received: Received,
                     request: SendRequest) -> None:
         task = asyncio.create_task(self._send(intent, token, received, request))
         self._sends.add(task)
-        task.add_done_callback(self._sent)
+        task.add_done_callback(partial(self._sent, intent.key))
 
     def _route(self, received: Received, claim: Claim,
                now: float) -> tuple[Received, Intent, int] | None:
@@ -319,6 +346,12 @@ class Worker:
             self.stats.poison += 1
             to_state, event = State.DEAD, "dead"
             reason = f"poison: received {received.receive_count} times without completing"
+        elif self.policy.spent(intent.failures):
+            # Back from uncertain (a send that raised, settled as not accepted) with the
+            # budget spent: it is not sent again.
+            self.stats.dead += 1
+            to_state, event = State.DEAD, "dead"
+            reason = f"retry budget spent after {intent.failures} failures; not sent again"
         else:
             instead = before_send(cancel_requested=intent.cancel_requested,
                                   expires_at=intent.expires_at, now=now)
@@ -333,10 +366,17 @@ class Worker:
 
     # ------------------------------------------------------------------ sending
 
-    def _sent(self, task: asyncio.Task[None]) -> None:
+    def _sent(self, key: str, task: asyncio.Task[None]) -> None:
         self._sends.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("send task failed", exc_info=task.exception())
+        if task.cancelled() or task.exception() is not None:
+            # Its outcome was never queued (``_send`` turns every Exception into one, so
+            # this is a cancellation or worse): stop renewing the lease, so it runs out
+            # and the reconciler settles the intent, and free the slot.
+            self._held.pop(key, None)
+            self._room.set()
+            log.error("send task ended without an outcome; its lease is left to run out",
+                      extra={"key": key, "channel": self.channel, "worker": self.worker_id},
+                      exc_info=None if task.cancelled() else task.exception())
 
     def _released(self, intent: Intent, token: int, received: Received, now: float) -> Change:
         self.stats.released += 1
@@ -349,23 +389,47 @@ class Worker:
     async def _send(self, intent: Intent, token: int, received: Received,
                     request: SendRequest) -> None:
         """Pace and send one claimed intent, then queue its outcome for the commit."""
-        decision = await self._paced_send(intent, request)
-        now = self.clock.now()
+        try:
+            decision = await self._paced_send(intent, request)
+        except Exception as exc:
+            # ``_paced_send`` maps what it calls raise; this is a fault of its own, and
+            # by then the request may have left.
+            decision = self._raised(exc, intent, may_have_left=True)
         if decision is None:
-            change = self._released(intent, token, received, now)
+            self._queue_outcome(self._released(intent, token, received, self.clock.now()),
+                                received, intent)
         else:
-            if decision.to in _COUNTER and decision.event != "rate_limited":
-                name = _COUNTER[decision.to]
-                setattr(self.stats, name, getattr(self.stats, name) + 1)
-            change = Change(
-                key=intent.key, from_state=State.CLAIMED, to_state=decision.to,
-                event=decision.event, lease_token=token, reason=decision.reason,
-                next_attempt_at=decision.next_attempt_at, receipt=decision.receipt,
-                provider_request_id=decision.request_id, count_failure=decision.count_failure,
-                worker=self.worker_id, message_id=received.message_id,
-                detail=surrogate(intent.recipient_id))
-        self._queue_outcome(change, received, intent)
+            self._queue_decision(decision, intent, token, received)
         self._wake.set()
+
+    def _queue_decision(self, decision: Decision, intent: Intent, token: int,
+                        received: Received) -> None:
+        """Queue the outcome a decision makes of a claimed intent."""
+        if decision.to in _COUNTER and decision.event != "rate_limited":
+            name = _COUNTER[decision.to]
+            setattr(self.stats, name, getattr(self.stats, name) + 1)
+        change = Change(
+            key=intent.key, from_state=State.CLAIMED, to_state=decision.to,
+            event=decision.event, lease_token=token, reason=decision.reason,
+            next_attempt_at=decision.next_attempt_at, receipt=decision.receipt,
+            provider_request_id=decision.request_id, count_failure=decision.count_failure,
+            worker=self.worker_id, message_id=received.message_id,
+            # A raise is told by its event's detail (the reason); other outcomes' events
+            # carry the recipient's surrogate, by which the timeline finds them.
+            detail=None if decision.raised else surrogate(intent.recipient_id))
+        self._queue_outcome(change, received, intent)
+
+    def _raised(self, exc: Exception, intent: Intent, *, may_have_left: bool) -> Decision:
+        """The decision for a send that raised ``exc`` (see ``states.decide_raised``)."""
+        self.stats.raised += 1
+        what = describe_raised(exc, address=intent.address)
+        decision = decide_raised(what, may_have_left=may_have_left, failures=intent.failures,
+                                 policy=self.policy, now=self.clock.now(), rng=self.rng)
+        log.warning("send raised", exc_info=exc, extra={
+            "key": intent.key, "channel": self.channel,
+            "recipient": surrogate(intent.recipient_id), "outcome": decision.event,
+            "reason": decision.reason, "worker": self.worker_id})
+        return decision
 
     def _dead_letter(self, received: Received, reason: str, summary: str, *,
                      key: str | None = None) -> None:
@@ -391,18 +455,56 @@ class Worker:
             "retry_at": change.next_attempt_at, "worker": self.worker_id})
 
     async def _paced_send(self, intent: Intent, request: SendRequest) -> Decision | None:
-        """None when the send must not happen: stopping, or the lease is no longer ours."""
+        """None when the send must not happen: stopping, or the lease is no longer ours.
+
+        Whatever the pacer, the last checks, the provider or ``decide`` raise is the
+        decision (``_raised``); the pacer's slot is handed back whatever happens."""
         if self._stopping.is_set():
             return None
         waited_from = self.clock.now()
+        try:
+            if not await self._acquire():
+                return None
+        except Exception as exc:
+            return self._raised(exc, intent, may_have_left=False)
+        try:
+            decision = await self._last_checks_and_send(intent, request, waited_from)
+            if decision is not None and decision.channel_pause_until is not None:
+                # Before anything else, the slot's release included: every process of
+                # the channel must stop before its next start.
+                self.stats.rate_limited += 1
+                await self._pacer_call("pause the channel", self.pacer.pause,
+                                       decision.channel_pause_until)
+        finally:
+            await self._pacer_call("release a slot", self.pacer.release)
+        if (decision is not None and decision.channel_pause_until is None
+                and decision.to == State.ACCEPTED):
+            await self._pacer_call("end the 429 streak", self.pacer.succeeded)
+        return decision
+
+    async def _acquire(self) -> bool:
+        """Wait for the pacer's slot; False if ``stop()`` came first. Raises what the
+        pacer raises (then no slot is held)."""
         acquired = asyncio.ensure_future(self.pacer.acquire())
         done, _ = await asyncio.wait({acquired, self._stop_future()},
                                      return_when=asyncio.FIRST_COMPLETED)
-        if acquired not in done:
-            acquired.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await acquired
-            return None
+        if acquired in done:
+            acquired.result()
+            return True
+        acquired.cancel()
+        try:
+            await acquired
+        except asyncio.CancelledError:
+            pass
+        except Exception:
+            log.warning("pacer failed while stopping", exc_info=True)
+        return False
+
+    async def _last_checks_and_send(self, intent: Intent, request: SendRequest,
+                                    waited_from: float) -> Decision | None:
+        """Re-check, then send and decide; what raises is the decision, uncertain once
+        the request may have left."""
+        may_have_left = False
         try:
             late = await self._no_longer_wanted(intent, waited_from)
             if late is not None:
@@ -412,22 +514,24 @@ class Worker:
                 # Never send under a lease that may already belong to someone else;
                 # checked last, right before the request, after every await.
                 return None
+            may_have_left = True
+            self.stats.sent += 1
             outcome = await self.provider.send(request)
-            now = self.clock.now()
             streak = self.pacer.streak + 1 if isinstance(outcome, RateLimited) else 1
-            decision = decide(outcome, failures=intent.failures, policy=self.policy, now=now,
-                              rng=self.rng, consecutive_rate_limits=streak)
-            if decision.channel_pause_until is not None:
-                # Before anything else, the slot's release included: every process of
-                # the channel must stop before its next start.
-                self.stats.rate_limited += 1
-                await self.pacer.pause(decision.channel_pause_until)
-        finally:
-            await self.pacer.release()
-        self.stats.sent += 1
-        if decision.channel_pause_until is None and decision.to == State.ACCEPTED:
-            await self.pacer.succeeded()
-        return decision
+            return decide(outcome, failures=intent.failures, policy=self.policy,
+                          now=self.clock.now(), rng=self.rng, consecutive_rate_limits=streak)
+        except Exception as exc:
+            return self._raised(exc, intent, may_have_left=may_have_left)
+
+    async def _pacer_call(self, what: str, call: Callable[..., Awaitable[object]],
+                          *args: float) -> None:
+        """A pacer call once the decision is made: its failure is logged, and the
+        decision stands (what the pacer could not write goes with its next transaction)."""
+        try:
+            await call(*args)
+        except Exception:
+            log.warning("pacer could not %s", what, exc_info=True,
+                        extra={"channel": self.channel, "worker": self.worker_id})
 
     async def _no_longer_wanted(self, intent: Intent, waited_from: float) -> Decision | None:
         """Re-check expiry (always) and cancellation (after a long pacer wait, such as a

@@ -130,3 +130,52 @@ def test_the_pacer_keeps_two_requests_a_second_below_the_quota_at_least(
 
 def test_safety_one_asks_for_no_headroom() -> None:
     assert PaceLimits(quota_per_s=50, safety=1.0).paced_per_s == 50
+
+
+class FailingBackend(MemoryPacerBackend):
+    """The memory backend, but its next ``fail`` transactions raise (a locked store)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fail = 0
+
+    async def pacer_transact(self, channel, fn):  # type: ignore[no-untyped-def]
+        if self.fail:
+            self.fail -= 1
+            raise OSError("pacer state locked")
+        return await super().pacer_transact(channel, fn)
+
+
+async def test_slots_whose_return_failed_are_returned_with_the_next_transaction() -> None:
+    # given two requests in flight, the most the channel allows
+    clock = FakeClock(start=100.0)
+    backend = FailingBackend()
+    limits = PaceLimits(max_in_flight=2)
+    pacer = Pacer(channel="email", limits=limits, backend=backend, clock=clock, worker="w")
+    for _ in range(2):
+        await pacer.acquire()
+    # when the first release's transaction fails, it raises, and the slot is kept
+    backend.fail = 1
+    with pytest.raises(OSError):
+        await pacer.release()
+    await pacer.release()
+    # then the second release gave both back: two more starts are free
+    state = await backend.pacer_read("email")
+    assert state is not None and state["inflight"]["w"][0] == 0
+    for _ in range(2):
+        await asyncio.wait_for(pacer.acquire(), timeout=1)
+
+
+async def test_slots_whose_return_failed_in_a_reservation_are_kept() -> None:
+    clock = FakeClock(start=100.0, auto_advance=True)
+    backend = FailingBackend()
+    pacer = Pacer(channel="email", limits=PaceLimits(max_in_flight=8), backend=backend,
+                  clock=clock, worker="w")
+    for _ in range(8):
+        await pacer.acquire()
+    for _ in range(7):
+        pacer._to_release += 1  # finished, waiting for the next reservation
+    backend.fail = 1
+    with pytest.raises(OSError):
+        await pacer._refill()
+    assert pacer._to_release == 7

@@ -7,7 +7,15 @@ import pytest
 from tidings.errors import InvalidTransition
 from tidings.model import Accepted, Permanent, RateLimited, Transient, Uncertain
 from tidings.policy import RetryPolicy
-from tidings.states import DONE, TRANSITIONS, State, before_send, check, decide
+from tidings.states import (
+    DONE,
+    TRANSITIONS,
+    State,
+    before_send,
+    check,
+    decide,
+    decide_raised,
+)
 
 NOW = 1_000.0
 POLICY = RetryPolicy(max_failures=3, base_s=1.0, cap_s=10.0)
@@ -82,3 +90,39 @@ def test_before_send_checks_cancellation_then_expiry() -> None:
     assert before_send(cancel_requested=True, expires_at=None, now=NOW) == State.CANCELLED
     assert before_send(cancel_requested=False, expires_at=NOW, now=NOW) == State.EXPIRED
     assert before_send(cancel_requested=False, expires_at=NOW + 1, now=NOW) is None
+
+
+def raised_(*, may_have_left: bool, failures: int = 0):
+    return decide_raised("OSError: Too many connections", may_have_left=may_have_left,
+                         failures=failures, policy=POLICY, now=NOW, rng=random.Random(1))
+
+
+def test_a_raise_before_the_send_is_a_transient_failure_that_spends_the_budget() -> None:
+    first = raised_(may_have_left=False)
+    assert (first.to, first.event, first.count_failure, first.raised) == (
+        State.RETRYABLE, "transient_failure", True, True)
+    assert NOW <= (first.next_attempt_at or 0) <= NOW + POLICY.base_s
+    assert first.reason == "raised before the send: OSError: Too many connections"
+    last = raised_(may_have_left=False, failures=POLICY.max_failures - 1)
+    assert (last.to, last.event, last.raised) == (State.DEAD, "dead", True)
+    assert last.reason == ("retry budget spent after 3 transient failures: "
+                           "raised before the send: OSError: Too many connections")
+
+
+def test_a_raise_once_the_request_may_have_left_is_uncertain_even_with_the_budget_spent() -> None:
+    for failures in range(POLICY.max_failures + 1):
+        d = raised_(may_have_left=True, failures=failures)
+        # never dead here: the provider may have accepted it; the reconciler asks
+        assert (d.to, d.event, d.count_failure, d.raised) == (
+            State.UNCERTAIN, "uncertain", True, True)
+        assert d.next_attempt_at is None and d.channel_pause_until is None
+    assert d.reason == ("raised during the send, which may have reached the provider: "
+                        "OSError: Too many connections")
+    check(State.CLAIMED, State.UNCERTAIN)
+    check(State.CLAIMED, State.RETRYABLE)
+    check(State.UNCERTAIN, State.RETRYABLE)
+
+
+def test_outcomes_are_not_raised() -> None:
+    assert not decide_(Transient(reason="503")).raised
+    assert not decide_(Uncertain(reason="timeout")).raised

@@ -121,11 +121,15 @@ class Pacer:
             if self._to_release == 0:
                 return
             count, self._to_release = self._to_release, 0
-            await self._backend.pacer_transact(
-                self.channel,
-                partial(algorithm.give_back, worker=self._worker, release=count,
-                        now=self._clock.now()),
-            )
+            try:
+                await self._backend.pacer_transact(
+                    self.channel,
+                    partial(algorithm.give_back, worker=self._worker, release=count,
+                            now=self._clock.now()),
+                )
+            except Exception:
+                self._to_release += count  # not given back: kept for the next transaction
+                raise
 
     async def pause(self, until: float) -> int:
         """Pause the whole channel (every process) until ``until``; return the 429 streak."""
@@ -159,12 +163,16 @@ class Pacer:
     async def _refill(self) -> None:
         release, self._to_release = self._to_release, 0
         want = max(self._waiting, 1)
-        grant = await self._backend.pacer_transact(
-            self.channel,
-            partial(algorithm.reserve, limits=self.limits, worker=self._worker, want=want,
-                    release=release, now=self._clock.now(), horizon_s=self._horizon,
-                    stale_s=self._stale),
-        )
+        try:
+            grant = await self._backend.pacer_transact(
+                self.channel,
+                partial(algorithm.reserve, limits=self.limits, worker=self._worker, want=want,
+                        release=release, now=self._clock.now(), horizon_s=self._horizon,
+                        stale_s=self._stale),
+            )
+        except Exception:
+            self._to_release += release  # not given back: kept for the next transaction
+            raise
         self.reservations += 1
         self._slots.extend(grant.starts)
         self._retry_at = grant.retry_at

@@ -5,13 +5,16 @@ Providers echo what they were sent: "550 5.1.1 <ada@example.com>: user unknown",
 the ledger and logged, so every adapter passes provider text through ``redact``:
 the recipient (exactly, and an SMS number by its digits too), anything shaped like
 an email address or an international phone number, and the adapter's own
-credentials are replaced, whitespace is collapsed and the text is capped.
+credentials are replaced, whitespace is collapsed, the text is capped and made
+storable (``keys.make_storable``).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+
+from tidings.keys import make_storable
 
 MAX_REASON_CHARS = 300
 _EMAIL = re.compile(r"[^\s<>()\[\]{},;:\"'=]+@[^\s<>()\[\]{},;:\"']+")
@@ -35,7 +38,7 @@ def redact(text: str, *, address: str | None = None, secrets: Iterable[str] = ()
     text = _SPACE.sub(" ", text).strip()
     if len(text) > MAX_REASON_CHARS:
         text = text[: MAX_REASON_CHARS - 1] + "…"
-    return text
+    return make_storable(text)
 
 
 def scrub(text: str, *, address: str = "[address]", number: str = "[number]") -> str:
