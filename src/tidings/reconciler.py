@@ -134,15 +134,19 @@ class Reconciler:
                     changes.append(Change(
                         key=intent.key, from_state=State.UNCERTAIN, to_state=State.ACCEPTED,
                         event="resolved_accepted", receipt=found.receipt, worker=self.worker_id,
+                        lease_token=intent.lease_token,
                         reason="provider lookup found the key accepted"))
                     continue
                 reason = "provider lookup did not find the key; retry under the same key"
             else:
                 reason = "provider has no lookup; retry under the same idempotency key"
+            # The token read with the intent: another reconciler's retry and a new send
+            # may have made it uncertain again since, and this lookup answered for the
+            # send before that one (a stale "not found" would send it a third time).
             changes.append(Change(
                 key=intent.key, from_state=State.UNCERTAIN, to_state=State.RETRYABLE,
                 event="resolved_retry", next_attempt_at=now, worker=self.worker_id,
-                reason=reason))
+                lease_token=intent.lease_token, reason=reason))
             retry.append((intent.key, intent.channel, now))
         applied = set(await self.store.intent_apply_many(changes, now=now)) if changes else set()
         again = [item for item in retry if item[0] in applied]
