@@ -306,7 +306,9 @@ async def test_metrics_readings_are_cached_for_the_configured_interval(api: Api)
                                        'channel="email"}'))
 
     before = await admitted()
-    await api.client.post("/v1/replay/weekly-digest/2026-08-10", headers=api.auth("operator"))
+    replayed = await api.client.post("/v1/replay/weekly-digest/2026-08-10",
+                                     params={"expires_in_s": 3600}, headers=api.auth("operator"))
+    assert replayed.status_code == 200
     cached = await admitted()
     api.clock.advance(5)
     fresh = await admitted()
