@@ -82,9 +82,12 @@ class Api:
         return len(await self.runtime.store.occurrence_list())
 
 
-def signed(body: bytes, *, secret: str = SECRET, timestamp: float = T0) -> dict[str, str]:
+def signed(body: bytes, *, secret: str = SECRET, timestamp: float = T0, method: str = "POST",
+           target: str = "/v1/trigger/weekly-digest") -> dict[str, str]:
+    """The headers of a trigger signed for ``method`` on ``target`` with ``body``."""
     ts = int(timestamp)
-    return {"X-Tidings-Timestamp": str(ts), "X-Tidings-Signature": sign(secret, ts, body),
+    signature = sign(secret, timestamp=ts, method=method, target=target, body=body)
+    return {"X-Tidings-Timestamp": str(ts), "X-Tidings-Signature": signature,
             "Content-Type": "application/json"}
 
 
