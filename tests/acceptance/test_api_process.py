@@ -135,3 +135,20 @@ def test_a_signature_opens_only_the_campaign_it_was_made_for(
         status = http.get("/v1/status", headers=viewer).json()
         assert status["campaigns"]["reminder"]["total"] == 30
         assert status["campaigns"]["digest"]["total"] == 0
+
+
+@pytest.mark.slow
+def test_a_token_past_its_expiry_is_refused_by_the_api(config: Path) -> None:
+    hour = create_token(config, "viewer", name="short", expires_in="1h")
+    month = create_token(config, "viewer", name="long", expires_in="30d")
+    # The same store served two hours later (the API's clock runs ahead), no sleeping.
+    later = config.with_name("later.toml")
+    later.write_text("clock_offset_s = 7200.0\n" + config.read_text())
+
+    with api_server(later, {}) as base, httpx.Client(base_url=base, timeout=10) as http:
+        refused = http.get("/v1/status", headers={"Authorization": f"Bearer {hour}"})
+        assert refused.status_code == 401, refused.text
+        assert refused.json()["field"] == "header.Authorization"
+        assert f"token tid_{hour.split('_')[1]} expired at " in refused.json()["message"]
+        valid = http.get("/v1/status", headers={"Authorization": f"Bearer {month}"})
+        assert valid.status_code == 200, valid.text

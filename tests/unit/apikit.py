@@ -69,8 +69,10 @@ class Api:
     def auth(self, scope: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.tokens[scope]}"}
 
-    async def token(self, *scopes: str, name: str = "extra") -> str:
-        text, row = new_token(name=name, scopes=scopes, now=self.clock.now())
+    async def token(self, *scopes: str, name: str = "extra",
+                    expires_in_s: float | None = None) -> str:
+        text, row = new_token(name=name, scopes=scopes, now=self.clock.now(),
+                              expires_in_s=expires_in_s)
         await self.runtime.store.api_token_insert(row)
         return text
 

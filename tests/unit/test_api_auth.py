@@ -3,6 +3,7 @@ route map fails closed."""
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -10,11 +11,22 @@ from pathlib import Path
 import pytest
 from apikit import DAY, Api, open_api
 from fastapi.routing import APIRoute
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tidings.api import ScopeMap, create_app, default_scope_map
 from tidings.api.app import route_methods
 from tidings.api.auth import PUBLIC, secrets_from
-from tidings.api.tokens import Scope, grants, hash_secret, new_token, parse_scopes, split_token
+from tidings.api.tokens import (
+    Scope,
+    expired,
+    grants,
+    hash_secret,
+    new_token,
+    parse_scopes,
+    split_token,
+)
+from tidings.durations import UNITS, parse_duration
 from tidings.errors import ConfigurationError, InvalidInput
 
 #: Values for the path parameters of every route, to call each one concretely.
@@ -134,6 +146,64 @@ async def test_a_revoked_token_is_refused_at_once(api: Api) -> None:
 
     assert response.status_code == 401
     assert response.json()["message"] == f"token tid_{token_id} is revoked"
+
+
+async def test_a_token_is_refused_from_its_expiry_on_with_the_reason(api: Api) -> None:
+    text = await api.token("viewer", expires_in_s=3600)
+    auth = {"Authorization": f"Bearer {text}"}
+    token_id = text.split("_")[1]
+
+    api.clock.advance(3599.5)
+    assert (await api.client.get("/v1/status", headers=auth)).status_code == 200
+    api.clock.advance(0.5)
+    response = await api.client.get("/v1/status", headers=auth)
+
+    assert response.status_code == 401
+    assert response.json()["field"] == "header.Authorization"
+    assert response.json()["message"] == f"token tid_{token_id} expired at 2026-08-14 10:00:05Z"
+    assert response.headers["www-authenticate"].startswith("Bearer")
+
+
+async def test_a_token_without_an_expiry_is_valid_ever_after(api: Api) -> None:
+    text = await api.token("viewer")
+
+    api.clock.advance(10 * 365 * 86400)
+
+    assert (await api.client.get("/v1/status", headers={"Authorization": f"Bearer {text}"})
+            ).status_code == 200
+
+
+def test_a_new_token_carries_its_expiry_from_now() -> None:
+    _, row = new_token(name="cron", scopes=["trigger"], now=100.0, expires_in_s=90.0)
+    _, forever = new_token(name="cron", scopes=["trigger"], now=100.0)
+
+    assert row.expires_at == 190.0 and forever.expires_at is None
+    assert not expired(row, 189.9) and expired(row, 190.0)
+    assert not expired(forever, 1e12)
+    for bad in (0.0, -1.0, math.inf, math.nan):
+        with pytest.raises(InvalidInput, match="expires_in: "):
+            new_token(name="cron", scopes=["trigger"], now=100.0, expires_in_s=bad)
+
+
+@pytest.mark.parametrize(("text", "seconds"), [
+    ("90s", 90), ("15m", 900), ("12h", 43_200), ("30d", 2_592_000), (" 7D ", 604_800),
+])
+def test_a_duration_is_a_whole_number_and_a_unit(text: str, seconds: int) -> None:
+    assert parse_duration(text, "expires_in") == seconds
+
+
+@pytest.mark.parametrize("text", ["", "30", "d", "0s", "-5m", "1.5h", "1w", "30 d", "inf",
+                                  "nan", "1e3s", "99999999d", "٣d"])
+def test_anything_else_is_not_a_duration_and_the_error_names_the_field(text: str) -> None:
+    with pytest.raises(InvalidInput) as raised:
+        parse_duration(text, "expires_in")
+
+    assert raised.value.field == "expires_in"
+
+
+@given(st.integers(1, 36_500), st.sampled_from(sorted(UNITS)))
+def test_every_duration_up_to_a_century_reads_back(count: int, unit: str) -> None:
+    assert parse_duration(f"{count}{unit}", "expires_in") == count * UNITS[unit]
 
 
 @pytest.mark.parametrize("header", [

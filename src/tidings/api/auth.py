@@ -40,7 +40,7 @@ from typing import Any, Final
 from fastapi import Request
 
 from tidings.api.errors import ApiError
-from tidings.api.tokens import Scope, grants, matches, split_token
+from tidings.api.tokens import Scope, grants, matches, split_token, unusable
 from tidings.clock import Clock
 from tidings.stores.base import Store
 
@@ -208,7 +208,8 @@ def sessions_from(env: Mapping[str, str]) -> Sessions:
 @dataclass(kw_only=True)
 class Authenticator:
     """Checks credentials against the store (tokens are read per request, so a
-    revocation counts at once on every API process)."""
+    revocation counts at once on every API process, and an expiry at its moment by
+    ``clock``)."""
 
     store: Store
     clock: Clock
@@ -234,9 +235,9 @@ class Authenticator:
         row = await self.store.api_token_get(token_id)
         if row is None or not matches(row, secret):
             raise ApiError(401, "header.Authorization", "token is not valid", headers=_BEARER)
-        if row.revoked_at is not None:
-            raise ApiError(401, "header.Authorization", f"token tid_{token_id} is revoked",
-                           headers=_BEARER)
+        refusal = unusable(row, self.clock.now())
+        if refusal is not None:
+            raise ApiError(401, "header.Authorization", refusal, headers=_BEARER)
         if not grants(row.scopes, wanted):
             raise ApiError(403, "header.Authorization",
                            f"token tid_{token_id} lacks the {wanted.value!r} scope "
@@ -250,10 +251,11 @@ class Authenticator:
             raise ApiError(401, "header.Authorization", "is missing; send 'Authorization: "
                            "Bearer tid_…', or log in at /ui/login", headers=_BEARER)
         row = await self.store.api_token_get(token_id)
-        if row is None or row.revoked_at is not None:
-            why = "is revoked" if row is not None else "is not known here"
-            raise ApiError(401, "cookie.session", f"token tid_{token_id} {why}; "
-                           "log in again with another token", headers=_BEARER)
+        refusal = (f"token tid_{token_id} is not known here" if row is None
+                   else unusable(row, self.clock.now()))
+        if row is None or refusal is not None:
+            raise ApiError(401, "cookie.session", f"{refusal}; log in again with another "
+                           "token", headers=_BEARER)
         if not grants(row.scopes, wanted):
             raise ApiError(403, "cookie.session",
                            f"token tid_{token_id} lacks the {wanted.value!r} scope "

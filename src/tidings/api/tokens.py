@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import math
 import re
 import secrets
 from collections.abc import Iterable
+from datetime import UTC, datetime
 from enum import StrEnum
 
 from tidings.errors import InvalidInput
@@ -70,15 +72,35 @@ def hash_secret(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-def new_token(*, name: str, scopes: Iterable[str], now: float) -> tuple[str, ApiToken]:
-    """A fresh token: the text to show once, and the row to store."""
+def new_token(*, name: str, scopes: Iterable[str], now: float,
+              expires_in_s: float | None = None) -> tuple[str, ApiToken]:
+    """A fresh token: the text to show once, and the row to store. With
+    ``expires_in_s`` it is refused from ``now + expires_in_s`` on."""
     if not name.strip():
         raise InvalidInput("name", "must not be empty")
+    if expires_in_s is not None and not 0 < expires_in_s < math.inf:
+        raise InvalidInput("expires_in", "must be a finite number of seconds above zero")
     token_id = secrets.token_hex(6)
     secret = secrets.token_urlsafe(32)
     row = ApiToken(id=token_id, name=name.strip(), scopes=parse_scopes(scopes),
-                   secret_hash=hash_secret(secret), created_at=now)
+                   secret_hash=hash_secret(secret), created_at=now,
+                   expires_at=None if expires_in_s is None else now + expires_in_s)
     return f"{PREFIX}_{token_id}_{secret}", row
+
+
+def expired(row: ApiToken, now: float) -> bool:
+    """Whether ``row`` carries an expiry that ``now`` has reached."""
+    return row.expires_at is not None and now >= row.expires_at
+
+
+def unusable(row: ApiToken, now: float) -> str | None:
+    """Why ``row`` may not be used at ``now`` (revoked, expired), or None."""
+    if row.revoked_at is not None:
+        return f"token tid_{row.id} is revoked"
+    if row.expires_at is not None and expired(row, now):
+        when = datetime.fromtimestamp(row.expires_at, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+        return f"token tid_{row.id} expired at {when}"
+    return None
 
 
 def split_token(text: str) -> tuple[str, str] | None:
