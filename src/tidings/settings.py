@@ -190,6 +190,10 @@ class ApiSettings(_Model):
     rate_window_s: Seconds = 300.0
     """The window over which the send rate (for status and drain time) is measured."""
     queues: dict[str, QueueSettings] = Field(default_factory=dict)
+    insecure_cookies: bool = False
+    """Send the dashboard's cookies without ``Secure``, so a browser keeps them over
+    plain http (local use only). By default they are ``Secure``, whatever the scheme
+    the API sees: behind a proxy that terminates TLS, it sees http."""
 
     _rate = field_validator("publish_rate")(_valid_quota)
 

@@ -203,6 +203,8 @@ def test_an_operator_watches_searches_redrives_and_steers(
     page.wait_for_url(f"{server}/ui")
     [cookie] = [c for c in context.cookies() if c["name"] == "tidings_session"]
     assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+    # Secure by default; the browser keeps it on http://127.0.0.1 (loopback is secure).
+    assert cookie["secure"]
     assert cookie["value"].split(".")[0] == token.split("_")[1]  # the id, not the secret
     assert token.split("_", 2)[2] not in cookie["value"]
 

@@ -113,8 +113,10 @@ def dumps(obj: Any) -> bytes:
 @asynccontextmanager
 async def open_api(tmp_path: Path, *, members: int = 5, start: float = T0,
                    api: Mapping[str, Any] | None = None, env: Mapping[str, str] = ENV,
-                   page_size: int = 5000, max_pages: int = 20) -> AsyncIterator[Api]:
-    """Given an API over a fresh store, a fake clock at ``start`` and one token per scope."""
+                   page_size: int = 5000, max_pages: int = 20,
+                   base_url: str = "http://tidings.test") -> AsyncIterator[Api]:
+    """Given an API over a fresh store, a fake clock at ``start`` and one token per scope,
+    called at ``base_url`` (https where a browser's Secure cookies must come back)."""
     clock = FakeClock(start)
     runtime = await build_runtime(
         settings_for(tmp_path, api=api, page_size=page_size, max_pages=max_pages),
@@ -126,7 +128,7 @@ async def open_api(tmp_path: Path, *, members: int = 5, start: float = T0,
         await runtime.store.api_token_insert(row)
         tokens[scope] = text
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://tidings.test") as client:
+    async with httpx.AsyncClient(transport=transport, base_url=base_url) as client:
         try:
             yield Api(runtime=runtime, app=app, client=client, clock=clock, tokens=tokens)
         finally:

@@ -13,6 +13,7 @@ from apikit import DAY, T0, Api, open_api
 
 from tidings.api.auth import SESSION_COOKIE, Sessions, sessions_from
 from tidings.api.ui import (
+    LOGIN_COOKIE,
     History,
     fmt_ago,
     fmt_duration,
@@ -35,7 +36,7 @@ FRAGMENT = {"Accept": "text/html", "X-Tidings-Fragment": "1"}
 async def api(tmp_path: Path) -> AsyncIterator[Api]:
     """Given the digest admitted for five customers, one email accepted and one dead
     (its message in the email dead letters)."""
-    async with open_api(tmp_path, members=5) as opened:
+    async with open_api(tmp_path, members=5, base_url="https://tidings.test") as opened:
         response = await opened.client.post("/v1/trigger/weekly-digest",
                                             headers=opened.auth("trigger"))
         assert response.status_code == 200
@@ -200,6 +201,58 @@ async def test_a_session_expires_after_twelve_hours(api: Api) -> None:
     api.clock.advance(1)
 
     assert (await api.client.get("/ui/live/overview", headers=FRAGMENT)).status_code == 401
+
+
+async def test_a_token_past_its_expiry_ends_its_session(api: Api) -> None:
+    token = await api.token("viewer", expires_in_s=3600)
+    assert (await log_in(api, token)).status_code == 303
+    api.clock.advance(3599)
+    assert (await api.client.get("/ui/live/overview", headers=FRAGMENT)).status_code == 200
+
+    api.clock.advance(1)
+    response = await api.client.get("/ui/live/overview", headers=FRAGMENT)
+    again = await log_in(api, token)
+
+    assert response.status_code == 401
+    assert f"token tid_{token.split('_')[1]} expired at " in response.json()["message"]
+    assert again.status_code == 401 and "expired at" in again.text
+
+
+@pytest.mark.parametrize("base_url", ["https://tidings.test", "http://tidings.test"])
+async def test_the_dashboard_cookies_are_secure_by_default_whatever_the_scheme(
+        tmp_path: Path, base_url: str) -> None:
+    # Behind a proxy that terminates TLS the API sees http: still Secure. (The proxy's
+    # browser speaks https and sends the nonce back; here it is sent by hand.)
+    async with open_api(tmp_path, base_url=base_url) as api:
+        page = await api.client.get("/ui/login", headers=HTML)
+        nonce = field(page.text, "nonce")
+        response = await api.client.post(
+            "/ui/login", headers={**HTML, "Cookie": f"{LOGIN_COOKIE}={nonce}"},
+            data={"nonce": nonce, "next": "/ui", "token": api.tokens["viewer"]})
+
+        assert response.status_code == 303, response.text
+        assert "; secure" in set_cookie(page, LOGIN_COOKIE).lower()
+        assert "; secure" in set_cookie(response, SESSION_COOKIE).lower()
+
+
+async def test_insecure_cookies_allow_a_session_over_plain_http_when_set(tmp_path: Path
+                                                                         ) -> None:
+    async with open_api(tmp_path, api={"insecure_cookies": True}) as api:
+        csrf = await session(api, "viewer")  # the cookie came back over http
+        logout = await api.client.post("/ui/logout", headers=HTML, data={"csrf": csrf})
+
+        assert "secure" not in set_cookie(logout, SESSION_COOKIE).lower()
+        assert SESSION_COOKIE not in api.client.cookies
+
+
+async def test_logging_out_clears_the_secure_cookie_with_the_same_attributes(api: Api
+                                                                             ) -> None:
+    csrf = await session(api, "viewer")
+
+    response = await api.client.post("/ui/logout", headers=HTML, data={"csrf": csrf})
+
+    cleared = set_cookie(response, SESSION_COOKIE).lower()
+    assert "max-age=0" in cleared and "; secure" in cleared and "path=/ui" in cleared
 
 
 async def test_a_forged_or_edited_cookie_is_refused(api: Api) -> None:
