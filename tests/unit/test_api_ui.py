@@ -403,14 +403,21 @@ async def test_the_overview_keeps_a_short_history_for_the_sparklines(api: Api) -
     assert "last 5 s" in section(html, 'data-channel="email"')
 
 
-async def test_a_timeline_search_answers_the_three_questions(api: Api) -> None:
-    await session(api, "viewer")
+async def search(api: Api, csrf: str, q: str, *, by: str = "auto",
+                 live: bool = False) -> httpx.Response:
+    """A search posted from the timeline's form (or its live refresh)."""
+    return await api.client.post("/ui/live/timeline" if live else "/ui/timeline",
+                                 headers=FRAGMENT if live else HTML,
+                                 data={"q": q, "by": by, "csrf": csrf})
 
-    delivered = (await api.client.get("/ui/timeline", params={"q": KEY}, headers=HTML)).text
-    dead = (await api.client.get("/ui/live/timeline", params={"q": DEAD},
-                                 headers=FRAGMENT)).text
-    waiting = (await api.client.get("/ui/live/timeline", params={
-        "q": f"weekly-digest/{DAY}/cust_0003/email/v3"}, headers=FRAGMENT)).text
+
+async def test_a_timeline_search_answers_the_three_questions(api: Api) -> None:
+    csrf = await session(api, "viewer")
+
+    delivered = (await search(api, csrf, KEY)).text
+    dead = (await search(api, csrf, DEAD, live=True)).text
+    waiting = (await search(api, csrf, f"weekly-digest/{DAY}/cust_0003/email/v3",
+                            live=True)).text
 
     assert answers(delivered) == ["Yes", "Yes", "Yes"]
     assert "receipt rcpt-1" in delivered and surrogate("cust_0001") in delivered
@@ -420,12 +427,10 @@ async def test_a_timeline_search_answers_the_three_questions(api: Api) -> None:
 
 
 async def test_a_timeline_search_by_recipient_id_or_surrogate(api: Api) -> None:
-    await session(api, "viewer")
+    csrf = await session(api, "viewer")
 
-    by_id = (await api.client.get("/ui/live/timeline", params={"q": "cust_0001"},
-                                  headers=FRAGMENT)).text
-    by_surrogate = (await api.client.get("/ui/live/timeline", params={
-        "q": surrogate("cust_0001"), "by": "auto"}, headers=FRAGMENT)).text
+    by_id = (await search(api, csrf, "cust_0001", live=True)).text
+    by_surrogate = (await search(api, csrf, surrogate("cust_0001"), live=True)).text
 
     assert "2 deliveries, found by recipient" in by_id
     assert f"weekly-digest/{DAY}/cust_0001/sms/v3" in by_id
@@ -433,13 +438,65 @@ async def test_a_timeline_search_by_recipient_id_or_surrogate(api: Api) -> None:
 
 
 async def test_an_empty_or_fruitless_search_says_what_to_do(api: Api) -> None:
-    await session(api, "viewer")
+    csrf = await session(api, "viewer")
 
     empty = (await api.client.get("/ui/timeline", headers=HTML)).text
-    nothing = (await api.client.get("/ui/timeline", params={"q": "nope"}, headers=HTML)).text
+    nothing = (await search(api, csrf, "nope")).text
 
     assert "Paste a <strong>delivery key</strong>" in empty
     assert "Nothing found for “nope”" in nothing and "Keys are exact" in nothing
+
+
+async def test_what_is_searched_for_never_goes_into_a_url(api: Api) -> None:
+    csrf = await session(api, "viewer")
+    typed = "c1@example.com"
+
+    page = await search(api, csrf, typed)
+    delivered = (await search(api, csrf, KEY)).text
+
+    assert page.status_code == 200 and page.url.path == "/ui/timeline" and not page.url.query
+    assert 'method="post" action="/ui/timeline"' in page.text
+    assert 'method="get"' not in page.text
+    # The live refresh posts the same search again; nothing typed is in an href or src.
+    live = re.search(r'data-live-src="([^"]*)" data-live-body="([^"]*)"', delivered)
+    assert live is not None and live[1] == "/ui/live/timeline"
+    assert all(KEY not in url and "example.com" not in url
+               for url in re.findall(r'(?:href|src|action)="([^"]*)"', delivered + page.text))
+    # A query string is not a search: old links show the empty form.
+    old = await api.client.get("/ui/timeline", params={"q": KEY}, headers=HTML)
+    assert old.status_code == 200 and "Paste a <strong>delivery key</strong>" in old.text
+    assert (await api.client.get("/ui/live/timeline", params={"q": KEY},
+                                 headers=FRAGMENT)).status_code == 405
+
+
+async def test_a_search_needs_the_sessions_csrf_token(api: Api) -> None:
+    await session(api, "viewer")
+
+    forged = await search(api, "forged", KEY)
+    missing = await api.client.post("/ui/timeline", headers=HTML, data={"q": KEY})
+    too_long = await search(api, field((await api.client.get("/ui/timeline", headers=HTML)).text,
+                                       "csrf"), "x" * 601)
+
+    assert forged.status_code == missing.status_code == 403
+    assert "older than your session" in forged.text
+    assert too_long.status_code == 422 and "at most 600 characters" in too_long.text
+
+
+async def test_a_script_with_a_bearer_token_searches_without_csrf(api: Api) -> None:
+    response = await api.client.post("/ui/live/timeline", data={"q": KEY},
+                                     headers={**FRAGMENT, **api.auth("viewer")})
+
+    assert response.status_code == 200 and answers(response.text) == ["Yes", "Yes", "Yes"]
+
+
+async def test_a_dead_letters_key_opens_its_timeline_by_a_posted_form(api: Api) -> None:
+    csrf = await session(api, "operator")
+    html = (await api.client.get("/ui/dead-letters/email", headers=HTML)).text
+
+    row = section(html, f'data-key="{DEAD}"')
+    assert 'href="/ui/timeline?' not in html
+    assert f'name="q" value="{DEAD}"' in row and 'value="key"' in row
+    assert (await search(api, csrf, DEAD, by="key")).status_code == 200
 
 
 async def test_dead_letters_list_and_empty_state(api: Api) -> None:
@@ -458,16 +515,18 @@ async def test_dead_letters_list_and_empty_state(api: Api) -> None:
 
 
 async def test_pages_never_show_addresses_phone_numbers_or_token_secrets(api: Api) -> None:
-    await session(api, "operator")
-    pages = ["/ui", "/ui/live/overview", "/ui/dead-letters/email", "/ui/timeline?q=cust_0001",
-             f"/ui/timeline?q={KEY}", f"/ui/live/timeline?q={DEAD}",
-             f"/ui/timeline?q={surrogate('cust_0003')}"]
+    csrf = await session(api, "operator")
+    pages = ["/ui", "/ui/live/overview", "/ui/dead-letters/email", "/ui/timeline"]
+    searches = ["cust_0001", KEY, DEAD, surrogate("cust_0003")]
     secrets = [t.split("_", 2)[2] for t in api.tokens.values()]
     rows = [await api.runtime.store.api_token_get(t.split("_")[1]) for t in api.tokens.values()]
     hashes = [r.secret_hash for r in rows if r is not None]
+    shown = {path: (await api.client.get(path, headers=HTML)).text for path in pages}
+    for q in searches:
+        shown[f"search {q}"] = (await search(api, csrf, q)).text
+        shown[f"live search {q}"] = (await search(api, csrf, q, live=True)).text
 
-    for path in pages:
-        html = (await api.client.get(path, headers=HTML)).text
+    for path, html in shown.items():
         assert "@example.com" not in html, path
         assert not re.search(r"\+1555\d+", html), path
         assert not any(s in html for s in secrets + hashes), path

@@ -8,7 +8,9 @@ every page still works with scripts off (minus the refresh).
 A browser logs in once with an API token (``viewer`` to look, ``operator`` to act);
 the session cookie holds the token id and an expiry only (``auth.Sessions``), and the
 token is re-checked on every request. Forms that change something carry the
-session's CSRF token and answer with a redirect (post/redirect/get).
+session's CSRF token and answer with a redirect (post/redirect/get). The timeline
+search is a form too, posted with the CSRF token and answered in place (its live
+refresh posts it again), so what was typed never goes into a URL.
 
 Nothing here computes a number of its own: status, timelines, dead letters and redrive
 come from ``tidings.operations``, as for the JSON API and the CLI. A recipient is shown
@@ -30,7 +32,7 @@ from importlib import resources
 from typing import Annotated, Any
 from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
-from fastapi import APIRouter, Depends, FastAPI, Query, Request
+from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
@@ -666,19 +668,35 @@ async def _timeline(request: Request, q: str, by: str) -> dict[str, Any]:
     return values
 
 
-_Q = Annotated[str, Query(max_length=600)]
+SEARCH_MAX = 600
 
 
+async def _search(request: Request, who: Principal) -> dict[str, Any]:
+    """The page values for a search posted as a form (CSRF-checked like any form)."""
+    form = await _form(request)
+    _check_csrf(request, who, form)
+    q, by = _one(form, "q"), _one(form, "by") or "auto"
+    if len(q) > SEARCH_MAX:
+        raise ApiError(422, "form.q", f"must be at most {SEARCH_MAX} characters")
+    return {**_frame(request, who, "timeline"), **await _timeline(request, q, by)}
+
+
+# A search is a POST: what was typed (an id, a key, an address) stays out of the page
+# URL, so out of the browser's history, bookmarks, Referer headers and access logs.
 @router.get("/timeline")
-async def timeline(request: Request, who: Who, q: _Q = "", by: str = "auto") -> Response:
-    values = {**_frame(request, who, "timeline"), **await _timeline(request, q, by)}
+async def timeline_form(request: Request, who: Who) -> Response:
+    values = {**_frame(request, who, "timeline"), **await _timeline(request, "", "auto")}
     return _render("timeline.html", values)
 
 
-@router.get("/live/timeline")
-async def timeline_live(request: Request, who: Who, q: _Q = "", by: str = "auto") -> Response:
-    values = {**_frame(request, who, "timeline"), **await _timeline(request, q, by)}
-    return _render("_timeline_live.html", values)
+@router.post("/timeline")
+async def timeline(request: Request, who: Who) -> Response:
+    return _render("timeline.html", await _search(request, who))
+
+
+@router.post("/live/timeline")
+async def timeline_live(request: Request, who: Who) -> Response:
+    return _render("_timeline_live.html", await _search(request, who))
 
 
 # ---------------------------------------------------------------- dead letters
