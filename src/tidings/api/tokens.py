@@ -1,4 +1,6 @@
 """API tokens: ``tid_<id>_<secret>``, shown once; the store keeps sha256(secret) only.
+A token may carry an expiry (``expires_at``), from which on it is refused as a revoked
+one is (``unusable``).
 
 The secret carries 256 bits from ``secrets``, so one sha256 is enough (no password
 stretching: nothing here is guessable). The id lets a verifier fetch one row and
