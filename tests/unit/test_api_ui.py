@@ -99,10 +99,10 @@ def set_cookie(response: httpx.Response, name: str) -> str:
 
 
 async def test_logging_in_sets_an_httponly_strict_cookie_with_the_token_id_only(api: Api) -> None:
-    response = await log_in(api, api.tokens["viewer"], next_url="/ui/timeline?q=x")
+    response = await log_in(api, api.tokens["viewer"], next_url="/ui/dead-letters/sms?x=1")
 
     assert response.status_code == 303
-    assert response.headers["location"] == "/ui/timeline?q=x"
+    assert response.headers["location"] == "/ui/dead-letters/sms?x=1"
     header = set_cookie(response, SESSION_COOKIE).lower()
     assert "httponly" in header and "samesite=strict" in header and "path=/ui" in header
     value = api.client.cookies[SESSION_COOKIE]
