@@ -398,15 +398,17 @@ def token_create(
     name: Annotated[str, typer.Option(help="Who or what holds it, for the record.")] = "token",
     expires_in: Annotated[str | None, typer.Option(
         "--expires-in", metavar="DURATION",
-        help="Refuse it after this long: 90s, 15m, 12h, 30d. Default: never.")] = None,
+        help="Refuse it after this long: 90s, 15m, 12h, 30d (at most 36500d). "
+             "Default: never.")] = None,
     config: ConfigOpt = None, store: StoreOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """Create a token. It is shown once: only its hash is stored."""
-    from tidings.api.tokens import new_token
+    from tidings.api.tokens import check_lifetime, new_token
     from tidings.durations import parse_duration
 
     try:
-        lifetime = None if expires_in is None else parse_duration(expires_in, "expires_in")
+        lifetime = (None if expires_in is None
+                    else check_lifetime(parse_duration(expires_in, "expires_in")))
     except InvalidInput as exc:
         raise typer.BadParameter(exc.message, param_hint="--expires-in") from None
 

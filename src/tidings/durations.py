@@ -1,40 +1,42 @@
-"""Durations: the seconds settings take, and the short form the command line takes.
-
-``Seconds`` is a settings field's duration: a finite number of seconds above zero
-(``inf``, ``nan``, 0 and negatives are refused, the error naming the field);
-``SecondsOrZero`` also admits 0, for the fields where 0 means "none" (no interval, no
-grace, no cache). ``parse_duration`` reads ``90s``, ``15m``, ``12h`` or ``30d``.
-"""
+"""Durations as people type them: ``90s``, ``15m``, ``12h``, ``30d`` (or plain seconds)."""
 
 from __future__ import annotations
 
+import math
 import re
-from typing import Annotated, Final
+from typing import Annotated
 
 from pydantic import Field
 
 from tidings.errors import InvalidInput
 
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
+_DURATION = re.compile(r"(?P<n>\d+(?:\.\d+)?)\s*(?P<unit>[smhdw]?)")
+
+
+def parse_duration(text: str, field: str) -> float:
+    """Seconds in ``text``; ``InvalidInput`` on ``field`` for anything else (zero,
+    negative and unbounded durations included).
+
+    >>> parse_duration("6h", "expires_in")
+    21600.0
+    """
+    match = _DURATION.fullmatch(text.strip().lower()) if isinstance(text, str) else None
+    if match is None:
+        raise InvalidInput(field, f"{text!r} is not a duration like 90s, 15m, 12h or 30d")
+    seconds = float(match["n"]) * _UNITS[match["unit"] or "s"]
+    if not (0 < seconds < math.inf):
+        raise InvalidInput(field, f"{text!r} must be longer than zero")
+    return seconds
+
+
+# Durations as settings hold them: every ``*_s`` field of ``tidings.settings`` and of
+# the provider settings is one of these two, so ``inf``, ``nan`` and negatives (which
+# TOML can write) are refused at load with the field's name.
+
 Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 """A duration in seconds: finite and above zero."""
 
 SecondsOrZero = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-"""A duration in seconds where 0 means none: finite and not negative."""
-
-UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-_DURATION = re.compile(r"^(?P<count>[0-9]{1,9})(?P<unit>[smhd])$")
-#: Far enough for any expiry, near enough that ``now + duration`` stays exact.
-LONGEST_S: Final = 100 * 365 * 86400
-
-
-def parse_duration(text: str, field: str) -> float:
-    """Seconds in ``text``: a whole number and a unit (``90s``, ``15m``, ``12h``,
-    ``30d``), above zero and at most 100 years; else InvalidInput naming ``field``."""
-    match = _DURATION.match(text.strip().lower())
-    if match is None:
-        raise InvalidInput(field, f"{text!r} is not a duration; write a whole number and a "
-                           "unit: 90s, 15m, 12h or 30d")
-    seconds = int(match["count"]) * UNITS[match["unit"]]
-    if not 0 < seconds <= LONGEST_S:
-        raise InvalidInput(field, f"{text!r} must be above zero and at most 100 years")
-    return float(seconds)
+"""A duration in seconds where 0 means none (no interval, no grace, no cache): finite
+and not negative."""

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import math
 import re
 import secrets
 from collections.abc import Iterable
@@ -74,14 +73,27 @@ def hash_secret(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
+#: The longest life a token may be given: far beyond any rotation, short enough that
+#: its expiry is a date every tool can print.
+MAX_LIFETIME_S = 100 * 365 * 86400.0
+
+
+def check_lifetime(seconds: float, field: str = "expires_in") -> float:
+    """``seconds`` if it is a token lifetime (above zero, at most a century), else
+    InvalidInput naming ``field``."""
+    if not 0 < seconds <= MAX_LIFETIME_S:
+        raise InvalidInput(field, "must be above zero and at most 100 years (36500d)")
+    return seconds
+
+
 def new_token(*, name: str, scopes: Iterable[str], now: float,
               expires_in_s: float | None = None) -> tuple[str, ApiToken]:
     """A fresh token: the text to show once, and the row to store. With
-    ``expires_in_s`` it is refused from ``now + expires_in_s`` on."""
+    ``expires_in_s`` (``check_lifetime``) it is refused from ``now + expires_in_s`` on."""
     if not name.strip():
         raise InvalidInput("name", "must not be empty")
-    if expires_in_s is not None and not 0 < expires_in_s < math.inf:
-        raise InvalidInput("expires_in", "must be a finite number of seconds above zero")
+    if expires_in_s is not None:
+        check_lifetime(expires_in_s)
     token_id = secrets.token_hex(6)
     secret = secrets.token_urlsafe(32)
     row = ApiToken(id=token_id, name=name.strip(), scopes=parse_scopes(scopes),
