@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tidings import logs
-from tidings.errors import TidingsError, unknown_name
+from tidings.errors import InvalidInput, TidingsError, unknown_name
 from tidings.runtime import Runtime, build_runtime
 from tidings.settings import Settings
 
@@ -438,22 +438,35 @@ def token_create(
     scope: Annotated[list[str], typer.Option(
         "--scope", help="viewer, operator, trigger or publish (repeat, or comma-separate).")],
     name: Annotated[str, typer.Option(help="Who or what holds it, for the record.")] = "token",
+    expires_in: Annotated[str | None, typer.Option(
+        "--expires-in", metavar="DURATION",
+        help="Refuse it after this long: 90s, 15m, 12h, 30d (at most 36500d). "
+             "Default: never.")] = None,
     config: ConfigOpt = None, store: StoreOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """Create a token. It is shown once: only its hash is stored."""
-    from tidings.api.tokens import new_token
+    from tidings.api.tokens import check_lifetime, new_token
+    from tidings.durations import parse_duration
+
+    try:
+        lifetime = (None if expires_in is None
+                    else check_lifetime(parse_duration(expires_in, "expires_in")))
+    except InvalidInput as exc:
+        raise typer.BadParameter(exc.message, param_hint="--expires-in") from None
 
     async def go(runtime: Runtime) -> dict[str, Any]:
-        text, row = new_token(name=name, scopes=scope, now=runtime.clock.now())
+        text, row = new_token(name=name, scopes=scope, now=runtime.clock.now(),
+                              expires_in_s=lifetime)
         await runtime.store.api_token_insert(row)
         return {"id": row.id, "name": row.name, "scopes": list(row.scopes), "token": text,
-                "created_at": row.created_at}
+                "created_at": row.created_at, "expires_at": row.expires_at}
     result = _with_runtime(config, store, go)
     if as_json:
         _emit(True, result)
         return
-    console.print(f"token {result['id']} ({', '.join(result['scopes'])}) for {result['name']}; "
-                  "shown once, store it now:")
+    until = f", expires {_when(result['expires_at'])}" if result["expires_at"] else ""
+    console.print(f"token {result['id']} ({', '.join(result['scopes'])}) for {result['name']}"
+                  f"{until}; shown once, store it now:")
     typer.echo(result["token"])
 
 
@@ -466,30 +479,36 @@ def token_revoke(token_id: Annotated[str, typer.Argument(
     ident = token_id.split("_")[1] if token_id.startswith("tid_") else token_id
 
     async def go(runtime: Runtime) -> dict[str, Any]:
-        row = await runtime.store.api_token_revoke(ident, now=runtime.clock.now())
+        now = runtime.clock.now()
+        row = await runtime.store.api_token_revoke(ident, now=now)
         if row is None:
             raise typer.BadParameter(f"no token has id {ident!r}", param_hint="ID")
-        return _token_row(row)
+        return _token_row(row, now)
     _emit(as_json, _with_runtime(config, store, go))
 
 
 @token_app.command("list")
 def token_list(config: ConfigOpt = None, store: StoreOpt = None, as_json: JsonOpt = False
                ) -> None:
-    """Every token: id, name, scopes, created, revoked (never the secret)."""
+    """Every token: id, name, scopes, created, expires, revoked (never the secret)."""
     async def go(runtime: Runtime) -> list[dict[str, Any]]:
-        return [_token_row(row) for row in await runtime.store.api_token_list()]
+        now = runtime.clock.now()
+        return [_token_row(row, now) for row in await runtime.store.api_token_list()]
     rows = _with_runtime(config, store, go)
-    table = Table("id", "name", "scopes", "created", "revoked", title="API tokens")
+    table = Table("id", "name", "scopes", "created", "expires", "revoked", title="API tokens")
     for r in rows:
+        expires = _when(r["expires_at"]) + (" (expired)" if r["expired"] else "")
         table.add_row(r["id"], r["name"], ", ".join(r["scopes"]), _when(r["created_at"]),
-                      _when(r["revoked_at"]))
+                      expires or "never", _when(r["revoked_at"]))
     _emit(as_json, {"tokens": rows}, table)
 
 
-def _token_row(row: Any) -> dict[str, Any]:
+def _token_row(row: Any, now: float) -> dict[str, Any]:
+    from tidings.api.tokens import expired
+
     return {"id": row.id, "name": row.name, "scopes": list(row.scopes),
-            "created_at": row.created_at, "revoked_at": row.revoked_at,
+            "created_at": row.created_at, "expires_at": row.expires_at,
+            "expired": expired(row, now), "revoked_at": row.revoked_at,
             "revoked": row.revoked_at is not None}
 
 

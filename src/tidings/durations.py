@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import math
 import re
+from typing import Annotated
+
+from pydantic import Field
 
 from tidings.errors import InvalidInput
 
@@ -25,3 +28,15 @@ def parse_duration(text: str, field: str) -> float:
     if not (0 < seconds < math.inf):
         raise InvalidInput(field, f"{text!r} must be longer than zero")
     return seconds
+
+
+# Durations as settings hold them: every ``*_s`` field of ``tidings.settings`` and of
+# the provider settings is one of these two, so ``inf``, ``nan`` and negatives (which
+# TOML can write) are refused at load with the field's name.
+
+Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+"""A duration in seconds: finite and above zero."""
+
+SecondsOrZero = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+"""A duration in seconds where 0 means none (no interval, no grace, no cache): finite
+and not negative."""

@@ -1,6 +1,8 @@
 """Settings: frozen, validated, loaded from a TOML file and the environment.
 
-Every error names the field it is about (``channels.email.quota: ...``).
+Every error names the field it is about (``channels.email.quota: ...``). Durations are
+``tidings.durations.Seconds`` (finite, above zero) or ``SecondsOrZero`` where 0 means
+none; URLs are ``providers.config.HttpUrl`` (http or https, with a host).
 """
 
 from __future__ import annotations
@@ -21,10 +23,12 @@ from pydantic import (
     model_validator,
 )
 
+from tidings.durations import Seconds, SecondsOrZero
 from tidings.errors import ConfigurationError, unknown_name
 from tidings.pacing.algorithm import parse_quota
 from tidings.providers.config import (
     HttpProviderSettings,
+    HttpUrlStr,
     PostmarkProviderSettings,
     SendGridProviderSettings,
     SmtpProviderSettings,
@@ -55,8 +59,8 @@ class ProviderSettings(_Model):
     """
 
     kind: Literal["sandbox", "sandbox-twin"] = "sandbox"
-    url: str | None = None
-    timeout_s: float = Field(default=5.0, gt=0)
+    url: HttpUrlStr | None = None
+    timeout_s: Seconds = 5.0
     twin_quota: int | None = Field(default=None, ge=1)
     """Requests per second the in-process twin accepts on this channel (default: the
     sandbox's own quotas); e.g. a very large one to measure tidings alone."""
@@ -89,7 +93,7 @@ class ChannelSettings(_Model):
     """Share of the quota the pacer aims at (and at least 2 requests/s below it), leaving
     room for timing noise."""
     max_in_flight: int = Field(default=64, ge=1)
-    min_interval_s: float = Field(default=0.0, ge=0)
+    min_interval_s: SecondsOrZero = 0.0
     kind: Literal["email", "sms"] | None = None
     """What the channel carries. With a kind, addresses are checked before any send
     (a bad one is rejected with its reason); without one, the provider works from the
@@ -110,25 +114,25 @@ class CampaignSettings(_Model):
     channels: list[str]
     template: str
     version: int = Field(default=1, ge=1)
-    expires_after_s: float | None = Field(default=24 * 3600.0, gt=0)
-    grace_s: float = Field(default=3600.0, ge=0)
+    expires_after_s: Seconds | None = 24 * 3600.0
+    grace_s: SecondsOrZero = 3600.0
     audience: dict[str, Any]
 
 
 class RetrySettings(_Model):
     max_failures: int = Field(default=5, ge=1)
-    base_s: float = Field(default=1.0, gt=0)
-    cap_s: float = Field(default=300.0, gt=0)
-    rate_limit_floor_s: float = Field(default=0.25, gt=0)
-    rate_limit_cap_s: float = Field(default=60.0, gt=0)
+    base_s: Seconds = 1.0
+    cap_s: Seconds = 300.0
+    rate_limit_floor_s: Seconds = 0.25
+    rate_limit_cap_s: Seconds = 60.0
 
 
 class WorkerSettings(_Model):
     batch_size: int = Field(default=200, ge=1, le=5000)
-    lease_s: float = Field(default=30.0, gt=0)
-    visibility_s: float = Field(default=60.0, gt=0)
+    lease_s: Seconds = 30.0
+    visibility_s: Seconds = 60.0
     max_receives: int = Field(default=50, ge=1)
-    reconcile_every_s: float = Field(default=5.0, gt=0)
+    reconcile_every_s: Seconds = 5.0
 
 
 class SchedulerSettings(_Model):
@@ -139,14 +143,14 @@ class SchedulerSettings(_Model):
     """Pages per pass: 40 on PostgreSQL, 20 on SQLite (100,000 members either way)."""
     pages_in_flight: int | None = Field(default=None, ge=1, le=8)
     """Pages written side by side: 3 on PostgreSQL, 1 on SQLite (one writer)."""
-    interval_s: float = Field(default=1.0, gt=0)
-    relay_horizon_s: float = Field(default=60.0, ge=0)
-    relay_lease_s: float = Field(default=30.0, gt=0)
+    interval_s: Seconds = 1.0
+    relay_horizon_s: SecondsOrZero = 60.0
+    relay_lease_s: Seconds = 30.0
 
 
 class ReconcilerSettings(_Model):
-    lost_after_s: float = Field(default=60.0, gt=0)
-    uncertain_after_s: float = Field(default=1.0, ge=0)
+    lost_after_s: Seconds = 60.0
+    uncertain_after_s: SecondsOrZero = 1.0
 
 
 class GuardrailLimits(_Model):
@@ -160,7 +164,7 @@ class GuardrailLimits(_Model):
     """429 answers per send."""
     dead_rate: float | None = Field(default=None, gt=0, le=1)
     """Retry budgets spent per send."""
-    oldest_message_age_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    oldest_message_age_s: Seconds | None = None
     """Channels only: the oldest message on the channel's queue."""
 
 
@@ -169,7 +173,7 @@ class GuardrailSettings(GuardrailLimits):
     ``tidings.guardrails``). The thresholds here apply to every channel and every
     campaign; ``channels.<name>`` and ``campaigns.<name>`` override them one by one."""
 
-    window_s: float = Field(default=300.0, gt=0, allow_inf_nan=False)
+    window_s: Seconds = 300.0
     min_sends: int = Field(default=20, ge=1)
     """Sends in the window below which no rate is judged."""
     channels: dict[str, GuardrailLimits] = Field(default_factory=dict)
@@ -199,20 +203,24 @@ class ApiSettings(_Model):
     port: int = Field(default=8080, ge=0, le=65535)
     trigger_secrets_env: str = "TIDINGS_TRIGGER_SECRETS"
     """Comma-separated HMAC secrets; two during a rotation (either verifies)."""
-    trigger_tolerance_s: float = Field(default=300.0, gt=0)
-    trigger_early_s: float = Field(default=60.0, ge=0)
+    trigger_tolerance_s: Seconds = 300.0
+    trigger_early_s: SecondsOrZero = 60.0
     """A trigger this many seconds before an occurrence counts as that occurrence (cron jitter)."""
     max_body_bytes: int = Field(default=64 * 1024, ge=1024)
     publish_rate: str | None = None
     """Intake limit for publishes across every API process, e.g. ``"200/s"``; none by default."""
     publish_burst: int = Field(default=0, ge=0)
     """Publishes allowed at once above the rate; 0 means one second's worth."""
-    paused_retry_after_s: float = Field(default=60.0, gt=0)
-    idempotency_ttl_s: float = Field(default=7 * 86400.0, gt=0)
-    metrics_cache_s: float = Field(default=5.0, ge=0)
-    rate_window_s: float = Field(default=300.0, gt=0)
+    paused_retry_after_s: Seconds = 60.0
+    idempotency_ttl_s: Seconds = 7 * 86400.0
+    metrics_cache_s: SecondsOrZero = 5.0
+    rate_window_s: Seconds = 300.0
     """The window over which the send rate (for status and drain time) is measured."""
     queues: dict[str, QueueSettings] = Field(default_factory=dict)
+    insecure_cookies: bool = False
+    """Send the dashboard's cookies without ``Secure``, so a browser keeps them over
+    plain http (local use only). By default they are ``Secure``, whatever the scheme
+    the API sees: behind a proxy that terminates TLS, it sees http."""
 
     _rate = field_validator("publish_rate")(_valid_quota)
 
@@ -231,7 +239,7 @@ class SendGridWebhookSettings(_Model):
     public_key_env: str = "SENDGRID_WEBHOOK_PUBLIC_KEY"
     """Holds the verification key as SendGrid shows it (base64 DER); several
     comma-separated while a key is replaced."""
-    tolerance_s: float = Field(default=300.0, gt=0)
+    tolerance_s: Seconds = 300.0
     """How far the signed timestamp may be from the server's clock."""
 
 
@@ -248,14 +256,14 @@ class GenericWebhookSettings(_Model):
     secrets_env: str = "TIDINGS_WEBHOOK_SECRETS"
     """One or more environment variable names, comma-separated; each holds one secret or
     several comma-separated. Two secrets verify during a rotation."""
-    tolerance_s: float = Field(default=300.0, gt=0)
+    tolerance_s: Seconds = 300.0
 
 
 class WebhookSettings(_Model):
     """Provider webhooks (``POST /v1/webhooks/{provider}``). Secrets are never in the
     file: each ``*_env`` names an environment variable that holds them."""
 
-    public_url: str | None = None
+    public_url: HttpUrlStr | None = None
     """The base URL providers call (``https://notify.example.com``) when a proxy
     rewrites it: Twilio signs the full URL it called. Default: the URL as received."""
     max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
@@ -264,20 +272,13 @@ class WebhookSettings(_Model):
     postmark: PostmarkWebhookSettings = PostmarkWebhookSettings()
     generic: GenericWebhookSettings = GenericWebhookSettings()
 
-    @field_validator("public_url")
-    @classmethod
-    def _public_url(cls, value: str | None) -> str | None:
-        if value is not None and not value.startswith(("https://", "http://")):
-            raise ValueError(f"{value!r} must start with https:// (or http://)")
-        return value
-
 
 class Settings(_Model):
     """Everything the composition root needs to build a runtime."""
 
     store: str = "sqlite:///tidings.db"
     transport: Literal["sql"] = "sql"
-    clock_offset_s: float = 0.0
+    clock_offset_s: float = Field(default=0.0, allow_inf_nan=False)
     channels: dict[str, ChannelSettings] = Field(default_factory=dict)
     campaigns: dict[str, CampaignSettings] = Field(default_factory=dict)
     retry: RetrySettings = RetrySettings()

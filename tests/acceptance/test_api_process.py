@@ -34,6 +34,11 @@ channels = ["email"]
 template = "digest"
 version = 2
 audience = {{ sql = {{ url = "sqlite:///{crm}", query = "{QUERY}" }} }}
+[campaigns.reminder]
+cron = "* * * * *"
+channels = ["email"]
+template = "reminder"
+audience = {{ sql = {{ url = "sqlite:///{crm}", query = "{QUERY}" }} }}
 [api.queues.digest]
 campaign = "digest"
 ''')
@@ -62,8 +67,9 @@ def test_a_cron_a_publisher_and_an_operator_over_real_http(
         # The external cron: a signed trigger, answered at once with the counts.
         body = b'{"campaign":"digest"}'
         ts = int(time.time())
-        headers = {"X-Tidings-Timestamp": str(ts), "X-Tidings-Signature": sign(SECRET, ts, body),
-                   "Content-Type": "application/json"}
+        headers = {"X-Tidings-Timestamp": str(ts), "Content-Type": "application/json",
+                   "X-Tidings-Signature": sign(SECRET, timestamp=ts, method="POST",
+                                               target="/v1/trigger/digest", body=body)}
         started = time.monotonic()
         triggered = http.post("/v1/trigger/digest", content=body, headers=headers)
         assert time.monotonic() - started < 5
@@ -99,3 +105,50 @@ def test_a_cron_a_publisher_and_an_operator_over_real_http(
         assert 'tidings_trigger_success_total{campaign="digest"} 1.0' in metrics
         assert 'tidings_publish_rejections_total{reason="idempotency_conflict"} 1.0' in metrics
         assert http.get("/openapi.json").json()["info"]["title"] == "tidings"
+
+
+def signed_for(path: str, body: bytes = b"") -> dict[str, str]:
+    ts = int(time.time())
+    return {"X-Tidings-Timestamp": str(ts), "X-Tidings-Signature": sign(
+        SECRET, timestamp=ts, method="POST", target=path, body=body)}
+
+
+@pytest.mark.slow
+def test_a_signature_opens_only_the_campaign_it_was_made_for(
+    server: str, tokens: dict[str, str]
+) -> None:
+    with httpx.Client(base_url=server, timeout=10) as http:
+        # Signed for the reminder, sent to the digest: refused, nothing admitted.
+        crossed = http.post("/v1/trigger/digest", headers=signed_for("/v1/trigger/reminder"))
+        assert crossed.status_code == 401, crossed.text
+        assert crossed.json()["field"] == "header.X-Tidings-Signature"
+        viewer = {"Authorization": f"Bearer {tokens['viewer']}"}
+        assert http.get("/v1/status", headers=viewer).json()["channels"]["email"]["total"] == 0
+
+        # The same signature on the campaign it names opens it, once.
+        headers = signed_for("/v1/trigger/reminder")
+        opened = http.post("/v1/trigger/reminder", headers=headers)
+        assert opened.status_code == 200, opened.text
+        assert opened.json()["campaign"] == "reminder"
+        assert opened.json()["pass"]["admitted"] == 30
+        assert http.post("/v1/trigger/reminder", headers=headers).status_code == 409
+        status = http.get("/v1/status", headers=viewer).json()
+        assert status["campaigns"]["reminder"]["total"] == 30
+        assert status["campaigns"]["digest"]["total"] == 0
+
+
+@pytest.mark.slow
+def test_a_token_past_its_expiry_is_refused_by_the_api(config: Path) -> None:
+    hour = create_token(config, "viewer", name="short", expires_in="1h")
+    month = create_token(config, "viewer", name="long", expires_in="30d")
+    # The same store served two hours later (the API's clock runs ahead), no sleeping.
+    later = config.with_name("later.toml")
+    later.write_text("clock_offset_s = 7200.0\n" + config.read_text())
+
+    with api_server(later, {}) as base, httpx.Client(base_url=base, timeout=10) as http:
+        refused = http.get("/v1/status", headers={"Authorization": f"Bearer {hour}"})
+        assert refused.status_code == 401, refused.text
+        assert refused.json()["field"] == "header.Authorization"
+        assert f"token tid_{hour.split('_')[1]} expired at " in refused.json()["message"]
+        valid = http.get("/v1/status", headers={"Authorization": f"Bearer {month}"})
+        assert valid.status_code == 200, valid.text

@@ -109,6 +109,27 @@ def test_token_create_list_revoke(config: Path) -> None:
     assert bad.returncode == 2 and "scope: unknown scope 'admin'" in bad.stderr
 
 
+def test_a_token_created_with_an_expiry_shows_it_in_the_list(config: Path) -> None:
+    created = ok_json("token", "create", "--scope", "trigger", "--name", "cron",
+                      "--expires-in", "30d", "--config", str(config))
+    assert created["expires_at"] == created["created_at"] + 30 * 86400
+    forever = ok_json("token", "create", "--scope", "viewer", "--config", str(config))
+    assert forever["expires_at"] is None
+
+    listed = {t["id"]: t for t in ok_json("token", "list", "--config", str(config))["tokens"]}
+    assert listed[created["id"]]["expires_at"] == created["expires_at"]
+    assert listed[created["id"]]["expired"] is False
+    assert listed[forever["id"]]["expires_at"] is None
+    table = run("token", "list", "--config", str(config))
+    assert table.returncode == 0 and "expires" in table.stdout and "never" in table.stdout
+
+    for bad in ("30 days", "0s", "-1h", "36501d"):
+        refused = run("token", "create", "--scope", "viewer", "--expires-in", bad,
+                      "--config", str(config))
+        assert refused.returncode == 2, refused.stderr
+        assert "--expires-in" in refused.stderr, refused.stderr
+
+
 def test_dlq_list_and_redrive(config: Path) -> None:
     key = given_a_dead_letter(config)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import subprocess
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -203,6 +204,8 @@ def test_an_operator_watches_searches_redrives_and_steers(
     page.wait_for_url(f"{server}/ui")
     [cookie] = [c for c in context.cookies() if c["name"] == "tidings_session"]
     assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+    # Secure by default; the browser keeps it on http://127.0.0.1 (loopback is secure).
+    assert cookie["secure"]
     assert cookie["value"].split(".")[0] == token.split("_")[1]  # the id, not the secret
     assert token.split("_", 2)[2] not in cookie["value"]
 
@@ -240,6 +243,11 @@ def test_an_operator_watches_searches_redrives_and_steers(
     expect(card).to_contain_text(surrogate("cust_001"))
     expect(card.locator("table.events")).to_contain_text("accepted")
     assert "c1@example.com" not in page.content()
+    # Posted, not put in the URL; the live refresh posts it again and keeps the card.
+    assert page.url == f"{server}/ui/timeline"
+    expect(page.locator("#live")).to_have_attribute("title", re.compile("^Updated"),
+                                                    timeout=WAIT_MS)
+    expect(card.locator("[data-answer=accepted] .answer-a")).to_have_text("Yes")
     shot(page, "04-timeline-delivered")
     page.fill("#q", seeded.dead[0])
     page.click("button:has-text('Search')")
@@ -259,6 +267,11 @@ def test_an_operator_watches_searches_redrives_and_steers(
     expect(rows).to_have_count(1)
     expect(page.locator(f"tr[data-key='{seeded.dead[0]}']")).to_have_count(0)
     shot(page, "07-dead-letters-redriven")
+    # A dead letter's key opens its timeline (a posted search, no key in the URL).
+    page.locator(f"tr[data-key='{seeded.dead[1]}'] button:has-text('{seeded.dead[1]}')").click()
+    page.wait_for_url(f"{server}/ui/timeline")
+    expect(page.locator(f"[data-key='{seeded.dead[1]}'] [data-answer=accepted] .answer-a")
+           ).to_have_text("No")
 
     # Steering: pause the email channel with a reason, see it, resume it.
     page.click("nav >> text=Overview")
@@ -305,7 +318,8 @@ def test_a_viewer_looks_but_cannot_act_and_a_revoked_token_ends_the_session(
     expect(page.locator("#admission")).to_contain_text("log in with an operator token")
     page.goto(f"{server}/ui/dead-letters/email")
     expect(page.locator("tr[data-letter]")).to_have_count(2)
-    expect(page.locator("#letters button")).to_have_count(0)
+    expect(page.locator("#letters button:has-text('Redrive')")).to_have_count(0)
+    expect(page.locator("#letters form[action$='/redrive']")).to_have_count(0)
     shot(page, "10-dead-letters-viewer")
 
     # Revoked from the command line: the very next refresh of the page logs it out.

@@ -346,8 +346,9 @@ async def admit_everything(f: Flow, http: httpx.AsyncClient) -> None:
     body = b'{"campaign":"notes"}'
     ts = int(time.time())
     triggered = await http.post("/v1/trigger/notes", content=body, headers={
-        "X-Tidings-Timestamp": str(ts), "X-Tidings-Signature": sign(c.trigger_secret, ts, body),
-        "Content-Type": "application/json"})
+        "X-Tidings-Timestamp": str(ts), "Content-Type": "application/json",
+        "X-Tidings-Signature": sign(c.trigger_secret, timestamp=ts, method="POST",
+                                    target="/v1/trigger/notes", body=body)})
     assert triggered.status_code == 200, triggered.text
     assert triggered.json()["pass"]["admitted"] == 4
 
@@ -375,7 +376,8 @@ async def send_bad_requests(f: Flow, http: httpx.AsyncClient) -> None:
         await http.get("/metrics", headers={"Authorization": c.smtp_password}),
         await http.post("/v1/trigger/notes", content=b"{}", headers={
             "X-Tidings-Timestamp": str(ts),
-            "X-Tidings-Signature": sign(c.smtp_password, ts, b"{}")}),
+            "X-Tidings-Signature": sign(c.smtp_password, timestamp=ts, method="POST",
+                                        target="/v1/trigger/notes", body=b"{}")}),
         await http.post("/v1/queue/publish", headers=publish_auth,
                         content=f'{{"queue": "direct-email", "payload": {{"email": "{email}", '
                                 f'"phone": {phone}}}'.encode()),

@@ -8,6 +8,7 @@ Runs unchanged on every store adapter; scenarios are given / when / then with ev
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 import pytest
 
@@ -65,6 +66,17 @@ async def test_a_token_is_stored_listed_and_revoked_once(store: Store) -> None:
     assert await store.api_token_revoke("nope", now=T0) is None
     still = await store.api_token_get("t2")
     assert still is not None and still.revoked_at is None
+
+
+async def test_a_token_keeps_its_expiry(store: Store) -> None:
+    await store.api_token_insert(replace(token("t1"), expires_at=T0 + 30 * 86400.5))
+    await store.api_token_insert(token("t2"))
+
+    got = await store.api_token_get("t1")
+    assert got is not None and got.expires_at == T0 + 30 * 86400.5
+    assert [t.expires_at for t in await store.api_token_list()] == [T0 + 30 * 86400.5, None]
+    revoked = await store.api_token_revoke("t1", now=T0 + 1)
+    assert revoked is not None and revoked.expires_at == T0 + 30 * 86400.5
 
 
 async def test_a_token_id_is_unique(store: Store) -> None:

@@ -140,3 +140,31 @@ async def test_a_failing_migration_rolls_back_whole_and_is_not_recorded(
 
     assert "half" not in await migrated.tables(db)
     assert await db.applied_migrations() == migrated.known
+
+
+async def test_tokens_made_before_expiries_existed_never_expire(
+        migrated: Migrated, monkeypatch: pytest.MonkeyPatch) -> None:
+    shipped = queries.migrations(migrated.dialect)
+    [expiry] = [m.version for m in shipped if m.title == "token_expiry"]
+    before = tuple(m for m in shipped if m.version < expiry)
+    monkeypatch.setattr(queries, "migrations", lambda dialect: before)
+    old = migrated.open()
+    try:
+        await old.migrate(now=NOW)
+        insert = ("INSERT INTO api_tokens (id, name, scopes, secret_hash, created_at) "
+                  f"VALUES ('0123456789ab', 'old', 'viewer', '{'ab' * 32}', {NOW})")
+        # Both databases' write() run fn in a transaction (PostgreSQL's awaits its result).
+        await old.write(lambda conn: conn.execute(insert))
+    finally:
+        await old.close()
+    monkeypatch.setattr(queries, "migrations", lambda dialect: shipped)
+
+    new = migrated.open()
+    try:
+        assert await new.migrate(now=NOW) == [m.version for m in shipped
+                                              if m.version >= expiry]
+        rows = await migrated.rows(new, "SELECT id, revoked_at, expires_at FROM api_tokens")
+    finally:
+        await new.close()
+
+    assert rows == [("0123456789ab", None, None)]

@@ -17,11 +17,14 @@ from support.crm import free_port
 TIDINGS = [sys.executable, "-m", "tidings"]
 
 
-def create_token(config: Path, scope: str, *, name: str | None = None) -> str:
-    """A new API token holding ``scope``, made by ``tidings token create``."""
+def create_token(config: Path, scope: str, *, name: str | None = None,
+                 expires_in: str | None = None) -> str:
+    """A new API token holding ``scope`` (refused after ``expires_in``, e.g. ``1h``, if
+    given), made by ``tidings token create``."""
     named = ["--name", name] if name is not None else []
-    made = subprocess.run([*TIDINGS, "token", "create", "--scope", scope, *named, "--json",
-                           "--config", str(config)],
+    expiring = ["--expires-in", expires_in] if expires_in is not None else []
+    made = subprocess.run([*TIDINGS, "token", "create", "--scope", scope, *named, *expiring,
+                           "--json", "--config", str(config)],
                           capture_output=True, text=True, timeout=60, check=True)
     token: str = json.loads(made.stdout)["token"]
     return token

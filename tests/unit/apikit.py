@@ -69,8 +69,10 @@ class Api:
     def auth(self, scope: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.tokens[scope]}"}
 
-    async def token(self, *scopes: str, name: str = "extra") -> str:
-        text, row = new_token(name=name, scopes=scopes, now=self.clock.now())
+    async def token(self, *scopes: str, name: str = "extra",
+                    expires_in_s: float | None = None) -> str:
+        text, row = new_token(name=name, scopes=scopes, now=self.clock.now(),
+                              expires_in_s=expires_in_s)
         await self.runtime.store.api_token_insert(row)
         return text
 
@@ -82,9 +84,12 @@ class Api:
         return len(await self.runtime.store.occurrence_list())
 
 
-def signed(body: bytes, *, secret: str = SECRET, timestamp: float = T0) -> dict[str, str]:
+def signed(body: bytes, *, secret: str = SECRET, timestamp: float = T0, method: str = "POST",
+           target: str = "/v1/trigger/weekly-digest") -> dict[str, str]:
+    """The headers of a trigger signed for ``method`` on ``target`` with ``body``."""
     ts = int(timestamp)
-    return {"X-Tidings-Timestamp": str(ts), "X-Tidings-Signature": sign(secret, ts, body),
+    signature = sign(secret, timestamp=ts, method=method, target=target, body=body)
+    return {"X-Tidings-Timestamp": str(ts), "X-Tidings-Signature": signature,
             "Content-Type": "application/json"}
 
 
@@ -108,8 +113,10 @@ def dumps(obj: Any) -> bytes:
 @asynccontextmanager
 async def open_api(tmp_path: Path, *, members: int = 5, start: float = T0,
                    api: Mapping[str, Any] | None = None, env: Mapping[str, str] = ENV,
-                   page_size: int = 5000, max_pages: int = 20) -> AsyncIterator[Api]:
-    """Given an API over a fresh store, a fake clock at ``start`` and one token per scope."""
+                   page_size: int = 5000, max_pages: int = 20,
+                   base_url: str = "http://tidings.test") -> AsyncIterator[Api]:
+    """Given an API over a fresh store, a fake clock at ``start`` and one token per scope,
+    called at ``base_url`` (https where a browser's Secure cookies must come back)."""
     clock = FakeClock(start)
     runtime = await build_runtime(
         settings_for(tmp_path, api=api, page_size=page_size, max_pages=max_pages),
@@ -121,7 +128,7 @@ async def open_api(tmp_path: Path, *, members: int = 5, start: float = T0,
         await runtime.store.api_token_insert(row)
         tokens[scope] = text
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://tidings.test") as client:
+    async with httpx.AsyncClient(transport=transport, base_url=base_url) as client:
         try:
             yield Api(runtime=runtime, app=app, client=client, clock=clock, tokens=tokens)
         finally:

@@ -3,6 +3,7 @@ route map fails closed."""
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -10,11 +11,24 @@ from pathlib import Path
 import pytest
 from apikit import DAY, Api, open_api
 from fastapi.routing import APIRoute
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tidings.api import ScopeMap, create_app, default_scope_map
 from tidings.api.app import route_methods
 from tidings.api.auth import PUBLIC, secrets_from
-from tidings.api.tokens import Scope, grants, hash_secret, new_token, parse_scopes, split_token
+from tidings.api.tokens import (
+    MAX_LIFETIME_S,
+    Scope,
+    check_lifetime,
+    expired,
+    grants,
+    hash_secret,
+    new_token,
+    parse_scopes,
+    split_token,
+)
+from tidings.durations import parse_duration
 from tidings.errors import ConfigurationError, InvalidInput
 
 #: Values for the path parameters of every route, to call each one concretely.
@@ -134,6 +148,75 @@ async def test_a_revoked_token_is_refused_at_once(api: Api) -> None:
 
     assert response.status_code == 401
     assert response.json()["message"] == f"token tid_{token_id} is revoked"
+
+
+async def test_a_token_is_refused_from_its_expiry_on_with_the_reason(api: Api) -> None:
+    text = await api.token("viewer", expires_in_s=3600)
+    auth = {"Authorization": f"Bearer {text}"}
+    token_id = text.split("_")[1]
+
+    api.clock.advance(3599.5)
+    assert (await api.client.get("/v1/status", headers=auth)).status_code == 200
+    api.clock.advance(0.5)
+    response = await api.client.get("/v1/status", headers=auth)
+
+    assert response.status_code == 401
+    assert response.json()["field"] == "header.Authorization"
+    assert response.json()["message"] == f"token tid_{token_id} expired at 2026-08-14 10:00:05Z"
+    assert response.headers["www-authenticate"].startswith("Bearer")
+
+
+async def test_a_token_without_an_expiry_is_valid_ever_after(api: Api) -> None:
+    text = await api.token("viewer")
+
+    api.clock.advance(10 * 365 * 86400)
+
+    assert (await api.client.get("/v1/status", headers={"Authorization": f"Bearer {text}"})
+            ).status_code == 200
+
+
+def test_a_new_token_carries_its_expiry_from_now() -> None:
+    _, row = new_token(name="cron", scopes=["trigger"], now=100.0, expires_in_s=90.0)
+    _, forever = new_token(name="cron", scopes=["trigger"], now=100.0)
+
+    assert row.expires_at == 190.0 and forever.expires_at is None
+    assert not expired(row, 189.9) and expired(row, 190.0)
+    assert not expired(forever, 1e12)
+
+
+@pytest.mark.parametrize("seconds", [0.0, -1.0, math.inf, math.nan, MAX_LIFETIME_S + 1])
+def test_a_lifetime_is_above_zero_and_at_most_a_century(seconds: float) -> None:
+    with pytest.raises(InvalidInput) as raised:
+        new_token(name="cron", scopes=["trigger"], now=100.0, expires_in_s=seconds)
+
+    assert raised.value.field == "expires_in"
+
+
+@pytest.mark.parametrize(("text", "seconds"), [
+    ("90s", 90), ("15m", 900), ("12h", 43_200), ("30d", 2_592_000), (" 7D ", 604_800),
+    ("36500d", MAX_LIFETIME_S),
+])
+def test_expires_in_takes_a_number_and_a_unit(text: str, seconds: float) -> None:
+    assert check_lifetime(parse_duration(text, "expires_in")) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "d", "0s", "-5m", "inf", "nan", "1e3s", "30 days",
+                                  "36501d"])
+def test_anything_else_is_refused_as_expires_in(text: str) -> None:
+    with pytest.raises(InvalidInput) as raised:
+        check_lifetime(parse_duration(text, "expires_in"))
+
+    assert raised.value.field == "expires_in"
+
+
+@given(st.integers(1, 36_500), st.sampled_from([("s", 1), ("m", 60), ("h", 3600),
+                                                ("d", 86400)]))
+def test_every_lifetime_up_to_a_century_reads_back(count: int, unit: tuple[str, int]) -> None:
+    seconds = check_lifetime(parse_duration(f"{count}{unit[0]}", "expires_in"))
+
+    assert seconds == count * unit[1]
+    _, row = new_token(name="cron", scopes=["viewer"], now=1e9, expires_in_s=seconds)
+    assert row.expires_at == 1e9 + seconds
 
 
 @pytest.mark.parametrize("header", [

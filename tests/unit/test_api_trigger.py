@@ -1,17 +1,23 @@
 """``POST /v1/trigger/{campaign}``: an external cron drives admission safely.
 
-Signed (HMAC over ``timestamp.body``, two secrets during a rotation) or with a
-``trigger`` token; one bounded pass, an immediate answer, idempotent per
+Signed (HMAC over the timestamp, method, path and body, two secrets during a
+rotation) or with a ``trigger`` token; one bounded pass, an immediate answer, idempotent per
 (campaign, logical date). Every refusal leaves nothing processed.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from apikit import DAY, OLD_SECRET, SECRET, T0, Api, open_api, signed
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tidings.api.auth import request_target, sign, string_to_sign
 
 URL = "/v1/trigger/weekly-digest"
 BODY = b'{"campaign":"weekly-digest"}'
@@ -125,6 +131,91 @@ async def test_signed_triggers_are_refused_when_no_secret_is_configured(tmp_path
         assert response.status_code == 401
         assert "TIDINGS_TRIGGER_SECRETS" in response.json()["message"]
         await nothing_processed(api)
+
+
+@pytest.mark.parametrize("body", [b"", BODY])
+async def test_a_trigger_signed_for_another_campaign_is_refused(api: Api, body: bytes) -> None:
+    # Triggers usually have an empty body: the path is what names the campaign.
+    headers = signed(body, target="/v1/trigger/monthly-report")
+
+    response = await api.client.post(URL, content=body, headers=headers)
+
+    assert response.status_code == 401
+    assert response.json()["field"] == "header.X-Tidings-Signature"
+    assert "'/v1/trigger/weekly-digest'" in response.json()["message"]
+    await nothing_processed(api)
+
+
+async def test_a_trigger_signed_for_this_campaign_is_refused_on_another_one(api: Api) -> None:
+    # Refused before the route looks at the campaign: a signature opens one door only.
+    response = await api.client.post("/v1/trigger/monthly", headers=signed(b""))
+
+    assert response.status_code == 401
+    assert response.json()["field"] == "header.X-Tidings-Signature"
+    await nothing_processed(api)
+
+
+@pytest.mark.parametrize(("method", "signed_target", "sent_target", "status"), [
+    ("GET", URL, URL, 401),                          # another method
+    ("POST", URL + "?x=1", URL, 401),                # a query the request does not carry
+    ("POST", URL, URL + "?x=1", 401),                # a query added after signing
+    ("POST", URL + "?x=1", URL + "?x=2", 401),
+    ("POST", URL + "?x=1", URL + "?x=1", 200),
+    ("post", URL, URL, 200),                         # the method is signed in capitals
+])
+async def test_the_method_and_the_query_string_are_signed(
+        api: Api, method: str, signed_target: str, sent_target: str, status: int) -> None:
+    headers = signed(b"", method=method, target=signed_target)
+
+    response = await api.client.post(sent_target, headers=headers)
+
+    assert response.status_code == status, response.text
+
+
+async def test_the_path_is_signed_as_sent_with_its_percent_encoding(api: Api) -> None:
+    encoded = "/v1/trigger/weekly%2Ddigest"  # routes to weekly-digest once decoded
+
+    decoded_signature = await api.client.post(encoded, headers=signed(b"", target=URL))
+    as_sent = await api.client.post(encoded, headers=signed(b"", target=encoded))
+
+    assert decoded_signature.status_code == 401
+    assert as_sent.status_code == 200, as_sent.text
+
+
+def test_the_string_to_sign_is_timestamp_method_target_and_body_on_lines() -> None:
+    message = string_to_sign(timestamp=1786698000, method="post",
+                             target="/v1/trigger/weekly-digest", body=b'{"a":1}')
+
+    assert message == b'1786698000\nPOST\n/v1/trigger/weekly-digest\n{"a":1}'
+    digest = hmac.new(b"k", message, hashlib.sha256).hexdigest()
+    assert sign("k", timestamp="1786698000", method="POST", target="/v1/trigger/weekly-digest",
+                body=b'{"a":1}') == f"sha256={digest}"
+
+
+_TARGETS = st.text(st.characters(codec="ascii", exclude_characters="\n"), max_size=12)
+_REQUESTS = st.tuples(st.integers(0, 2**40), st.sampled_from(["POST", "GET", "PUT"]),
+                      _TARGETS.map(lambda t: "/v1/trigger/" + t), st.binary(max_size=12))
+
+
+@given(_REQUESTS, _REQUESTS)
+def test_two_different_requests_never_share_a_string_to_sign(
+        a: tuple[int, str, str, bytes], b: tuple[int, str, str, bytes]) -> None:
+    def text(r: tuple[int, str, str, bytes]) -> bytes:
+        return string_to_sign(timestamp=r[0], method=r[1], target=r[2], body=r[3])
+
+    assert (text(a) == text(b)) == (a == b)
+
+
+@pytest.mark.parametrize(("scope", "target"), [
+    ({"raw_path": b"/v1/trigger/a%2Fb", "query_string": b""}, "/v1/trigger/a%2Fb"),
+    ({"raw_path": b"/v1/trigger/a", "query_string": b"x=1&y"}, "/v1/trigger/a?x=1&y"),
+    # httpx's ASGI transport puts the query in raw_path as well.
+    ({"raw_path": b"/v1/trigger/a?x=1", "query_string": b"x=1"}, "/v1/trigger/a?x=1"),
+    ({"path": "/v1/trigger/a", "query_string": b""}, "/v1/trigger/a"),
+])
+def test_the_request_target_is_the_raw_path_and_query(scope: dict[str, object],
+                                                       target: str) -> None:
+    assert request_target(scope) == target
 
 
 # ---------------------------------------------------------------- bearer tokens

@@ -13,6 +13,7 @@ from apikit import DAY, T0, Api, open_api
 
 from tidings.api.auth import SESSION_COOKIE, Sessions, sessions_from
 from tidings.api.ui import (
+    LOGIN_COOKIE,
     History,
     fmt_ago,
     fmt_duration,
@@ -35,7 +36,7 @@ FRAGMENT = {"Accept": "text/html", "X-Tidings-Fragment": "1"}
 async def api(tmp_path: Path) -> AsyncIterator[Api]:
     """Given the digest admitted for five customers, one email accepted and one dead
     (its message in the email dead letters)."""
-    async with open_api(tmp_path, members=5) as opened:
+    async with open_api(tmp_path, members=5, base_url="https://tidings.test") as opened:
         response = await opened.client.post("/v1/trigger/weekly-digest",
                                             headers=opened.auth("trigger"))
         assert response.status_code == 200
@@ -98,10 +99,10 @@ def set_cookie(response: httpx.Response, name: str) -> str:
 
 
 async def test_logging_in_sets_an_httponly_strict_cookie_with_the_token_id_only(api: Api) -> None:
-    response = await log_in(api, api.tokens["viewer"], next_url="/ui/timeline?q=x")
+    response = await log_in(api, api.tokens["viewer"], next_url="/ui/dead-letters/sms?x=1")
 
     assert response.status_code == 303
-    assert response.headers["location"] == "/ui/timeline?q=x"
+    assert response.headers["location"] == "/ui/dead-letters/sms?x=1"
     header = set_cookie(response, SESSION_COOKIE).lower()
     assert "httponly" in header and "samesite=strict" in header and "path=/ui" in header
     value = api.client.cookies[SESSION_COOKIE]
@@ -200,6 +201,58 @@ async def test_a_session_expires_after_twelve_hours(api: Api) -> None:
     api.clock.advance(1)
 
     assert (await api.client.get("/ui/live/overview", headers=FRAGMENT)).status_code == 401
+
+
+async def test_a_token_past_its_expiry_ends_its_session(api: Api) -> None:
+    token = await api.token("viewer", expires_in_s=3600)
+    assert (await log_in(api, token)).status_code == 303
+    api.clock.advance(3599)
+    assert (await api.client.get("/ui/live/overview", headers=FRAGMENT)).status_code == 200
+
+    api.clock.advance(1)
+    response = await api.client.get("/ui/live/overview", headers=FRAGMENT)
+    again = await log_in(api, token)
+
+    assert response.status_code == 401
+    assert f"token tid_{token.split('_')[1]} expired at " in response.json()["message"]
+    assert again.status_code == 401 and "expired at" in again.text
+
+
+@pytest.mark.parametrize("base_url", ["https://tidings.test", "http://tidings.test"])
+async def test_the_dashboard_cookies_are_secure_by_default_whatever_the_scheme(
+        tmp_path: Path, base_url: str) -> None:
+    # Behind a proxy that terminates TLS the API sees http: still Secure. (The proxy's
+    # browser speaks https and sends the nonce back; here it is sent by hand.)
+    async with open_api(tmp_path, base_url=base_url) as api:
+        page = await api.client.get("/ui/login", headers=HTML)
+        nonce = field(page.text, "nonce")
+        response = await api.client.post(
+            "/ui/login", headers={**HTML, "Cookie": f"{LOGIN_COOKIE}={nonce}"},
+            data={"nonce": nonce, "next": "/ui", "token": api.tokens["viewer"]})
+
+        assert response.status_code == 303, response.text
+        assert "; secure" in set_cookie(page, LOGIN_COOKIE).lower()
+        assert "; secure" in set_cookie(response, SESSION_COOKIE).lower()
+
+
+async def test_insecure_cookies_allow_a_session_over_plain_http_when_set(tmp_path: Path
+                                                                         ) -> None:
+    async with open_api(tmp_path, api={"insecure_cookies": True}) as api:
+        csrf = await session(api, "viewer")  # the cookie came back over http
+        logout = await api.client.post("/ui/logout", headers=HTML, data={"csrf": csrf})
+
+        assert "secure" not in set_cookie(logout, SESSION_COOKIE).lower()
+        assert SESSION_COOKIE not in api.client.cookies
+
+
+async def test_logging_out_clears_the_secure_cookie_with_the_same_attributes(api: Api
+                                                                             ) -> None:
+    csrf = await session(api, "viewer")
+
+    response = await api.client.post("/ui/logout", headers=HTML, data={"csrf": csrf})
+
+    cleared = set_cookie(response, SESSION_COOKIE).lower()
+    assert "max-age=0" in cleared and "; secure" in cleared and "path=/ui" in cleared
 
 
 async def test_a_forged_or_edited_cookie_is_refused(api: Api) -> None:
@@ -350,14 +403,21 @@ async def test_the_overview_keeps_a_short_history_for_the_sparklines(api: Api) -
     assert "last 5 s" in section(html, 'data-channel="email"')
 
 
-async def test_a_timeline_search_answers_the_three_questions(api: Api) -> None:
-    await session(api, "viewer")
+async def search(api: Api, csrf: str, q: str, *, by: str = "auto",
+                 live: bool = False) -> httpx.Response:
+    """A search posted from the timeline's form (or its live refresh)."""
+    return await api.client.post("/ui/live/timeline" if live else "/ui/timeline",
+                                 headers=FRAGMENT if live else HTML,
+                                 data={"q": q, "by": by, "csrf": csrf})
 
-    delivered = (await api.client.get("/ui/timeline", params={"q": KEY}, headers=HTML)).text
-    dead = (await api.client.get("/ui/live/timeline", params={"q": DEAD},
-                                 headers=FRAGMENT)).text
-    waiting = (await api.client.get("/ui/live/timeline", params={
-        "q": f"weekly-digest/{DAY}/cust_0003/email/v3"}, headers=FRAGMENT)).text
+
+async def test_a_timeline_search_answers_the_three_questions(api: Api) -> None:
+    csrf = await session(api, "viewer")
+
+    delivered = (await search(api, csrf, KEY)).text
+    dead = (await search(api, csrf, DEAD, live=True)).text
+    waiting = (await search(api, csrf, f"weekly-digest/{DAY}/cust_0003/email/v3",
+                            live=True)).text
 
     assert answers(delivered) == ["Yes", "Yes", "Yes"]
     assert "receipt rcpt-1" in delivered and surrogate("cust_0001") in delivered
@@ -367,12 +427,10 @@ async def test_a_timeline_search_answers_the_three_questions(api: Api) -> None:
 
 
 async def test_a_timeline_search_by_recipient_id_or_surrogate(api: Api) -> None:
-    await session(api, "viewer")
+    csrf = await session(api, "viewer")
 
-    by_id = (await api.client.get("/ui/live/timeline", params={"q": "cust_0001"},
-                                  headers=FRAGMENT)).text
-    by_surrogate = (await api.client.get("/ui/live/timeline", params={
-        "q": surrogate("cust_0001"), "by": "auto"}, headers=FRAGMENT)).text
+    by_id = (await search(api, csrf, "cust_0001", live=True)).text
+    by_surrogate = (await search(api, csrf, surrogate("cust_0001"), live=True)).text
 
     assert "2 deliveries, found by recipient" in by_id
     assert f"weekly-digest/{DAY}/cust_0001/sms/v3" in by_id
@@ -380,13 +438,65 @@ async def test_a_timeline_search_by_recipient_id_or_surrogate(api: Api) -> None:
 
 
 async def test_an_empty_or_fruitless_search_says_what_to_do(api: Api) -> None:
-    await session(api, "viewer")
+    csrf = await session(api, "viewer")
 
     empty = (await api.client.get("/ui/timeline", headers=HTML)).text
-    nothing = (await api.client.get("/ui/timeline", params={"q": "nope"}, headers=HTML)).text
+    nothing = (await search(api, csrf, "nope")).text
 
     assert "Paste a <strong>delivery key</strong>" in empty
     assert "Nothing found for “nope”" in nothing and "Keys are exact" in nothing
+
+
+async def test_what_is_searched_for_never_goes_into_a_url(api: Api) -> None:
+    csrf = await session(api, "viewer")
+    typed = "c1@example.com"
+
+    page = await search(api, csrf, typed)
+    delivered = (await search(api, csrf, KEY)).text
+
+    assert page.status_code == 200 and page.url.path == "/ui/timeline" and not page.url.query
+    assert 'method="post" action="/ui/timeline"' in page.text
+    assert 'method="get"' not in page.text
+    # The live refresh posts the same search again; nothing typed is in an href or src.
+    live = re.search(r'data-live-src="([^"]*)" data-live-body="([^"]*)"', delivered)
+    assert live is not None and live[1] == "/ui/live/timeline"
+    assert all(KEY not in url and "example.com" not in url
+               for url in re.findall(r'(?:href|src|action)="([^"]*)"', delivered + page.text))
+    # A query string is not a search: old links show the empty form.
+    old = await api.client.get("/ui/timeline", params={"q": KEY}, headers=HTML)
+    assert old.status_code == 200 and "Paste a <strong>delivery key</strong>" in old.text
+    assert (await api.client.get("/ui/live/timeline", params={"q": KEY},
+                                 headers=FRAGMENT)).status_code == 405
+
+
+async def test_a_search_needs_the_sessions_csrf_token(api: Api) -> None:
+    await session(api, "viewer")
+
+    forged = await search(api, "forged", KEY)
+    missing = await api.client.post("/ui/timeline", headers=HTML, data={"q": KEY})
+    too_long = await search(api, field((await api.client.get("/ui/timeline", headers=HTML)).text,
+                                       "csrf"), "x" * 601)
+
+    assert forged.status_code == missing.status_code == 403
+    assert "older than your session" in forged.text
+    assert too_long.status_code == 422 and "at most 600 characters" in too_long.text
+
+
+async def test_a_script_with_a_bearer_token_searches_without_csrf(api: Api) -> None:
+    response = await api.client.post("/ui/live/timeline", data={"q": KEY},
+                                     headers={**FRAGMENT, **api.auth("viewer")})
+
+    assert response.status_code == 200 and answers(response.text) == ["Yes", "Yes", "Yes"]
+
+
+async def test_a_dead_letters_key_opens_its_timeline_by_a_posted_form(api: Api) -> None:
+    csrf = await session(api, "operator")
+    html = (await api.client.get("/ui/dead-letters/email", headers=HTML)).text
+
+    row = section(html, f'data-key="{DEAD}"')
+    assert 'href="/ui/timeline?' not in html
+    assert f'name="q" value="{DEAD}"' in row and 'value="key"' in row
+    assert (await search(api, csrf, DEAD, by="key")).status_code == 200
 
 
 async def test_dead_letters_list_and_empty_state(api: Api) -> None:
@@ -405,16 +515,18 @@ async def test_dead_letters_list_and_empty_state(api: Api) -> None:
 
 
 async def test_pages_never_show_addresses_phone_numbers_or_token_secrets(api: Api) -> None:
-    await session(api, "operator")
-    pages = ["/ui", "/ui/live/overview", "/ui/dead-letters/email", "/ui/timeline?q=cust_0001",
-             f"/ui/timeline?q={KEY}", f"/ui/live/timeline?q={DEAD}",
-             f"/ui/timeline?q={surrogate('cust_0003')}"]
+    csrf = await session(api, "operator")
+    pages = ["/ui", "/ui/live/overview", "/ui/dead-letters/email", "/ui/timeline"]
+    searches = ["cust_0001", KEY, DEAD, surrogate("cust_0003")]
     secrets = [t.split("_", 2)[2] for t in api.tokens.values()]
     rows = [await api.runtime.store.api_token_get(t.split("_")[1]) for t in api.tokens.values()]
     hashes = [r.secret_hash for r in rows if r is not None]
+    shown = {path: (await api.client.get(path, headers=HTML)).text for path in pages}
+    for q in searches:
+        shown[f"search {q}"] = (await search(api, csrf, q)).text
+        shown[f"live search {q}"] = (await search(api, csrf, q, live=True)).text
 
-    for path in pages:
-        html = (await api.client.get(path, headers=HTML)).text
+    for path, html in shown.items():
         assert "@example.com" not in html, path
         assert not re.search(r"\+1555\d+", html), path
         assert not any(s in html for s in secrets + hashes), path

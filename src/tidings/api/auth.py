@@ -6,10 +6,20 @@ map does not cover, and a request to such a route is refused (fail closed). A ne
 of routes (the dashboard under ``/ui``) joins with one ``prefix`` line.
 
 A signed trigger carries ``X-Tidings-Timestamp`` (Unix seconds) and
-``X-Tidings-Signature: sha256=<hex>``, the HMAC-SHA256 of ``"<timestamp>." + body``
-under one of the configured secrets (two during a rotation). The timestamp must be
-within the tolerance of the server's clock; a signature is accepted once (a replay is
-a 409), remembered in the store for as long as its timestamp stays acceptable.
+``X-Tidings-Signature: sha256=<hex>``, the HMAC-SHA256, under one of the configured
+secrets (two during a rotation), of the string to sign (``string_to_sign``)::
+
+    <timestamp> LF <METHOD> LF <path[?query]> LF <body>
+
+the method in capitals, the request target as it reaches tidings (its path exactly as
+sent, percent-encoding kept, then ``?`` and the query string if there is one; no
+scheme, no host, and without a prefix a reverse proxy strips before forwarding), then
+the body's bytes. So a signature authorises one method on one campaign with one body,
+within the tolerance: a request signed for campaign A and sent to campaign B fails. A
+line feed cannot occur in the first three parts, so no two requests share a string.
+The timestamp must be within the tolerance of the server's clock; a signature is
+accepted once (a replay is a 409), remembered in the store for as long as its
+timestamp stays acceptable.
 
 The dashboard (``/ui``) also accepts a browser session: an HttpOnly cookie holding a
 token id and an expiry, signed with the ``TIDINGS_UI_SECRET`` environment variable (or
@@ -25,12 +35,12 @@ import math
 import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 from fastapi import Request
 
 from tidings.api.errors import ApiError
-from tidings.api.tokens import Scope, grants, matches, split_token
+from tidings.api.tokens import Scope, grants, matches, split_token, unusable
 from tidings.clock import Clock
 from tidings.stores.base import Store
 
@@ -129,11 +139,30 @@ def secrets_from(value: str | None) -> tuple[bytes, ...]:
     return tuple(s.strip().encode() for s in value.split(",") if s.strip())
 
 
-def sign(secret: bytes | str, timestamp: int | str, body: bytes) -> str:
-    """The ``X-Tidings-Signature`` value a cron sends: ``sha256=<hex>``."""
+def string_to_sign(*, timestamp: int | str, method: str, target: str, body: bytes) -> bytes:
+    """What a trigger's HMAC covers: ``timestamp LF METHOD LF target LF body``, where
+    ``target`` is the path (and ``?query``, if any) as it reaches tidings."""
+    return f"{timestamp}\n{method.upper()}\n{target}\n".encode() + body
+
+
+def sign(secret: bytes | str, *, timestamp: int | str, method: str, target: str,
+         body: bytes) -> str:
+    """The ``X-Tidings-Signature`` value a cron sends: ``sha256=<hex>``, e.g.
+    ``sign(secret, timestamp=ts, method="POST", target="/v1/trigger/weekly-digest",
+    body=b"")``."""
     key = secret.encode() if isinstance(secret, str) else secret
-    digest = hmac.new(key, f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
-    return f"sha256={digest}"
+    message = string_to_sign(timestamp=timestamp, method=method, target=target, body=body)
+    return "sha256=" + hmac.new(key, message, hashlib.sha256).hexdigest()
+
+
+def request_target(scope: Mapping[str, Any]) -> str:
+    """The path as the client sent it (percent-encoding kept) and ``?query`` if any:
+    the target a trigger's signature covers. ASGI servers give the raw path alone in
+    ``raw_path``; some test transports put the query in it too, hence the split."""
+    raw = scope.get("raw_path") or str(scope.get("path", "")).encode()
+    path = bytes(raw).split(b"?", 1)[0].decode("latin-1")
+    query = bytes(scope.get("query_string", b"")).decode("latin-1")
+    return f"{path}?{query}" if query else path
 
 
 @dataclass(frozen=True)
@@ -179,7 +208,8 @@ def sessions_from(env: Mapping[str, str]) -> Sessions:
 @dataclass(kw_only=True)
 class Authenticator:
     """Checks credentials against the store (tokens are read per request, so a
-    revocation counts at once on every API process)."""
+    revocation counts at once on every API process, and an expiry at its moment by
+    ``clock``)."""
 
     store: Store
     clock: Clock
@@ -205,9 +235,9 @@ class Authenticator:
         row = await self.store.api_token_get(token_id)
         if row is None or not matches(row, secret):
             raise ApiError(401, "header.Authorization", "token is not valid", headers=_BEARER)
-        if row.revoked_at is not None:
-            raise ApiError(401, "header.Authorization", f"token tid_{token_id} is revoked",
-                           headers=_BEARER)
+        refusal = unusable(row, self.clock.now())
+        if refusal is not None:
+            raise ApiError(401, "header.Authorization", refusal, headers=_BEARER)
         if not grants(row.scopes, wanted):
             raise ApiError(403, "header.Authorization",
                            f"token tid_{token_id} lacks the {wanted.value!r} scope "
@@ -221,18 +251,21 @@ class Authenticator:
             raise ApiError(401, "header.Authorization", "is missing; send 'Authorization: "
                            "Bearer tid_…', or log in at /ui/login", headers=_BEARER)
         row = await self.store.api_token_get(token_id)
-        if row is None or row.revoked_at is not None:
-            why = "is revoked" if row is not None else "is not known here"
-            raise ApiError(401, "cookie.session", f"token tid_{token_id} {why}; "
-                           "log in again with another token", headers=_BEARER)
+        refusal = (f"token tid_{token_id} is not known here" if row is None
+                   else unusable(row, self.clock.now()))
+        if row is None or refusal is not None:
+            raise ApiError(401, "cookie.session", f"{refusal}; log in again with another "
+                           "token", headers=_BEARER)
         if not grants(row.scopes, wanted):
             raise ApiError(403, "cookie.session",
                            f"token tid_{token_id} lacks the {wanted.value!r} scope "
                            f"(it has: {', '.join(row.scopes)})")
         return Principal(kind="session", token_id=token_id, scopes=row.scopes)
 
-    async def signature(self, headers: Mapping[str, str], body: bytes) -> Principal:
-        """A fresh, valid, first-seen HMAC signature: else 401, or 409 for a replay."""
+    async def signature(self, headers: Mapping[str, str], body: bytes, *, method: str,
+                        target: str) -> Principal:
+        """A fresh, valid, first-seen HMAC signature of this method, target and body:
+        else 401, or 409 for a replay."""
         if not self.trigger_secrets:
             raise ApiError(401, f"header.{SIGNATURE_HEADER}",
                            f"signed triggers are not configured (set {self.secrets_env})")
@@ -254,12 +287,16 @@ class Authenticator:
         hex_digest = presented.removeprefix("sha256=").strip().lower()
         valid = False
         for secret in self.trigger_secrets:
-            expected = sign(secret, timestamp, body).removeprefix("sha256=")
+            expected = sign(secret, timestamp=timestamp, method=method, target=target,
+                            body=body).removeprefix("sha256=")
             # No early exit: the time taken does not say which secret matched.
             valid |= hmac.compare_digest(expected.encode(), hex_digest.encode())
         if not valid:
+            # The target as received: a proxy that rewrites the path shows up here.
             raise ApiError(401, f"header.{SIGNATURE_HEADER}",
-                           "does not match the timestamp and body under any trigger secret")
+                           f"does not match the timestamp, method ({method.upper()}), path "
+                           f"({target[:300]!r}) and body under any trigger secret; sign "
+                           "'<timestamp>\\n<METHOD>\\n<path>\\n<body>'")
         first = await self.store.api_signature_claim(
             hex_digest, now=now, expires_at=timestamp + self.tolerance_s + 1)
         if not first:
@@ -283,7 +320,8 @@ async def authorize(request: Request) -> Principal:
     auth: Authenticator = state.authenticator
     scope = Scope(wanted)
     if scope is Scope.TRIGGER and SIGNATURE_HEADER.lower() in request.headers:
-        return await auth.signature(request.headers, await request.body())
+        return await auth.signature(request.headers, await request.body(),
+                                    method=request.method, target=request_target(request.scope))
     if (path == "/ui" or path.startswith("/ui/")) and "authorization" not in request.headers:
         return await auth.session(request.cookies.get(SESSION_COOKIE), scope)
     return await auth.bearer(request.headers.get("authorization"), scope)

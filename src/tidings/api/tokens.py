@@ -1,4 +1,6 @@
 """API tokens: ``tid_<id>_<secret>``, shown once; the store keeps sha256(secret) only.
+A token may carry an expiry (``expires_at``), from which on it is refused as a revoked
+one is (``unusable``).
 
 The secret carries 256 bits from ``secrets``, so one sha256 is enough (no password
 stretching: nothing here is guessable). The id lets a verifier fetch one row and
@@ -12,6 +14,7 @@ import hmac
 import re
 import secrets
 from collections.abc import Iterable
+from datetime import UTC, datetime
 from enum import StrEnum
 
 from tidings.errors import InvalidInput
@@ -70,15 +73,48 @@ def hash_secret(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-def new_token(*, name: str, scopes: Iterable[str], now: float) -> tuple[str, ApiToken]:
-    """A fresh token: the text to show once, and the row to store."""
+#: The longest life a token may be given: far beyond any rotation, short enough that
+#: its expiry is a date every tool can print.
+MAX_LIFETIME_S = 100 * 365 * 86400.0
+
+
+def check_lifetime(seconds: float, field: str = "expires_in") -> float:
+    """``seconds`` if it is a token lifetime (above zero, at most a century), else
+    InvalidInput naming ``field``."""
+    if not 0 < seconds <= MAX_LIFETIME_S:
+        raise InvalidInput(field, "must be above zero and at most 100 years (36500d)")
+    return seconds
+
+
+def new_token(*, name: str, scopes: Iterable[str], now: float,
+              expires_in_s: float | None = None) -> tuple[str, ApiToken]:
+    """A fresh token: the text to show once, and the row to store. With
+    ``expires_in_s`` (``check_lifetime``) it is refused from ``now + expires_in_s`` on."""
     if not name.strip():
         raise InvalidInput("name", "must not be empty")
+    if expires_in_s is not None:
+        check_lifetime(expires_in_s)
     token_id = secrets.token_hex(6)
     secret = secrets.token_urlsafe(32)
     row = ApiToken(id=token_id, name=name.strip(), scopes=parse_scopes(scopes),
-                   secret_hash=hash_secret(secret), created_at=now)
+                   secret_hash=hash_secret(secret), created_at=now,
+                   expires_at=None if expires_in_s is None else now + expires_in_s)
     return f"{PREFIX}_{token_id}_{secret}", row
+
+
+def expired(row: ApiToken, now: float) -> bool:
+    """Whether ``row`` carries an expiry that ``now`` has reached."""
+    return row.expires_at is not None and now >= row.expires_at
+
+
+def unusable(row: ApiToken, now: float) -> str | None:
+    """Why ``row`` may not be used at ``now`` (revoked, expired), or None."""
+    if row.revoked_at is not None:
+        return f"token tid_{row.id} is revoked"
+    if row.expires_at is not None and expired(row, now):
+        when = datetime.fromtimestamp(row.expires_at, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+        return f"token tid_{row.id} expired at {when}"
+    return None
 
 
 def split_token(text: str) -> tuple[str, str] | None:

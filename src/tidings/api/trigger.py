@@ -1,7 +1,8 @@
 """``POST /v1/trigger/{campaign}``: what an external cron calls.
 
-Authenticated by an HMAC signature (see ``tidings.api.auth``) or a bearer token with
-the ``trigger`` scope. It runs one bounded admission pass for the occurrence due now
+Authenticated by an HMAC signature of the timestamp, method, path and body (see
+``tidings.api.auth``; a signature made for one campaign opens no other) or a bearer
+token with the ``trigger`` scope. It runs one bounded admission pass for the occurrence due now
 and answers with the counts; an occurrence too big for one pass keeps being admitted in
 the background, never while the request waits. Idempotent per (campaign, logical date):
 the occurrence's intents have deterministic keys, and a repeated trigger of a date
@@ -73,7 +74,8 @@ class TriggerAnswer(BaseModel):
 
 _REFUSED: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorBody, "description": text} for code, text in (
-        (401, "Bad or missing signature or token, or a stale timestamp."),
+        (401, "Bad or missing signature or token (a signature made for another "
+              "method, path or body, an expired or revoked token), or a stale timestamp."),
         (403, "The token lacks the trigger scope."),
         (404, "No such campaign."),
         (409, "A replayed signed request, or no occurrence is due."),
@@ -109,7 +111,11 @@ async def trigger(
     request: Request,
     campaign: Annotated[str, Path(min_length=1, max_length=200)],
 ) -> dict[str, Any]:
-    """Admit the occurrence of ``campaign`` due now, one bounded pass; answers at once."""
+    """Admit the occurrence of ``campaign`` due now, one bounded pass; answers at once.
+
+    Signed: ``X-Tidings-Timestamp: <unix seconds>`` and ``X-Tidings-Signature:
+    sha256=<hex HMAC-SHA256>`` of ``<timestamp>\\n<METHOD>\\n<path[?query]>\\n<body>``
+    (the path as sent, no host), or ``Authorization: Bearer`` with a trigger token."""
     body = trigger_body(await request.body())
     if body is not None and body.campaign is not None and body.campaign != campaign:
         raise ApiError(422, "body.campaign", f"names {body.campaign!r} but the path names "

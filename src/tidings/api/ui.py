@@ -8,7 +8,9 @@ every page still works with scripts off (minus the refresh).
 A browser logs in once with an API token (``viewer`` to look, ``operator`` to act);
 the session cookie holds the token id and an expiry only (``auth.Sessions``), and the
 token is re-checked on every request. Forms that change something carry the
-session's CSRF token and answer with a redirect (post/redirect/get).
+session's CSRF token and answer with a redirect (post/redirect/get). The timeline
+search is a form too, posted with the CSRF token and answered in place (its live
+refresh posts it again), so what was typed never goes into a URL.
 
 Nothing here computes a number of its own: status, timelines, dead letters and redrive
 come from ``tidings.operations``, as for the JSON API and the CLI. A recipient is shown
@@ -30,7 +32,7 @@ from importlib import resources
 from typing import Annotated, Any
 from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
-from fastapi import APIRouter, Depends, FastAPI, Query, Request
+from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
@@ -313,15 +315,21 @@ def _safe_next(target: str | None) -> str:
     return target
 
 
-def _login_page(next_url: str, *, error: str | None = None, notice: str | None = None,
-                status: int = 200) -> HTMLResponse:
+def _secure(request: Request) -> bool:
+    """Whether cookies carry ``Secure``: always, unless ``api.insecure_cookies`` allows
+    plain http. Not from the request's scheme: behind a TLS proxy that reads http."""
+    return not ctx(request).settings.insecure_cookies
+
+
+def _login_page(request: Request, next_url: str, *, error: str | None = None,
+                notice: str | None = None, status: int = 200) -> HTMLResponse:
     nonce = secrets.token_urlsafe(16)
     response = _render("login.html", {"who": None, "next": next_url, "nonce": nonce,
                                       "error": error, "notice": notice}, status=status)
     # Double-submit: a cross-site page cannot read this cookie nor make the browser
     # send it (SameSite=Strict), so it cannot log a victim in to its own token.
     response.set_cookie(LOGIN_COOKIE, nonce, max_age=3600, path="/ui/login", httponly=True,
-                        samesite="strict")
+                        samesite="strict", secure=_secure(request))
     return response
 
 
@@ -338,7 +346,7 @@ async def login_page(request: Request, next: str = "/ui", bye: int = 0,
             return _redirect(_safe_next(next))
         except ApiError:
             pass
-    return _login_page(_safe_next(next), notice="You are logged out." if bye else None)
+    return _login_page(request, _safe_next(next), notice="You are logged out." if bye else None)
 
 
 @router.post("/login")
@@ -347,26 +355,27 @@ async def login(request: Request) -> Response:
     next_url = _safe_next(_one(form, "next"))
     nonce = request.cookies.get(LOGIN_COOKIE, "")
     if not nonce or not hmac.compare_digest(nonce, _one(form, "nonce")):
-        return _login_page(next_url, status=403, error="This login form had expired. "
+        return _login_page(request, next_url, status=403, error="This login form had expired. "
                            "It is fresh now: paste the token again.")
     token = _one(form, "token")
     if not token:
-        return _login_page(next_url, status=401, error="Paste an API token first.")
+        return _login_page(request, next_url, status=401, error="Paste an API token first.")
     if split_token(token) is None:
-        return _login_page(next_url, status=401, error="That is not a tidings token: they "
+        return _login_page(request, next_url, status=401, error="That is not a tidings token: they "
                            "look like tid_<12 hex digits>_<43 characters>.")
     auth = _auth(request)
     try:
         who = await auth.bearer(f"Bearer {token}", Scope.VIEWER)
     except ApiError as exc:
         message = exc.message[0].upper() + exc.message[1:]
-        return _login_page(next_url, status=exc.status, error=f"{message}.")
+        return _login_page(request, next_url, status=exc.status, error=f"{message}.")
     assert who.token_id is not None
     response = _redirect(next_url)
     response.set_cookie(SESSION_COOKIE, auth.sessions.issue(who.token_id, now=auth.clock.now()),
                         max_age=int(auth.sessions.lifetime_s), path="/ui", httponly=True,
-                        samesite="strict", secure=request.url.scheme == "https")
-    response.delete_cookie(LOGIN_COOKIE, path="/ui/login")
+                        samesite="strict", secure=_secure(request))
+    response.delete_cookie(LOGIN_COOKIE, path="/ui/login", httponly=True, samesite="strict",
+                           secure=_secure(request))
     return response
 
 
@@ -374,7 +383,8 @@ async def login(request: Request) -> Response:
 async def logout(request: Request, who: Who) -> Response:
     _check_csrf(request, who, await _form(request))
     response = _redirect("/ui/login?bye=1")
-    response.delete_cookie(SESSION_COOKIE, path="/ui", httponly=True, samesite="strict")
+    response.delete_cookie(SESSION_COOKIE, path="/ui", httponly=True, samesite="strict",
+                           secure=_secure(request))
     return response
 
 
@@ -658,19 +668,35 @@ async def _timeline(request: Request, q: str, by: str) -> dict[str, Any]:
     return values
 
 
-_Q = Annotated[str, Query(max_length=600)]
+SEARCH_MAX = 600
 
 
+async def _search(request: Request, who: Principal) -> dict[str, Any]:
+    """The page values for a search posted as a form (CSRF-checked like any form)."""
+    form = await _form(request)
+    _check_csrf(request, who, form)
+    q, by = _one(form, "q"), _one(form, "by") or "auto"
+    if len(q) > SEARCH_MAX:
+        raise ApiError(422, "form.q", f"must be at most {SEARCH_MAX} characters")
+    return {**_frame(request, who, "timeline"), **await _timeline(request, q, by)}
+
+
+# A search is a POST: what was typed (an id, a key, an address) stays out of the page
+# URL, so out of the browser's history, bookmarks, Referer headers and access logs.
 @router.get("/timeline")
-async def timeline(request: Request, who: Who, q: _Q = "", by: str = "auto") -> Response:
-    values = {**_frame(request, who, "timeline"), **await _timeline(request, q, by)}
+async def timeline_form(request: Request, who: Who) -> Response:
+    values = {**_frame(request, who, "timeline"), **await _timeline(request, "", "auto")}
     return _render("timeline.html", values)
 
 
-@router.get("/live/timeline")
-async def timeline_live(request: Request, who: Who, q: _Q = "", by: str = "auto") -> Response:
-    values = {**_frame(request, who, "timeline"), **await _timeline(request, q, by)}
-    return _render("_timeline_live.html", values)
+@router.post("/timeline")
+async def timeline(request: Request, who: Who) -> Response:
+    return _render("timeline.html", await _search(request, who))
+
+
+@router.post("/live/timeline")
+async def timeline_live(request: Request, who: Who) -> Response:
+    return _render("_timeline_live.html", await _search(request, who))
 
 
 # ---------------------------------------------------------------- dead letters

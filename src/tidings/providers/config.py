@@ -18,9 +18,19 @@ import os
 import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, get_args
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
 
+from tidings.durations import Seconds
 from tidings.errors import ConfigurationError
 
 if TYPE_CHECKING:  # the adapters (httpx, aiohttp, aiosmtplib) load when one is built
@@ -51,9 +61,21 @@ def _env_name(value: str | None) -> str | None:
 
 
 def _http_url(value: str) -> str:
-    if not value.startswith(("http://", "https://")):
-        raise ValueError("must be an http:// or https:// URL")
+    # The value is not quoted back: a URL may carry a password.
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 (a port that is not a number raises here)
+    except ValueError:
+        parts = None
+    if (parts is None or parts.scheme not in ("http", "https") or not parts.hostname
+            or any(c.isspace() or not c.isprintable() for c in value)):
+        raise ValueError("must be an http:// or https:// URL with a host, e.g. "
+                         "https://api.example.com/send")
     return value
+
+
+HttpUrlStr = Annotated[str, AfterValidator(_http_url)]
+"""A URL settings can call: scheme http or https, a host, no spaces (kept as written)."""
 
 
 class SmtpProviderSettings(_Model):
@@ -76,10 +98,10 @@ class SmtpProviderSettings(_Model):
     ca_file: str | None = None
     """A CA bundle to trust instead of the system's (a private relay)."""
     local_hostname: str | None = None
-    timeout_s: float = Field(default=30.0, gt=0)
-    data_timeout_s: float = Field(default=120.0, gt=0)
+    timeout_s: Seconds = 30.0
+    data_timeout_s: Seconds = 120.0
     max_connections: int = Field(default=2, ge=1, le=100)
-    idle_timeout_s: float = Field(default=60.0, gt=0)
+    idle_timeout_s: Seconds = 60.0
 
     _password_env = field_validator("password_env")(_env_name)
 
@@ -94,7 +116,7 @@ class HttpProviderSettings(_Model):
     """A JSON-over-HTTP provider described by settings (see ``providers.http``)."""
 
     kind: Literal["http"] = "http"
-    url: str
+    url: HttpUrlStr
     method: Literal["POST", "PUT", "PATCH"] = "POST"
     headers: dict[str, str] = Field(default_factory=dict)
     """Header values; ``${NAME}`` is replaced by the environment variable NAME."""
@@ -108,10 +130,9 @@ class HttpProviderSettings(_Model):
     message_id_path: str | None = "id"
     message_id_header: str | None = None
     request_id_header: str | None = "X-Request-Id"
-    timeout_s: float = Field(default=10.0, gt=0)
+    timeout_s: Seconds = 10.0
     max_connections: int = Field(default=100, ge=1)
 
-    _url = field_validator("url")(_http_url)
 
 
 class TwilioProviderSettings(_Model):
@@ -124,13 +145,12 @@ class TwilioProviderSettings(_Model):
     api_key_sid: str | None = None
     from_number: str | None = None
     messaging_service_sid: str | None = None
-    status_callback: str | None = None
-    base_url: str = TWILIO_BASE_URL
-    timeout_s: float = Field(default=10.0, gt=0)
+    status_callback: HttpUrlStr | None = None
+    base_url: HttpUrlStr = TWILIO_BASE_URL
+    timeout_s: Seconds = 10.0
     max_connections: int = Field(default=100, ge=1)
 
     _auth_token_env = field_validator("auth_token_env")(_env_name)
-    _base_url = field_validator("base_url")(_http_url)
 
     @model_validator(mode="after")
     def _sender(self) -> TwilioProviderSettings:
@@ -147,12 +167,11 @@ class SendGridProviderSettings(_Model):
     from_address: str = Field(min_length=3)
     from_name: str | None = None
     reply_to: str | None = None
-    base_url: str = SENDGRID_BASE_URL
-    timeout_s: float = Field(default=10.0, gt=0)
+    base_url: HttpUrlStr = SENDGRID_BASE_URL
+    timeout_s: Seconds = 10.0
     max_connections: int = Field(default=100, ge=1)
 
     _api_key_env = field_validator("api_key_env")(_env_name)
-    _base_url = field_validator("base_url")(_http_url)
 
 
 class PostmarkProviderSettings(_Model):
@@ -164,12 +183,11 @@ class PostmarkProviderSettings(_Model):
     from_name: str | None = None
     reply_to: str | None = None
     message_stream: str = "outbound"
-    base_url: str = POSTMARK_BASE_URL
-    timeout_s: float = Field(default=10.0, gt=0)
+    base_url: HttpUrlStr = POSTMARK_BASE_URL
+    timeout_s: Seconds = 10.0
     max_connections: int = Field(default=100, ge=1)
 
     _server_token_env = field_validator("server_token_env")(_env_name)
-    _base_url = field_validator("base_url")(_http_url)
 
 
 AnyProviderSettings = (SmtpProviderSettings | HttpProviderSettings | TwilioProviderSettings

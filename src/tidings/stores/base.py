@@ -138,7 +138,7 @@ class Switch:
 @dataclass(frozen=True, kw_only=True)
 class ApiToken:
     """An API token as stored: its id, scopes and the sha256 of its secret (never the
-    secret). Revoked once ``revoked_at`` is set."""
+    secret). Revoked once ``revoked_at`` is set; refused from ``expires_at`` on, if set."""
 
     id: str
     name: str
@@ -146,6 +146,7 @@ class ApiToken:
     secret_hash: str
     created_at: float
     revoked_at: float | None = None
+    expires_at: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

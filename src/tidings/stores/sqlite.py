@@ -81,13 +81,13 @@ def _switch(row: Sequence[Any]) -> Switch:
 
 def _api_token(row: Sequence[Any]) -> ApiToken:
     return ApiToken(id=row[0], name=row[1], scopes=tuple(row[2].split()), secret_hash=row[3],
-                    created_at=row[4], revoked_at=row[5])
+                    created_at=row[4], revoked_at=row[5], expires_at=row[6])
 
 
 def _api_token_params(token: ApiToken) -> dict[str, Any]:
     return {"id": token.id, "name": token.name, "scopes": " ".join(token.scopes),
             "secret_hash": token.secret_hash, "created_at": token.created_at,
-            "revoked_at": token.revoked_at}
+            "revoked_at": token.revoked_at, "expires_at": token.expires_at}
 
 
 def _idempotent(row: Sequence[Any]) -> IdempotentResponse:

@@ -1,7 +1,9 @@
 // tidings dashboard: live sections and form niceties. No framework, no build step.
 //
 // A page marks a container with data-live-src (a /ui/live/... URL answering the
-// same sections without the page frame). Every few seconds the sections are fetched
+// same sections without the page frame), and data-live-body when the sections answer
+// a form (a search is posted, so what was typed stays out of URLs): the body is
+// posted again. Every few seconds the sections are fetched
 // and each [data-live] element is swapped for its fresh twin with the same id. A
 // section is left alone while someone types in it or submits one of its forms, and
 // nothing is fetched while the tab is hidden.
@@ -37,10 +39,17 @@
     timer = null;
     if (document.hidden || inflight) return;
     inflight = true;
-    fetch(root.getAttribute("data-live-src"), {
+    var body = root.getAttribute("data-live-body");
+    var request = {
       headers: { "X-Tidings-Fragment": "1", "Accept": "text/html" },
       credentials: "same-origin", cache: "no-store"
-    }).then(function (response) {
+    };
+    if (body !== null) {
+      request.method = "POST";
+      request.headers["Content-Type"] = "application/x-www-form-urlencoded";
+      request.body = body;
+    }
+    fetch(root.getAttribute("data-live-src"), request).then(function (response) {
       if (response.status === 401) {
         location.assign("/ui/login?next=" + encodeURIComponent(location.pathname + location.search));
         return null;

@@ -2,20 +2,23 @@
 -- the read-only summaries behind status, plan, metrics and timelines.
 
 -- name: api_token_insert
-INSERT INTO api_tokens (id, name, scopes, secret_hash, created_at, revoked_at)
-VALUES (%(id)s, %(name)s, %(scopes)s, %(secret_hash)s, %(created_at)s, %(revoked_at)s)
+INSERT INTO api_tokens (id, name, scopes, secret_hash, created_at, revoked_at,
+                        expires_at)
+VALUES (%(id)s, %(name)s, %(scopes)s, %(secret_hash)s, %(created_at)s, %(revoked_at)s,
+        %(expires_at)s)
 
 -- name: api_token_get
-SELECT id, name, scopes, secret_hash, created_at, revoked_at FROM api_tokens WHERE id = %s
+SELECT id, name, scopes, secret_hash, created_at, revoked_at, expires_at FROM api_tokens
+WHERE id = %s
 
 -- name: api_token_list
-SELECT id, name, scopes, secret_hash, created_at, revoked_at FROM api_tokens
+SELECT id, name, scopes, secret_hash, created_at, revoked_at, expires_at FROM api_tokens
 ORDER BY created_at, id
 
 -- name: api_token_revoke
 -- The first revocation's time is kept: revoking twice is a no-op.
 UPDATE api_tokens SET revoked_at = coalesce(revoked_at, %(now)s) WHERE id = %(id)s
-RETURNING id, name, scopes, secret_hash, created_at, revoked_at
+RETURNING id, name, scopes, secret_hash, created_at, revoked_at, expires_at
 
 -- name: api_signature_prune
 DELETE FROM api_signatures WHERE expires_at <= %(now)s

@@ -2,20 +2,22 @@
 -- the read-only summaries behind status, plan, metrics and timelines.
 
 -- name: api_token_insert
-INSERT INTO api_tokens (id, name, scopes, secret_hash, created_at, revoked_at)
-VALUES (:id, :name, :scopes, :secret_hash, :created_at, :revoked_at)
+INSERT INTO api_tokens (id, name, scopes, secret_hash, created_at, revoked_at,
+                        expires_at)
+VALUES (:id, :name, :scopes, :secret_hash, :created_at, :revoked_at, :expires_at)
 
 -- name: api_token_get
-SELECT id, name, scopes, secret_hash, created_at, revoked_at FROM api_tokens WHERE id = ?
+SELECT id, name, scopes, secret_hash, created_at, revoked_at, expires_at FROM api_tokens
+WHERE id = ?
 
 -- name: api_token_list
-SELECT id, name, scopes, secret_hash, created_at, revoked_at FROM api_tokens
+SELECT id, name, scopes, secret_hash, created_at, revoked_at, expires_at FROM api_tokens
 ORDER BY created_at, id
 
 -- name: api_token_revoke
 -- The first revocation's time is kept: revoking twice is a no-op.
 UPDATE api_tokens SET revoked_at = coalesce(revoked_at, :now) WHERE id = :id
-RETURNING id, name, scopes, secret_hash, created_at, revoked_at
+RETURNING id, name, scopes, secret_hash, created_at, revoked_at, expires_at
 
 -- name: api_signature_prune
 DELETE FROM api_signatures WHERE expires_at <= :now

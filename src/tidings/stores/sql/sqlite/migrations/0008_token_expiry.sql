@@ -1,0 +1,4 @@
+-- 0008: an API token may carry an expiry (tidings token create --expires-in 30d); from
+-- expires_at on it is refused like a revoked one. NULL: it never expires (every token
+-- made before this migration).
+ALTER TABLE api_tokens ADD COLUMN expires_at REAL;
