@@ -311,6 +311,22 @@ async def test_pausing_from_a_form_needs_the_csrf_token(api: Api) -> None:
     assert "carrier incident" in page
 
 
+async def test_a_tripped_guardrail_is_a_banner_with_its_reason(api: Api) -> None:
+    await session(api, "viewer")
+    calm = (await api.client.get("/ui", headers=HTML)).text
+    assert "data-guardrail" not in calm
+
+    await api.runtime.store.switch_trip(
+        scope="campaign", name="weekly-digest", now=api.clock.now(),
+        reason="guardrail: rejection_rate 0.250 > 0.2 over 300s (10 of 40 sends)")
+    page = (await api.client.get("/ui", headers=HTML)).text
+    live = (await api.client.get("/ui/live/overview", headers=HTML)).text
+
+    for html in (page, live):
+        assert 'data-guardrail="campaign:weekly-digest"' in html
+        assert "rejection_rate 0.250 &gt; 0.2 over 300s (10 of 40 sends)" in html
+
+
 async def test_a_pause_of_an_unknown_name_is_refused_and_names_the_field(api: Api) -> None:
     csrf = await session(api, "operator")
 

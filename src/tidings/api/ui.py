@@ -528,6 +528,7 @@ async def _overview(request: Request) -> dict[str, Any]:
         "campaigns": [_campaign_view(n, r) for n, r in status["campaigns"].items()],
         "occurrences": [_occurrence_view(o) for o in occurrences[:8]],
         "admission": admission, "window_s": status["window_s"],
+        "guardrails": status["guardrails_tripped"],
     }
 
 
