@@ -33,7 +33,6 @@ from tidings.errors import InvalidInput, StoreError
 from tidings.model import DraftPage, Event, Intent, IntentDraft, message_body, message_body_parts
 from tidings.preferences import Preference
 from tidings.states import CLAIMABLE, State, check
-from tidings.stores import sqlite as _lite
 from tidings.stores.base import (
     ApiToken,
     Change,
@@ -52,12 +51,41 @@ from tidings.stores.base import (
     Switch,
 )
 from tidings.stores.postgres_db import Conn, PostgresDatabase
-from tidings.stores.sqlite import _change_params as _sqlite_change_params
-from tidings.stores.sqlite import _event_row, _intent, _occurrence, _switch
+from tidings.stores.provider_events import (
+    ADOPTION,
+    RECEIPT_OWNER,
+    ReceiptOwner,
+    timeline_row,
+    unique_provider_events,
+)
+from tidings.stores.rows import (
+    API_TOKEN,
+    CANCEL_TARGET,
+    EVENT,
+    IDEMPOTENT_RESPONSE,
+    INTENT,
+    INTENT_SUMMARY,
+    OCCURRENCE,
+    PREFERENCE,
+    PROVIDER_EVENT_COUNT,
+    PUBLISH_ITEM,
+    STORED_PROVIDER_EVENT,
+    SWITCH,
+    EventRow,
+    Shape,
+    api_token_params,
+    change_event,
+    change_params,
+    event_row,
+    idempotent_params,
+    latency_histograms,
+    pacer_state,
+    preference_params,
+    progress_params,
+)
 
 T = TypeVar("T")
-
-_FLAGS = ("leaves_claimed", "terminal", "reopens", "reset_failures")
+R = TypeVar("R")
 #: How long a page's transaction waits for the previous page before rolling back. Two
 #: schedulers admitting overlapping pages can wait on each other's rows while each
 #: waits for its own previous page, a cycle PostgreSQL cannot see; rolling back after
@@ -86,18 +114,28 @@ async def _in_page_order(previous: Awaitable[object]) -> None:
                          "this page rolled back and will be admitted again") from None
 
 
-def _change_params(change: Change, now: float) -> dict[str, Any]:
-    """``intent_apply`` parameters: the SQLite store's, with its 0/1 flags as booleans."""
-    params = _sqlite_change_params(change, now)
-    for flag in _FLAGS:
-        params[flag] = bool(params[flag])
-    return params
-
-
 async def _insert_events(conn: Conn, sql: Mapping[str, str], events: Sequence[Any]) -> None:
     if events:
         async with conn.cursor() as cur:
             await cur.executemany(sql["event_insert"], events)
+
+
+async def _all(conn: Conn, shape: Shape[R], statement: str, params: Any = None) -> list[R]:
+    cur = await conn.execute(statement, params)
+    return shape.all(cur.description, await cur.fetchall())
+
+
+async def _one(conn: Conn, shape: Shape[R], statement: str, params: Any = None) -> R | None:
+    cur = await conn.execute(statement, params)
+    row = await cur.fetchone()
+    return None if row is None else shape.one(cur.description, row)
+
+
+async def _owners_by_receipt(conn: Conn, statement: str,
+                             message_ids: Sequence[str]) -> dict[str, ReceiptOwner]:
+    """The intent each message id is the receipt of (``intents_by_receipts``)."""
+    owners = await _all(conn, RECEIPT_OWNER, statement, {"message_ids": message_ids})
+    return {owner.receipt: owner for owner in owners}
 
 
 class PostgresStore:
@@ -248,7 +286,7 @@ class PostgresStore:
             if page is not None:
                 await copy_rows(cur, "admit_page_stage", page.rows, _page_copy_text(page))
                 if await fresh_only(cur, "intent_admit_page"):
-                    used = {row[0] for row in page.rows}
+                    used = {channel for channel, _, _, _ in page.rows}
                     return page.keys(), {page.channels[i][0] for i in used}
                 unique, rows = unique_drafts()
                 await copy_rows(cur, "admit_stage", rows)
@@ -258,7 +296,7 @@ class PostgresStore:
                 if await fresh_only(cur, "intent_admit_fresh"):
                     return [d.key for d in unique], {d.channel for d in unique}
             await cur.execute(sql["intent_admit_staged" + suffix], params)
-            inserted = {row[0] for row in await cur.fetchall()}
+            inserted = {key for (key,) in await cur.fetchall()}
             fresh = [d for d in unique if d.key in inserted]
             return [d.key for d in fresh], {d.channel for d in fresh}
 
@@ -274,12 +312,8 @@ class PostgresStore:
             if progress_after is not None:
                 await _in_page_order(progress_after)
             if progress is not None:
-                cur = await conn.execute(sql["occurrence_progress"], {
-                    "id": progress.occurrence, "high_water": progress.high_water,
-                    "after": progress.after,
-                    "members": progress.members, "admitted": len(keys),
-                    "skipped": progress.skipped,
-                })
+                cur = await conn.execute(sql["occurrence_progress"],
+                                         progress_params(progress, admitted=len(keys)))
                 if cur.rowcount != 1:
                     raise StoreError(f"occurrence {progress.occurrence!r} does not exist")
             return keys
@@ -293,14 +327,13 @@ class PostgresStore:
         params = {"now": now, "due_by": now + horizon_s, "lease_until": now + lease_s,
                   "limit": limit}
 
-        async def fn(conn: Conn) -> list[tuple[Any, ...]]:
+        async def fn(conn: Conn) -> list[PublishItem]:
             cur = await conn.execute(self._sql["intent_claim_publish"], params)
-            return await cur.fetchall()
+            return PUBLISH_ITEM.all(cur.description, await cur.fetchall())
 
-        rows = await self.db.write(fn)
-        rows.sort(key=lambda r: (r[2], r[0]))
-        return [PublishItem(key=k, channel=c, due_at=float(d), state=State(s))
-                for k, c, d, s in rows]
+        items = await self.db.write(fn)
+        items.sort(key=lambda item: (item.due_at, item.key))
+        return items
 
     async def intent_mark_enqueued(self, keys: Sequence[str], *, now: float) -> int:
         """``selected``/``retryable`` -> ``enqueued`` with an event; returns the count."""
@@ -336,7 +369,7 @@ class PostgresStore:
 
         async def fn(conn: Conn) -> list[Claim]:
             cur = await conn.execute(sql["intent_claim_read"], {"keys": unique_keys})
-            current = {row[0]: row for row in await cur.fetchall()}
+            current = {i.key: i for i in INTENT.all(cur.description, await cur.fetchall())}
             locked: set[str] = set()
             if len(current) < len(unique_keys):
                 cur = await conn.execute(sql["intent_keys_existing"], {"keys": unique_keys})
@@ -359,25 +392,25 @@ class PostgresStore:
                 if row is None:
                     claims.append(Claim(key=key, kind=ClaimKind.MISSING))
                     continue
-                state = State(row[8])
-                kind, retry_at = claim_kind(state, next_attempt_at=row[22],
-                                            lease_expires_at=row[21], now=now)
+                state = row.state
+                kind, retry_at = claim_kind(state, next_attempt_at=row.next_attempt_at,
+                                            lease_expires_at=row.lease_expires_at, now=now)
                 if kind is ClaimKind.CLAIMED:
                     intent = replace(
-                        _intent(row), state=State.CLAIMED, lease_owner=owner,
-                        lease_token=row[20] + 1, lease_expires_at=lease_expires_at,
-                        attempts=row[17] + 1, updated_at=now,
+                        row, state=State.CLAIMED, lease_owner=owner,
+                        lease_token=row.lease_token + 1, lease_expires_at=lease_expires_at,
+                        attempts=row.attempts + 1, updated_at=now,
                     )
-                    to_claim.append((key, state.value, row[20]))
-                    events.append((key, row[1], "claimed", now, "claimed", intent.attempts,
-                                   owner, message_id, None, None))
+                    to_claim.append((key, state.value, row.lease_token))
+                    events.append((key, row.channel, "claimed", now, "claimed",
+                                   intent.attempts, owner, message_id, None, None))
                     claim = Claim(key=key, kind=ClaimKind.CLAIMED, intent=intent,
                                   token=intent.lease_token, state=State.CLAIMED)
                     claimed_now[key] = claim
                 else:
                     if kind is ClaimKind.DONE:
-                        events.append((key, row[1], redelivery_event(state), now,
-                                       state.value, row[17], owner, message_id, None,
+                        events.append((key, row.channel, redelivery_event(state), now,
+                                       state.value, row.attempts, owner, message_id, None,
                                        None))
                     claim = Claim(key=key, kind=kind, state=state, retry_at=retry_at)
                 claims.append(claim)
@@ -407,7 +440,7 @@ class PostgresStore:
 
         async def fn(conn: Conn) -> set[str]:
             cur = await conn.execute(self._sql["intent_renew_leases"], params)
-            return {row[0] for row in await cur.fetchall()}
+            return {key for (key,) in await cur.fetchall()}
 
         renewed = await self.db.write(fn)
         return list(dict.fromkeys(key for key, _ in leases if key not in renewed))
@@ -430,7 +463,7 @@ class PostgresStore:
             # still apply in order, so a repeated key meets the guard its twin left.
             cur = conn.cursor()
             await cur.executemany(sql["intent_apply"],
-                                  [_change_params(change, now) for change in changes],
+                                  [change_params(change, now) for change in changes],
                                   returning=True)
             rows: list[tuple[Any, ...] | None] = []
             while True:
@@ -442,11 +475,7 @@ class PostgresStore:
                     continue
                 channel, attempts = row
                 applied.append(change.key)
-                events.append((
-                    change.key, channel, change.event, now, change.to_state.value, attempts,
-                    change.worker, change.message_id, change.provider_request_id,
-                    change.detail if change.detail is not None else change.reason,
-                ))
+                events.append(change_event(change, channel=channel, attempts=attempts, now=now))
             await _insert_events(conn, sql, events)
             return applied
 
@@ -457,25 +486,22 @@ class PostgresStore:
         sql = self._sql
 
         async def fn(conn: Conn) -> State | None:
-            cur = await conn.execute(sql["intent_cancel_read"], (key,))
-            row = await cur.fetchone()
-            if row is None:
+            target = await _one(conn, CANCEL_TARGET, sql["intent_cancel_read"], (key,))
+            if target is None:
                 return None
-            state, channel, attempts, requested = State(row[0]), row[1], row[2], row[3]
-            if state in CLAIMABLE:
-                change = Change(key=key, from_state=state, to_state=State.CANCELLED,
+            if target.state in CLAIMABLE:
+                change = Change(key=key, from_state=target.state, to_state=State.CANCELLED,
                                 event="cancelled", reason=reason)
-                await conn.execute(sql["intent_apply"], _change_params(change, now))
-                await conn.execute(sql["event_insert"], (
-                    key, channel, "cancelled", now, "cancelled", attempts, None, None, None,
-                    reason))
+                await conn.execute(sql["intent_apply"], change_params(change, now))
+                await conn.execute(sql["event_insert"], change_event(
+                    change, channel=target.channel, attempts=target.attempts, now=now))
                 return State.CANCELLED
-            if state is State.CLAIMED and not requested:
+            if target.state is State.CLAIMED and not target.cancel_requested:
                 await conn.execute(sql["intent_cancel_request"], (now, key))
                 await conn.execute(sql["event_insert"], (
-                    key, channel, "cancel_requested", now, "claimed", attempts, None, None,
-                    None, reason))
-            return state
+                    key, target.channel, "cancel_requested", now, "claimed", target.attempts,
+                    None, None, None, reason))
+            return target.state
 
         return await self.db.write(fn)
 
@@ -488,9 +514,16 @@ class PostgresStore:
 
         return await self.db.read(fn)
 
+    async def _read_all(self, shape: Shape[R], query: str, params: Any = None) -> list[R]:
+        statement = self._sql[query]
+        return await self.db.read(lambda conn: _all(conn, shape, statement, params))
+
+    async def _read_one(self, shape: Shape[R], query: str, params: Any = None) -> R | None:
+        statement = self._sql[query]
+        return await self.db.read(lambda conn: _one(conn, shape, statement, params))
+
     async def intent_get(self, key: str) -> Intent | None:
-        rows = await self._rows("intent_get", (key,))
-        return _intent(rows[0]) if rows else None
+        return await self._read_one(INTENT, "intent_get", (key,))
 
     async def intent_find(
         self,
@@ -505,7 +538,7 @@ class PostgresStore:
         params = {"states": [State(s).value for s in states], "channel": channel,
                   "updated_before": updated_before, "lease_expired_at": lease_expired_at,
                   "limit": limit}
-        return [_intent(row) for row in await self._rows("intent_find", params)]
+        return await self._read_all(INTENT, "intent_find", params)
 
     async def intent_counts(self) -> dict[str, dict[str, int]]:
         """``{channel: {state: count}}`` over every intent."""
@@ -513,7 +546,7 @@ class PostgresStore:
 
     async def intent_latencies(self, channel: str) -> list[float]:
         """Seconds from due to acceptance for every accepted intent of ``channel``."""
-        return [row[0] for row in await self._rows("intent_latencies", (channel,))]
+        return [latency for (latency,) in await self._rows("intent_latencies", (channel,))]
 
     async def _nested_counts(self, query: str) -> dict[str, dict[str, int]]:
         counts: dict[str, dict[str, int]] = {}
@@ -526,20 +559,16 @@ class PostgresStore:
     async def event_append_many(self, events: Sequence[Event]) -> None:
         if not events:
             return
-        rows = [_event_row(e) for e in events]
+        params = [event_row(e) for e in events]
 
         async def fn(conn: Conn) -> None:
-            await _insert_events(conn, self._sql, rows)
+            await _insert_events(conn, self._sql, params)
 
         await self.db.write(fn)
 
     async def events_for(self, key: str) -> list[Event]:
         """Every event of ``key``, in the order written."""
-        return [
-            Event(key=r[0], channel=r[1], type=r[2], at=r[3], state=r[4], attempt=r[5],
-                  worker=r[6], message_id=r[7], provider_request_id=r[8], detail=r[9])
-            for r in await self._rows("events_for", (key,))
-        ]
+        return await self._read_all(EVENT, "events_for", (key,))
 
     async def event_counts(self) -> dict[str, dict[str, int]]:
         """``{channel: {event type: count}}``."""
@@ -560,17 +589,15 @@ class PostgresStore:
             cur = await conn.execute(sql["occurrence_insert"], params)
             if cur.rowcount == 0:
                 await conn.execute(sql["occurrence_reopen"], {"id": id, "kind": kind})
-            cur = await conn.execute(sql["occurrence_get"], (id,))
-            row = await cur.fetchone()
-            if row is None:  # pragma: no cover - inserted or present in this transaction
+            occurrence = await _one(conn, OCCURRENCE, sql["occurrence_get"], (id,))
+            if occurrence is None:  # pragma: no cover - inserted or present in this transaction
                 raise StoreError(f"occurrence {id!r} vanished")
-            return _occurrence(row)
+            return occurrence
 
         return await self.db.write(fn)
 
     async def occurrence_get(self, id: str) -> Occurrence | None:
-        rows = await self._rows("occurrence_get", (id,))
-        return _occurrence(rows[0]) if rows else None
+        return await self._read_one(OCCURRENCE, "occurrence_get", (id,))
 
     async def occurrence_finish(self, id: str, *, now: float, status: str = "done",
                                 reason: str | None = None) -> None:
@@ -585,8 +612,7 @@ class PostgresStore:
         await self.db.write(fn)
 
     async def occurrence_list(self, campaign: str | None = None) -> list[Occurrence]:
-        return [_occurrence(row)
-                for row in await self._rows("occurrence_list", {"campaign": campaign})]
+        return await self._read_all(OCCURRENCE, "occurrence_list", {"campaign": campaign})
 
     # ---------------------------------------------------------------- admission switches
 
@@ -597,24 +623,20 @@ class PostgresStore:
                   "reason": reason}
 
         async def fn(conn: Conn) -> Switch:
-            cur = await conn.execute(self._sql["switch_upsert"], params)
-            row = await cur.fetchone()
-            assert row is not None  # an upsert with RETURNING returns its row
-            return _switch(row)
+            switch = await _one(conn, SWITCH, self._sql["switch_upsert"], params)
+            assert switch is not None  # an upsert with RETURNING returns its row
+            return switch
 
         return await self.db.write(fn)
 
     async def switch_all(self) -> list[Switch]:
-        return [_switch(row) for row in await self._rows("switch_all")]
+        return await self._read_all(SWITCH, "switch_all")
 
     # ---------------------------------------------------------------- recipient preferences
 
     async def preference_set(self, preference: Preference, *, now: float) -> None:
         """Insert or replace the preference of (recipient_id, channel), stamped ``now``."""
-        params = {"recipient_id": preference.recipient_id, "channel": preference.channel,
-                  "opted_out": preference.opted_out, "quiet_start": preference.quiet_start,
-                  "quiet_end": preference.quiet_end, "timezone": preference.timezone,
-                  "now": now}
+        params = preference_params(preference, now=now)
 
         async def fn(conn: Conn) -> None:
             await conn.execute(self._sql["preference_upsert"], params)
@@ -637,11 +659,9 @@ class PostgresStore:
         """The preferences of many (recipient_id, channel) pairs in one read."""
         if not pairs:
             return {}
-        rows = await self._rows("preferences_for", {"recipients": [r for r, _ in pairs],
-                                                    "channels": [c for _, c in pairs]})
-        return {(r, c): Preference(recipient_id=r, channel=c, opted_out=out, quiet_start=start,
-                                   quiet_end=end, timezone=tz)
-                for r, c, out, start, end, tz in rows}
+        found = await self._read_all(PREFERENCE, "preferences_for", {
+            "recipients": [r for r, _ in pairs], "channels": [c for _, c in pairs]})
+        return {(p.recipient_id, p.channel): p for p in found}
 
     # ---------------------------------------------------------------- pacer state
 
@@ -663,19 +683,16 @@ class PostgresStore:
                 await conn.execute(sql["pacer_ensure"], (channel,))
                 cur = await conn.execute(sql["pacer_lock"], (channel,))
                 row = await cur.fetchone()
-            current = None if row is None or row[0] is None else json.loads(row[0])
-            new_state, result = fn(current)
+            (stored,) = row or (None,)
+            new_state, result = fn(pacer_state(stored))
             await conn.execute(sql["pacer_write"], (json.dumps(new_state), channel))
             return result
 
         return await self.db.write(transact)
 
     async def pacer_read(self, channel: str) -> dict[str, Any] | None:
-        rows = await self._rows("pacer_read", (channel,))
-        if not rows or rows[0][0] is None:
-            return None
-        state: dict[str, Any] = json.loads(rows[0][0])
-        return state
+        (stored,) = next(iter(await self._rows("pacer_read", (channel,))), (None,))
+        return pacer_state(stored)
 
     async def pacer_pause(self, channel: str, until: float) -> None:
         async def fn(conn: Conn) -> None:
@@ -684,8 +701,8 @@ class PostgresStore:
         await self.db.transaction(fn, block=False)  # one statement: no BEGIN/COMMIT
 
     async def pacer_paused_until(self, channel: str) -> float:
-        rows = await self._rows("pacer_paused_until", (channel,))
-        return float(rows[0][0]) if rows else 0.0
+        (until,) = next(iter(await self._rows("pacer_paused_until", (channel,))), (0.0,))
+        return float(until)
 
     # ---------------------------------------------------------------- operator API
 
@@ -698,19 +715,19 @@ class PostgresStore:
 
     async def api_token_insert(self, token: ApiToken) -> None:
         """Store a new token; StoreError if its id exists."""
-        await self._write_rows("api_token_insert", _lite._api_token_params(token))
+        await self._write_rows("api_token_insert", api_token_params(token))
 
     async def api_token_get(self, id: str) -> ApiToken | None:
-        rows = await self._rows("api_token_get", (id,))
-        return _lite._api_token(rows[0]) if rows else None
+        return await self._read_one(API_TOKEN, "api_token_get", (id,))
 
     async def api_token_list(self) -> list[ApiToken]:
-        return [_lite._api_token(row) for row in await self._rows("api_token_list")]
+        return await self._read_all(API_TOKEN, "api_token_list")
 
     async def api_token_revoke(self, id: str, *, now: float) -> ApiToken | None:
         """Revoke a token (a second revocation keeps the first time); None if unknown."""
-        rows = await self._write_rows("api_token_revoke", {"id": id, "now": now})
-        return _lite._api_token(rows[0]) if rows else None
+        statement = self._sql["api_token_revoke"]
+        return await self.db.write(
+            lambda conn: _one(conn, API_TOKEN, statement, {"id": id, "now": now}))
 
     async def api_signature_claim(self, signature: str, *, now: float,
                                   expires_at: float) -> bool:
@@ -727,24 +744,21 @@ class PostgresStore:
 
     async def api_trigger_record(self, campaign: str, logical_date: str, *, now: float) -> int:
         """Count one HTTP trigger of an occurrence; return its count so far."""
-        rows = await self._write_rows("api_trigger_record", {
+        ((count,),) = await self._write_rows("api_trigger_record", {
             "campaign": campaign, "logical_date": logical_date, "now": now})
-        return int(rows[0][0])
+        return int(count)
 
     async def api_trigger_counts(self) -> dict[str, int]:
         return {c: int(n) for c, n in await self._rows("api_trigger_counts")}
 
     async def api_idempotency_get(self, key: str) -> IdempotentResponse | None:
-        rows = await self._rows("api_idempotency_get", (key,))
-        return _lite._idempotent(rows[0]) if rows else None
+        return await self._read_one(IDEMPOTENT_RESPONSE, "api_idempotency_get", (key,))
 
     async def api_idempotency_put(self, record: IdempotentResponse, *,
                                   expire_before: float | None = None) -> IdempotentResponse:
         """Keep the first answer to a key; return the one stored (this one or an older)."""
         sql = self._sql
-        params = {"key": record.key, "request_hash": record.request_hash,
-                  "status": record.status, "body": record.body,
-                  "created_at": record.created_at}
+        params = idempotent_params(record)
 
         async def fn(conn: Conn) -> IdempotentResponse:
             if expire_before is not None:
@@ -753,11 +767,11 @@ class PostgresStore:
             if cur.rowcount == 1:
                 return record
             # A concurrent insert of the same key: ON CONFLICT waited for it to commit.
-            cur = await conn.execute(sql["api_idempotency_get"], (record.key,))
-            row = await cur.fetchone()
-            if row is None:  # pragma: no cover - the conflicting row is committed
+            stored = await _one(conn, IDEMPOTENT_RESPONSE, sql["api_idempotency_get"],
+                                (record.key,))
+            if stored is None:  # pragma: no cover - the conflicting row is committed
                 raise StoreError(f"idempotency key {record.key!r} vanished")
-            return _lite._idempotent(row)
+            return stored
 
         return await self.db.write(fn)
 
@@ -781,21 +795,20 @@ class PostgresStore:
 
     async def intent_summary(self, *, now: float, since: float) -> list[IntentSummary]:
         """One summary per (campaign, channel), ordered by campaign then channel."""
-        return [_lite._summary(row)
-                for row in await self._rows("intent_summary", {"now": now, "since": since})]
+        return await self._read_all(INTENT_SUMMARY, "intent_summary",
+                                    {"now": now, "since": since})
 
     async def intent_latency_histogram(self, bounds: Sequence[float]) -> list[LatencyHistogram]:
         """Due-to-accepted latencies per channel counted into ``bounds`` (ascending)."""
         rows = await self._rows("intent_latency_histogram",
                                 {"bounds": [float(b) for b in bounds]})
-        return _lite._histograms(bounds, rows)
+        return latency_histograms(bounds, rows)
 
     async def intent_find_by_recipient(self, recipient_id: str, *,
                                        limit: int = 100) -> list[Intent]:
         """A recipient's intents, latest due first."""
-        rows = await self._rows("intent_find_by_recipient",
-                                {"recipient_id": recipient_id, "limit": limit})
-        return [_intent(row) for row in rows]
+        return await self._read_all(INTENT, "intent_find_by_recipient",
+                                    {"recipient_id": recipient_id, "limit": limit})
 
     async def event_keys_by_detail(self, detail: str, *, limit: int = 100) -> list[str]:
         """Keys with an event whose ``detail`` is exactly ``detail``, latest first."""
@@ -813,16 +826,15 @@ class PostgresStore:
         exactly the events this transaction stored, so of two deliveries of one webhook
         at once, one records and the other counts duplicates.
         """
-        unique = _lite.unique_provider_events(events)
+        unique = unique_provider_events(events)
         if not unique:
             return RecordResult(duplicates=len(events))
         sql = self._sql
         message_ids = sorted({e.message_id for e in unique})
 
         async def fn(conn: Conn) -> RecordResult:
-            cur = await conn.execute(sql["intents_by_receipts"], {"message_ids": message_ids})
-            intents = {row[0]: row[1:] for row in await cur.fetchall()}
-            keys = [intents[e.message_id][0] if e.message_id in intents else None
+            owners = await _owners_by_receipt(conn, sql["intents_by_receipts"], message_ids)
+            keys = [owners[e.message_id].key if e.message_id in owners else None
                     for e in unique]
             cur = await conn.execute(sql["provider_events_insert_many"], {
                 "now": now, "providers": [e.provider for e in unique],
@@ -831,16 +843,16 @@ class PostgresStore:
                 "keys": keys, "details": [e.detail for e in unique],
             })
             inserted = {(p, m, t) for p, m, t in await cur.fetchall()}
-            timeline: list[Any] = []
+            timeline: list[EventRow] = []
             orphaned = 0
             for event in unique:
                 if (event.provider, event.message_id, event.type.value) not in inserted:
                     continue
-                intent = intents.get(event.message_id)
-                if intent is None:
+                owner = owners.get(event.message_id)
+                if owner is None:
                     orphaned += 1
                 else:
-                    timeline.append(_lite.provider_timeline_row(event, *intent))
+                    timeline.append(timeline_row(event, owner))
             await _insert_events(conn, sql, timeline)
             recorded = len(timeline)
             return RecordResult(recorded=recorded, orphaned=orphaned,
@@ -850,25 +862,22 @@ class PostgresStore:
 
     async def provider_events_orphaned(self, *, limit: int = 100) -> list[StoredProviderEvent]:
         """Orphaned provider events, oldest received first."""
-        return [_lite._stored_provider_event(row)
-                for row in await self._rows("provider_events_orphaned", {"limit": limit})]
+        return await self._read_all(STORED_PROVIDER_EVENT, "provider_events_orphaned",
+                                    {"limit": limit})
 
     async def provider_events_adopt(self, *, since: float, limit: int = 1000) -> int:
         """Attach orphans received since ``since`` whose message id is now a receipt."""
         sql = self._sql
 
         async def fn(conn: Conn) -> int:
-            cur = await conn.execute(sql["provider_events_adopt"],
-                                     {"since": since, "limit": limit})
-            rows = sorted(await cur.fetchall(), key=lambda row: row[0])
-            await _insert_events(conn, sql, [
-                _lite.provider_timeline_row(_lite.adopted_event(row), *row[6:10])
-                for row in rows])
-            return len(rows)
+            adoptions = await _all(conn, ADOPTION, sql["provider_events_adopt"],
+                                   {"since": since, "limit": limit})
+            adoptions.sort(key=lambda adoption: adoption.id)
+            await _insert_events(conn, sql, [timeline_row(a.event, a.owner) for a in adoptions])
+            return len(adoptions)
 
         return await self.db.write(fn)
 
     async def provider_event_counts(self) -> list[ProviderEventCount]:
         """Provider events per (provider, type), ordered by both."""
-        return [ProviderEventCount(provider=p, type=t, total=int(n), orphaned=int(o))
-                for p, t, n, o in await self._rows("provider_event_counts")]
+        return await self._read_all(PROVIDER_EVENT_COUNT, "provider_event_counts")

@@ -255,11 +255,11 @@ class PostgresDatabase(SharedDatabase):
 
         async def fn(conn: Conn) -> list[int]:
             cur = await conn.execute(sql["migrations_table_exists"])
-            row = await cur.fetchone()
-            if row is None or not row[0]:
+            (exists,) = await cur.fetchone() or (False,)
+            if not exists:
                 return []
             cur = await conn.execute(sql["migrations_applied"])
-            return [int(r[0]) for r in await cur.fetchall()]
+            return [int(version) for (version,) in await cur.fetchall()]
 
         return await self.read(fn)
 
@@ -290,8 +290,8 @@ async def insert_messages(conn: Conn, sql: Mapping[str, str], queue: str,
         return
     params: dict[str, Any] = {
         "queue": queue, "now": now,
-        "message_ids": [r[0] for r in rows],
-        "bodies": [r[1] for r in rows],
-        "available": [now + max(0.0, r[2]) for r in rows],
+        "message_ids": [message_id for message_id, _, _ in rows],
+        "bodies": [body for _, body, _ in rows],
+        "available": [now + max(0.0, delay_s) for _, _, delay_s in rows],
     }
     await conn.execute(sql["message_insert_many"], params)

@@ -19,7 +19,7 @@ from tidings.claims import claim_kind, redelivery_event
 from tidings.errors import StoreError
 from tidings.model import Event, Intent, IntentDraft, message_body
 from tidings.preferences import Preference
-from tidings.states import CLAIMABLE, TERMINAL, State, check
+from tidings.states import CLAIMABLE, State, check
 from tidings.stores.base import (
     ApiToken,
     Change,
@@ -32,94 +32,52 @@ from tidings.stores.base import (
     OccurrenceProgress,
     ProviderEvent,
     ProviderEventCount,
-    ProviderEventType,
     PublishItem,
     RecordResult,
     StoredProviderEvent,
     Switch,
 )
+from tidings.stores.provider_events import (
+    ADOPTION,
+    RECEIPT_OWNER,
+    timeline_row,
+    unique_provider_events,
+)
+from tidings.stores.rows import (
+    API_TOKEN,
+    CANCEL_TARGET,
+    EVENT,
+    IDEMPOTENT_RESPONSE,
+    INTENT,
+    INTENT_SUMMARY,
+    OCCURRENCE,
+    PREFERENCE,
+    PROVIDER_EVENT_COUNT,
+    PUBLISH_ITEM,
+    STORED_PROVIDER_EVENT,
+    SWITCH,
+    EventRow,
+    Shape,
+    api_token_params,
+    change_event,
+    change_params,
+    event_row,
+    idempotent_params,
+    latency_histograms,
+    pacer_state,
+    preference_params,
+    progress_params,
+)
 from tidings.stores.sqlite_db import SqliteDatabase, insert_messages
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 #: One row of the multi-row admission insert: the ten draft columns.
 _DRAFT_ROW = "(?,?,?,?,?,?,?,?,?,?)"
 #: Rows per admission statement: 10,000 variables, well under SQLite's 32,766, and one
 #: statement text (so one cached prepared statement) for every full chunk.
 _ADMIT_CHUNK = 1000
-_EventRow = tuple[
-    str, str, str, float, str | None, int | None, str | None, str | None, str | None, str | None
-]
-
-
-def _intent(row: Sequence[Any]) -> Intent:
-    """An ``Intent`` from a row in the column order of the ``intent_get`` query."""
-    return Intent(
-        key=row[0], channel=row[1], recipient_id=row[2], address=row[3], template=row[4],
-        data=row[5], campaign=row[6], occurrence=row[7], state=State(row[8]), due_at=row[9],
-        expires_at=row[10], created_at=row[11], updated_at=row[12], selected_at=row[13],
-        enqueued_at=row[14], accepted_at=row[15], finished_at=row[16], attempts=row[17],
-        failures=row[18], lease_owner=row[19], lease_token=row[20], lease_expires_at=row[21],
-        next_attempt_at=row[22], receipt=row[23], provider_request_id=row[24],
-        disposition=row[25], reason=row[26], cancel_requested=bool(row[27]),
-    )
-
-
-def _occurrence(row: Sequence[Any]) -> Occurrence:
-    return Occurrence(
-        id=row[0], campaign=row[1], logical_at=row[2], logical_date=row[3], kind=row[4],
-        status=row[5], high_water=row[6], members=row[7], admitted=row[8], skipped=row[9],
-        passes=row[10], created_at=row[11], finished_at=row[12], reason=row[13],
-    )
-
-
-def _switch(row: Sequence[Any]) -> Switch:
-    return Switch(scope=row[0], name=row[1], paused=bool(row[2]), changed_at=row[3],
-                  reason=row[4])
-
-
-def _api_token(row: Sequence[Any]) -> ApiToken:
-    return ApiToken(id=row[0], name=row[1], scopes=tuple(row[2].split()), secret_hash=row[3],
-                    created_at=row[4], revoked_at=row[5])
-
-
-def _api_token_params(token: ApiToken) -> dict[str, Any]:
-    return {"id": token.id, "name": token.name, "scopes": " ".join(token.scopes),
-            "secret_hash": token.secret_hash, "created_at": token.created_at,
-            "revoked_at": token.revoked_at}
-
-
-def _idempotent(row: Sequence[Any]) -> IdempotentResponse:
-    return IdempotentResponse(key=row[0], request_hash=row[1], status=row[2], body=row[3],
-                              created_at=row[4])
-
-
-def _summary(row: Sequence[Any]) -> IntentSummary:
-    return IntentSummary(
-        campaign=row[0], channel=row[1], total=row[2], backlog=row[3], scheduled=row[4],
-        claimed=row[5], retryable=row[6], uncertain=row[7], accepted=row[8],
-        accepted_in_time=row[9], accepted_recent=row[10], expired=row[11], dead=row[12],
-        rejected=row[13], cancelled=row[14], overdue=row[15],
-        oldest_due_at=None if row[16] is None else float(row[16]),
-        earliest_expiry=None if row[17] is None else float(row[17]))
-
-
-def _histograms(bounds: Sequence[float],
-                rows: Sequence[Sequence[Any]]) -> list[LatencyHistogram]:
-    """Fold ``(channel, bucket or None, count, sum)`` rows into one histogram per channel."""
-    per: dict[str, tuple[list[int], list[float]]] = {}
-    for channel, bucket, count, total in rows:
-        counts, sums = per.setdefault(channel, ([0] * (len(bounds) + 1), [0.0]))
-        counts[len(bounds) if bucket is None else int(bucket)] += int(count)
-        sums[0] += float(total or 0.0)
-    return [LatencyHistogram(channel=channel, bounds=tuple(bounds), counts=tuple(counts),
-                             sum=sums[0], count=sum(counts))
-            for channel, (counts, sums) in sorted(per.items())]
-
-
-def _event_row(e: Event) -> _EventRow:
-    return (e.key, e.channel, e.type, e.at, e.state, e.attempt, e.worker, e.message_id,
-            e.provider_request_id, e.detail)
 
 
 def _insert_events(
@@ -138,64 +96,17 @@ def _insert_events(
         })
 
 
-def _change_params(change: Change, now: float) -> dict[str, Any]:
-    """Bind one change to ``intent_apply``, deciding its field effects from ``states``."""
-    to_terminal = change.to_state in TERMINAL
-    return {
-        "key": change.key,
-        "from_state": change.from_state.value,
-        "to_state": change.to_state.value,
-        "lease_token": change.lease_token,
-        "lease_expired_by": change.lease_expired_by,
-        "now": now,
-        "receipt": change.receipt,
-        "next_attempt_at": change.next_attempt_at,
-        "leaves_claimed": int(change.from_state is State.CLAIMED
-                              and change.to_state is not State.CLAIMED),
-        "terminal": int(to_terminal),
-        # An operator's redrive (dead -> retryable) makes the intent live again.
-        "reopens": int(change.from_state in TERMINAL and not to_terminal),
-        "reason": change.reason,
-        "count_attempt": int(change.count_attempt),
-        "count_failure": int(change.count_failure),
-        "reset_failures": int(change.reset_failures),
-        "provider_request_id": change.provider_request_id,
-    }
+def _all(conn: sqlite3.Connection, shape: Shape[R], statement: str,
+         params: Any = ()) -> list[R]:
+    cursor = conn.execute(statement, params)
+    return shape.all(cursor.description, cursor)
 
 
-def _stored_provider_event(row: Sequence[Any]) -> StoredProviderEvent:
-    """A ``StoredProviderEvent`` from a row in the ``provider_events_orphaned`` order."""
-    return StoredProviderEvent(provider=row[0], message_id=row[1],
-                               type=ProviderEventType(row[2]), at=float(row[3]),
-                               detail=row[4], key=row[5], received_at=float(row[6]))
-
-
-def unique_provider_events(events: Sequence[ProviderEvent]) -> list[ProviderEvent]:
-    """The first of each (provider, message id, type): a repeat in one batch is a
-    duplicate, as it would be in the next batch."""
-    seen: set[tuple[str, str, str]] = set()
-    unique: list[ProviderEvent] = []
-    for event in events:
-        identity = (event.provider, event.message_id, event.type.value)
-        if identity not in seen:
-            seen.add(identity)
-            unique.append(event)
-    return unique
-
-
-def adopted_event(row: Sequence[Any]) -> ProviderEvent:
-    """The event of a ``provider_events_adopt(able)`` row (id, provider, message_id,
-    type, at, detail, …)."""
-    return ProviderEvent(provider=row[1], message_id=row[2], type=ProviderEventType(row[3]),
-                         at=float(row[4]), detail=row[5])
-
-
-def provider_timeline_row(event: ProviderEvent, key: str, channel: str, state: str,
-                          attempts: int | None) -> _EventRow:
-    """The timeline event of a provider event attached to intent ``key``: its state
-    and attempts as they are (a provider event changes neither)."""
-    return (key, channel, event.timeline_type, event.at, state, attempts, None, None, None,
-            event.timeline_detail)
+def _one(conn: sqlite3.Connection, shape: Shape[R], statement: str,
+         params: Any = ()) -> R | None:
+    cursor = conn.execute(statement, params)
+    row = cursor.fetchone()
+    return None if row is None else shape.one(cursor.description, row)
 
 
 class SqliteStore:
@@ -299,12 +210,8 @@ class SqliteStore:
             else:
                 _insert_events(conn, sql, by_channel, type="selected", state="selected", at=now)
             if progress is not None:
-                cursor = conn.execute(sql["occurrence_progress"], {
-                    "id": progress.occurrence, "high_water": progress.high_water,
-                    "after": progress.after,
-                    "members": progress.members, "admitted": len(fresh),
-                    "skipped": progress.skipped,
-                })
+                cursor = conn.execute(sql["occurrence_progress"],
+                                      progress_params(progress, admitted=len(fresh)))
                 if cursor.rowcount != 1:
                     raise StoreError(f"occurrence {progress.occurrence!r} does not exist")
             return [d.key for d in fresh]
@@ -318,14 +225,13 @@ class SqliteStore:
         params = {"now": now, "due_by": now + horizon_s, "lease_until": now + lease_s,
                   "limit": limit}
 
-        def fn(conn: sqlite3.Connection) -> list[tuple[str, str, float, str]]:
-            return conn.execute(self._sql["intent_claim_publish"], params).fetchall()
+        def fn(conn: sqlite3.Connection) -> list[PublishItem]:
+            cursor = conn.execute(self._sql["intent_claim_publish"], params)
+            return PUBLISH_ITEM.all(cursor.description, cursor)
 
-        rows = await self.db.write(fn)
-        rows.sort(key=lambda r: (r[2], r[0]))
-        # float(): RETURNING hands back a whole REAL as the integer SQLite stored it as.
-        return [PublishItem(key=k, channel=c, due_at=float(d), state=State(s))
-                for k, c, d, s in rows]
+        items = await self.db.write(fn)
+        items.sort(key=lambda item: (item.due_at, item.key))
+        return items
 
     async def intent_mark_enqueued(self, keys: Sequence[str], *, now: float) -> int:
         """``selected``/``retryable`` -> ``enqueued`` with an event; returns the count."""
@@ -364,11 +270,11 @@ class SqliteStore:
         keys_json = json.dumps(list(dict.fromkeys(keys)))
 
         def fn(conn: sqlite3.Connection) -> list[Claim]:
-            current = {row[0]: row for row in conn.execute(sql["intent_claim_read"],
-                                                           {"keys": keys_json})}
+            cursor = conn.execute(sql["intent_claim_read"], {"keys": keys_json})
+            current = {i.key: i for i in INTENT.all(cursor.description, cursor)}
             claimed_now: dict[str, Claim] = {}
             updates: list[tuple[str, float, float, str, str, int]] = []
-            events: list[_EventRow] = []
+            events: list[EventRow] = []
             claims: list[Claim] = []
             for i, key in enumerate(keys):
                 message_id = message_ids[i] if message_ids is not None else None
@@ -381,25 +287,26 @@ class SqliteStore:
                 if row is None:
                     claims.append(Claim(key=key, kind=ClaimKind.MISSING))
                     continue
-                state = State(row[8])
-                kind, retry_at = claim_kind(state, next_attempt_at=row[22],
-                                            lease_expires_at=row[21], now=now)
+                state = row.state
+                kind, retry_at = claim_kind(state, next_attempt_at=row.next_attempt_at,
+                                            lease_expires_at=row.lease_expires_at, now=now)
                 if kind is ClaimKind.CLAIMED:
                     intent = replace(
-                        _intent(row), state=State.CLAIMED, lease_owner=owner,
-                        lease_token=row[20] + 1, lease_expires_at=lease_expires_at,
-                        attempts=row[17] + 1, updated_at=now,
+                        row, state=State.CLAIMED, lease_owner=owner,
+                        lease_token=row.lease_token + 1, lease_expires_at=lease_expires_at,
+                        attempts=row.attempts + 1, updated_at=now,
                     )
-                    updates.append((owner, lease_expires_at, now, key, state.value, row[20]))
-                    events.append((key, row[1], "claimed", now, "claimed", intent.attempts,
-                                   owner, message_id, None, None))
+                    updates.append((owner, lease_expires_at, now, key, state.value,
+                                    row.lease_token))
+                    events.append((key, row.channel, "claimed", now, "claimed",
+                                   intent.attempts, owner, message_id, None, None))
                     claim = Claim(key=key, kind=ClaimKind.CLAIMED, intent=intent,
                                   token=intent.lease_token, state=State.CLAIMED)
                     claimed_now[key] = claim
                 else:
                     if kind is ClaimKind.DONE:
-                        events.append((key, row[1], redelivery_event(state), now,
-                                       state.value, row[17], owner, message_id, None,
+                        events.append((key, row.channel, redelivery_event(state), now,
+                                       state.value, row.attempts, owner, message_id, None,
                                        None))
                     claim = Claim(key=key, kind=kind, state=state, retry_at=retry_at)
                 claims.append(claim)
@@ -439,18 +346,14 @@ class SqliteStore:
 
         def fn(conn: sqlite3.Connection) -> list[str]:
             applied: list[str] = []
-            events: list[_EventRow] = []
+            events: list[EventRow] = []
             for change in changes:
-                row = conn.execute(sql["intent_apply"], _change_params(change, now)).fetchone()
+                row = conn.execute(sql["intent_apply"], change_params(change, now)).fetchone()
                 if row is None:
                     continue
                 channel, attempts = row
                 applied.append(change.key)
-                events.append((
-                    change.key, channel, change.event, now, change.to_state.value, attempts,
-                    change.worker, change.message_id, change.provider_request_id,
-                    change.detail if change.detail is not None else change.reason,
-                ))
+                events.append(change_event(change, channel=channel, attempts=attempts, now=now))
             conn.executemany(sql["event_insert"], events)
             return applied
 
@@ -461,33 +364,39 @@ class SqliteStore:
         sql = self._sql
 
         def fn(conn: sqlite3.Connection) -> State | None:
-            row = conn.execute(sql["intent_cancel_read"], (key,)).fetchone()
+            cursor = conn.execute(sql["intent_cancel_read"], (key,))
+            row = cursor.fetchone()
             if row is None:
                 return None
-            state, channel, attempts, requested = State(row[0]), row[1], row[2], row[3]
-            if state in CLAIMABLE:
-                change = Change(key=key, from_state=state, to_state=State.CANCELLED,
+            target = CANCEL_TARGET.one(cursor.description, row)
+            if target.state in CLAIMABLE:
+                change = Change(key=key, from_state=target.state, to_state=State.CANCELLED,
                                 event="cancelled", reason=reason)
-                conn.execute(sql["intent_apply"], _change_params(change, now))
-                conn.execute(sql["event_insert"], (key, channel, "cancelled", now, "cancelled",
-                                                   attempts, None, None, None, reason))
+                conn.execute(sql["intent_apply"], change_params(change, now))
+                conn.execute(sql["event_insert"], change_event(
+                    change, channel=target.channel, attempts=target.attempts, now=now))
                 return State.CANCELLED
-            if state is State.CLAIMED and not requested:
+            if target.state is State.CLAIMED and not target.cancel_requested:
                 conn.execute(sql["intent_cancel_request"], (now, key))
-                conn.execute(sql["event_insert"], (key, channel, "cancel_requested", now,
-                                                   "claimed", attempts, None, None, None, reason))
-            return state
+                conn.execute(sql["event_insert"], (key, target.channel, "cancel_requested", now,
+                                                   "claimed", target.attempts, None, None, None,
+                                                   reason))
+            return target.state
 
         return await self.db.write(fn)
 
     # ---------------------------------------------------------------- reads
 
-    async def intent_get(self, key: str) -> Intent | None:
-        def fn(conn: sqlite3.Connection) -> Intent | None:
-            row = conn.execute(self._sql["intent_get"], (key,)).fetchone()
-            return None if row is None else _intent(row)
+    async def _read_all(self, shape: Shape[R], query: str, params: Any = ()) -> list[R]:
+        statement = self._sql[query]
+        return await self.db.read(lambda conn: _all(conn, shape, statement, params))
 
-        return await self.db.read(fn)
+    async def _read_one(self, shape: Shape[R], query: str, params: Any = ()) -> R | None:
+        statement = self._sql[query]
+        return await self.db.read(lambda conn: _one(conn, shape, statement, params))
+
+    async def intent_get(self, key: str) -> Intent | None:
+        return await self._read_one(INTENT, "intent_get", (key,))
 
     async def intent_find(
         self,
@@ -503,10 +412,7 @@ class SqliteStore:
                   "updated_before": updated_before, "lease_expired_at": lease_expired_at,
                   "limit": limit}
 
-        def fn(conn: sqlite3.Connection) -> list[Intent]:
-            return [_intent(row) for row in conn.execute(self._sql["intent_find"], params)]
-
-        return await self.db.read(fn)
+        return await self._read_all(INTENT, "intent_find", params)
 
     async def intent_counts(self) -> dict[str, dict[str, int]]:
         """``{channel: {state: count}}`` over every intent."""
@@ -515,7 +421,8 @@ class SqliteStore:
     async def intent_latencies(self, channel: str) -> list[float]:
         """Seconds from due to acceptance for every accepted intent of ``channel``."""
         def fn(conn: sqlite3.Connection) -> list[float]:
-            return [row[0] for row in conn.execute(self._sql["intent_latencies"], (channel,))]
+            statement = self._sql["intent_latencies"]
+            return [latency for (latency,) in conn.execute(statement, (channel,))]
 
         return await self.db.read(fn)
 
@@ -533,19 +440,12 @@ class SqliteStore:
     async def event_append_many(self, events: Sequence[Event]) -> None:
         if not events:
             return
-        rows = [_event_row(e) for e in events]
-        await self.db.write(lambda conn: conn.executemany(self._sql["event_insert"], rows))
+        params = [event_row(e) for e in events]
+        await self.db.write(lambda conn: conn.executemany(self._sql["event_insert"], params))
 
     async def events_for(self, key: str) -> list[Event]:
         """Every event of ``key``, in the order written."""
-        def fn(conn: sqlite3.Connection) -> list[Event]:
-            return [
-                Event(key=r[0], channel=r[1], type=r[2], at=r[3], state=r[4], attempt=r[5],
-                      worker=r[6], message_id=r[7], provider_request_id=r[8], detail=r[9])
-                for r in conn.execute(self._sql["events_for"], (key,))
-            ]
-
-        return await self.db.read(fn)
+        return await self._read_all(EVENT, "events_for", (key,))
 
     async def event_counts(self) -> dict[str, dict[str, int]]:
         """``{channel: {event type: count}}``."""
@@ -568,16 +468,15 @@ class SqliteStore:
         def fn(conn: sqlite3.Connection) -> Occurrence:
             if conn.execute(sql["occurrence_insert"], params).rowcount == 0:
                 conn.execute(sql["occurrence_reopen"], {"id": id, "kind": kind})
-            return _occurrence(conn.execute(sql["occurrence_get"], (id,)).fetchone())
+            occurrence = _one(conn, OCCURRENCE, sql["occurrence_get"], (id,))
+            if occurrence is None:  # pragma: no cover - inserted or present in this transaction
+                raise StoreError(f"occurrence {id!r} vanished")
+            return occurrence
 
         return await self.db.write(fn)
 
     async def occurrence_get(self, id: str) -> Occurrence | None:
-        def fn(conn: sqlite3.Connection) -> Occurrence | None:
-            row = conn.execute(self._sql["occurrence_get"], (id,)).fetchone()
-            return None if row is None else _occurrence(row)
-
-        return await self.db.read(fn)
+        return await self._read_one(OCCURRENCE, "occurrence_get", (id,))
 
     async def occurrence_finish(self, id: str, *, now: float, status: str = "done",
                                 reason: str | None = None) -> None:
@@ -591,11 +490,7 @@ class SqliteStore:
         await self.db.write(fn)
 
     async def occurrence_list(self, campaign: str | None = None) -> list[Occurrence]:
-        def fn(conn: sqlite3.Connection) -> list[Occurrence]:
-            rows = conn.execute(self._sql["occurrence_list"], {"campaign": campaign})
-            return [_occurrence(row) for row in rows]
-
-        return await self.db.read(fn)
+        return await self._read_all(OCCURRENCE, "occurrence_list", {"campaign": campaign})
 
     # ---------------------------------------------------------------- admission switches
 
@@ -606,24 +501,20 @@ class SqliteStore:
                   "reason": reason}
 
         def fn(conn: sqlite3.Connection) -> Switch:
-            return _switch(conn.execute(self._sql["switch_upsert"], params).fetchone())
+            switch = _one(conn, SWITCH, self._sql["switch_upsert"], params)
+            assert switch is not None  # an upsert with RETURNING returns its row
+            return switch
 
         return await self.db.write(fn)
 
     async def switch_all(self) -> list[Switch]:
-        def fn(conn: sqlite3.Connection) -> list[Switch]:
-            return [_switch(row) for row in conn.execute(self._sql["switch_all"])]
-
-        return await self.db.read(fn)
+        return await self._read_all(SWITCH, "switch_all")
 
     # ---------------------------------------------------------------- recipient preferences
 
     async def preference_set(self, preference: Preference, *, now: float) -> None:
         """Insert or replace the preference of (recipient_id, channel), stamped ``now``."""
-        params = {"recipient_id": preference.recipient_id, "channel": preference.channel,
-                  "opted_out": int(preference.opted_out), "quiet_start": preference.quiet_start,
-                  "quiet_end": preference.quiet_end, "timezone": preference.timezone,
-                  "now": now}
+        params = preference_params(preference, now=now)
         await self.db.write(lambda conn: conn.execute(self._sql["preference_upsert"], params))
 
     async def preference_delete(self, recipient_id: str, channel: str) -> bool:
@@ -643,15 +534,8 @@ class SqliteStore:
             return {}
         params = {"pairs": json.dumps([[r, c] for r, c in dict.fromkeys(pairs)])}
 
-        def fn(conn: sqlite3.Connection) -> dict[tuple[str, str], Preference]:
-            return {
-                (r, c): Preference(recipient_id=r, channel=c, opted_out=bool(out),
-                                   quiet_start=start, quiet_end=end, timezone=tz)
-                for r, c, out, start, end, tz in conn.execute(self._sql["preferences_for"],
-                                                              params)
-            }
-
-        return await self.db.read(fn)
+        found = await self._read_all(PREFERENCE, "preferences_for", params)
+        return {(p.recipient_id, p.channel): p for p in found}
 
     # ---------------------------------------------------------------- pacer state
 
@@ -666,8 +550,8 @@ class SqliteStore:
         sql = self._sql
 
         def transact(conn: sqlite3.Connection) -> T:
-            row = conn.execute(sql["pacer_read"], (channel,)).fetchone()
-            new_state, result = fn(None if row is None else json.loads(row[0]))
+            (stored,) = conn.execute(sql["pacer_read"], (channel,)).fetchone() or (None,)
+            new_state, result = fn(pacer_state(stored))
             conn.execute(sql["pacer_write"], (channel, json.dumps(new_state)))
             return result
 
@@ -675,9 +559,8 @@ class SqliteStore:
 
     async def pacer_read(self, channel: str) -> dict[str, Any] | None:
         def fn(conn: sqlite3.Connection) -> dict[str, Any] | None:
-            row = conn.execute(self._sql["pacer_read"], (channel,)).fetchone()
-            state: dict[str, Any] | None = None if row is None else json.loads(row[0])
-            return state
+            (stored,) = conn.execute(self._sql["pacer_read"], (channel,)).fetchone() or (None,)
+            return pacer_state(stored)
 
         return await self.db.read(fn)
 
@@ -686,8 +569,9 @@ class SqliteStore:
 
     async def pacer_paused_until(self, channel: str) -> float:
         def fn(conn: sqlite3.Connection) -> float:
-            row = conn.execute(self._sql["pacer_paused_until"], (channel,)).fetchone()
-            return 0.0 if row is None else float(row[0])
+            statement = self._sql["pacer_paused_until"]
+            (until,) = conn.execute(statement, (channel,)).fetchone() or (0.0,)
+            return float(until)
 
         return await self.db.read(fn)
 
@@ -695,29 +579,20 @@ class SqliteStore:
 
     async def api_token_insert(self, token: ApiToken) -> None:
         """Store a new token; StoreError if its id exists."""
-        params = _api_token_params(token)
+        params = api_token_params(token)
         await self.db.write(lambda conn: conn.execute(self._sql["api_token_insert"], params))
 
     async def api_token_get(self, id: str) -> ApiToken | None:
-        def fn(conn: sqlite3.Connection) -> ApiToken | None:
-            row = conn.execute(self._sql["api_token_get"], (id,)).fetchone()
-            return None if row is None else _api_token(row)
-
-        return await self.db.read(fn)
+        return await self._read_one(API_TOKEN, "api_token_get", (id,))
 
     async def api_token_list(self) -> list[ApiToken]:
-        def fn(conn: sqlite3.Connection) -> list[ApiToken]:
-            return [_api_token(row) for row in conn.execute(self._sql["api_token_list"])]
-
-        return await self.db.read(fn)
+        return await self._read_all(API_TOKEN, "api_token_list")
 
     async def api_token_revoke(self, id: str, *, now: float) -> ApiToken | None:
         """Revoke a token (a second revocation keeps the first time); None if unknown."""
-        def fn(conn: sqlite3.Connection) -> ApiToken | None:
-            row = conn.execute(self._sql["api_token_revoke"], {"id": id, "now": now}).fetchone()
-            return None if row is None else _api_token(row)
-
-        return await self.db.write(fn)
+        statement = self._sql["api_token_revoke"]
+        return await self.db.write(
+            lambda conn: _one(conn, API_TOKEN, statement, {"id": id, "now": now}))
 
     async def api_signature_claim(self, signature: str, *, now: float,
                                   expires_at: float) -> bool:
@@ -749,27 +624,23 @@ class SqliteStore:
         return await self.db.read(fn)
 
     async def api_idempotency_get(self, key: str) -> IdempotentResponse | None:
-        def fn(conn: sqlite3.Connection) -> IdempotentResponse | None:
-            row = conn.execute(self._sql["api_idempotency_get"], (key,)).fetchone()
-            return None if row is None else _idempotent(row)
-
-        return await self.db.read(fn)
+        return await self._read_one(IDEMPOTENT_RESPONSE, "api_idempotency_get", (key,))
 
     async def api_idempotency_put(self, record: IdempotentResponse, *,
                                   expire_before: float | None = None) -> IdempotentResponse:
         """Keep the first answer to a key; return the one stored (this one or an older)."""
         sql = self._sql
-        params = {"key": record.key, "request_hash": record.request_hash,
-                  "status": record.status, "body": record.body,
-                  "created_at": record.created_at}
+        params = idempotent_params(record)
 
         def fn(conn: sqlite3.Connection) -> IdempotentResponse:
             if expire_before is not None:
                 conn.execute(sql["api_idempotency_prune"], {"before": expire_before})
             if conn.execute(sql["api_idempotency_insert"], params).rowcount == 1:
                 return record
-            return _idempotent(conn.execute(sql["api_idempotency_get"],
-                                            (record.key,)).fetchone())
+            stored = _one(conn, IDEMPOTENT_RESPONSE, sql["api_idempotency_get"], (record.key,))
+            if stored is None:  # pragma: no cover - the conflicting row is in this transaction
+                raise StoreError(f"idempotency key {record.key!r} vanished")
+            return stored
 
         return await self.db.write(fn)
 
@@ -794,11 +665,8 @@ class SqliteStore:
 
     async def intent_summary(self, *, now: float, since: float) -> list[IntentSummary]:
         """One summary per (campaign, channel), ordered by campaign then channel."""
-        def fn(conn: sqlite3.Connection) -> list[IntentSummary]:
-            rows = conn.execute(self._sql["intent_summary"], {"now": now, "since": since})
-            return [_summary(row) for row in rows]
-
-        return await self.db.read(fn)
+        return await self._read_all(INTENT_SUMMARY, "intent_summary",
+                                    {"now": now, "since": since})
 
     async def intent_latency_histogram(self, bounds: Sequence[float]) -> list[LatencyHistogram]:
         """Due-to-accepted latencies per channel counted into ``bounds`` (ascending)."""
@@ -807,18 +675,13 @@ class SqliteStore:
         def fn(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
             return conn.execute(self._sql["intent_latency_histogram"], params).fetchall()
 
-        return _histograms(bounds, await self.db.read(fn))
+        return latency_histograms(bounds, await self.db.read(fn))
 
     async def intent_find_by_recipient(self, recipient_id: str, *,
                                        limit: int = 100) -> list[Intent]:
         """A recipient's intents, latest due first."""
-        params = {"recipient_id": recipient_id, "limit": limit}
-
-        def fn(conn: sqlite3.Connection) -> list[Intent]:
-            return [_intent(row)
-                    for row in conn.execute(self._sql["intent_find_by_recipient"], params)]
-
-        return await self.db.read(fn)
+        return await self._read_all(INTENT, "intent_find_by_recipient",
+                                    {"recipient_id": recipient_id, "limit": limit})
 
     async def event_keys_by_detail(self, detail: str, *, limit: int = 100) -> list[str]:
         """Keys with an event whose ``detail`` is exactly ``detail``, latest first."""
@@ -842,22 +705,22 @@ class SqliteStore:
 
         def fn(conn: sqlite3.Connection) -> RecordResult:
             recorded = orphaned = 0
-            timeline: list[_EventRow] = []
+            timeline: list[EventRow] = []
             for event in unique:
-                intent = conn.execute(sql["intent_by_receipt"],
-                                      {"message_id": event.message_id}).fetchone()
+                owner = _one(conn, RECEIPT_OWNER, sql["intent_by_receipt"],
+                             {"message_id": event.message_id})
                 inserted = conn.execute(sql["provider_event_insert"], {
                     "provider": event.provider, "message_id": event.message_id,
                     "type": event.type.value, "at": event.at, "now": now,
-                    "key": None if intent is None else intent[0], "detail": event.detail,
+                    "key": None if owner is None else owner.key, "detail": event.detail,
                 }).rowcount
                 if not inserted:
                     continue
-                if intent is None:
+                if owner is None:
                     orphaned += 1
                     continue
                 recorded += 1
-                timeline.append(provider_timeline_row(event, *intent))
+                timeline.append(timeline_row(event, owner))
             conn.executemany(sql["event_insert"], timeline)
             return RecordResult(recorded=recorded, orphaned=orphaned,
                                 duplicates=len(events) - recorded - orphaned)
@@ -866,25 +729,21 @@ class SqliteStore:
 
     async def provider_events_orphaned(self, *, limit: int = 100) -> list[StoredProviderEvent]:
         """Orphaned provider events, oldest received first."""
-        def fn(conn: sqlite3.Connection) -> list[StoredProviderEvent]:
-            rows = conn.execute(self._sql["provider_events_orphaned"], {"limit": limit})
-            return [_stored_provider_event(row) for row in rows]
-
-        return await self.db.read(fn)
+        return await self._read_all(STORED_PROVIDER_EVENT, "provider_events_orphaned",
+                                    {"limit": limit})
 
     async def provider_events_adopt(self, *, since: float, limit: int = 1000) -> int:
         """Attach orphans received since ``since`` whose message id is now a receipt."""
         sql = self._sql
 
         def fn(conn: sqlite3.Connection) -> int:
-            rows = conn.execute(sql["provider_events_adoptable"],
-                                {"since": since, "limit": limit}).fetchall()
-            timeline: list[_EventRow] = []
-            for row in rows:
-                row_id, key = row[0], row[6]
+            adoptions = _all(conn, ADOPTION, sql["provider_events_adoptable"],
+                             {"since": since, "limit": limit})
+            timeline: list[EventRow] = []
+            for adoption in adoptions:
                 if conn.execute(sql["provider_event_adopt"],
-                                {"id": row_id, "key": key}).rowcount:
-                    timeline.append(provider_timeline_row(adopted_event(row), *row[6:10]))
+                                {"id": adoption.id, "key": adoption.owner.key}).rowcount:
+                    timeline.append(timeline_row(adoption.event, adoption.owner))
             conn.executemany(sql["event_insert"], timeline)
             return len(timeline)
 
@@ -892,8 +751,4 @@ class SqliteStore:
 
     async def provider_event_counts(self) -> list[ProviderEventCount]:
         """Provider events per (provider, type), ordered by both."""
-        def fn(conn: sqlite3.Connection) -> list[ProviderEventCount]:
-            return [ProviderEventCount(provider=p, type=t, total=int(n), orphaned=int(o))
-                    for p, t, n, o in conn.execute(self._sql["provider_event_counts"])]
-
-        return await self.db.read(fn)
+        return await self._read_all(PROVIDER_EVENT_COUNT, "provider_event_counts")

@@ -202,7 +202,7 @@ class SqliteDatabase(SharedDatabase):
         def fn(conn: sqlite3.Connection) -> list[int]:
             if not conn.execute(sql["migrations_table_exists"]).fetchone():
                 return []
-            return [row[0] for row in conn.execute(sql["migrations_applied"])]
+            return [version for (version,) in conn.execute(sql["migrations_applied"])]
 
         return await self.read(fn)
 

@@ -49,7 +49,8 @@ RETURNING p.id, p.provider, p.message_id, p.type, p.at, p.detail,
           c.key, c.channel, c.state, c.attempts
 
 -- name: provider_event_counts
-SELECT provider, type, count(*)::int, count(*) FILTER (WHERE key IS NULL)::int
+SELECT provider, type, count(*)::int AS total,
+       (count(*) FILTER (WHERE key IS NULL))::int AS orphaned
 FROM provider_events
 GROUP BY provider, type
 ORDER BY provider, type

@@ -4,7 +4,7 @@
 -- name: intent_by_receipt
 -- The intent a provider message id stands for (serves from intents_receipt). A receipt
 -- belongs to one intent; should two share one, the first key wins, every time.
-SELECT key, channel, state, attempts FROM intents
+SELECT receipt, key, channel, state, attempts FROM intents
 WHERE receipt = :message_id
 ORDER BY key
 LIMIT 1
@@ -39,7 +39,8 @@ ORDER BY o.received_at, o.id
 UPDATE provider_events SET key = :key WHERE id = :id AND key IS NULL
 
 -- name: provider_event_counts
-SELECT provider, type, count(*), sum(CASE WHEN key IS NULL THEN 1 ELSE 0 END)
+SELECT provider, type, count(*) AS total,
+       sum(CASE WHEN key IS NULL THEN 1 ELSE 0 END) AS orphaned
 FROM provider_events
 GROUP BY provider, type
 ORDER BY provider, type
