@@ -22,13 +22,12 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import replace
 from typing import Any, TypeVar, cast
 
 import psycopg
 from psycopg import errors as pg_errors
 
-from tidings.claims import claim_kind, redelivery_event
+from tidings.claims import claim_keys, plan_claims
 from tidings.errors import InvalidInput, StoreError
 from tidings.model import DraftPage, Event, Intent, IntentDraft, message_body, message_body_parts
 from tidings.preferences import Preference
@@ -37,7 +36,6 @@ from tidings.stores.base import (
     ApiToken,
     Change,
     Claim,
-    ClaimKind,
     IdempotentResponse,
     IntentSummary,
     LatencyHistogram,
@@ -358,74 +356,37 @@ class PostgresStore:
         now: float,
         message_ids: Sequence[str] | None = None,
     ) -> list[Claim]:
-        """Claim each key with a lease; one Claim per key, in order."""
-        if message_ids is not None and len(message_ids) != len(keys):
-            raise ValueError("message_ids must pair one to one with keys")
+        """Claim each key with a lease; one Claim per key, in order (see ``plan_claims``).
+
+        Rows another transaction holds are skipped, not waited for, and claimed as busy.
+        """
+        unique_keys = claim_keys(keys, message_ids)
         if not keys:
             return []
         sql = self._sql
-        lease_expires_at = now + lease_s
-        unique_keys = list(dict.fromkeys(keys))
 
         async def fn(conn: Conn) -> list[Claim]:
-            cur = await conn.execute(sql["intent_claim_read"], {"keys": unique_keys})
-            current = {i.key: i for i in INTENT.all(cur.description, await cur.fetchall())}
+            current = {i.key: i for i in await _all(conn, INTENT, sql["intent_claim_read"],
+                                                    {"keys": unique_keys})}
             locked: set[str] = set()
             if len(current) < len(unique_keys):
                 cur = await conn.execute(sql["intent_keys_existing"], {"keys": unique_keys})
                 locked = {key for (key,) in await cur.fetchall()} - current.keys()
-            claimed_now: dict[str, Claim] = {}
-            to_claim: list[tuple[str, str, int]] = []
-            events: list[Any] = []
-            claims: list[Claim] = []
-            for i, key in enumerate(keys):
-                message_id = message_ids[i] if message_ids is not None else None
-                row = current.get(key)
-                if key in claimed_now:
-                    claims.append(Claim(key=key, kind=ClaimKind.BUSY, state=State.CLAIMED,
-                                        retry_at=lease_expires_at))
-                    continue
-                if key in locked:
-                    # Another transaction holds the row right now: look again shortly.
-                    claims.append(Claim(key=key, kind=ClaimKind.BUSY, retry_at=now + 0.1))
-                    continue
-                if row is None:
-                    claims.append(Claim(key=key, kind=ClaimKind.MISSING))
-                    continue
-                state = row.state
-                kind, retry_at = claim_kind(state, next_attempt_at=row.next_attempt_at,
-                                            lease_expires_at=row.lease_expires_at, now=now)
-                if kind is ClaimKind.CLAIMED:
-                    intent = replace(
-                        row, state=State.CLAIMED, lease_owner=owner,
-                        lease_token=row.lease_token + 1, lease_expires_at=lease_expires_at,
-                        attempts=row.attempts + 1, updated_at=now,
-                    )
-                    to_claim.append((key, state.value, row.lease_token))
-                    events.append((key, row.channel, "claimed", now, "claimed",
-                                   intent.attempts, owner, message_id, None, None))
-                    claim = Claim(key=key, kind=ClaimKind.CLAIMED, intent=intent,
-                                  token=intent.lease_token, state=State.CLAIMED)
-                    claimed_now[key] = claim
-                else:
-                    if kind is ClaimKind.DONE:
-                        events.append((key, row.channel, redelivery_event(state), now,
-                                       state.value, row.attempts, owner, message_id, None,
-                                       None))
-                    claim = Claim(key=key, kind=kind, state=state, retry_at=retry_at)
-                claims.append(claim)
-            if to_claim:
+            plan = plan_claims(keys, current, owner=owner, lease_s=lease_s, now=now,
+                               message_ids=message_ids, locked=locked)
+            if plan.leases:
                 cur = await conn.execute(sql["intent_claim"], {
-                    "owner": owner, "expires_at": lease_expires_at, "now": now,
-                    "keys": [c[0] for c in to_claim], "states": [c[1] for c in to_claim],
-                    "tokens": [c[2] for c in to_claim],
+                    "owner": owner, "expires_at": plan.lease_expires_at, "now": now,
+                    "keys": [lease.key for lease in plan.leases],
+                    "states": [lease.from_state.value for lease in plan.leases],
+                    "tokens": [lease.token for lease in plan.leases],
                 })
-                if cur.rowcount != len(to_claim):
+                if cur.rowcount != len(plan.leases):
                     # Impossible while the rows are locked; refuse rather than hand out a
                     # lease that another writer may also hold.
                     raise StoreError("claim guard failed under a row lock")
-            await _insert_events(conn, sql, events)
-            return claims
+            await _insert_events(conn, sql, [event_row(e) for e in plan.events])
+            return plan.claims
 
         return await self.db.write(fn)
 

@@ -12,10 +12,9 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import replace
 from typing import Any, TypeVar
 
-from tidings.claims import claim_kind, redelivery_event
+from tidings.claims import claim_keys, plan_claims
 from tidings.errors import StoreError
 from tidings.model import Event, Intent, IntentDraft, message_body
 from tidings.preferences import Preference
@@ -24,7 +23,6 @@ from tidings.stores.base import (
     ApiToken,
     Change,
     Claim,
-    ClaimKind,
     IdempotentResponse,
     IntentSummary,
     LatencyHistogram,
@@ -260,64 +258,28 @@ class SqliteStore:
         now: float,
         message_ids: Sequence[str] | None = None,
     ) -> list[Claim]:
-        """Claim each key with a lease; one Claim per key, in order."""
-        if message_ids is not None and len(message_ids) != len(keys):
-            raise ValueError("message_ids must pair one to one with keys")
+        """Claim each key with a lease; one Claim per key, in order (see ``plan_claims``)."""
+        keys_json = json.dumps(claim_keys(keys, message_ids))
         if not keys:
             return []
         sql = self._sql
-        lease_expires_at = now + lease_s
-        keys_json = json.dumps(list(dict.fromkeys(keys)))
 
         def fn(conn: sqlite3.Connection) -> list[Claim]:
-            cursor = conn.execute(sql["intent_claim_read"], {"keys": keys_json})
-            current = {i.key: i for i in INTENT.all(cursor.description, cursor)}
-            claimed_now: dict[str, Claim] = {}
-            updates: list[tuple[str, float, float, str, str, int]] = []
-            events: list[EventRow] = []
-            claims: list[Claim] = []
-            for i, key in enumerate(keys):
-                message_id = message_ids[i] if message_ids is not None else None
-                row = current.get(key)
-                if key in claimed_now:
-                    # The second copy of a key claimed by this very call.
-                    claims.append(Claim(key=key, kind=ClaimKind.BUSY, state=State.CLAIMED,
-                                        retry_at=lease_expires_at))
-                    continue
-                if row is None:
-                    claims.append(Claim(key=key, kind=ClaimKind.MISSING))
-                    continue
-                state = row.state
-                kind, retry_at = claim_kind(state, next_attempt_at=row.next_attempt_at,
-                                            lease_expires_at=row.lease_expires_at, now=now)
-                if kind is ClaimKind.CLAIMED:
-                    intent = replace(
-                        row, state=State.CLAIMED, lease_owner=owner,
-                        lease_token=row.lease_token + 1, lease_expires_at=lease_expires_at,
-                        attempts=row.attempts + 1, updated_at=now,
-                    )
-                    updates.append((owner, lease_expires_at, now, key, state.value,
-                                    row.lease_token))
-                    events.append((key, row.channel, "claimed", now, "claimed",
-                                   intent.attempts, owner, message_id, None, None))
-                    claim = Claim(key=key, kind=ClaimKind.CLAIMED, intent=intent,
-                                  token=intent.lease_token, state=State.CLAIMED)
-                    claimed_now[key] = claim
-                else:
-                    if kind is ClaimKind.DONE:
-                        events.append((key, row.channel, redelivery_event(state), now,
-                                       state.value, row.attempts, owner, message_id, None,
-                                       None))
-                    claim = Claim(key=key, kind=kind, state=state, retry_at=retry_at)
-                claims.append(claim)
-            if updates:
-                cursor = conn.executemany(sql["intent_claim"], updates)
-                if cursor.rowcount != len(updates):
+            current = {i.key: i for i in _all(conn, INTENT, sql["intent_claim_read"],
+                                              {"keys": keys_json})}
+            plan = plan_claims(keys, current, owner=owner, lease_s=lease_s, now=now,
+                               message_ids=message_ids)
+            if plan.leases:
+                expires_at = plan.lease_expires_at
+                cursor = conn.executemany(sql["intent_claim"], [
+                    (owner, expires_at, now, key, state.value, token)
+                    for key, state, token in plan.leases])
+                if cursor.rowcount != len(plan.leases):
                     # Impossible under BEGIN IMMEDIATE; refuse rather than hand out a
                     # lease that another writer may also hold.
                     raise StoreError("claim guard failed inside a write transaction")
-            conn.executemany(sql["event_insert"], events)
-            return claims
+            conn.executemany(sql["event_insert"], [event_row(e) for e in plan.events])
+            return plan.claims
 
         return await self.db.write(fn)
 
