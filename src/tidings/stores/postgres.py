@@ -8,8 +8,9 @@ serializes every writer; here each transaction locks only the rows it decides ab
   intents (``ON CONFLICT DO NOTHING RETURNING key``, so the keys returned are exactly
   those this transaction inserted, even when two schedulers admit the same page at
   once) and, for just those, their events and queue messages;
-- claims read their rows ``FOR UPDATE`` in key order (no deadlock between claimers of
-  overlapping pages), decide in Python, and write with one guarded ``UPDATE``;
+- claims read their rows ``FOR UPDATE SKIP LOCKED`` in key order (no deadlock between
+  claimers of overlapping pages), the core plans them (``claims.plan_claims``), and one
+  guarded ``UPDATE`` writes the leases;
 - the outbox relay takes due intents ``FOR UPDATE SKIP LOCKED``;
 - ``pacer_transact`` locks the channel's pacer row (``SELECT … FOR UPDATE``), so one
   pacing budget per channel holds across machines.
@@ -29,25 +30,11 @@ from psycopg import errors as pg_errors
 
 from tidings.claims import claim_keys, plan_claims
 from tidings.errors import InvalidInput, StoreError
-from tidings.model import DraftPage, Event, Intent, IntentDraft, message_body, message_body_parts
+from tidings.model import DraftPage, Event, IntentDraft, message_body, message_body_parts
 from tidings.preferences import Preference
 from tidings.states import CLAIMABLE, State, check
-from tidings.stores.base import (
-    ApiToken,
-    Change,
-    Claim,
-    IdempotentResponse,
-    IntentSummary,
-    LatencyHistogram,
-    Occurrence,
-    OccurrenceProgress,
-    ProviderEvent,
-    ProviderEventCount,
-    PublishItem,
-    RecordResult,
-    StoredProviderEvent,
-    Switch,
-)
+from tidings.stores import base, rows
+from tidings.stores.lifecycle import DatabaseStore
 from tidings.stores.postgres_db import Conn, PostgresDatabase
 from tidings.stores.provider_events import (
     ADOPTION,
@@ -56,31 +43,7 @@ from tidings.stores.provider_events import (
     timeline_row,
     unique_provider_events,
 )
-from tidings.stores.rows import (
-    API_TOKEN,
-    CANCEL_TARGET,
-    EVENT,
-    IDEMPOTENT_RESPONSE,
-    INTENT,
-    INTENT_SUMMARY,
-    OCCURRENCE,
-    PREFERENCE,
-    PROVIDER_EVENT_COUNT,
-    PUBLISH_ITEM,
-    STORED_PROVIDER_EVENT,
-    SWITCH,
-    EventRow,
-    Shape,
-    api_token_params,
-    change_event,
-    change_params,
-    event_row,
-    idempotent_params,
-    latency_histograms,
-    pacer_state,
-    preference_params,
-    progress_params,
-)
+from tidings.stores.reads import StoreReads
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -95,9 +58,9 @@ def _page_copy_text(page: DraftPage) -> str | None:
     """The page's rows as COPY text when no field needs escaping (the usual case), else
     None and psycopg formats them row by row. One join and four scans of the result
     instead of a formatting call per row: this runs for every member admitted."""
-    rows = page.rows
-    text = "".join([f"{c}\t{r}\t{a}\t{d}\n" for c, r, a, d in rows])
-    if (text.count("\t") == 3 * len(rows) and text.count("\n") == len(rows)
+    members = page.rows
+    text = "".join([f"{c}\t{r}\t{a}\t{d}\n" for c, r, a, d in members])
+    if (text.count("\t") == 3 * len(members) and text.count("\n") == len(members)
             and "\\" not in text and "\r" not in text):
         return text
     return None
@@ -118,12 +81,12 @@ async def _insert_events(conn: Conn, sql: Mapping[str, str], events: Sequence[An
             await cur.executemany(sql["event_insert"], events)
 
 
-async def _all(conn: Conn, shape: Shape[R], statement: str, params: Any = None) -> list[R]:
+async def _all(conn: Conn, shape: rows.Shape[R], statement: str, params: Any = None) -> list[R]:
     cur = await conn.execute(statement, params)
     return shape.all(cur.description, await cur.fetchall())
 
 
-async def _one(conn: Conn, shape: Shape[R], statement: str, params: Any = None) -> R | None:
+async def _one(conn: Conn, shape: rows.Shape[R], statement: str, params: Any = None) -> R | None:
     cur = await conn.execute(statement, params)
     row = await cur.fetchone()
     return None if row is None else shape.one(cur.description, row)
@@ -136,16 +99,10 @@ async def _owners_by_receipt(conn: Conn, statement: str,
     return {owner.receipt: owner for owner in owners}
 
 
-class PostgresStore:
+class PostgresStore(DatabaseStore[PostgresDatabase], StoreReads):
     """The ``Store`` port on one PostgreSQL database (see ``PostgresDatabase``)."""
 
     concurrent_writers = True
-
-    def __init__(self, db: PostgresDatabase) -> None:
-        self.db = db
-        self.url = db.url
-        self._sql: Mapping[str, str] = db.sql
-        db.retain()
 
     @classmethod
     async def open(cls, url: str) -> PostgresStore:
@@ -153,23 +110,6 @@ class PostgresStore:
         db = PostgresDatabase.from_url(url)
         await db.open()
         return cls(db)
-
-    # ---------------------------------------------------------------- lifecycle
-
-    async def migrate(self) -> list[int]:
-        """Apply pending migrations; return the versions applied now."""
-        return await self.db.migrate()
-
-    async def schema_version(self) -> int:
-        return await self.db.schema_version()
-
-    async def check_schema(self) -> None:
-        """Raise SchemaOutOfDate when migrations are pending."""
-        await self.db.check_schema()
-
-    async def close(self) -> None:
-        """Release the database; it closes when no other adapter still uses it."""
-        await self.db.release()
 
     # ---------------------------------------------------------------- admission and relay
 
@@ -179,17 +119,13 @@ class PostgresStore:
         *,
         now: float,
         publish_lease_until: float | None = None,
-        progress: OccurrenceProgress | None = None,
+        progress: base.OccurrenceProgress | None = None,
         enqueue: bool = False,
         progress_after: Awaitable[object] | None = None,
     ) -> list[str]:
-        """Insert intents as ``selected`` (existing keys untouched); return the new keys.
-
-        With ``enqueue`` the new intents' messages go into this database's queue in the
-        same transaction and the intents are born ``enqueued``. With ``progress_after``
-        this page's rows are written while that one's are, and only the occurrence's
-        progress waits for it (see the port).
-        """
+        """``Store.intent_admit``, pages side by side: with ``progress_after`` this page's
+        rows are written while that one's are, and only the occurrence's progress waits
+        for it (see ``_admission`` for how a page goes in)."""
         if not drafts and progress is None:
             return []
         fn = self._admission(drafts, now=now, publish_lease_until=publish_lease_until,
@@ -224,7 +160,7 @@ class PostgresStore:
             raise StoreError(f"admission in the caller's transaction failed: {exc}") from exc
 
     def _admission(self, drafts: Sequence[IntentDraft], *, now: float,
-                   publish_lease_until: float | None, progress: OccurrenceProgress | None,
+                   publish_lease_until: float | None, progress: base.OccurrenceProgress | None,
                    enqueue: bool, progress_after: Awaitable[object] | None
                    ) -> Callable[[Conn], Awaitable[list[str]]]:
         """The body of one admission transaction (safe to run again: see intent_admit).
@@ -251,24 +187,24 @@ class PostgresStore:
         def unique_drafts() -> tuple[list[IntentDraft], list[tuple[Any, ...]]]:
             seen: set[str] = set()
             unique: list[IntentDraft] = []
-            rows: list[tuple[Any, ...]] = []
+            staged: list[tuple[Any, ...]] = []
             for d in drafts:  # keeps the first of a key drafted twice
                 if d.key not in seen:
                     seen.add(d.key)
                     unique.append(d)
-                    rows.append((len(rows), d.key, d.channel, d.recipient_id, d.address,
+                    staged.append((len(staged), d.key, d.channel, d.recipient_id, d.address,
                                  d.template, d.data, d.campaign, d.occurrence, d.due_at,
                                  d.expires_at, message_body(d.key)))
-            return unique, rows
+            return unique, staged
 
-        async def copy_rows(cur: Any, stage: str, rows: Sequence[tuple[Any, ...]],
+        async def copy_rows(cur: Any, stage: str, staged: Sequence[tuple[Any, ...]],
                             text: str | None = None) -> None:
             await cur.execute(sql[f"{stage}_create"])
             async with cur.copy(sql[f"{stage}_copy"]) as copy:
                 if text is not None:
                     await copy.write(text)
                     return
-                for row in rows:
+                for row in staged:
                     await copy.write_row(row)
 
         async def fresh_only(cur: Any, statement: str) -> bool:
@@ -286,11 +222,11 @@ class PostgresStore:
                 if await fresh_only(cur, "intent_admit_page"):
                     used = {channel for channel, _, _, _ in page.rows}
                     return page.keys(), {page.channels[i][0] for i in used}
-                unique, rows = unique_drafts()
-                await copy_rows(cur, "admit_stage", rows)
+                unique, staged = unique_drafts()
+                await copy_rows(cur, "admit_stage", staged)
             else:
-                unique, rows = unique_drafts()
-                await copy_rows(cur, "admit_stage", rows)
+                unique, staged = unique_drafts()
+                await copy_rows(cur, "admit_stage", staged)
                 if await fresh_only(cur, "intent_admit_fresh"):
                     return [d.key for d in unique], {d.channel for d in unique}
             await cur.execute(sql["intent_admit_staged" + suffix], params)
@@ -311,7 +247,7 @@ class PostgresStore:
                 await _in_page_order(progress_after)
             if progress is not None:
                 cur = await conn.execute(sql["occurrence_progress"],
-                                         progress_params(progress, admitted=len(keys)))
+                                         rows.progress_params(progress, admitted=len(keys)))
                 if cur.rowcount != 1:
                     raise StoreError(f"occurrence {progress.occurrence!r} does not exist")
             return keys
@@ -320,14 +256,14 @@ class PostgresStore:
 
     async def intent_claim_publish(
         self, *, now: float, horizon_s: float, lease_s: float, limit: int
-    ) -> list[PublishItem]:
+    ) -> list[base.PublishItem]:
         """Lease due ``selected`` intents for publishing, oldest due first."""
         params = {"now": now, "due_by": now + horizon_s, "lease_until": now + lease_s,
                   "limit": limit}
 
-        async def fn(conn: Conn) -> list[PublishItem]:
+        async def fn(conn: Conn) -> list[base.PublishItem]:
             cur = await conn.execute(self._sql["intent_claim_publish"], params)
-            return PUBLISH_ITEM.all(cur.description, await cur.fetchall())
+            return rows.PUBLISH_ITEM.all(cur.description, await cur.fetchall())
 
         items = await self.db.write(fn)
         items.sort(key=lambda item: (item.due_at, item.key))
@@ -355,7 +291,7 @@ class PostgresStore:
         lease_s: float,
         now: float,
         message_ids: Sequence[str] | None = None,
-    ) -> list[Claim]:
+    ) -> list[base.Claim]:
         """Claim each key with a lease; one Claim per key, in order (see ``plan_claims``).
 
         Rows another transaction holds are skipped, not waited for, and claimed as busy.
@@ -365,8 +301,8 @@ class PostgresStore:
             return []
         sql = self._sql
 
-        async def fn(conn: Conn) -> list[Claim]:
-            current = {i.key: i for i in await _all(conn, INTENT, sql["intent_claim_read"],
+        async def fn(conn: Conn) -> list[base.Claim]:
+            current = {i.key: i for i in await _all(conn, rows.INTENT, sql["intent_claim_read"],
                                                     {"keys": unique_keys})}
             locked: set[str] = set()
             if len(current) < len(unique_keys):
@@ -385,7 +321,7 @@ class PostgresStore:
                     # Impossible while the rows are locked; refuse rather than hand out a
                     # lease that another writer may also hold.
                     raise StoreError("claim guard failed under a row lock")
-            await _insert_events(conn, sql, [event_row(e) for e in plan.events])
+            await _insert_events(conn, sql, [rows.event_row(e) for e in plan.events])
             return plan.claims
 
         return await self.db.write(fn)
@@ -406,7 +342,7 @@ class PostgresStore:
         renewed = await self.db.write(fn)
         return list(dict.fromkeys(key for key, _ in leases if key not in renewed))
 
-    async def intent_apply_many(self, changes: Sequence[Change], *, now: float) -> list[str]:
+    async def intent_apply_many(self, changes: Sequence[base.Change], *, now: float) -> list[str]:
         """Apply guarded changes in one transaction, in order; return the keys applied."""
         for change in changes:
             check(change.from_state, change.to_state)
@@ -424,19 +360,20 @@ class PostgresStore:
             # still apply in order, so a repeated key meets the guard its twin left.
             cur = conn.cursor()
             await cur.executemany(sql["intent_apply"],
-                                  [change_params(change, now) for change in changes],
+                                  [rows.change_params(change, now) for change in changes],
                                   returning=True)
-            rows: list[tuple[Any, ...] | None] = []
+            results: list[tuple[Any, ...] | None] = []
             while True:
-                rows.append(await cur.fetchone())
+                results.append(await cur.fetchone())
                 if not cur.nextset():
                     break
-            for change, row in zip(changes, rows, strict=True):
+            for change, row in zip(changes, results, strict=True):
                 if row is None:
                     continue
                 channel, attempts = row
                 applied.append(change.key)
-                events.append(change_event(change, channel=channel, attempts=attempts, now=now))
+                events.append(rows.change_event(change, channel=channel, attempts=attempts,
+                                                now=now))
             await _insert_events(conn, sql, events)
             return applied
 
@@ -447,14 +384,14 @@ class PostgresStore:
         sql = self._sql
 
         async def fn(conn: Conn) -> State | None:
-            target = await _one(conn, CANCEL_TARGET, sql["intent_cancel_read"], (key,))
+            target = await _one(conn, rows.CANCEL_TARGET, sql["intent_cancel_read"], (key,))
             if target is None:
                 return None
             if target.state in CLAIMABLE:
-                change = Change(key=key, from_state=target.state, to_state=State.CANCELLED,
+                change = base.Change(key=key, from_state=target.state, to_state=State.CANCELLED,
                                 event="cancelled", reason=reason)
-                await conn.execute(sql["intent_apply"], change_params(change, now))
-                await conn.execute(sql["event_insert"], change_event(
+                await conn.execute(sql["intent_apply"], rows.change_params(change, now))
+                await conn.execute(sql["event_insert"], rows.change_event(
                     change, channel=target.channel, attempts=target.attempts, now=now))
                 return State.CANCELLED
             if target.state is State.CLAIMED and not target.cancel_requested:
@@ -466,99 +403,59 @@ class PostgresStore:
 
         return await self.db.write(fn)
 
-    # ---------------------------------------------------------------- reads
+    # ---------------------------------------------------------------- how a read runs
 
-    async def _rows(self, query: str, params: Any = None) -> list[tuple[Any, ...]]:
+    def _array(self, values: Sequence[Any]) -> list[Any]:
+        return list(values)
+
+    async def _read_tuples(self, query: str, params: Any = None) -> list[tuple[Any, ...]]:
         async def fn(conn: Conn) -> list[tuple[Any, ...]]:
             cur = await conn.execute(self._sql[query], params)
             return await cur.fetchall()
 
         return await self.db.read(fn)
 
-    async def _read_all(self, shape: Shape[R], query: str, params: Any = None) -> list[R]:
+    async def _read_all(self, shape: rows.Shape[R], query: str, params: Any = None) -> list[R]:
         statement = self._sql[query]
         return await self.db.read(lambda conn: _all(conn, shape, statement, params))
 
-    async def _read_one(self, shape: Shape[R], query: str, params: Any = None) -> R | None:
+    async def _read_one(self, shape: rows.Shape[R], query: str, params: Any = None) -> R | None:
         statement = self._sql[query]
         return await self.db.read(lambda conn: _one(conn, shape, statement, params))
-
-    async def intent_get(self, key: str) -> Intent | None:
-        return await self._read_one(INTENT, "intent_get", (key,))
-
-    async def intent_find(
-        self,
-        *,
-        states: Sequence[State],
-        channel: str | None = None,
-        updated_before: float | None = None,
-        lease_expired_at: float | None = None,
-        limit: int = 1000,
-    ) -> list[Intent]:
-        """Intents in ``states`` narrowed by the filters, in (state, due time) order."""
-        params = {"states": [State(s).value for s in states], "channel": channel,
-                  "updated_before": updated_before, "lease_expired_at": lease_expired_at,
-                  "limit": limit}
-        return await self._read_all(INTENT, "intent_find", params)
-
-    async def intent_counts(self) -> dict[str, dict[str, int]]:
-        """``{channel: {state: count}}`` over every intent."""
-        return await self._nested_counts("intent_counts")
-
-    async def intent_latencies(self, channel: str) -> list[float]:
-        """Seconds from due to acceptance for every accepted intent of ``channel``."""
-        return [latency for (latency,) in await self._rows("intent_latencies", (channel,))]
-
-    async def _nested_counts(self, query: str) -> dict[str, dict[str, int]]:
-        counts: dict[str, dict[str, int]] = {}
-        for outer, inner, count in await self._rows(query):
-            counts.setdefault(outer, {})[inner] = count
-        return counts
 
     # ---------------------------------------------------------------- events
 
     async def event_append_many(self, events: Sequence[Event]) -> None:
         if not events:
             return
-        params = [event_row(e) for e in events]
+        params = [rows.event_row(e) for e in events]
 
         async def fn(conn: Conn) -> None:
             await _insert_events(conn, self._sql, params)
 
         await self.db.write(fn)
 
-    async def events_for(self, key: str) -> list[Event]:
-        """Every event of ``key``, in the order written."""
-        return await self._read_all(EVENT, "events_for", (key,))
-
-    async def event_counts(self) -> dict[str, dict[str, int]]:
-        """``{channel: {event type: count}}``."""
-        return await self._nested_counts("event_counts")
-
     # ---------------------------------------------------------------- occurrences
 
     async def occurrence_open(
         self, *, id: str, campaign: str, logical_at: float, logical_date: str, kind: str,
         now: float,
-    ) -> Occurrence:
+    ) -> base.Occurrence:
         """Return the occurrence, creating it if new; a replay re-opens one not done."""
         sql = self._sql
         params = {"id": id, "campaign": campaign, "logical_at": logical_at,
                   "logical_date": logical_date, "kind": kind, "now": now}
 
-        async def fn(conn: Conn) -> Occurrence:
+        async def fn(conn: Conn) -> base.Occurrence:
             cur = await conn.execute(sql["occurrence_insert"], params)
             if cur.rowcount == 0:
                 await conn.execute(sql["occurrence_reopen"], {"id": id, "kind": kind})
-            occurrence = await _one(conn, OCCURRENCE, sql["occurrence_get"], (id,))
+            occurrence = await _one(conn, rows.OCCURRENCE, sql["occurrence_get"], (id,))
             if occurrence is None:  # pragma: no cover - inserted or present in this transaction
                 raise StoreError(f"occurrence {id!r} vanished")
             return occurrence
 
         return await self.db.write(fn)
-
-    async def occurrence_get(self, id: str) -> Occurrence | None:
-        return await self._read_one(OCCURRENCE, "occurrence_get", (id,))
 
     async def occurrence_finish(self, id: str, *, now: float, status: str = "done",
                                 reason: str | None = None) -> None:
@@ -572,32 +469,26 @@ class PostgresStore:
 
         await self.db.write(fn)
 
-    async def occurrence_list(self, campaign: str | None = None) -> list[Occurrence]:
-        return await self._read_all(OCCURRENCE, "occurrence_list", {"campaign": campaign})
-
     # ---------------------------------------------------------------- admission switches
 
     async def switch_set(
         self, *, scope: str, name: str, paused: bool, now: float, reason: str | None = None
-    ) -> Switch:
+    ) -> base.Switch:
         params = {"scope": scope, "name": name, "paused": paused, "now": now,
                   "reason": reason}
 
-        async def fn(conn: Conn) -> Switch:
-            switch = await _one(conn, SWITCH, self._sql["switch_upsert"], params)
+        async def fn(conn: Conn) -> base.Switch:
+            switch = await _one(conn, rows.SWITCH, self._sql["switch_upsert"], params)
             assert switch is not None  # an upsert with RETURNING returns its row
             return switch
 
         return await self.db.write(fn)
 
-    async def switch_all(self) -> list[Switch]:
-        return await self._read_all(SWITCH, "switch_all")
-
     # ---------------------------------------------------------------- recipient preferences
 
     async def preference_set(self, preference: Preference, *, now: float) -> None:
         """Insert or replace the preference of (recipient_id, channel), stamped ``now``."""
-        params = preference_params(preference, now=now)
+        params = rows.preference_params(preference, now=now)
 
         async def fn(conn: Conn) -> None:
             await conn.execute(self._sql["preference_upsert"], params)
@@ -620,7 +511,7 @@ class PostgresStore:
         """The preferences of many (recipient_id, channel) pairs in one read."""
         if not pairs:
             return {}
-        found = await self._read_all(PREFERENCE, "preferences_for", {
+        found = await self._read_all(rows.PREFERENCE, "preferences_for", {
             "recipients": [r for r, _ in pairs], "channels": [c for _, c in pairs]})
         return {(p.recipient_id, p.channel): p for p in found}
 
@@ -645,25 +536,17 @@ class PostgresStore:
                 cur = await conn.execute(sql["pacer_lock"], (channel,))
                 row = await cur.fetchone()
             (stored,) = row or (None,)
-            new_state, result = fn(pacer_state(stored))
+            new_state, result = fn(rows.pacer_state(stored))
             await conn.execute(sql["pacer_write"], (json.dumps(new_state), channel))
             return result
 
         return await self.db.write(transact)
-
-    async def pacer_read(self, channel: str) -> dict[str, Any] | None:
-        (stored,) = next(iter(await self._rows("pacer_read", (channel,))), (None,))
-        return pacer_state(stored)
 
     async def pacer_pause(self, channel: str, until: float) -> None:
         async def fn(conn: Conn) -> None:
             await conn.execute(self._sql["pacer_pause"], (channel, until))
 
         await self.db.transaction(fn, block=False)  # one statement: no BEGIN/COMMIT
-
-    async def pacer_paused_until(self, channel: str) -> float:
-        (until,) = next(iter(await self._rows("pacer_paused_until", (channel,))), (0.0,))
-        return float(until)
 
     # ---------------------------------------------------------------- operator API
 
@@ -674,21 +557,15 @@ class PostgresStore:
 
         return await self.db.write(fn)
 
-    async def api_token_insert(self, token: ApiToken) -> None:
+    async def api_token_insert(self, token: base.ApiToken) -> None:
         """Store a new token; StoreError if its id exists."""
-        await self._write_rows("api_token_insert", api_token_params(token))
+        await self._write_rows("api_token_insert", rows.api_token_params(token))
 
-    async def api_token_get(self, id: str) -> ApiToken | None:
-        return await self._read_one(API_TOKEN, "api_token_get", (id,))
-
-    async def api_token_list(self) -> list[ApiToken]:
-        return await self._read_all(API_TOKEN, "api_token_list")
-
-    async def api_token_revoke(self, id: str, *, now: float) -> ApiToken | None:
+    async def api_token_revoke(self, id: str, *, now: float) -> base.ApiToken | None:
         """Revoke a token (a second revocation keeps the first time); None if unknown."""
         statement = self._sql["api_token_revoke"]
         return await self.db.write(
-            lambda conn: _one(conn, API_TOKEN, statement, {"id": id, "now": now}))
+            lambda conn: _one(conn, rows.API_TOKEN, statement, {"id": id, "now": now}))
 
     async def api_signature_claim(self, signature: str, *, now: float,
                                   expires_at: float) -> bool:
@@ -709,26 +586,20 @@ class PostgresStore:
             "campaign": campaign, "logical_date": logical_date, "now": now})
         return int(count)
 
-    async def api_trigger_counts(self) -> dict[str, int]:
-        return {c: int(n) for c, n in await self._rows("api_trigger_counts")}
-
-    async def api_idempotency_get(self, key: str) -> IdempotentResponse | None:
-        return await self._read_one(IDEMPOTENT_RESPONSE, "api_idempotency_get", (key,))
-
-    async def api_idempotency_put(self, record: IdempotentResponse, *,
-                                  expire_before: float | None = None) -> IdempotentResponse:
+    async def api_idempotency_put(self, record: base.IdempotentResponse, *,
+                                  expire_before: float | None = None) -> base.IdempotentResponse:
         """Keep the first answer to a key; return the one stored (this one or an older)."""
         sql = self._sql
-        params = idempotent_params(record)
+        params = rows.idempotent_params(record)
 
-        async def fn(conn: Conn) -> IdempotentResponse:
+        async def fn(conn: Conn) -> base.IdempotentResponse:
             if expire_before is not None:
                 await conn.execute(sql["api_idempotency_prune"], {"before": expire_before})
             cur = await conn.execute(sql["api_idempotency_insert"], params)
             if cur.rowcount == 1:
                 return record
             # A concurrent insert of the same key: ON CONFLICT waited for it to commit.
-            stored = await _one(conn, IDEMPOTENT_RESPONSE, sql["api_idempotency_get"],
+            stored = await _one(conn, rows.IDEMPOTENT_RESPONSE, sql["api_idempotency_get"],
                                 (record.key,))
             if stored is None:  # pragma: no cover - the conflicting row is committed
                 raise StoreError(f"idempotency key {record.key!r} vanished")
@@ -754,33 +625,10 @@ class PostgresStore:
         return await self._write_count("api_idempotency_release",
                                         {"key": key, "request_hash": request_hash}) == 1
 
-    async def intent_summary(self, *, now: float, since: float) -> list[IntentSummary]:
-        """One summary per (campaign, channel), ordered by campaign then channel."""
-        return await self._read_all(INTENT_SUMMARY, "intent_summary",
-                                    {"now": now, "since": since})
-
-    async def intent_latency_histogram(self, bounds: Sequence[float]) -> list[LatencyHistogram]:
-        """Due-to-accepted latencies per channel counted into ``bounds`` (ascending)."""
-        rows = await self._rows("intent_latency_histogram",
-                                {"bounds": [float(b) for b in bounds]})
-        return latency_histograms(bounds, rows)
-
-    async def intent_find_by_recipient(self, recipient_id: str, *,
-                                       limit: int = 100) -> list[Intent]:
-        """A recipient's intents, latest due first."""
-        return await self._read_all(INTENT, "intent_find_by_recipient",
-                                    {"recipient_id": recipient_id, "limit": limit})
-
-    async def event_keys_by_detail(self, detail: str, *, limit: int = 100) -> list[str]:
-        """Keys with an event whose ``detail`` is exactly ``detail``, latest first."""
-        rows = await self._rows("event_keys_by_detail", {"detail": detail, "limit": limit})
-        return [key for (key,) in rows]
-
-
     # ---------------------------------------------------------------- provider webhooks
 
-    async def provider_events_record(self, events: Sequence[ProviderEvent], *,
-                                     now: float) -> RecordResult:
+    async def provider_events_record(self, events: Sequence[base.ProviderEvent], *,
+                                     now: float) -> base.RecordResult:
         """Record provider events once each, on their intent's timeline or orphaned.
 
         One lookup and one insert for the whole batch; the insert's ``RETURNING`` names
@@ -789,11 +637,11 @@ class PostgresStore:
         """
         unique = unique_provider_events(events)
         if not unique:
-            return RecordResult(duplicates=len(events))
+            return base.RecordResult(duplicates=len(events))
         sql = self._sql
         message_ids = sorted({e.message_id for e in unique})
 
-        async def fn(conn: Conn) -> RecordResult:
+        async def fn(conn: Conn) -> base.RecordResult:
             owners = await _owners_by_receipt(conn, sql["intents_by_receipts"], message_ids)
             keys = [owners[e.message_id].key if e.message_id in owners else None
                     for e in unique]
@@ -804,7 +652,7 @@ class PostgresStore:
                 "keys": keys, "details": [e.detail for e in unique],
             })
             inserted = {(p, m, t) for p, m, t in await cur.fetchall()}
-            timeline: list[EventRow] = []
+            timeline: list[rows.EventRow] = []
             orphaned = 0
             for event in unique:
                 if (event.provider, event.message_id, event.type.value) not in inserted:
@@ -816,15 +664,10 @@ class PostgresStore:
                     timeline.append(timeline_row(event, owner))
             await _insert_events(conn, sql, timeline)
             recorded = len(timeline)
-            return RecordResult(recorded=recorded, orphaned=orphaned,
+            return base.RecordResult(recorded=recorded, orphaned=orphaned,
                                 duplicates=len(events) - recorded - orphaned)
 
         return await self.db.write(fn)
-
-    async def provider_events_orphaned(self, *, limit: int = 100) -> list[StoredProviderEvent]:
-        """Orphaned provider events, oldest received first."""
-        return await self._read_all(STORED_PROVIDER_EVENT, "provider_events_orphaned",
-                                    {"limit": limit})
 
     async def provider_events_adopt(self, *, since: float, limit: int = 1000) -> int:
         """Attach orphans received since ``since`` whose message id is now a receipt."""
@@ -838,7 +681,3 @@ class PostgresStore:
             return len(adoptions)
 
         return await self.db.write(fn)
-
-    async def provider_event_counts(self) -> list[ProviderEventCount]:
-        """Provider events per (provider, type), ordered by both."""
-        return await self._read_all(PROVIDER_EVENT_COUNT, "provider_event_counts")

@@ -16,56 +16,18 @@ from typing import Any, TypeVar
 
 from tidings.claims import claim_keys, plan_claims
 from tidings.errors import StoreError
-from tidings.model import Event, Intent, IntentDraft, message_body
+from tidings.model import Event, IntentDraft, message_body
 from tidings.preferences import Preference
 from tidings.states import CLAIMABLE, State, check
-from tidings.stores.base import (
-    ApiToken,
-    Change,
-    Claim,
-    IdempotentResponse,
-    IntentSummary,
-    LatencyHistogram,
-    Occurrence,
-    OccurrenceProgress,
-    ProviderEvent,
-    ProviderEventCount,
-    PublishItem,
-    RecordResult,
-    StoredProviderEvent,
-    Switch,
-)
+from tidings.stores import base, rows
+from tidings.stores.lifecycle import DatabaseStore
 from tidings.stores.provider_events import (
     ADOPTION,
     RECEIPT_OWNER,
     timeline_row,
     unique_provider_events,
 )
-from tidings.stores.rows import (
-    API_TOKEN,
-    CANCEL_TARGET,
-    EVENT,
-    IDEMPOTENT_RESPONSE,
-    INTENT,
-    INTENT_SUMMARY,
-    OCCURRENCE,
-    PREFERENCE,
-    PROVIDER_EVENT_COUNT,
-    PUBLISH_ITEM,
-    STORED_PROVIDER_EVENT,
-    SWITCH,
-    EventRow,
-    Shape,
-    api_token_params,
-    change_event,
-    change_params,
-    event_row,
-    idempotent_params,
-    latency_histograms,
-    pacer_state,
-    preference_params,
-    progress_params,
-)
+from tidings.stores.reads import StoreReads
 from tidings.stores.sqlite_db import SqliteDatabase, insert_messages
 
 T = TypeVar("T")
@@ -94,51 +56,28 @@ def _insert_events(
         })
 
 
-def _all(conn: sqlite3.Connection, shape: Shape[R], statement: str,
+def _all(conn: sqlite3.Connection, shape: rows.Shape[R], statement: str,
          params: Any = ()) -> list[R]:
     cursor = conn.execute(statement, params)
     return shape.all(cursor.description, cursor)
 
 
-def _one(conn: sqlite3.Connection, shape: Shape[R], statement: str,
+def _one(conn: sqlite3.Connection, shape: rows.Shape[R], statement: str,
          params: Any = ()) -> R | None:
     cursor = conn.execute(statement, params)
     row = cursor.fetchone()
     return None if row is None else shape.one(cursor.description, row)
 
 
-class SqliteStore:
+class SqliteStore(DatabaseStore[SqliteDatabase], StoreReads):
     """The ``Store`` port on one SQLite file (see ``SqliteDatabase`` for concurrency)."""
 
     concurrent_writers = False
-
-    def __init__(self, db: SqliteDatabase) -> None:
-        self.db = db
-        self.url = db.url
-        self._sql: Mapping[str, str] = db.sql
-        db.retain()
 
     @classmethod
     async def open(cls, url: str) -> SqliteStore:
         """A store on its own database connection, from ``sqlite:///path.db``."""
         return cls(SqliteDatabase.from_url(url))
-
-    # ---------------------------------------------------------------- lifecycle
-
-    async def migrate(self) -> list[int]:
-        """Apply pending migrations; return the versions applied now."""
-        return await self.db.migrate()
-
-    async def schema_version(self) -> int:
-        return await self.db.schema_version()
-
-    async def check_schema(self) -> None:
-        """Raise SchemaOutOfDate when migrations are pending."""
-        await self.db.check_schema()
-
-    async def close(self) -> None:
-        """Release the database; it closes when no other adapter still uses it."""
-        await self.db.release()
 
     # ---------------------------------------------------------------- admission and relay
 
@@ -148,16 +87,13 @@ class SqliteStore:
         *,
         now: float,
         publish_lease_until: float | None = None,
-        progress: OccurrenceProgress | None = None,
+        progress: base.OccurrenceProgress | None = None,
         enqueue: bool = False,
         progress_after: Awaitable[object] | None = None,
     ) -> list[str]:
-        """Insert intents as ``selected`` (existing keys untouched); return the new keys.
-
-        With ``enqueue`` the new intents' messages go into this database's queue in the
-        same transaction and the intents are born ``enqueued``. SQLite has one writer:
-        ``progress_after`` is simply awaited first.
-        """
+        """``Store.intent_admit``: one write transaction, a multi-row insert of the drafts
+        whose keys are new. SQLite has one writer, so ``progress_after`` is simply
+        awaited first."""
         if progress_after is not None:
             await progress_after
         if not drafts and progress is None:
@@ -203,13 +139,13 @@ class SqliteStore:
                 for d in fresh:
                     rows_by_queue.setdefault(d.channel, []).append(
                         (d.key, message_body(d.key), d.due_at - now))
-                for queue, rows in rows_by_queue.items():
-                    insert_messages(conn, sql, queue, rows, now=now)
+                for queue, messages in rows_by_queue.items():
+                    insert_messages(conn, sql, queue, messages, now=now)
             else:
                 _insert_events(conn, sql, by_channel, type="selected", state="selected", at=now)
             if progress is not None:
                 cursor = conn.execute(sql["occurrence_progress"],
-                                      progress_params(progress, admitted=len(fresh)))
+                                      rows.progress_params(progress, admitted=len(fresh)))
                 if cursor.rowcount != 1:
                     raise StoreError(f"occurrence {progress.occurrence!r} does not exist")
             return [d.key for d in fresh]
@@ -218,14 +154,14 @@ class SqliteStore:
 
     async def intent_claim_publish(
         self, *, now: float, horizon_s: float, lease_s: float, limit: int
-    ) -> list[PublishItem]:
+    ) -> list[base.PublishItem]:
         """Lease due ``selected`` intents for publishing, oldest due first."""
         params = {"now": now, "due_by": now + horizon_s, "lease_until": now + lease_s,
                   "limit": limit}
 
-        def fn(conn: sqlite3.Connection) -> list[PublishItem]:
+        def fn(conn: sqlite3.Connection) -> list[base.PublishItem]:
             cursor = conn.execute(self._sql["intent_claim_publish"], params)
-            return PUBLISH_ITEM.all(cursor.description, cursor)
+            return rows.PUBLISH_ITEM.all(cursor.description, cursor)
 
         items = await self.db.write(fn)
         items.sort(key=lambda item: (item.due_at, item.key))
@@ -257,15 +193,15 @@ class SqliteStore:
         lease_s: float,
         now: float,
         message_ids: Sequence[str] | None = None,
-    ) -> list[Claim]:
+    ) -> list[base.Claim]:
         """Claim each key with a lease; one Claim per key, in order (see ``plan_claims``)."""
         keys_json = json.dumps(claim_keys(keys, message_ids))
         if not keys:
             return []
         sql = self._sql
 
-        def fn(conn: sqlite3.Connection) -> list[Claim]:
-            current = {i.key: i for i in _all(conn, INTENT, sql["intent_claim_read"],
+        def fn(conn: sqlite3.Connection) -> list[base.Claim]:
+            current = {i.key: i for i in _all(conn, rows.INTENT, sql["intent_claim_read"],
                                               {"keys": keys_json})}
             plan = plan_claims(keys, current, owner=owner, lease_s=lease_s, now=now,
                                message_ids=message_ids)
@@ -278,7 +214,7 @@ class SqliteStore:
                     # Impossible under BEGIN IMMEDIATE; refuse rather than hand out a
                     # lease that another writer may also hold.
                     raise StoreError("claim guard failed inside a write transaction")
-            conn.executemany(sql["event_insert"], [event_row(e) for e in plan.events])
+            conn.executemany(sql["event_insert"], [rows.event_row(e) for e in plan.events])
             return plan.claims
 
         return await self.db.write(fn)
@@ -298,7 +234,7 @@ class SqliteStore:
         renewed = await self.db.write(fn)
         return list(dict.fromkeys(key for key, _ in leases if key not in renewed))
 
-    async def intent_apply_many(self, changes: Sequence[Change], *, now: float) -> list[str]:
+    async def intent_apply_many(self, changes: Sequence[base.Change], *, now: float) -> list[str]:
         """Apply guarded changes in one transaction; return the keys applied."""
         for change in changes:
             check(change.from_state, change.to_state)
@@ -308,14 +244,15 @@ class SqliteStore:
 
         def fn(conn: sqlite3.Connection) -> list[str]:
             applied: list[str] = []
-            events: list[EventRow] = []
+            events: list[rows.EventRow] = []
             for change in changes:
-                row = conn.execute(sql["intent_apply"], change_params(change, now)).fetchone()
+                row = conn.execute(sql["intent_apply"], rows.change_params(change, now)).fetchone()
                 if row is None:
                     continue
                 channel, attempts = row
                 applied.append(change.key)
-                events.append(change_event(change, channel=channel, attempts=attempts, now=now))
+                events.append(rows.change_event(change, channel=channel, attempts=attempts,
+                                                now=now))
             conn.executemany(sql["event_insert"], events)
             return applied
 
@@ -330,12 +267,12 @@ class SqliteStore:
             row = cursor.fetchone()
             if row is None:
                 return None
-            target = CANCEL_TARGET.one(cursor.description, row)
+            target = rows.CANCEL_TARGET.one(cursor.description, row)
             if target.state in CLAIMABLE:
-                change = Change(key=key, from_state=target.state, to_state=State.CANCELLED,
+                change = base.Change(key=key, from_state=target.state, to_state=State.CANCELLED,
                                 event="cancelled", reason=reason)
-                conn.execute(sql["intent_apply"], change_params(change, now))
-                conn.execute(sql["event_insert"], change_event(
+                conn.execute(sql["intent_apply"], rows.change_params(change, now))
+                conn.execute(sql["event_insert"], rows.change_event(
                     change, channel=target.channel, attempts=target.attempts, now=now))
                 return State.CANCELLED
             if target.state is State.CLAIMED and not target.cancel_requested:
@@ -347,78 +284,37 @@ class SqliteStore:
 
         return await self.db.write(fn)
 
-    # ---------------------------------------------------------------- reads
+    # ---------------------------------------------------------------- how a read runs
 
-    async def _read_all(self, shape: Shape[R], query: str, params: Any = ()) -> list[R]:
+    def _array(self, values: Sequence[Any]) -> str:
+        return json.dumps(list(values))
+
+    async def _read_all(self, shape: rows.Shape[R], query: str, params: Any = ()) -> list[R]:
         statement = self._sql[query]
         return await self.db.read(lambda conn: _all(conn, shape, statement, params))
 
-    async def _read_one(self, shape: Shape[R], query: str, params: Any = ()) -> R | None:
+    async def _read_one(self, shape: rows.Shape[R], query: str, params: Any = ()) -> R | None:
         statement = self._sql[query]
         return await self.db.read(lambda conn: _one(conn, shape, statement, params))
 
-    async def intent_get(self, key: str) -> Intent | None:
-        return await self._read_one(INTENT, "intent_get", (key,))
-
-    async def intent_find(
-        self,
-        *,
-        states: Sequence[State],
-        channel: str | None = None,
-        updated_before: float | None = None,
-        lease_expired_at: float | None = None,
-        limit: int = 1000,
-    ) -> list[Intent]:
-        """Intents in ``states`` narrowed by the filters, in (state, due time) order."""
-        params = {"states": json.dumps([State(s).value for s in states]), "channel": channel,
-                  "updated_before": updated_before, "lease_expired_at": lease_expired_at,
-                  "limit": limit}
-
-        return await self._read_all(INTENT, "intent_find", params)
-
-    async def intent_counts(self) -> dict[str, dict[str, int]]:
-        """``{channel: {state: count}}`` over every intent."""
-        return await self._nested_counts("intent_counts")
-
-    async def intent_latencies(self, channel: str) -> list[float]:
-        """Seconds from due to acceptance for every accepted intent of ``channel``."""
-        def fn(conn: sqlite3.Connection) -> list[float]:
-            statement = self._sql["intent_latencies"]
-            return [latency for (latency,) in conn.execute(statement, (channel,))]
-
-        return await self.db.read(fn)
-
-    async def _nested_counts(self, query: str) -> dict[str, dict[str, int]]:
-        def fn(conn: sqlite3.Connection) -> dict[str, dict[str, int]]:
-            counts: dict[str, dict[str, int]] = {}
-            for outer, inner, count in conn.execute(self._sql[query]):
-                counts.setdefault(outer, {})[inner] = count
-            return counts
-
-        return await self.db.read(fn)
+    async def _read_tuples(self, query: str, params: Any = ()) -> list[tuple[Any, ...]]:
+        statement = self._sql[query]
+        return await self.db.read(lambda conn: conn.execute(statement, params).fetchall())
 
     # ---------------------------------------------------------------- events
 
     async def event_append_many(self, events: Sequence[Event]) -> None:
         if not events:
             return
-        params = [event_row(e) for e in events]
+        params = [rows.event_row(e) for e in events]
         await self.db.write(lambda conn: conn.executemany(self._sql["event_insert"], params))
-
-    async def events_for(self, key: str) -> list[Event]:
-        """Every event of ``key``, in the order written."""
-        return await self._read_all(EVENT, "events_for", (key,))
-
-    async def event_counts(self) -> dict[str, dict[str, int]]:
-        """``{channel: {event type: count}}``."""
-        return await self._nested_counts("event_counts")
 
     # ---------------------------------------------------------------- occurrences
 
     async def occurrence_open(
         self, *, id: str, campaign: str, logical_at: float, logical_date: str, kind: str,
         now: float,
-    ) -> Occurrence:
+    ) -> base.Occurrence:
         """Return the occurrence, creating it if new; a replay re-opens one not done.
 
         ``passes`` counts the openings that leave it admitting.
@@ -427,18 +323,15 @@ class SqliteStore:
         params = {"id": id, "campaign": campaign, "logical_at": logical_at,
                   "logical_date": logical_date, "kind": kind, "now": now}
 
-        def fn(conn: sqlite3.Connection) -> Occurrence:
+        def fn(conn: sqlite3.Connection) -> base.Occurrence:
             if conn.execute(sql["occurrence_insert"], params).rowcount == 0:
                 conn.execute(sql["occurrence_reopen"], {"id": id, "kind": kind})
-            occurrence = _one(conn, OCCURRENCE, sql["occurrence_get"], (id,))
+            occurrence = _one(conn, rows.OCCURRENCE, sql["occurrence_get"], (id,))
             if occurrence is None:  # pragma: no cover - inserted or present in this transaction
                 raise StoreError(f"occurrence {id!r} vanished")
             return occurrence
 
         return await self.db.write(fn)
-
-    async def occurrence_get(self, id: str) -> Occurrence | None:
-        return await self._read_one(OCCURRENCE, "occurrence_get", (id,))
 
     async def occurrence_finish(self, id: str, *, now: float, status: str = "done",
                                 reason: str | None = None) -> None:
@@ -451,32 +344,26 @@ class SqliteStore:
 
         await self.db.write(fn)
 
-    async def occurrence_list(self, campaign: str | None = None) -> list[Occurrence]:
-        return await self._read_all(OCCURRENCE, "occurrence_list", {"campaign": campaign})
-
     # ---------------------------------------------------------------- admission switches
 
     async def switch_set(
         self, *, scope: str, name: str, paused: bool, now: float, reason: str | None = None
-    ) -> Switch:
+    ) -> base.Switch:
         params = {"scope": scope, "name": name, "paused": int(paused), "now": now,
                   "reason": reason}
 
-        def fn(conn: sqlite3.Connection) -> Switch:
-            switch = _one(conn, SWITCH, self._sql["switch_upsert"], params)
+        def fn(conn: sqlite3.Connection) -> base.Switch:
+            switch = _one(conn, rows.SWITCH, self._sql["switch_upsert"], params)
             assert switch is not None  # an upsert with RETURNING returns its row
             return switch
 
         return await self.db.write(fn)
 
-    async def switch_all(self) -> list[Switch]:
-        return await self._read_all(SWITCH, "switch_all")
-
     # ---------------------------------------------------------------- recipient preferences
 
     async def preference_set(self, preference: Preference, *, now: float) -> None:
         """Insert or replace the preference of (recipient_id, channel), stamped ``now``."""
-        params = preference_params(preference, now=now)
+        params = rows.preference_params(preference, now=now)
         await self.db.write(lambda conn: conn.execute(self._sql["preference_upsert"], params))
 
     async def preference_delete(self, recipient_id: str, channel: str) -> bool:
@@ -496,7 +383,7 @@ class SqliteStore:
             return {}
         params = {"pairs": json.dumps([[r, c] for r, c in dict.fromkeys(pairs)])}
 
-        found = await self._read_all(PREFERENCE, "preferences_for", params)
+        found = await self._read_all(rows.PREFERENCE, "preferences_for", params)
         return {(p.recipient_id, p.channel): p for p in found}
 
     # ---------------------------------------------------------------- pacer state
@@ -513,48 +400,27 @@ class SqliteStore:
 
         def transact(conn: sqlite3.Connection) -> T:
             (stored,) = conn.execute(sql["pacer_read"], (channel,)).fetchone() or (None,)
-            new_state, result = fn(pacer_state(stored))
+            new_state, result = fn(rows.pacer_state(stored))
             conn.execute(sql["pacer_write"], (channel, json.dumps(new_state)))
             return result
 
         return await self.db.write(transact)
 
-    async def pacer_read(self, channel: str) -> dict[str, Any] | None:
-        def fn(conn: sqlite3.Connection) -> dict[str, Any] | None:
-            (stored,) = conn.execute(self._sql["pacer_read"], (channel,)).fetchone() or (None,)
-            return pacer_state(stored)
-
-        return await self.db.read(fn)
-
     async def pacer_pause(self, channel: str, until: float) -> None:
         await self.db.write(lambda conn: conn.execute(self._sql["pacer_pause"], (channel, until)))
 
-    async def pacer_paused_until(self, channel: str) -> float:
-        def fn(conn: sqlite3.Connection) -> float:
-            statement = self._sql["pacer_paused_until"]
-            (until,) = conn.execute(statement, (channel,)).fetchone() or (0.0,)
-            return float(until)
-
-        return await self.db.read(fn)
-
     # ---------------------------------------------------------------- operator API
 
-    async def api_token_insert(self, token: ApiToken) -> None:
+    async def api_token_insert(self, token: base.ApiToken) -> None:
         """Store a new token; StoreError if its id exists."""
-        params = api_token_params(token)
+        params = rows.api_token_params(token)
         await self.db.write(lambda conn: conn.execute(self._sql["api_token_insert"], params))
 
-    async def api_token_get(self, id: str) -> ApiToken | None:
-        return await self._read_one(API_TOKEN, "api_token_get", (id,))
-
-    async def api_token_list(self) -> list[ApiToken]:
-        return await self._read_all(API_TOKEN, "api_token_list")
-
-    async def api_token_revoke(self, id: str, *, now: float) -> ApiToken | None:
+    async def api_token_revoke(self, id: str, *, now: float) -> base.ApiToken | None:
         """Revoke a token (a second revocation keeps the first time); None if unknown."""
         statement = self._sql["api_token_revoke"]
         return await self.db.write(
-            lambda conn: _one(conn, API_TOKEN, statement, {"id": id, "now": now}))
+            lambda conn: _one(conn, rows.API_TOKEN, statement, {"id": id, "now": now}))
 
     async def api_signature_claim(self, signature: str, *, now: float,
                                   expires_at: float) -> bool:
@@ -579,27 +445,18 @@ class SqliteStore:
 
         return await self.db.write(fn)
 
-    async def api_trigger_counts(self) -> dict[str, int]:
-        def fn(conn: sqlite3.Connection) -> dict[str, int]:
-            return {c: int(n) for c, n in conn.execute(self._sql["api_trigger_counts"])}
-
-        return await self.db.read(fn)
-
-    async def api_idempotency_get(self, key: str) -> IdempotentResponse | None:
-        return await self._read_one(IDEMPOTENT_RESPONSE, "api_idempotency_get", (key,))
-
-    async def api_idempotency_put(self, record: IdempotentResponse, *,
-                                  expire_before: float | None = None) -> IdempotentResponse:
+    async def api_idempotency_put(self, record: base.IdempotentResponse, *,
+                                  expire_before: float | None = None) -> base.IdempotentResponse:
         """Keep the first answer to a key; return the one stored (this one or an older)."""
         sql = self._sql
-        params = idempotent_params(record)
+        params = rows.idempotent_params(record)
 
-        def fn(conn: sqlite3.Connection) -> IdempotentResponse:
+        def fn(conn: sqlite3.Connection) -> base.IdempotentResponse:
             if expire_before is not None:
                 conn.execute(sql["api_idempotency_prune"], {"before": expire_before})
             if conn.execute(sql["api_idempotency_insert"], params).rowcount == 1:
                 return record
-            stored = _one(conn, IDEMPOTENT_RESPONSE, sql["api_idempotency_get"], (record.key,))
+            stored = _one(conn, rows.IDEMPOTENT_RESPONSE, sql["api_idempotency_get"], (record.key,))
             if stored is None:  # pragma: no cover - the conflicting row is in this transaction
                 raise StoreError(f"idempotency key {record.key!r} vanished")
             return stored
@@ -625,49 +482,19 @@ class SqliteStore:
 
         return await self.db.write(fn)
 
-    async def intent_summary(self, *, now: float, since: float) -> list[IntentSummary]:
-        """One summary per (campaign, channel), ordered by campaign then channel."""
-        return await self._read_all(INTENT_SUMMARY, "intent_summary",
-                                    {"now": now, "since": since})
-
-    async def intent_latency_histogram(self, bounds: Sequence[float]) -> list[LatencyHistogram]:
-        """Due-to-accepted latencies per channel counted into ``bounds`` (ascending)."""
-        params = {"bounds": json.dumps([float(b) for b in bounds])}
-
-        def fn(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
-            return conn.execute(self._sql["intent_latency_histogram"], params).fetchall()
-
-        return latency_histograms(bounds, await self.db.read(fn))
-
-    async def intent_find_by_recipient(self, recipient_id: str, *,
-                                       limit: int = 100) -> list[Intent]:
-        """A recipient's intents, latest due first."""
-        return await self._read_all(INTENT, "intent_find_by_recipient",
-                                    {"recipient_id": recipient_id, "limit": limit})
-
-    async def event_keys_by_detail(self, detail: str, *, limit: int = 100) -> list[str]:
-        """Keys with an event whose ``detail`` is exactly ``detail``, latest first."""
-        params = {"detail": detail, "limit": limit}
-
-        def fn(conn: sqlite3.Connection) -> list[str]:
-            return [key for (key,) in conn.execute(self._sql["event_keys_by_detail"], params)]
-
-        return await self.db.read(fn)
-
-
     # ---------------------------------------------------------------- provider webhooks
 
-    async def provider_events_record(self, events: Sequence[ProviderEvent], *,
-                                     now: float) -> RecordResult:
+    async def provider_events_record(self, events: Sequence[base.ProviderEvent], *,
+                                     now: float) -> base.RecordResult:
         """Record provider events once each, on their intent's timeline or orphaned."""
         unique = unique_provider_events(events)
         if not unique:
-            return RecordResult(duplicates=len(events))
+            return base.RecordResult(duplicates=len(events))
         sql = self._sql
 
-        def fn(conn: sqlite3.Connection) -> RecordResult:
+        def fn(conn: sqlite3.Connection) -> base.RecordResult:
             recorded = orphaned = 0
-            timeline: list[EventRow] = []
+            timeline: list[rows.EventRow] = []
             for event in unique:
                 owner = _one(conn, RECEIPT_OWNER, sql["intent_by_receipt"],
                              {"message_id": event.message_id})
@@ -684,15 +511,10 @@ class SqliteStore:
                 recorded += 1
                 timeline.append(timeline_row(event, owner))
             conn.executemany(sql["event_insert"], timeline)
-            return RecordResult(recorded=recorded, orphaned=orphaned,
+            return base.RecordResult(recorded=recorded, orphaned=orphaned,
                                 duplicates=len(events) - recorded - orphaned)
 
         return await self.db.write(fn)
-
-    async def provider_events_orphaned(self, *, limit: int = 100) -> list[StoredProviderEvent]:
-        """Orphaned provider events, oldest received first."""
-        return await self._read_all(STORED_PROVIDER_EVENT, "provider_events_orphaned",
-                                    {"limit": limit})
 
     async def provider_events_adopt(self, *, since: float, limit: int = 1000) -> int:
         """Attach orphans received since ``since`` whose message id is now a receipt."""
@@ -701,7 +523,7 @@ class SqliteStore:
         def fn(conn: sqlite3.Connection) -> int:
             adoptions = _all(conn, ADOPTION, sql["provider_events_adoptable"],
                              {"since": since, "limit": limit})
-            timeline: list[EventRow] = []
+            timeline: list[rows.EventRow] = []
             for adoption in adoptions:
                 if conn.execute(sql["provider_event_adopt"],
                                 {"id": adoption.id, "key": adoption.owner.key}).rowcount:
@@ -710,7 +532,3 @@ class SqliteStore:
             return len(timeline)
 
         return await self.db.write(fn)
-
-    async def provider_event_counts(self) -> list[ProviderEventCount]:
-        """Provider events per (provider, type), ordered by both."""
-        return await self._read_all(PROVIDER_EVENT_COUNT, "provider_event_counts")
