@@ -39,7 +39,8 @@ from tidings.stores.postgres_db import Conn, PostgresDatabase
 from tidings.stores.provider_events import (
     ADOPTION,
     RECEIPT_OWNER,
-    ReceiptOwner,
+    owner_key,
+    recorded,
     timeline_row,
     unique_provider_events,
 )
@@ -52,6 +53,11 @@ R = TypeVar("R")
 #: waits for its own previous page, a cycle PostgreSQL cannot see; rolling back after
 #: this long breaks it (the page is admitted again from the high-water mark).
 PAGE_ORDER_WAIT_S = 10.0
+#: The admission inserts by whether the new intents are born enqueued (their messages
+#: in the same transaction) or selected; whole names, so each query's user is found.
+_ADMIT_PAGE = {False: "intent_admit_page", True: "intent_admit_page_enqueued"}
+_ADMIT_FRESH = {False: "intent_admit_fresh", True: "intent_admit_fresh_enqueued"}
+_ADMIT_STAGED = {False: "intent_admit_staged", True: "intent_admit_staged_enqueued"}
 
 
 def _page_copy_text(page: DraftPage) -> str | None:
@@ -90,13 +96,6 @@ async def _one(conn: Conn, shape: rows.Shape[R], statement: str, params: Any = N
     cur = await conn.execute(statement, params)
     row = await cur.fetchone()
     return None if row is None else shape.one(cur.description, row)
-
-
-async def _owners_by_receipt(conn: Conn, statement: str,
-                             message_ids: Sequence[str]) -> dict[str, ReceiptOwner]:
-    """The intent each message id is the receipt of (``intents_by_receipts``)."""
-    owners = await _all(conn, RECEIPT_OWNER, statement, {"message_ids": message_ids})
-    return {owner.receipt: owner for owner in owners}
 
 
 class PostgresStore(DatabaseStore[PostgresDatabase], StoreReads):
@@ -171,13 +170,13 @@ class PostgresStore(DatabaseStore[PostgresDatabase], StoreReads):
         A ``DraftPage`` is staged in its columns; anything else as whole drafts.
         """
         sql = self._sql
-        suffix = "_enqueued" if enqueue else ""
         params: dict[str, Any] = {"now": now, "lease_until": publish_lease_until}
         page = drafts if isinstance(drafts, DraftPage) else None
+        channels = [] if page is None else [c for c, _, _ in page.channels]
         if page is not None:
             body_head, body_tail = message_body_parts()
             params.update(
-                channels=[c for c, _, _ in page.channels],
+                channels=channels,
                 prefixes=[p for _, p, _ in page.channels],
                 suffixes=[s for _, _, s in page.channels],
                 template=page.template, campaign=page.campaign, occurrence=page.occurrence,
@@ -197,20 +196,20 @@ class PostgresStore(DatabaseStore[PostgresDatabase], StoreReads):
                                  d.expires_at, message_body(d.key)))
             return unique, staged
 
-        async def copy_rows(cur: Any, stage: str, staged: Sequence[tuple[Any, ...]],
-                            text: str | None = None) -> None:
-            await cur.execute(sql[f"{stage}_create"])
-            async with cur.copy(sql[f"{stage}_copy"]) as copy:
+        async def copy_rows(cur: Any, create: str, copy_in: str,
+                            staged: Sequence[tuple[Any, ...]], text: str | None = None) -> None:
+            await cur.execute(sql[create])
+            async with cur.copy(sql[copy_in]) as copy:
                 if text is not None:
                     await copy.write(text)
                     return
                 for row in staged:
                     await copy.write_row(row)
 
-        async def fresh_only(cur: Any, statement: str) -> bool:
+        async def fresh_only(cur: Any, insert: str) -> bool:
             try:
                 async with cur.connection.transaction():
-                    await cur.execute(sql[statement + suffix], params)
+                    await cur.execute(sql[insert], params)
                 return True
             except pg_errors.UniqueViolation:
                 return False  # some keys exist (a replay, a second scheduler)
@@ -218,18 +217,19 @@ class PostgresStore(DatabaseStore[PostgresDatabase], StoreReads):
         async def write(cur: Any) -> tuple[list[str], set[str]]:
             """The new keys, and the queues that got messages."""
             if page is not None:
-                await copy_rows(cur, "admit_page_stage", page.rows, _page_copy_text(page))
-                if await fresh_only(cur, "intent_admit_page"):
+                await copy_rows(cur, "admit_page_stage_create", "admit_page_stage_copy",
+                                page.rows, _page_copy_text(page))
+                if await fresh_only(cur, _ADMIT_PAGE[enqueue]):
                     used = {channel for channel, _, _, _ in page.rows}
-                    return page.keys(), {page.channels[i][0] for i in used}
+                    return page.keys(), {channels[i] for i in used}
                 unique, staged = unique_drafts()
-                await copy_rows(cur, "admit_stage", staged)
+                await copy_rows(cur, "admit_stage_create", "admit_stage_copy", staged)
             else:
                 unique, staged = unique_drafts()
-                await copy_rows(cur, "admit_stage", staged)
-                if await fresh_only(cur, "intent_admit_fresh"):
+                await copy_rows(cur, "admit_stage_create", "admit_stage_copy", staged)
+                if await fresh_only(cur, _ADMIT_FRESH[enqueue]):
                     return [d.key for d in unique], {d.channel for d in unique}
-            await cur.execute(sql["intent_admit_staged" + suffix], params)
+            await cur.execute(sql[_ADMIT_STAGED[enqueue]], params)
             inserted = {key for (key,) in await cur.fetchall()}
             fresh = [d for d in unique if d.key in inserted]
             return [d.key for d in fresh], {d.channel for d in fresh}
@@ -306,7 +306,7 @@ class PostgresStore(DatabaseStore[PostgresDatabase], StoreReads):
                                                     {"keys": unique_keys})}
             locked: set[str] = set()
             if len(current) < len(unique_keys):
-                cur = await conn.execute(sql["intent_keys_existing"], {"keys": unique_keys})
+                cur = await conn.execute(sql["intent_existing_keys"], {"keys": unique_keys})
                 locked = {key for (key,) in await cur.fetchall()} - current.keys()
             plan = plan_claims(keys, current, owner=owner, lease_s=lease_s, now=now,
                                message_ids=message_ids, locked=locked)
@@ -642,30 +642,19 @@ class PostgresStore(DatabaseStore[PostgresDatabase], StoreReads):
         message_ids = sorted({e.message_id for e in unique})
 
         async def fn(conn: Conn) -> base.RecordResult:
-            owners = await _owners_by_receipt(conn, sql["intents_by_receipts"], message_ids)
-            keys = [owners[e.message_id].key if e.message_id in owners else None
-                    for e in unique]
+            owners = {owner.receipt: owner for owner in await _all(
+                conn, RECEIPT_OWNER, sql["intents_by_receipts"], {"message_ids": message_ids})}
             cur = await conn.execute(sql["provider_events_insert_many"], {
                 "now": now, "providers": [e.provider for e in unique],
                 "message_ids": [e.message_id for e in unique],
                 "types": [e.type.value for e in unique], "ats": [e.at for e in unique],
-                "keys": keys, "details": [e.detail for e in unique],
+                "keys": [owner_key(owners, e) for e in unique],
+                "details": [e.detail for e in unique],
             })
             inserted = {(p, m, t) for p, m, t in await cur.fetchall()}
-            timeline: list[rows.EventRow] = []
-            orphaned = 0
-            for event in unique:
-                if (event.provider, event.message_id, event.type.value) not in inserted:
-                    continue
-                owner = owners.get(event.message_id)
-                if owner is None:
-                    orphaned += 1
-                else:
-                    timeline.append(timeline_row(event, owner))
+            timeline, result = recorded(events, unique, owners, inserted)
             await _insert_events(conn, sql, timeline)
-            recorded = len(timeline)
-            return base.RecordResult(recorded=recorded, orphaned=orphaned,
-                                duplicates=len(events) - recorded - orphaned)
+            return result
 
         return await self.db.write(fn)
 

@@ -6,11 +6,14 @@ one statement per batch on PostgreSQL); what a batch means is the same, and is h
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
-from tidings.stores.base import ProviderEvent, ProviderEventType
+from tidings.stores.base import ProviderEvent, ProviderEventType, RecordResult
 from tidings.stores.rows import EventRow, Shape
+
+#: What makes a provider event one: a repeat of it is a duplicate.
+Identity = tuple[str, str, str]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -29,35 +32,65 @@ class Adoption:
     """An orphaned provider event and the intent that now holds its message id."""
 
     id: int
+    received_at: float
     event: ProviderEvent
     owner: ReceiptOwner
 
 
 def _adoption(*, id: int, provider: str, message_id: str, type: str, at: float,
-              detail: str | None, key: str, channel: str, state: str,
+              detail: str | None, received_at: float, key: str, channel: str, state: str,
               attempts: int | None) -> Adoption:
     event = ProviderEvent(provider=provider, message_id=message_id,
                           type=ProviderEventType(type), at=float(at), detail=detail)
     owner = ReceiptOwner(receipt=message_id, key=key, channel=channel, state=state,
                          attempts=attempts)
-    return Adoption(id=id, event=event, owner=owner)
+    return Adoption(id=id, received_at=float(received_at), event=event, owner=owner)
 
 
 RECEIPT_OWNER = Shape(ReceiptOwner)
 ADOPTION = Shape(_adoption)
 
 
+def identity(event: ProviderEvent) -> Identity:
+    return (event.provider, event.message_id, event.type.value)
+
+
 def unique_provider_events(events: Sequence[ProviderEvent]) -> list[ProviderEvent]:
     """The first of each (provider, message id, type): a repeat in one batch is a
     duplicate, as it would be in the next batch."""
-    seen: set[tuple[str, str, str]] = set()
+    seen: set[Identity] = set()
     unique: list[ProviderEvent] = []
     for event in events:
-        identity = (event.provider, event.message_id, event.type.value)
-        if identity not in seen:
-            seen.add(identity)
+        if identity(event) not in seen:
+            seen.add(identity(event))
             unique.append(event)
     return unique
+
+
+def owner_key(owners: Mapping[str, ReceiptOwner], event: ProviderEvent) -> str | None:
+    """The key of the intent ``event`` is about, None for an orphan."""
+    owner = owners.get(event.message_id)
+    return None if owner is None else owner.key
+
+
+def recorded(events: Sequence[ProviderEvent], unique: Sequence[ProviderEvent],
+             owners: Mapping[str, ReceiptOwner],
+             inserted: Collection[Identity]) -> tuple[list[EventRow], RecordResult]:
+    """What a batch of ``events`` recorded: the timeline rows of the ``unique`` ones
+    stored now (``inserted``) whose message id has an owner, and the counts. A stored
+    event without an owner is an orphan; everything else was a duplicate."""
+    timeline: list[EventRow] = []
+    orphaned = 0
+    for event in unique:
+        if identity(event) not in inserted:
+            continue
+        owner = owners.get(event.message_id)
+        if owner is None:
+            orphaned += 1
+        else:
+            timeline.append(timeline_row(event, owner))
+    return timeline, RecordResult(recorded=len(timeline), orphaned=orphaned,
+                                  duplicates=len(events) - len(timeline) - orphaned)
 
 
 def timeline_row(event: ProviderEvent, owner: ReceiptOwner) -> EventRow:

@@ -24,6 +24,8 @@ from tidings.stores.lifecycle import DatabaseStore
 from tidings.stores.provider_events import (
     ADOPTION,
     RECEIPT_OWNER,
+    owner_key,
+    recorded,
     timeline_row,
     unique_provider_events,
 )
@@ -99,7 +101,7 @@ class SqliteStore(DatabaseStore[SqliteDatabase], StoreReads):
         if not drafts and progress is None:
             return []
         sql = self._sql
-        insert = sql["intent_insert_many_enqueued" if enqueue else "intent_insert_many"]
+        insert = sql["intent_admit_values_enqueued" if enqueue else "intent_admit_values"]
         head = (now, now, now, now if enqueue else publish_lease_until)
         # A DraftPage makes its drafts on demand: make them once, here, not on the
         # database thread each time they are read.
@@ -486,33 +488,24 @@ class SqliteStore(DatabaseStore[SqliteDatabase], StoreReads):
 
     async def provider_events_record(self, events: Sequence[base.ProviderEvent], *,
                                      now: float) -> base.RecordResult:
-        """Record provider events once each, on their intent's timeline or orphaned."""
+        """Record provider events once each, on their intent's timeline or orphaned: one
+        lookup and one insert for the whole batch."""
         unique = unique_provider_events(events)
         if not unique:
             return base.RecordResult(duplicates=len(events))
         sql = self._sql
+        message_ids = json.dumps(sorted({e.message_id for e in unique}))
 
         def fn(conn: sqlite3.Connection) -> base.RecordResult:
-            recorded = orphaned = 0
-            timeline: list[rows.EventRow] = []
-            for event in unique:
-                owner = _one(conn, RECEIPT_OWNER, sql["intent_by_receipt"],
-                             {"message_id": event.message_id})
-                inserted = conn.execute(sql["provider_event_insert"], {
-                    "provider": event.provider, "message_id": event.message_id,
-                    "type": event.type.value, "at": event.at, "now": now,
-                    "key": None if owner is None else owner.key, "detail": event.detail,
-                }).rowcount
-                if not inserted:
-                    continue
-                if owner is None:
-                    orphaned += 1
-                    continue
-                recorded += 1
-                timeline.append(timeline_row(event, owner))
+            owners = {owner.receipt: owner for owner in _all(
+                conn, RECEIPT_OWNER, sql["intents_by_receipts"], {"message_ids": message_ids})}
+            batch = json.dumps([[e.provider, e.message_id, e.type.value, e.at,
+                                 owner_key(owners, e), e.detail] for e in unique])
+            inserted = {(p, m, t) for p, m, t in conn.execute(
+                sql["provider_events_insert_many"], {"now": now, "events": batch})}
+            timeline, result = recorded(events, unique, owners, inserted)
             conn.executemany(sql["event_insert"], timeline)
-            return base.RecordResult(recorded=recorded, orphaned=orphaned,
-                                duplicates=len(events) - recorded - orphaned)
+            return result
 
         return await self.db.write(fn)
 
@@ -521,14 +514,11 @@ class SqliteStore(DatabaseStore[SqliteDatabase], StoreReads):
         sql = self._sql
 
         def fn(conn: sqlite3.Connection) -> int:
-            adoptions = _all(conn, ADOPTION, sql["provider_events_adoptable"],
+            adoptions = _all(conn, ADOPTION, sql["provider_events_adopt"],
                              {"since": since, "limit": limit})
-            timeline: list[rows.EventRow] = []
-            for adoption in adoptions:
-                if conn.execute(sql["provider_event_adopt"],
-                                {"id": adoption.id, "key": adoption.owner.key}).rowcount:
-                    timeline.append(timeline_row(adoption.event, adoption.owner))
-            conn.executemany(sql["event_insert"], timeline)
-            return len(timeline)
+            adoptions.sort(key=lambda adoption: (adoption.received_at, adoption.id))
+            conn.executemany(sql["event_insert"],
+                             [timeline_row(a.event, a.owner) for a in adoptions])
+            return len(adoptions)
 
         return await self.db.write(fn)
