@@ -277,8 +277,9 @@ class Store(Protocol):
     connections), False when the store has one writer (SQLite)."""
 
     # ---- lifecycle
-    async def migrate(self) -> list[int]:
-        """Apply pending migrations; return the versions applied now."""
+    async def migrate(self, *, now: float) -> list[int]:
+        """Apply pending migrations, recorded as applied at ``now``; return the versions
+        applied by this call."""
         ...
 
     async def schema_version(self) -> int: ...

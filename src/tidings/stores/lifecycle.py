@@ -20,7 +20,7 @@ class StoreDatabase(Protocol):
 
     async def release(self) -> None: ...
 
-    async def migrate(self) -> list[int]: ...
+    async def migrate(self, *, now: float) -> list[int]: ...
 
     async def schema_version(self) -> int: ...
 
@@ -39,9 +39,10 @@ class DatabaseStore(Generic[DB]):
         self._sql: Mapping[str, str] = db.sql
         db.retain()
 
-    async def migrate(self) -> list[int]:
-        """Apply pending migrations; return the versions applied now."""
-        return await self.db.migrate()
+    async def migrate(self, *, now: float) -> list[int]:
+        """Apply pending migrations, recorded as applied at ``now``; return the versions
+        applied by this call."""
+        return await self.db.migrate(now=now)
 
     async def schema_version(self) -> int:
         return await self.db.schema_version()

@@ -33,7 +33,6 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from tidings.clock import SystemClock
 from tidings.errors import ConfigurationError, SchemaOutOfDate, StoreError
 from tidings.stores import queries
 from tidings.stores.sharing import SharedDatabase
@@ -221,15 +220,15 @@ class PostgresDatabase(SharedDatabase):
 
     # ---------------------------------------------------------------- migrations
 
-    async def migrate(self, *, now: float | None = None) -> list[int]:
-        """Apply pending migrations in order, each in its own transaction.
+    async def migrate(self, *, now: float) -> list[int]:
+        """Apply pending migrations in order, each in its own transaction, recorded as
+        applied at ``now``.
 
         Each transaction first takes a transaction-scoped advisory lock, so migrators
         in several processes or machines take turns and each version is applied once;
         DDL is transactional, so a failing migration leaves nothing behind. Returns the
         versions applied by this call.
         """
-        applied_at = SystemClock().now() if now is None else now
         sql = self.sql
         applied: list[int] = []
         for migration in queries.migrations(DIALECT):
@@ -242,7 +241,7 @@ class PostgresDatabase(SharedDatabase):
                     return False
                 await conn.execute(m.sql.encode())  # a whole script: no parameters
                 await conn.execute(sql["migration_record"],
-                                   {"version": m.version, "applied_at": applied_at})
+                                   {"version": m.version, "applied_at": now})
                 return True
 
             if await self.write(apply):
