@@ -58,12 +58,11 @@ class LeaseWrite(NamedTuple):
 @dataclass(frozen=True, kw_only=True)
 class ClaimPlan:
     """A batch of claims decided: one ``Claim`` per key asked for, in order; the lease
-    writes (all under ``owner`` until ``lease_expires_at``); the events to append."""
+    writes (each for the claimer until ``lease_expires_at``); the events to append."""
 
     claims: list[Claim]
     leases: list[LeaseWrite]
     events: list[Event]
-    owner: str
     lease_expires_at: float
 
 
@@ -133,5 +132,5 @@ def plan_claims(
                                 at=now, state=state.value, attempt=intent.attempts,
                                 worker=owner, message_id=message_id))
         claims.append(Claim(key=key, kind=kind, state=state, retry_at=retry_at))
-    return ClaimPlan(claims=claims, leases=leases, events=events, owner=owner,
+    return ClaimPlan(claims=claims, leases=leases, events=events,
                      lease_expires_at=lease_expires_at)

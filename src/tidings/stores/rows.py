@@ -84,9 +84,11 @@ class Shape(Generic[R]):
         return read
 
     def one(self, description: Description | None, row: Row) -> R:
+        """One row of a result with these columns."""
         return self.reader(description)(row)
 
     def all(self, description: Description | None, rows: Iterable[Row]) -> list[R]:
+        """Every row of a result with these columns."""
         read = self.reader(description)
         return [read(row) for row in rows]
 

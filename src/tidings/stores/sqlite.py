@@ -3,8 +3,9 @@
 Every batch method is one write transaction (``BEGIN IMMEDIATE``) on the
 database thread, and set-based where it can be: admission is a multi-row insert,
 enqueue marking is one event insert and one update over a JSON list of keys, claims
-read all their rows at once and write with one ``executemany``. The SQL lives in
-``stores/sql/sqlite/*.sql``.
+read all their rows at once, the core plans them (``claims.plan_claims``) and one
+``executemany`` writes the leases. The reads are ``reads.StoreReads``'s, run in a
+read transaction. The SQL lives in ``stores/sql/sqlite/*.sql``.
 """
 
 from __future__ import annotations
