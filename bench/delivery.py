@@ -107,8 +107,8 @@ async def seed_intents(url: str, n: int) -> Report:
 async def seed_messages(url: str, n: int) -> None:
     """N messages on the queue, as admission publishes them, with no intents behind."""
     store, transport = await open_store(url)
-    await store.migrate()
     now = time.time()
+    await store.migrate(now=now)
     for first in range(0, n, SEED_BATCH):
         await transport.publish(CHANNEL, [
             OutgoingMessage(message_id=intent_key(i), body=Message(key=intent_key(i)).encode())

@@ -15,6 +15,7 @@ import psycopg
 from psycopg import sql as pgsql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from tidings.clock import SystemClock
 from tidings.runtime import open_store
 from tidings.stores.postgres_db import redact
 
@@ -80,7 +81,7 @@ def migrate(url: str) -> None:
     """The tidings schema, made by the same migrations the store applies."""
     async def go() -> None:
         store, transport = await open_store(url)
-        await store.migrate()
+        await store.migrate(now=SystemClock().now())
         await transport.close()
         await store.close()
     asyncio.run(go())

@@ -1,13 +1,24 @@
 """What a message for an intent may do with it: one pure decision every store applies.
 
-A store reads the intent's row under its lock, asks ``claim_kind``, and writes the
-lease only for ``CLAIMED``; everything else is a verdict the worker acts on.
+A store reads the rows of a batch of keys under its lock and hands them to
+``plan_claims``, which decides every key (``claim_kind``) and says what to write: the
+guarded lease writes for the keys claimed, and the events. Everything but ``CLAIMED``
+is a verdict the worker acts on. The store only runs the plan's writes.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import NamedTuple
+
+from tidings.model import Event, Intent
 from tidings.states import CLAIMABLE, DONE, State
-from tidings.stores.base import ClaimKind
+from tidings.stores.base import Claim, ClaimKind
+
+#: How soon a claimer looks again at a key whose row another transaction holds right
+#: now (a claimer, a sweep, an outcome commit): the row is in flux, not long-held.
+LOCKED_RETRY_S = 0.1
 
 
 def claim_kind(state: State, *, next_attempt_at: float | None,
@@ -33,3 +44,93 @@ def redelivery_event(state: State) -> str:
     A message for a cancelled or expired intent is moot (``discarded``), not a duplicate.
     """
     return "discarded" if state in (State.CANCELLED, State.EXPIRED) else "duplicate_observed"
+
+
+class LeaseWrite(NamedTuple):
+    """One guarded claim write: ``key`` becomes claimed only if it is still in
+    ``from_state`` with lease ``token``, as the plan read it."""
+
+    key: str
+    from_state: State
+    token: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClaimPlan:
+    """A batch of claims decided: one ``Claim`` per key asked for, in order; the lease
+    writes (each for the claimer until ``lease_expires_at``); the events to append."""
+
+    claims: list[Claim]
+    leases: list[LeaseWrite]
+    events: list[Event]
+    lease_expires_at: float
+
+
+def claim_keys(keys: Sequence[str], message_ids: Sequence[str] | None) -> list[str]:
+    """The distinct keys of a claim batch, first seen first.
+
+    ``message_ids``, when given, pair one to one with ``keys`` (ValueError otherwise).
+    """
+    if message_ids is not None and len(message_ids) != len(keys):
+        raise ValueError("message_ids must pair one to one with keys")
+    return list(dict.fromkeys(keys))
+
+
+def plan_claims(
+    keys: Sequence[str],
+    current: Mapping[str, Intent],
+    *,
+    owner: str,
+    lease_s: float,
+    now: float,
+    message_ids: Sequence[str] | None = None,
+    locked: Collection[str] = (),
+) -> ClaimPlan:
+    """Decide the claim of each key from its ``current`` intent (absent: missing).
+
+    ``locked`` are keys whose rows exist but another transaction holds right now: busy,
+    looked at again after ``LOCKED_RETRY_S``. A key asked twice in one batch is claimed
+    once; its second copy is busy until the lease this batch takes expires. A claimed
+    key leaves a ``claimed`` event; a finished one the event of its redelivery.
+    """
+    lease_expires_at = now + lease_s
+    claimed_now: set[str] = set()
+    claims: list[Claim] = []
+    leases: list[LeaseWrite] = []
+    events: list[Event] = []
+    for i, key in enumerate(keys):
+        if key in claimed_now:
+            claims.append(Claim(key=key, kind=ClaimKind.BUSY, state=State.CLAIMED,
+                                retry_at=lease_expires_at))
+            continue
+        if key in locked:
+            claims.append(Claim(key=key, kind=ClaimKind.BUSY, retry_at=now + LOCKED_RETRY_S))
+            continue
+        intent = current.get(key)
+        if intent is None:
+            claims.append(Claim(key=key, kind=ClaimKind.MISSING))
+            continue
+        message_id = message_ids[i] if message_ids is not None else None
+        state = intent.state
+        kind, retry_at = claim_kind(state, next_attempt_at=intent.next_attempt_at,
+                                    lease_expires_at=intent.lease_expires_at, now=now)
+        if kind is ClaimKind.CLAIMED:
+            claimed = replace(intent, state=State.CLAIMED, lease_owner=owner,
+                              lease_token=intent.lease_token + 1,
+                              lease_expires_at=lease_expires_at,
+                              attempts=intent.attempts + 1, updated_at=now)
+            leases.append(LeaseWrite(key, state, intent.lease_token))
+            events.append(Event(key=key, channel=intent.channel, type="claimed", at=now,
+                                state=State.CLAIMED.value, attempt=claimed.attempts,
+                                worker=owner, message_id=message_id))
+            claims.append(Claim(key=key, kind=kind, intent=claimed,
+                                token=claimed.lease_token, state=State.CLAIMED))
+            claimed_now.add(key)
+            continue
+        if kind is ClaimKind.DONE:
+            events.append(Event(key=key, channel=intent.channel, type=redelivery_event(state),
+                                at=now, state=state.value, attempt=intent.attempts,
+                                worker=owner, message_id=message_id))
+        claims.append(Claim(key=key, kind=kind, state=state, retry_at=retry_at))
+    return ClaimPlan(claims=claims, leases=leases, events=events,
+                     lease_expires_at=lease_expires_at)

@@ -119,13 +119,14 @@ def _main(
 @db_app.command("migrate")
 def db_migrate(config: ConfigOpt = None, store: StoreOpt = None, as_json: JsonOpt = False) -> None:
     """Create or upgrade the schema to this version of tidings."""
+    from tidings.clock import SystemClock
     from tidings.runtime import open_store
 
     async def work() -> dict[str, Any]:
         settings = _settings(config, store)
         st, transport = await open_store(settings.store)
         try:
-            applied = await st.migrate()
+            applied = await st.migrate(now=SystemClock(settings.clock_offset_s).now())
             return {"store": settings.store, "applied": applied,
                     "version": await st.schema_version()}
         finally:

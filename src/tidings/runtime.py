@@ -357,7 +357,7 @@ async def build_runtime(
     store, transport = await open_store(settings.store)
     try:
         if migrate:
-            await store.migrate()
+            await store.migrate(now=the_clock.now())
         else:
             await store.check_schema()
     except BaseException:

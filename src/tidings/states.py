@@ -26,10 +26,14 @@ class State(StrEnum):
     """A message for it is on its channel queue. Out: a worker claims it."""
     CLAIMED = "claimed"
     """A worker holds a lease on it. Out: the worker records the outcome, or the
-    reconciler finds the lease expired (retryable)."""
+    reconciler finds the lease expired: uncertain (the holder may have sent before it
+    died, so the send is looked up, never repeated), or retryable under the same
+    idempotency key where the provider has no lookup. Until then, live or expired, the
+    lease is the reconciler's to end: a claimer reads it as busy."""
     RETRYABLE = "retryable"
-    """A try failed in a way worth retrying, or a lease expired. Out: a worker claims
-    it again once ``next_attempt_at`` passes, or it is republished."""
+    """A try failed in a way worth retrying, or a lease expired on a channel whose
+    provider has no lookup. Out: a worker claims it again once ``next_attempt_at``
+    passes, or it is republished."""
     UNCERTAIN = "uncertain"
     """The provider may have accepted it (a timeout, a lost answer, or an adapter that
     raised during the send). Out: the reconciler resolves it (accepted by lookup, else

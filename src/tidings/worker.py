@@ -4,8 +4,10 @@ One worker serves one channel. Messages stream through: new batches are received
 while earlier sends are in flight, and outcomes are committed in batches as they
 arrive, so one slow request never holds up the rest. Every outcome and its audit
 event are committed before the message is acked, so a crash at any point leads to a
-redelivery that the ledger turns into either a retry (after the lease expired) or a
-duplicate that is acked with no provider call.
+redelivery that the ledger turns into a duplicate acked with no provider call, or,
+while the crashed worker's lease stands, a busy claim retried later: once it expires
+the reconciler makes the intent uncertain and looks the send up (retryable only where
+the provider has no lookup), so a send that happened is never repeated.
 
 No exception strands a delivery: whatever the composer, the pacer, the last checks,
 the provider or the mapping of its answer raises becomes the intent's outcome

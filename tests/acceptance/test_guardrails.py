@@ -125,7 +125,7 @@ max_in_flight = 16
 provider = {{ kind = "sandbox", url = "{server.url}" }}
 {campaigns}''')
     runtime = await build_runtime(Settings.load(settings_file))
-    await runtime.store.migrate()
+    await runtime.store.migrate(now=runtime.clock.now())
     one = Rig(settings_file=settings_file, runtime=runtime, server=server, processes=[],
               logs=tmp_path)
     try:

@@ -25,6 +25,9 @@ from tidings.stores.sqlite_db import SqliteDatabase
 from tidings.transports.base import Transport
 from tidings.transports.sql import SqlTransport
 
+#: When the conformance databases say their migrations were applied.
+MIGRATED_AT = 1_000_000.0
+
 try:  # psycopg is the optional extra "postgres" (in "dev" too)
     from tidings.stores.postgres import PostgresStore
 except ImportError:  # the backend then skips: tests/conftest.py::pg_admin_url says why
@@ -56,7 +59,7 @@ def _postgres_url(tmp: Path, request: pytest.FixtureRequest) -> str:
 
 async def _sqlite_transport(url: str) -> Transport:
     db = SqliteDatabase.from_url(url)
-    await db.migrate()
+    await db.migrate(now=MIGRATED_AT)
     return SqlTransport(db)
 
 
@@ -70,7 +73,7 @@ async def _postgres_transport(url: str) -> Transport:
     from tidings.transports.pg import PgTransport
 
     transport = await PgTransport.open(url)
-    await transport.db.migrate()
+    await transport.db.migrate(now=MIGRATED_AT)
     return transport
 
 
@@ -103,7 +106,7 @@ def store_url(store_backend: StoreBackend, tmp_path: Path, request: pytest.Fixtu
 async def store(store_backend: StoreBackend, store_url: str) -> AsyncIterator[Store]:
     """A migrated, empty store."""
     opened = await store_backend.open(store_url)
-    await opened.migrate()
+    await opened.migrate(now=MIGRATED_AT)
     yield opened
     await opened.close()
 

@@ -63,7 +63,7 @@ def fleet_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 async def fleet_store(fleet_url: str) -> AsyncIterator[Store]:
     """The parent's view of the migrated, empty store."""
     store, transport = await open_store(fleet_url)
-    await store.migrate()
+    await store.migrate(now=NOW)
     yield store
     await transport.close()
     await store.close()

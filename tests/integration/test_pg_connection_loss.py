@@ -92,7 +92,7 @@ async def test_a_connection_that_never_comes_back_is_a_store_error_after_the_bud
 async def test_admission_under_repeated_connection_kills_admits_each_intent_once(
         pg_url: str, pg_admin_url: str) -> None:
     store = PostgresStore(PostgresDatabase.from_url(named(pg_url)))
-    await store.migrate()
+    await store.migrate(now=NOW)
     pages = [
         [IntentDraft(key=f"k-{page}-{i}", channel="email", recipient_id=f"r{page}-{i}",
                      address=f"r{page}-{i}@example.test", template="t/v1", due_at=NOW)

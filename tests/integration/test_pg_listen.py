@@ -26,7 +26,7 @@ GUARD_S = 30.0  # only against a hang
 @pytest.fixture
 async def consumer(pg_url: str) -> AsyncIterator[PgTransport]:
     transport = await PgTransport.open(pg_url)
-    await transport.db.migrate()
+    await transport.db.migrate(now=T0)
     await transport.wait("email", timeout_s=0, now=T0)  # starts the listener
     assert await transport._listener.wait_connected(GUARD_S)
     yield transport

@@ -17,6 +17,7 @@ import pytest
 from tidings.stores.postgres import PostgresStore
 
 GUARD_S = 10.0  # only against a hang
+MIGRATED_AT = 1_000_000.0
 HELD_S = 0.5  # long enough to tell "waited for the lock" from "did not"
 
 
@@ -27,7 +28,7 @@ def _bump(state: dict[str, object] | None) -> tuple[dict[str, object], None]:
 @pytest.fixture
 async def store(pg_url: str) -> AsyncIterator[PostgresStore]:
     s = await PostgresStore.open(pg_url)
-    await s.migrate()
+    await s.migrate(now=MIGRATED_AT)
     await s.pacer_transact("sms", _bump)  # the row exists, so it can be locked
     yield s
     await s.close()

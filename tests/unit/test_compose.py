@@ -40,7 +40,7 @@ DATA = {"name": "Ada", "count": 3}
 @pytest.fixture
 async def store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
     opened = await SqliteStore.open(f"sqlite:///{tmp_path / 'compose.db'}")
-    await opened.migrate()
+    await opened.migrate(now=NOW)
     yield opened
     await opened.close()
 

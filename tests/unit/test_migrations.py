@@ -31,7 +31,7 @@ async def test_every_named_query_prepares_against_the_migrated_schema(
     await db.migrate(now=NOW)
     sql = queries.load("sqlite")
     skip = {"connect", "begin_write", "begin_read", "commit", "rollback"}
-    row_width = {"intent_insert_many": 10, "intent_insert_many_enqueued": 10,
+    row_width = {"intent_admit_values": 10, "intent_admit_values_enqueued": 10,
                  "message_insert_many": 3}  # {rows} placeholders
 
     def explain_all(conn: sqlite3.Connection) -> list[str]:

@@ -18,7 +18,7 @@ KNOWN = [m.version for m in queries.migrations("postgresql")]
 async def test_open_store_by_url_gives_a_store_and_its_queue(pg_url: str) -> None:
     store, transport = await open_store(pg_url)
     try:
-        assert await store.migrate() == KNOWN
+        assert await store.migrate(now=NOW) == KNOWN
         assert transport.name == "pg"
         assert (await transport.depth("email", now=NOW)).ready == 0
     finally:

@@ -23,6 +23,9 @@ from tidings.stores import queries
 SNAPSHOTS = Path(__file__).parent / "schema"
 
 
+MIGRATED_AT = 1_000_000.0
+
+
 def normalized(sql: str) -> str:
     return re.sub(r"\s+", " ", re.sub(r"--[^\n]*", "", sql)).strip()
 
@@ -31,7 +34,7 @@ async def sqlite_schema(tmp_path: Path) -> str:
     from tidings.stores.sqlite_db import SqliteDatabase
 
     db = SqliteDatabase.from_url(f"sqlite:///{tmp_path / 's.db'}")
-    await db.migrate()
+    await db.migrate(now=MIGRATED_AT)
     await db.close()
     with sqlite3.connect(tmp_path / "s.db") as conn:
         rows = conn.execute(
@@ -46,7 +49,7 @@ async def postgres_schema(url: str) -> str:
     from tidings.stores.postgres_db import PostgresDatabase
 
     db = PostgresDatabase.from_url(url)
-    await db.migrate()
+    await db.migrate(now=MIGRATED_AT)
     await db.close()
     lines: list[str] = []
     async with await psycopg.AsyncConnection.connect(url) as conn:

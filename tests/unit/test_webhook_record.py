@@ -28,7 +28,7 @@ DELIVERED, BOUNCED = ProviderEventType.DELIVERED, ProviderEventType.BOUNCED
 @pytest.fixture
 async def store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
     opened = await SqliteStore.open(f"sqlite:///{tmp_path / 'w.db'}")
-    await opened.migrate()
+    await opened.migrate(now=T0)
     yield opened
     await opened.close()
 

@@ -30,7 +30,10 @@ class ClaimKind(StrEnum):
     HELD = "held"
     """Uncertain: the reconciler owns it; ack the message."""
     BUSY = "busy"
-    """Another worker's lease is live; retry after ``retry_at``."""
+    """Another worker holds the lease, live or expired (an expired lease is the
+    reconciler's to end: it becomes uncertain, or retryable without a lookup), or the
+    row is being written right now; retry after ``retry_at`` (the lease's expiry, or
+    shortly)."""
     NOT_DUE = "not_due"
     """Retryable but its ``next_attempt_at`` is in the future; retry after ``retry_at``."""
     MISSING = "missing"
@@ -287,8 +290,9 @@ class Store(Protocol):
     connections), False when the store has one writer (SQLite)."""
 
     # ---- lifecycle
-    async def migrate(self) -> list[int]:
-        """Apply pending migrations; return the versions applied now."""
+    async def migrate(self, *, now: float) -> list[int]:
+        """Apply pending migrations, recorded as applied at ``now``; return the versions
+        applied by this call."""
         ...
 
     async def schema_version(self) -> int: ...

@@ -8,8 +8,9 @@ serializes every writer; here each transaction locks only the rows it decides ab
   intents (``ON CONFLICT DO NOTHING RETURNING key``, so the keys returned are exactly
   those this transaction inserted, even when two schedulers admit the same page at
   once) and, for just those, their events and queue messages;
-- claims read their rows ``FOR UPDATE`` in key order (no deadlock between claimers of
-  overlapping pages), decide in Python, and write with one guarded ``UPDATE``;
+- claims read their rows ``FOR UPDATE SKIP LOCKED`` in key order (no deadlock between
+  claimers of overlapping pages), the core plans them (``claims.plan_claims``), and one
+  guarded ``UPDATE`` writes the leases;
 - the outbox relay takes due intents ``FOR UPDATE SKIP LOCKED``;
 - ``pacer_transact`` locks the channel's pacer row (``SELECT … FOR UPDATE``), so one
   pacing budget per channel holds across machines.
@@ -22,57 +23,50 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import replace
 from typing import Any, TypeVar, cast
 
 import psycopg
 from psycopg import errors as pg_errors
 
-from tidings.claims import claim_kind, redelivery_event
+from tidings.claims import claim_keys, plan_claims
 from tidings.errors import InvalidInput, StoreError
-from tidings.model import DraftPage, Event, Intent, IntentDraft, message_body, message_body_parts
+from tidings.model import DraftPage, Event, IntentDraft, message_body, message_body_parts
 from tidings.preferences import Preference
 from tidings.states import CLAIMABLE, State, check
-from tidings.stores import sqlite as _lite
-from tidings.stores.base import (
-    ApiToken,
-    Change,
-    Claim,
-    ClaimKind,
-    IdempotentResponse,
-    IntentSummary,
-    LatencyHistogram,
-    Occurrence,
-    OccurrenceProgress,
-    OutcomeCount,
-    ProviderEvent,
-    ProviderEventCount,
-    PublishItem,
-    RecordResult,
-    StoredProviderEvent,
-    Switch,
-)
+from tidings.stores import base, rows
+from tidings.stores.lifecycle import DatabaseStore
 from tidings.stores.postgres_db import Conn, PostgresDatabase
-from tidings.stores.sqlite import _change_params as _sqlite_change_params
-from tidings.stores.sqlite import _event_row, _intent, _occurrence, _switch
+from tidings.stores.provider_events import (
+    ADOPTION,
+    RECEIPT_OWNER,
+    owner_key,
+    recorded,
+    timeline_row,
+    unique_provider_events,
+)
+from tidings.stores.reads import StoreReads
 
 T = TypeVar("T")
-
-_FLAGS = ("leaves_claimed", "terminal", "reopens", "reset_failures")
+R = TypeVar("R")
 #: How long a page's transaction waits for the previous page before rolling back. Two
 #: schedulers admitting overlapping pages can wait on each other's rows while each
 #: waits for its own previous page, a cycle PostgreSQL cannot see; rolling back after
 #: this long breaks it (the page is admitted again from the high-water mark).
 PAGE_ORDER_WAIT_S = 10.0
+#: The admission inserts by whether the new intents are born enqueued (their messages
+#: in the same transaction) or selected; whole names, so each query's user is found.
+_ADMIT_PAGE = {False: "intent_admit_page", True: "intent_admit_page_enqueued"}
+_ADMIT_FRESH = {False: "intent_admit_fresh", True: "intent_admit_fresh_enqueued"}
+_ADMIT_STAGED = {False: "intent_admit_staged", True: "intent_admit_staged_enqueued"}
 
 
 def _page_copy_text(page: DraftPage) -> str | None:
     """The page's rows as COPY text when no field needs escaping (the usual case), else
     None and psycopg formats them row by row. One join and four scans of the result
     instead of a formatting call per row: this runs for every member admitted."""
-    rows = page.rows
-    text = "".join([f"{c}\t{r}\t{a}\t{d}\n" for c, r, a, d in rows])
-    if (text.count("\t") == 3 * len(rows) and text.count("\n") == len(rows)
+    members = page.rows
+    text = "".join([f"{c}\t{r}\t{a}\t{d}\n" for c, r, a, d in members])
+    if (text.count("\t") == 3 * len(members) and text.count("\n") == len(members)
             and "\\" not in text and "\r" not in text):
         return text
     return None
@@ -87,30 +81,27 @@ async def _in_page_order(previous: Awaitable[object]) -> None:
                          "this page rolled back and will be admitted again") from None
 
 
-def _change_params(change: Change, now: float) -> dict[str, Any]:
-    """``intent_apply`` parameters: the SQLite store's, with its 0/1 flags as booleans."""
-    params = _sqlite_change_params(change, now)
-    for flag in _FLAGS:
-        params[flag] = bool(params[flag])
-    return params
-
-
 async def _insert_events(conn: Conn, sql: Mapping[str, str], events: Sequence[Any]) -> None:
     if events:
         async with conn.cursor() as cur:
             await cur.executemany(sql["event_insert"], events)
 
 
-class PostgresStore:
+async def _all(conn: Conn, shape: rows.Shape[R], statement: str, params: Any = None) -> list[R]:
+    cur = await conn.execute(statement, params)
+    return shape.all(cur.description, await cur.fetchall())
+
+
+async def _one(conn: Conn, shape: rows.Shape[R], statement: str, params: Any = None) -> R | None:
+    cur = await conn.execute(statement, params)
+    row = await cur.fetchone()
+    return None if row is None else shape.one(cur.description, row)
+
+
+class PostgresStore(DatabaseStore[PostgresDatabase], StoreReads):
     """The ``Store`` port on one PostgreSQL database (see ``PostgresDatabase``)."""
 
     concurrent_writers = True
-
-    def __init__(self, db: PostgresDatabase) -> None:
-        self.db = db
-        self.url = db.url
-        self._sql: Mapping[str, str] = db.sql
-        db.retain()
 
     @classmethod
     async def open(cls, url: str) -> PostgresStore:
@@ -118,23 +109,6 @@ class PostgresStore:
         db = PostgresDatabase.from_url(url)
         await db.open()
         return cls(db)
-
-    # ---------------------------------------------------------------- lifecycle
-
-    async def migrate(self) -> list[int]:
-        """Apply pending migrations; return the versions applied now."""
-        return await self.db.migrate()
-
-    async def schema_version(self) -> int:
-        return await self.db.schema_version()
-
-    async def check_schema(self) -> None:
-        """Raise SchemaOutOfDate when migrations are pending."""
-        await self.db.check_schema()
-
-    async def close(self) -> None:
-        """Release the database; it closes when no other adapter still uses it."""
-        await self.db.release()
 
     # ---------------------------------------------------------------- admission and relay
 
@@ -144,17 +118,13 @@ class PostgresStore:
         *,
         now: float,
         publish_lease_until: float | None = None,
-        progress: OccurrenceProgress | None = None,
+        progress: base.OccurrenceProgress | None = None,
         enqueue: bool = False,
         progress_after: Awaitable[object] | None = None,
     ) -> list[str]:
-        """Insert intents as ``selected`` (existing keys untouched); return the new keys.
-
-        With ``enqueue`` the new intents' messages go into this database's queue in the
-        same transaction and the intents are born ``enqueued``. With ``progress_after``
-        this page's rows are written while that one's are, and only the occurrence's
-        progress waits for it (see the port).
-        """
+        """``Store.intent_admit``, pages side by side: with ``progress_after`` this page's
+        rows are written while that one's are, and only the occurrence's progress waits
+        for it (see ``_admission`` for how a page goes in)."""
         if not drafts and progress is None:
             return []
         fn = self._admission(drafts, now=now, publish_lease_until=publish_lease_until,
@@ -189,7 +159,7 @@ class PostgresStore:
             raise StoreError(f"admission in the caller's transaction failed: {exc}") from exc
 
     def _admission(self, drafts: Sequence[IntentDraft], *, now: float,
-                   publish_lease_until: float | None, progress: OccurrenceProgress | None,
+                   publish_lease_until: float | None, progress: base.OccurrenceProgress | None,
                    enqueue: bool, progress_after: Awaitable[object] | None
                    ) -> Callable[[Conn], Awaitable[list[str]]]:
         """The body of one admission transaction (safe to run again: see intent_admit).
@@ -200,13 +170,13 @@ class PostgresStore:
         A ``DraftPage`` is staged in its columns; anything else as whole drafts.
         """
         sql = self._sql
-        suffix = "_enqueued" if enqueue else ""
         params: dict[str, Any] = {"now": now, "lease_until": publish_lease_until}
         page = drafts if isinstance(drafts, DraftPage) else None
+        channels = [] if page is None else [c for c, _, _ in page.channels]
         if page is not None:
             body_head, body_tail = message_body_parts()
             params.update(
-                channels=[c for c, _, _ in page.channels],
+                channels=channels,
                 prefixes=[p for _, p, _ in page.channels],
                 suffixes=[s for _, _, s in page.channels],
                 template=page.template, campaign=page.campaign, occurrence=page.occurrence,
@@ -216,30 +186,30 @@ class PostgresStore:
         def unique_drafts() -> tuple[list[IntentDraft], list[tuple[Any, ...]]]:
             seen: set[str] = set()
             unique: list[IntentDraft] = []
-            rows: list[tuple[Any, ...]] = []
+            staged: list[tuple[Any, ...]] = []
             for d in drafts:  # keeps the first of a key drafted twice
                 if d.key not in seen:
                     seen.add(d.key)
                     unique.append(d)
-                    rows.append((len(rows), d.key, d.channel, d.recipient_id, d.address,
+                    staged.append((len(staged), d.key, d.channel, d.recipient_id, d.address,
                                  d.template, d.data, d.campaign, d.occurrence, d.due_at,
                                  d.expires_at, message_body(d.key)))
-            return unique, rows
+            return unique, staged
 
-        async def copy_rows(cur: Any, stage: str, rows: Sequence[tuple[Any, ...]],
-                            text: str | None = None) -> None:
-            await cur.execute(sql[f"{stage}_create"])
-            async with cur.copy(sql[f"{stage}_copy"]) as copy:
+        async def copy_rows(cur: Any, create: str, copy_in: str,
+                            staged: Sequence[tuple[Any, ...]], text: str | None = None) -> None:
+            await cur.execute(sql[create])
+            async with cur.copy(sql[copy_in]) as copy:
                 if text is not None:
                     await copy.write(text)
                     return
-                for row in rows:
+                for row in staged:
                     await copy.write_row(row)
 
-        async def fresh_only(cur: Any, statement: str) -> bool:
+        async def fresh_only(cur: Any, insert: str) -> bool:
             try:
                 async with cur.connection.transaction():
-                    await cur.execute(sql[statement + suffix], params)
+                    await cur.execute(sql[insert], params)
                 return True
             except pg_errors.UniqueViolation:
                 return False  # some keys exist (a replay, a second scheduler)
@@ -247,19 +217,20 @@ class PostgresStore:
         async def write(cur: Any) -> tuple[list[str], set[str]]:
             """The new keys, and the queues that got messages."""
             if page is not None:
-                await copy_rows(cur, "admit_page_stage", page.rows, _page_copy_text(page))
-                if await fresh_only(cur, "intent_admit_page"):
-                    used = {row[0] for row in page.rows}
-                    return page.keys(), {page.channels[i][0] for i in used}
-                unique, rows = unique_drafts()
-                await copy_rows(cur, "admit_stage", rows)
+                await copy_rows(cur, "admit_page_stage_create", "admit_page_stage_copy",
+                                page.rows, _page_copy_text(page))
+                if await fresh_only(cur, _ADMIT_PAGE[enqueue]):
+                    used = {channel for channel, _, _, _ in page.rows}
+                    return page.keys(), {channels[i] for i in used}
+                unique, staged = unique_drafts()
+                await copy_rows(cur, "admit_stage_create", "admit_stage_copy", staged)
             else:
-                unique, rows = unique_drafts()
-                await copy_rows(cur, "admit_stage", rows)
-                if await fresh_only(cur, "intent_admit_fresh"):
+                unique, staged = unique_drafts()
+                await copy_rows(cur, "admit_stage_create", "admit_stage_copy", staged)
+                if await fresh_only(cur, _ADMIT_FRESH[enqueue]):
                     return [d.key for d in unique], {d.channel for d in unique}
-            await cur.execute(sql["intent_admit_staged" + suffix], params)
-            inserted = {row[0] for row in await cur.fetchall()}
+            await cur.execute(sql[_ADMIT_STAGED[enqueue]], params)
+            inserted = {key for (key,) in await cur.fetchall()}
             fresh = [d for d in unique if d.key in inserted]
             return [d.key for d in fresh], {d.channel for d in fresh}
 
@@ -275,12 +246,8 @@ class PostgresStore:
             if progress_after is not None:
                 await _in_page_order(progress_after)
             if progress is not None:
-                cur = await conn.execute(sql["occurrence_progress"], {
-                    "id": progress.occurrence, "high_water": progress.high_water,
-                    "after": progress.after,
-                    "members": progress.members, "admitted": len(keys),
-                    "skipped": progress.skipped,
-                })
+                cur = await conn.execute(sql["occurrence_progress"],
+                                         rows.progress_params(progress, admitted=len(keys)))
                 if cur.rowcount != 1:
                     raise StoreError(f"occurrence {progress.occurrence!r} does not exist")
             return keys
@@ -289,19 +256,18 @@ class PostgresStore:
 
     async def intent_claim_publish(
         self, *, now: float, horizon_s: float, lease_s: float, limit: int
-    ) -> list[PublishItem]:
+    ) -> list[base.PublishItem]:
         """Lease due ``selected`` intents for publishing, oldest due first."""
         params = {"now": now, "due_by": now + horizon_s, "lease_until": now + lease_s,
                   "limit": limit}
 
-        async def fn(conn: Conn) -> list[tuple[Any, ...]]:
+        async def fn(conn: Conn) -> list[base.PublishItem]:
             cur = await conn.execute(self._sql["intent_claim_publish"], params)
-            return await cur.fetchall()
+            return rows.PUBLISH_ITEM.all(cur.description, await cur.fetchall())
 
-        rows = await self.db.write(fn)
-        rows.sort(key=lambda r: (r[2], r[0]))
-        return [PublishItem(key=k, channel=c, due_at=float(d), state=State(s))
-                for k, c, d, s in rows]
+        items = await self.db.write(fn)
+        items.sort(key=lambda item: (item.due_at, item.key))
+        return items
 
     async def intent_mark_enqueued(self, keys: Sequence[str], *, now: float) -> int:
         """``selected``/``retryable`` -> ``enqueued`` with an event; returns the count."""
@@ -325,75 +291,38 @@ class PostgresStore:
         lease_s: float,
         now: float,
         message_ids: Sequence[str] | None = None,
-    ) -> list[Claim]:
-        """Claim each key with a lease; one Claim per key, in order."""
-        if message_ids is not None and len(message_ids) != len(keys):
-            raise ValueError("message_ids must pair one to one with keys")
+    ) -> list[base.Claim]:
+        """Claim each key with a lease; one Claim per key, in order (see ``plan_claims``).
+
+        Rows another transaction holds are skipped, not waited for, and claimed as busy.
+        """
+        unique_keys = claim_keys(keys, message_ids)
         if not keys:
             return []
         sql = self._sql
-        lease_expires_at = now + lease_s
-        unique_keys = list(dict.fromkeys(keys))
 
-        async def fn(conn: Conn) -> list[Claim]:
-            cur = await conn.execute(sql["intent_claim_read"], {"keys": unique_keys})
-            current = {row[0]: row for row in await cur.fetchall()}
+        async def fn(conn: Conn) -> list[base.Claim]:
+            current = {i.key: i for i in await _all(conn, rows.INTENT, sql["intent_claim_read"],
+                                                    {"keys": unique_keys})}
             locked: set[str] = set()
             if len(current) < len(unique_keys):
-                cur = await conn.execute(sql["intent_keys_existing"], {"keys": unique_keys})
+                cur = await conn.execute(sql["intent_existing_keys"], {"keys": unique_keys})
                 locked = {key for (key,) in await cur.fetchall()} - current.keys()
-            claimed_now: dict[str, Claim] = {}
-            to_claim: list[tuple[str, str, int]] = []
-            events: list[Any] = []
-            claims: list[Claim] = []
-            for i, key in enumerate(keys):
-                message_id = message_ids[i] if message_ids is not None else None
-                row = current.get(key)
-                if key in claimed_now:
-                    claims.append(Claim(key=key, kind=ClaimKind.BUSY, state=State.CLAIMED,
-                                        retry_at=lease_expires_at))
-                    continue
-                if key in locked:
-                    # Another transaction holds the row right now: look again shortly.
-                    claims.append(Claim(key=key, kind=ClaimKind.BUSY, retry_at=now + 0.1))
-                    continue
-                if row is None:
-                    claims.append(Claim(key=key, kind=ClaimKind.MISSING))
-                    continue
-                state = State(row[8])
-                kind, retry_at = claim_kind(state, next_attempt_at=row[22],
-                                            lease_expires_at=row[21], now=now)
-                if kind is ClaimKind.CLAIMED:
-                    intent = replace(
-                        _intent(row), state=State.CLAIMED, lease_owner=owner,
-                        lease_token=row[20] + 1, lease_expires_at=lease_expires_at,
-                        attempts=row[17] + 1, updated_at=now,
-                    )
-                    to_claim.append((key, state.value, row[20]))
-                    events.append((key, row[1], "claimed", now, "claimed", intent.attempts,
-                                   owner, message_id, None, None))
-                    claim = Claim(key=key, kind=ClaimKind.CLAIMED, intent=intent,
-                                  token=intent.lease_token, state=State.CLAIMED)
-                    claimed_now[key] = claim
-                else:
-                    if kind is ClaimKind.DONE:
-                        events.append((key, row[1], redelivery_event(state), now,
-                                       state.value, row[17], owner, message_id, None,
-                                       None))
-                    claim = Claim(key=key, kind=kind, state=state, retry_at=retry_at)
-                claims.append(claim)
-            if to_claim:
+            plan = plan_claims(keys, current, owner=owner, lease_s=lease_s, now=now,
+                               message_ids=message_ids, locked=locked)
+            if plan.leases:
                 cur = await conn.execute(sql["intent_claim"], {
-                    "owner": owner, "expires_at": lease_expires_at, "now": now,
-                    "keys": [c[0] for c in to_claim], "states": [c[1] for c in to_claim],
-                    "tokens": [c[2] for c in to_claim],
+                    "owner": owner, "expires_at": plan.lease_expires_at, "now": now,
+                    "keys": [lease.key for lease in plan.leases],
+                    "states": [lease.from_state.value for lease in plan.leases],
+                    "tokens": [lease.token for lease in plan.leases],
                 })
-                if cur.rowcount != len(to_claim):
+                if cur.rowcount != len(plan.leases):
                     # Impossible while the rows are locked; refuse rather than hand out a
                     # lease that another writer may also hold.
                     raise StoreError("claim guard failed under a row lock")
-            await _insert_events(conn, sql, events)
-            return claims
+            await _insert_events(conn, sql, [rows.event_row(e) for e in plan.events])
+            return plan.claims
 
         return await self.db.write(fn)
 
@@ -408,12 +337,12 @@ class PostgresStore:
 
         async def fn(conn: Conn) -> set[str]:
             cur = await conn.execute(self._sql["intent_renew_leases"], params)
-            return {row[0] for row in await cur.fetchall()}
+            return {key for (key,) in await cur.fetchall()}
 
         renewed = await self.db.write(fn)
         return list(dict.fromkeys(key for key, _ in leases if key not in renewed))
 
-    async def intent_apply_many(self, changes: Sequence[Change], *, now: float) -> list[str]:
+    async def intent_apply_many(self, changes: Sequence[base.Change], *, now: float) -> list[str]:
         """Apply guarded changes in one transaction, in order; return the keys applied."""
         for change in changes:
             check(change.from_state, change.to_state)
@@ -431,23 +360,20 @@ class PostgresStore:
             # still apply in order, so a repeated key meets the guard its twin left.
             cur = conn.cursor()
             await cur.executemany(sql["intent_apply"],
-                                  [_change_params(change, now) for change in changes],
+                                  [rows.change_params(change, now) for change in changes],
                                   returning=True)
-            rows: list[tuple[Any, ...] | None] = []
+            results: list[tuple[Any, ...] | None] = []
             while True:
-                rows.append(await cur.fetchone())
+                results.append(await cur.fetchone())
                 if not cur.nextset():
                     break
-            for change, row in zip(changes, rows, strict=True):
+            for change, row in zip(changes, results, strict=True):
                 if row is None:
                     continue
                 channel, attempts = row
                 applied.append(change.key)
-                events.append((
-                    change.key, channel, change.event, now, change.to_state.value, attempts,
-                    change.worker, change.message_id, change.provider_request_id,
-                    change.detail if change.detail is not None else change.reason,
-                ))
+                events.append(rows.change_event(change, channel=channel, attempts=attempts,
+                                                now=now))
             await _insert_events(conn, sql, events)
             return applied
 
@@ -458,120 +384,78 @@ class PostgresStore:
         sql = self._sql
 
         async def fn(conn: Conn) -> State | None:
-            cur = await conn.execute(sql["intent_cancel_read"], (key,))
-            row = await cur.fetchone()
-            if row is None:
+            target = await _one(conn, rows.CANCEL_TARGET, sql["intent_cancel_read"], (key,))
+            if target is None:
                 return None
-            state, channel, attempts, requested = State(row[0]), row[1], row[2], row[3]
-            if state in CLAIMABLE:
-                change = Change(key=key, from_state=state, to_state=State.CANCELLED,
+            if target.state in CLAIMABLE:
+                change = base.Change(key=key, from_state=target.state, to_state=State.CANCELLED,
                                 event="cancelled", reason=reason)
-                await conn.execute(sql["intent_apply"], _change_params(change, now))
-                await conn.execute(sql["event_insert"], (
-                    key, channel, "cancelled", now, "cancelled", attempts, None, None, None,
-                    reason))
+                await conn.execute(sql["intent_apply"], rows.change_params(change, now))
+                await conn.execute(sql["event_insert"], rows.change_event(
+                    change, channel=target.channel, attempts=target.attempts, now=now))
                 return State.CANCELLED
-            if state is State.CLAIMED and not requested:
+            if target.state is State.CLAIMED and not target.cancel_requested:
                 await conn.execute(sql["intent_cancel_request"], (now, key))
                 await conn.execute(sql["event_insert"], (
-                    key, channel, "cancel_requested", now, "claimed", attempts, None, None,
-                    None, reason))
-            return state
+                    key, target.channel, "cancel_requested", now, "claimed", target.attempts,
+                    None, None, None, reason))
+            return target.state
 
         return await self.db.write(fn)
 
-    # ---------------------------------------------------------------- reads
+    # ---------------------------------------------------------------- how a read runs
 
-    async def _rows(self, query: str, params: Any = None) -> list[tuple[Any, ...]]:
+    def _array(self, values: Sequence[Any]) -> list[Any]:
+        return list(values)
+
+    async def _read_tuples(self, query: str, params: Any = None) -> list[tuple[Any, ...]]:
         async def fn(conn: Conn) -> list[tuple[Any, ...]]:
             cur = await conn.execute(self._sql[query], params)
             return await cur.fetchall()
 
         return await self.db.read(fn)
 
-    async def intent_get(self, key: str) -> Intent | None:
-        rows = await self._rows("intent_get", (key,))
-        return _intent(rows[0]) if rows else None
+    async def _read_all(self, shape: rows.Shape[R], query: str, params: Any = None) -> list[R]:
+        statement = self._sql[query]
+        return await self.db.read(lambda conn: _all(conn, shape, statement, params))
 
-    async def intent_find(
-        self,
-        *,
-        states: Sequence[State],
-        channel: str | None = None,
-        updated_before: float | None = None,
-        lease_expired_at: float | None = None,
-        limit: int = 1000,
-    ) -> list[Intent]:
-        """Intents in ``states`` narrowed by the filters, in (state, due time) order."""
-        params = {"states": [State(s).value for s in states], "channel": channel,
-                  "updated_before": updated_before, "lease_expired_at": lease_expired_at,
-                  "limit": limit}
-        return [_intent(row) for row in await self._rows("intent_find", params)]
-
-    async def intent_counts(self) -> dict[str, dict[str, int]]:
-        """``{channel: {state: count}}`` over every intent."""
-        return await self._nested_counts("intent_counts")
-
-    async def intent_latencies(self, channel: str) -> list[float]:
-        """Seconds from due to acceptance for every accepted intent of ``channel``."""
-        return [row[0] for row in await self._rows("intent_latencies", (channel,))]
-
-    async def _nested_counts(self, query: str) -> dict[str, dict[str, int]]:
-        counts: dict[str, dict[str, int]] = {}
-        for outer, inner, count in await self._rows(query):
-            counts.setdefault(outer, {})[inner] = count
-        return counts
+    async def _read_one(self, shape: rows.Shape[R], query: str, params: Any = None) -> R | None:
+        statement = self._sql[query]
+        return await self.db.read(lambda conn: _one(conn, shape, statement, params))
 
     # ---------------------------------------------------------------- events
 
     async def event_append_many(self, events: Sequence[Event]) -> None:
         if not events:
             return
-        rows = [_event_row(e) for e in events]
+        params = [rows.event_row(e) for e in events]
 
         async def fn(conn: Conn) -> None:
-            await _insert_events(conn, self._sql, rows)
+            await _insert_events(conn, self._sql, params)
 
         await self.db.write(fn)
-
-    async def events_for(self, key: str) -> list[Event]:
-        """Every event of ``key``, in the order written."""
-        return [
-            Event(key=r[0], channel=r[1], type=r[2], at=r[3], state=r[4], attempt=r[5],
-                  worker=r[6], message_id=r[7], provider_request_id=r[8], detail=r[9])
-            for r in await self._rows("events_for", (key,))
-        ]
-
-    async def event_counts(self) -> dict[str, dict[str, int]]:
-        """``{channel: {event type: count}}``."""
-        return await self._nested_counts("event_counts")
 
     # ---------------------------------------------------------------- occurrences
 
     async def occurrence_open(
         self, *, id: str, campaign: str, logical_at: float, logical_date: str, kind: str,
         now: float,
-    ) -> Occurrence:
+    ) -> base.Occurrence:
         """Return the occurrence, creating it if new; a replay re-opens one not done."""
         sql = self._sql
         params = {"id": id, "campaign": campaign, "logical_at": logical_at,
                   "logical_date": logical_date, "kind": kind, "now": now}
 
-        async def fn(conn: Conn) -> Occurrence:
+        async def fn(conn: Conn) -> base.Occurrence:
             cur = await conn.execute(sql["occurrence_insert"], params)
             if cur.rowcount == 0:
                 await conn.execute(sql["occurrence_reopen"], {"id": id, "kind": kind})
-            cur = await conn.execute(sql["occurrence_get"], (id,))
-            row = await cur.fetchone()
-            if row is None:  # pragma: no cover - inserted or present in this transaction
+            occurrence = await _one(conn, rows.OCCURRENCE, sql["occurrence_get"], (id,))
+            if occurrence is None:  # pragma: no cover - inserted or present in this transaction
                 raise StoreError(f"occurrence {id!r} vanished")
-            return _occurrence(row)
+            return occurrence
 
         return await self.db.write(fn)
-
-    async def occurrence_get(self, id: str) -> Occurrence | None:
-        rows = await self._rows("occurrence_get", (id,))
-        return _occurrence(rows[0]) if rows else None
 
     async def occurrence_finish(self, id: str, *, now: float, status: str = "done",
                                 reason: str | None = None) -> None:
@@ -596,56 +480,36 @@ class PostgresStore:
 
         await self.db.write(fn)
 
-    async def occurrence_list(self, campaign: str | None = None) -> list[Occurrence]:
-        return [_occurrence(row)
-                for row in await self._rows("occurrence_list", {"campaign": campaign})]
-
     # ---------------------------------------------------------------- admission switches
 
     async def switch_set(
         self, *, scope: str, name: str, paused: bool, now: float, reason: str | None = None
-    ) -> Switch:
+    ) -> base.Switch:
         params = {"scope": scope, "name": name, "paused": paused, "now": now,
                   "reason": reason}
 
-        async def fn(conn: Conn) -> Switch:
-            cur = await conn.execute(self._sql["switch_upsert"], params)
-            row = await cur.fetchone()
-            assert row is not None  # an upsert with RETURNING returns its row
-            return _switch(row)
+        async def fn(conn: Conn) -> base.Switch:
+            switch = await _one(conn, rows.SWITCH, self._sql["switch_upsert"], params)
+            assert switch is not None  # an upsert with RETURNING returns its row
+            return switch
 
         return await self.db.write(fn)
 
-    async def switch_all(self) -> list[Switch]:
-        return [_switch(row) for row in await self._rows("switch_all")]
-
     async def switch_trip(self, *, scope: str, name: str, now: float, reason: str
-                          ) -> Switch | None:
+                          ) -> base.Switch | None:
         """Pause unless already paused; the switch if this call paused it, else None."""
         params = {"scope": scope, "name": name, "now": now, "reason": reason}
 
-        async def fn(conn: Conn) -> Switch | None:
-            cur = await conn.execute(self._sql["switch_trip"], params)
-            row = await cur.fetchone()
-            return None if row is None else _switch(row)
+        async def fn(conn: Conn) -> base.Switch | None:
+            return await _one(conn, rows.SWITCH, self._sql["switch_trip"], params)
 
         return await self.db.write(fn)
-
-    async def outcome_counts(self, *, since: float, bucket_s: float) -> list[OutcomeCount]:
-        """Outcome events at or after ``since`` per channel, campaign, type and bucket."""
-        return [OutcomeCount(channel=channel, campaign=campaign, type=kind, bucket=int(bucket),
-                             count=int(count))
-                for channel, campaign, kind, bucket, count
-                in await self._rows("outcome_counts", {"since": since, "bucket_s": bucket_s})]
 
     # ---------------------------------------------------------------- recipient preferences
 
     async def preference_set(self, preference: Preference, *, now: float) -> None:
         """Insert or replace the preference of (recipient_id, channel), stamped ``now``."""
-        params = {"recipient_id": preference.recipient_id, "channel": preference.channel,
-                  "opted_out": preference.opted_out, "quiet_start": preference.quiet_start,
-                  "quiet_end": preference.quiet_end, "timezone": preference.timezone,
-                  "now": now}
+        params = rows.preference_params(preference, now=now)
 
         async def fn(conn: Conn) -> None:
             await conn.execute(self._sql["preference_upsert"], params)
@@ -668,11 +532,9 @@ class PostgresStore:
         """The preferences of many (recipient_id, channel) pairs in one read."""
         if not pairs:
             return {}
-        rows = await self._rows("preferences_for", {"recipients": [r for r, _ in pairs],
-                                                    "channels": [c for _, c in pairs]})
-        return {(r, c): Preference(recipient_id=r, channel=c, opted_out=out, quiet_start=start,
-                                   quiet_end=end, timezone=tz)
-                for r, c, out, start, end, tz in rows}
+        found = await self._read_all(rows.PREFERENCE, "preferences_for", {
+            "recipients": [r for r, _ in pairs], "channels": [c for _, c in pairs]})
+        return {(p.recipient_id, p.channel): p for p in found}
 
     # ---------------------------------------------------------------- pacer state
 
@@ -694,29 +556,18 @@ class PostgresStore:
                 await conn.execute(sql["pacer_ensure"], (channel,))
                 cur = await conn.execute(sql["pacer_lock"], (channel,))
                 row = await cur.fetchone()
-            current = None if row is None or row[0] is None else json.loads(row[0])
-            new_state, result = fn(current)
+            (stored,) = row or (None,)
+            new_state, result = fn(rows.pacer_state(stored))
             await conn.execute(sql["pacer_write"], (json.dumps(new_state), channel))
             return result
 
         return await self.db.write(transact)
-
-    async def pacer_read(self, channel: str) -> dict[str, Any] | None:
-        rows = await self._rows("pacer_read", (channel,))
-        if not rows or rows[0][0] is None:
-            return None
-        state: dict[str, Any] = json.loads(rows[0][0])
-        return state
 
     async def pacer_pause(self, channel: str, until: float) -> None:
         async def fn(conn: Conn) -> None:
             await conn.execute(self._sql["pacer_pause"], (channel, until))
 
         await self.db.transaction(fn, block=False)  # one statement: no BEGIN/COMMIT
-
-    async def pacer_paused_until(self, channel: str) -> float:
-        rows = await self._rows("pacer_paused_until", (channel,))
-        return float(rows[0][0]) if rows else 0.0
 
     # ---------------------------------------------------------------- operator API
 
@@ -727,21 +578,15 @@ class PostgresStore:
 
         return await self.db.write(fn)
 
-    async def api_token_insert(self, token: ApiToken) -> None:
+    async def api_token_insert(self, token: base.ApiToken) -> None:
         """Store a new token; StoreError if its id exists."""
-        await self._write_rows("api_token_insert", _lite._api_token_params(token))
+        await self._write_rows("api_token_insert", rows.api_token_params(token))
 
-    async def api_token_get(self, id: str) -> ApiToken | None:
-        rows = await self._rows("api_token_get", (id,))
-        return _lite._api_token(rows[0]) if rows else None
-
-    async def api_token_list(self) -> list[ApiToken]:
-        return [_lite._api_token(row) for row in await self._rows("api_token_list")]
-
-    async def api_token_revoke(self, id: str, *, now: float) -> ApiToken | None:
+    async def api_token_revoke(self, id: str, *, now: float) -> base.ApiToken | None:
         """Revoke a token (a second revocation keeps the first time); None if unknown."""
-        rows = await self._write_rows("api_token_revoke", {"id": id, "now": now})
-        return _lite._api_token(rows[0]) if rows else None
+        statement = self._sql["api_token_revoke"]
+        return await self.db.write(
+            lambda conn: _one(conn, rows.API_TOKEN, statement, {"id": id, "now": now}))
 
     async def api_signature_claim(self, signature: str, *, now: float,
                                   expires_at: float) -> bool:
@@ -758,37 +603,28 @@ class PostgresStore:
 
     async def api_trigger_record(self, campaign: str, logical_date: str, *, now: float) -> int:
         """Count one HTTP trigger of an occurrence; return its count so far."""
-        rows = await self._write_rows("api_trigger_record", {
+        ((count,),) = await self._write_rows("api_trigger_record", {
             "campaign": campaign, "logical_date": logical_date, "now": now})
-        return int(rows[0][0])
+        return int(count)
 
-    async def api_trigger_counts(self) -> dict[str, int]:
-        return {c: int(n) for c, n in await self._rows("api_trigger_counts")}
-
-    async def api_idempotency_get(self, key: str) -> IdempotentResponse | None:
-        rows = await self._rows("api_idempotency_get", (key,))
-        return _lite._idempotent(rows[0]) if rows else None
-
-    async def api_idempotency_put(self, record: IdempotentResponse, *,
-                                  expire_before: float | None = None) -> IdempotentResponse:
+    async def api_idempotency_put(self, record: base.IdempotentResponse, *,
+                                  expire_before: float | None = None) -> base.IdempotentResponse:
         """Keep the first answer to a key; return the one stored (this one or an older)."""
         sql = self._sql
-        params = {"key": record.key, "request_hash": record.request_hash,
-                  "status": record.status, "body": record.body,
-                  "created_at": record.created_at}
+        params = rows.idempotent_params(record)
 
-        async def fn(conn: Conn) -> IdempotentResponse:
+        async def fn(conn: Conn) -> base.IdempotentResponse:
             if expire_before is not None:
                 await conn.execute(sql["api_idempotency_prune"], {"before": expire_before})
             cur = await conn.execute(sql["api_idempotency_insert"], params)
             if cur.rowcount == 1:
                 return record
             # A concurrent insert of the same key: ON CONFLICT waited for it to commit.
-            cur = await conn.execute(sql["api_idempotency_get"], (record.key,))
-            row = await cur.fetchone()
-            if row is None:  # pragma: no cover - the conflicting row is committed
+            stored = await _one(conn, rows.IDEMPOTENT_RESPONSE, sql["api_idempotency_get"],
+                                (record.key,))
+            if stored is None:  # pragma: no cover - the conflicting row is committed
                 raise StoreError(f"idempotency key {record.key!r} vanished")
-            return _lite._idempotent(row)
+            return stored
 
         return await self.db.write(fn)
 
@@ -810,96 +646,48 @@ class PostgresStore:
         return await self._write_count("api_idempotency_release",
                                         {"key": key, "request_hash": request_hash}) == 1
 
-    async def intent_summary(self, *, now: float, since: float) -> list[IntentSummary]:
-        """One summary per (campaign, channel), ordered by campaign then channel."""
-        return [_lite._summary(row)
-                for row in await self._rows("intent_summary", {"now": now, "since": since})]
-
-    async def intent_latency_histogram(self, bounds: Sequence[float]) -> list[LatencyHistogram]:
-        """Due-to-accepted latencies per channel counted into ``bounds`` (ascending)."""
-        rows = await self._rows("intent_latency_histogram",
-                                {"bounds": [float(b) for b in bounds]})
-        return _lite._histograms(bounds, rows)
-
-    async def intent_find_by_recipient(self, recipient_id: str, *,
-                                       limit: int = 100) -> list[Intent]:
-        """A recipient's intents, latest due first."""
-        rows = await self._rows("intent_find_by_recipient",
-                                {"recipient_id": recipient_id, "limit": limit})
-        return [_intent(row) for row in rows]
-
-    async def event_keys_by_detail(self, detail: str, *, limit: int = 100) -> list[str]:
-        """Keys with an event whose ``detail`` is exactly ``detail``, latest first."""
-        rows = await self._rows("event_keys_by_detail", {"detail": detail, "limit": limit})
-        return [key for (key,) in rows]
-
-
     # ---------------------------------------------------------------- provider webhooks
 
-    async def provider_events_record(self, events: Sequence[ProviderEvent], *,
-                                     now: float) -> RecordResult:
+    async def provider_events_record(self, events: Sequence[base.ProviderEvent], *,
+                                     now: float) -> base.RecordResult:
         """Record provider events once each, on their intent's timeline or orphaned.
 
         One lookup and one insert for the whole batch; the insert's ``RETURNING`` names
         exactly the events this transaction stored, so of two deliveries of one webhook
         at once, one records and the other counts duplicates.
         """
-        unique = _lite.unique_provider_events(events)
+        unique = unique_provider_events(events)
         if not unique:
-            return RecordResult(duplicates=len(events))
+            return base.RecordResult(duplicates=len(events))
         sql = self._sql
         message_ids = sorted({e.message_id for e in unique})
 
-        async def fn(conn: Conn) -> RecordResult:
-            cur = await conn.execute(sql["intents_by_receipts"], {"message_ids": message_ids})
-            intents = {row[0]: row[1:] for row in await cur.fetchall()}
-            keys = [intents[e.message_id][0] if e.message_id in intents else None
-                    for e in unique]
+        async def fn(conn: Conn) -> base.RecordResult:
+            owners = {owner.receipt: owner for owner in await _all(
+                conn, RECEIPT_OWNER, sql["intents_by_receipts"], {"message_ids": message_ids})}
             cur = await conn.execute(sql["provider_events_insert_many"], {
                 "now": now, "providers": [e.provider for e in unique],
                 "message_ids": [e.message_id for e in unique],
                 "types": [e.type.value for e in unique], "ats": [e.at for e in unique],
-                "keys": keys, "details": [e.detail for e in unique],
+                "keys": [owner_key(owners, e) for e in unique],
+                "details": [e.detail for e in unique],
             })
             inserted = {(p, m, t) for p, m, t in await cur.fetchall()}
-            timeline: list[Any] = []
-            orphaned = 0
-            for event in unique:
-                if (event.provider, event.message_id, event.type.value) not in inserted:
-                    continue
-                intent = intents.get(event.message_id)
-                if intent is None:
-                    orphaned += 1
-                else:
-                    timeline.append(_lite.provider_timeline_row(event, *intent))
+            timeline, result = recorded(events, unique, owners, inserted)
             await _insert_events(conn, sql, timeline)
-            recorded = len(timeline)
-            return RecordResult(recorded=recorded, orphaned=orphaned,
-                                duplicates=len(events) - recorded - orphaned)
+            return result
 
         return await self.db.write(fn)
-
-    async def provider_events_orphaned(self, *, limit: int = 100) -> list[StoredProviderEvent]:
-        """Orphaned provider events, oldest received first."""
-        return [_lite._stored_provider_event(row)
-                for row in await self._rows("provider_events_orphaned", {"limit": limit})]
 
     async def provider_events_adopt(self, *, since: float, limit: int = 1000) -> int:
         """Attach orphans received since ``since`` whose message id is now a receipt."""
         sql = self._sql
 
         async def fn(conn: Conn) -> int:
-            cur = await conn.execute(sql["provider_events_adopt"],
-                                     {"since": since, "limit": limit})
-            rows = sorted(await cur.fetchall(), key=lambda row: row[0])
-            await _insert_events(conn, sql, [
-                _lite.provider_timeline_row(_lite.adopted_event(row), *row[6:10])
-                for row in rows])
-            return len(rows)
+            adoptions = await _all(conn, ADOPTION, sql["provider_events_adopt"],
+                                   {"since": since, "limit": limit})
+            adoptions.sort(key=lambda adoption: adoption.id)
+            await _insert_events(conn, sql, [timeline_row(a.event, a.owner) for a in adoptions])
+            return len(adoptions)
 
         return await self.db.write(fn)
-
-    async def provider_event_counts(self) -> list[ProviderEventCount]:
-        """Provider events per (provider, type), ordered by both."""
-        return [ProviderEventCount(provider=p, type=t, total=int(n), orphaned=int(o))
-                for p, t, n, o in await self._rows("provider_event_counts")]

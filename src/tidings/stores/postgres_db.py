@@ -33,7 +33,6 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from tidings.clock import SystemClock
 from tidings.errors import ConfigurationError, SchemaOutOfDate, StoreError
 from tidings.stores import queries
 from tidings.stores.sharing import SharedDatabase
@@ -221,15 +220,15 @@ class PostgresDatabase(SharedDatabase):
 
     # ---------------------------------------------------------------- migrations
 
-    async def migrate(self, *, now: float | None = None) -> list[int]:
-        """Apply pending migrations in order, each in its own transaction.
+    async def migrate(self, *, now: float) -> list[int]:
+        """Apply pending migrations in order, each in its own transaction, recorded as
+        applied at ``now``.
 
         Each transaction first takes a transaction-scoped advisory lock, so migrators
         in several processes or machines take turns and each version is applied once;
         DDL is transactional, so a failing migration leaves nothing behind. Returns the
         versions applied by this call.
         """
-        applied_at = SystemClock().now() if now is None else now
         sql = self.sql
         applied: list[int] = []
         for migration in queries.migrations(DIALECT):
@@ -242,7 +241,7 @@ class PostgresDatabase(SharedDatabase):
                     return False
                 await conn.execute(m.sql.encode())  # a whole script: no parameters
                 await conn.execute(sql["migration_record"],
-                                   {"version": m.version, "applied_at": applied_at})
+                                   {"version": m.version, "applied_at": now})
                 return True
 
             if await self.write(apply):
@@ -255,11 +254,11 @@ class PostgresDatabase(SharedDatabase):
 
         async def fn(conn: Conn) -> list[int]:
             cur = await conn.execute(sql["migrations_table_exists"])
-            row = await cur.fetchone()
-            if row is None or not row[0]:
+            (exists,) = await cur.fetchone() or (False,)
+            if not exists:
                 return []
             cur = await conn.execute(sql["migrations_applied"])
-            return [int(r[0]) for r in await cur.fetchall()]
+            return [int(version) for (version,) in await cur.fetchall()]
 
         return await self.read(fn)
 
@@ -290,8 +289,8 @@ async def insert_messages(conn: Conn, sql: Mapping[str, str], queue: str,
         return
     params: dict[str, Any] = {
         "queue": queue, "now": now,
-        "message_ids": [r[0] for r in rows],
-        "bodies": [r[1] for r in rows],
-        "available": [now + max(0.0, r[2]) for r in rows],
+        "message_ids": [message_id for message_id, _, _ in rows],
+        "bodies": [body for _, body, _ in rows],
+        "available": [now + max(0.0, delay_s) for _, _, delay_s in rows],
     }
     await conn.execute(sql["message_insert_many"], params)

@@ -3,8 +3,9 @@
 Every batch method is one write transaction (``BEGIN IMMEDIATE``) on the
 database thread, and set-based where it can be: admission is a multi-row insert,
 enqueue marking is one event insert and one update over a JSON list of keys, claims
-read all their rows at once and write with one ``executemany``. The SQL lives in
-``stores/sql/sqlite/*.sql``.
+read all their rows at once, the core plans them (``claims.plan_claims``) and one
+``executemany`` writes the leases. The reads are ``reads.StoreReads``'s, run in a
+read transaction. The SQL lives in ``stores/sql/sqlite/*.sql``.
 """
 
 from __future__ import annotations
@@ -12,115 +13,34 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import replace
 from typing import Any, TypeVar
 
-from tidings.claims import claim_kind, redelivery_event
+from tidings.claims import claim_keys, plan_claims
 from tidings.errors import StoreError
-from tidings.model import Event, Intent, IntentDraft, message_body
+from tidings.model import Event, IntentDraft, message_body
 from tidings.preferences import Preference
-from tidings.states import CLAIMABLE, TERMINAL, State, check
-from tidings.stores.base import (
-    ApiToken,
-    Change,
-    Claim,
-    ClaimKind,
-    IdempotentResponse,
-    IntentSummary,
-    LatencyHistogram,
-    Occurrence,
-    OccurrenceProgress,
-    OutcomeCount,
-    ProviderEvent,
-    ProviderEventCount,
-    ProviderEventType,
-    PublishItem,
-    RecordResult,
-    StoredProviderEvent,
-    Switch,
+from tidings.states import CLAIMABLE, State, check
+from tidings.stores import base, rows
+from tidings.stores.lifecycle import DatabaseStore
+from tidings.stores.provider_events import (
+    ADOPTION,
+    RECEIPT_OWNER,
+    owner_key,
+    recorded,
+    timeline_row,
+    unique_provider_events,
 )
+from tidings.stores.reads import StoreReads
 from tidings.stores.sqlite_db import SqliteDatabase, insert_messages
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 #: One row of the multi-row admission insert: the ten draft columns.
 _DRAFT_ROW = "(?,?,?,?,?,?,?,?,?,?)"
 #: Rows per admission statement: 10,000 variables, well under SQLite's 32,766, and one
 #: statement text (so one cached prepared statement) for every full chunk.
 _ADMIT_CHUNK = 1000
-_EventRow = tuple[
-    str, str, str, float, str | None, int | None, str | None, str | None, str | None, str | None
-]
-
-
-def _intent(row: Sequence[Any]) -> Intent:
-    """An ``Intent`` from a row in the column order of the ``intent_get`` query."""
-    return Intent(
-        key=row[0], channel=row[1], recipient_id=row[2], address=row[3], template=row[4],
-        data=row[5], campaign=row[6], occurrence=row[7], state=State(row[8]), due_at=row[9],
-        expires_at=row[10], created_at=row[11], updated_at=row[12], selected_at=row[13],
-        enqueued_at=row[14], accepted_at=row[15], finished_at=row[16], attempts=row[17],
-        failures=row[18], lease_owner=row[19], lease_token=row[20], lease_expires_at=row[21],
-        next_attempt_at=row[22], receipt=row[23], provider_request_id=row[24],
-        disposition=row[25], reason=row[26], cancel_requested=bool(row[27]),
-    )
-
-
-def _occurrence(row: Sequence[Any]) -> Occurrence:
-    return Occurrence(
-        id=row[0], campaign=row[1], logical_at=row[2], logical_date=row[3], kind=row[4],
-        status=row[5], high_water=row[6], members=row[7], admitted=row[8], skipped=row[9],
-        passes=row[10], created_at=row[11], finished_at=row[12], reason=row[13],
-    )
-
-
-def _switch(row: Sequence[Any]) -> Switch:
-    return Switch(scope=row[0], name=row[1], paused=bool(row[2]), changed_at=row[3],
-                  reason=row[4])
-
-
-def _api_token(row: Sequence[Any]) -> ApiToken:
-    return ApiToken(id=row[0], name=row[1], scopes=tuple(row[2].split()), secret_hash=row[3],
-                    created_at=row[4], revoked_at=row[5], expires_at=row[6])
-
-
-def _api_token_params(token: ApiToken) -> dict[str, Any]:
-    return {"id": token.id, "name": token.name, "scopes": " ".join(token.scopes),
-            "secret_hash": token.secret_hash, "created_at": token.created_at,
-            "revoked_at": token.revoked_at, "expires_at": token.expires_at}
-
-
-def _idempotent(row: Sequence[Any]) -> IdempotentResponse:
-    return IdempotentResponse(key=row[0], request_hash=row[1], status=row[2], body=row[3],
-                              created_at=row[4])
-
-
-def _summary(row: Sequence[Any]) -> IntentSummary:
-    return IntentSummary(
-        campaign=row[0], channel=row[1], total=row[2], backlog=row[3], scheduled=row[4],
-        claimed=row[5], retryable=row[6], uncertain=row[7], accepted=row[8],
-        accepted_in_time=row[9], accepted_recent=row[10], expired=row[11], dead=row[12],
-        rejected=row[13], cancelled=row[14], overdue=row[15],
-        oldest_due_at=None if row[16] is None else float(row[16]),
-        earliest_expiry=None if row[17] is None else float(row[17]))
-
-
-def _histograms(bounds: Sequence[float],
-                rows: Sequence[Sequence[Any]]) -> list[LatencyHistogram]:
-    """Fold ``(channel, bucket or None, count, sum)`` rows into one histogram per channel."""
-    per: dict[str, tuple[list[int], list[float]]] = {}
-    for channel, bucket, count, total in rows:
-        counts, sums = per.setdefault(channel, ([0] * (len(bounds) + 1), [0.0]))
-        counts[len(bounds) if bucket is None else int(bucket)] += int(count)
-        sums[0] += float(total or 0.0)
-    return [LatencyHistogram(channel=channel, bounds=tuple(bounds), counts=tuple(counts),
-                             sum=sums[0], count=sum(counts))
-            for channel, (counts, sums) in sorted(per.items())]
-
-
-def _event_row(e: Event) -> _EventRow:
-    return (e.key, e.channel, e.type, e.at, e.state, e.attempt, e.worker, e.message_id,
-            e.provider_request_id, e.detail)
 
 
 def _insert_events(
@@ -139,98 +59,28 @@ def _insert_events(
         })
 
 
-def _change_params(change: Change, now: float) -> dict[str, Any]:
-    """Bind one change to ``intent_apply``, deciding its field effects from ``states``."""
-    to_terminal = change.to_state in TERMINAL
-    return {
-        "key": change.key,
-        "from_state": change.from_state.value,
-        "to_state": change.to_state.value,
-        "lease_token": change.lease_token,
-        "lease_expired_by": change.lease_expired_by,
-        "now": now,
-        "receipt": change.receipt,
-        "next_attempt_at": change.next_attempt_at,
-        "leaves_claimed": int(change.from_state is State.CLAIMED
-                              and change.to_state is not State.CLAIMED),
-        "terminal": int(to_terminal),
-        # An operator's redrive (dead -> retryable) makes the intent live again.
-        "reopens": int(change.from_state in TERMINAL and not to_terminal),
-        "reason": change.reason,
-        "count_attempt": int(change.count_attempt),
-        "count_failure": int(change.count_failure),
-        "reset_failures": int(change.reset_failures),
-        "provider_request_id": change.provider_request_id,
-    }
+def _all(conn: sqlite3.Connection, shape: rows.Shape[R], statement: str,
+         params: Any = ()) -> list[R]:
+    cursor = conn.execute(statement, params)
+    return shape.all(cursor.description, cursor)
 
 
-def _stored_provider_event(row: Sequence[Any]) -> StoredProviderEvent:
-    """A ``StoredProviderEvent`` from a row in the ``provider_events_orphaned`` order."""
-    return StoredProviderEvent(provider=row[0], message_id=row[1],
-                               type=ProviderEventType(row[2]), at=float(row[3]),
-                               detail=row[4], key=row[5], received_at=float(row[6]))
+def _one(conn: sqlite3.Connection, shape: rows.Shape[R], statement: str,
+         params: Any = ()) -> R | None:
+    cursor = conn.execute(statement, params)
+    row = cursor.fetchone()
+    return None if row is None else shape.one(cursor.description, row)
 
 
-def unique_provider_events(events: Sequence[ProviderEvent]) -> list[ProviderEvent]:
-    """The first of each (provider, message id, type): a repeat in one batch is a
-    duplicate, as it would be in the next batch."""
-    seen: set[tuple[str, str, str]] = set()
-    unique: list[ProviderEvent] = []
-    for event in events:
-        identity = (event.provider, event.message_id, event.type.value)
-        if identity not in seen:
-            seen.add(identity)
-            unique.append(event)
-    return unique
-
-
-def adopted_event(row: Sequence[Any]) -> ProviderEvent:
-    """The event of a ``provider_events_adopt(able)`` row (id, provider, message_id,
-    type, at, detail, …)."""
-    return ProviderEvent(provider=row[1], message_id=row[2], type=ProviderEventType(row[3]),
-                         at=float(row[4]), detail=row[5])
-
-
-def provider_timeline_row(event: ProviderEvent, key: str, channel: str, state: str,
-                          attempts: int | None) -> _EventRow:
-    """The timeline event of a provider event attached to intent ``key``: its state
-    and attempts as they are (a provider event changes neither)."""
-    return (key, channel, event.timeline_type, event.at, state, attempts, None, None, None,
-            event.timeline_detail)
-
-
-class SqliteStore:
+class SqliteStore(DatabaseStore[SqliteDatabase], StoreReads):
     """The ``Store`` port on one SQLite file (see ``SqliteDatabase`` for concurrency)."""
 
     concurrent_writers = False
-
-    def __init__(self, db: SqliteDatabase) -> None:
-        self.db = db
-        self.url = db.url
-        self._sql: Mapping[str, str] = db.sql
-        db.retain()
 
     @classmethod
     async def open(cls, url: str) -> SqliteStore:
         """A store on its own database connection, from ``sqlite:///path.db``."""
         return cls(SqliteDatabase.from_url(url))
-
-    # ---------------------------------------------------------------- lifecycle
-
-    async def migrate(self) -> list[int]:
-        """Apply pending migrations; return the versions applied now."""
-        return await self.db.migrate()
-
-    async def schema_version(self) -> int:
-        return await self.db.schema_version()
-
-    async def check_schema(self) -> None:
-        """Raise SchemaOutOfDate when migrations are pending."""
-        await self.db.check_schema()
-
-    async def close(self) -> None:
-        """Release the database; it closes when no other adapter still uses it."""
-        await self.db.release()
 
     # ---------------------------------------------------------------- admission and relay
 
@@ -240,22 +90,19 @@ class SqliteStore:
         *,
         now: float,
         publish_lease_until: float | None = None,
-        progress: OccurrenceProgress | None = None,
+        progress: base.OccurrenceProgress | None = None,
         enqueue: bool = False,
         progress_after: Awaitable[object] | None = None,
     ) -> list[str]:
-        """Insert intents as ``selected`` (existing keys untouched); return the new keys.
-
-        With ``enqueue`` the new intents' messages go into this database's queue in the
-        same transaction and the intents are born ``enqueued``. SQLite has one writer:
-        ``progress_after`` is simply awaited first.
-        """
+        """``Store.intent_admit``: one write transaction, a multi-row insert of the drafts
+        whose keys are new. SQLite has one writer, so ``progress_after`` is simply
+        awaited first."""
         if progress_after is not None:
             await progress_after
         if not drafts and progress is None:
             return []
         sql = self._sql
-        insert = sql["intent_insert_many_enqueued" if enqueue else "intent_insert_many"]
+        insert = sql["intent_admit_values_enqueued" if enqueue else "intent_admit_values"]
         head = (now, now, now, now if enqueue else publish_lease_until)
         # A DraftPage makes its drafts on demand: make them once, here, not on the
         # database thread each time they are read.
@@ -295,17 +142,13 @@ class SqliteStore:
                 for d in fresh:
                     rows_by_queue.setdefault(d.channel, []).append(
                         (d.key, message_body(d.key), d.due_at - now))
-                for queue, rows in rows_by_queue.items():
-                    insert_messages(conn, sql, queue, rows, now=now)
+                for queue, messages in rows_by_queue.items():
+                    insert_messages(conn, sql, queue, messages, now=now)
             else:
                 _insert_events(conn, sql, by_channel, type="selected", state="selected", at=now)
             if progress is not None:
-                cursor = conn.execute(sql["occurrence_progress"], {
-                    "id": progress.occurrence, "high_water": progress.high_water,
-                    "after": progress.after,
-                    "members": progress.members, "admitted": len(fresh),
-                    "skipped": progress.skipped,
-                })
+                cursor = conn.execute(sql["occurrence_progress"],
+                                      rows.progress_params(progress, admitted=len(fresh)))
                 if cursor.rowcount != 1:
                     raise StoreError(f"occurrence {progress.occurrence!r} does not exist")
             return [d.key for d in fresh]
@@ -314,19 +157,18 @@ class SqliteStore:
 
     async def intent_claim_publish(
         self, *, now: float, horizon_s: float, lease_s: float, limit: int
-    ) -> list[PublishItem]:
+    ) -> list[base.PublishItem]:
         """Lease due ``selected`` intents for publishing, oldest due first."""
         params = {"now": now, "due_by": now + horizon_s, "lease_until": now + lease_s,
                   "limit": limit}
 
-        def fn(conn: sqlite3.Connection) -> list[tuple[str, str, float, str]]:
-            return conn.execute(self._sql["intent_claim_publish"], params).fetchall()
+        def fn(conn: sqlite3.Connection) -> list[base.PublishItem]:
+            cursor = conn.execute(self._sql["intent_claim_publish"], params)
+            return rows.PUBLISH_ITEM.all(cursor.description, cursor)
 
-        rows = await self.db.write(fn)
-        rows.sort(key=lambda r: (r[2], r[0]))
-        # float(): RETURNING hands back a whole REAL as the integer SQLite stored it as.
-        return [PublishItem(key=k, channel=c, due_at=float(d), state=State(s))
-                for k, c, d, s in rows]
+        items = await self.db.write(fn)
+        items.sort(key=lambda item: (item.due_at, item.key))
+        return items
 
     async def intent_mark_enqueued(self, keys: Sequence[str], *, now: float) -> int:
         """``selected``/``retryable`` -> ``enqueued`` with an event; returns the count."""
@@ -354,64 +196,29 @@ class SqliteStore:
         lease_s: float,
         now: float,
         message_ids: Sequence[str] | None = None,
-    ) -> list[Claim]:
-        """Claim each key with a lease; one Claim per key, in order."""
-        if message_ids is not None and len(message_ids) != len(keys):
-            raise ValueError("message_ids must pair one to one with keys")
+    ) -> list[base.Claim]:
+        """Claim each key with a lease; one Claim per key, in order (see ``plan_claims``)."""
+        keys_json = json.dumps(claim_keys(keys, message_ids))
         if not keys:
             return []
         sql = self._sql
-        lease_expires_at = now + lease_s
-        keys_json = json.dumps(list(dict.fromkeys(keys)))
 
-        def fn(conn: sqlite3.Connection) -> list[Claim]:
-            current = {row[0]: row for row in conn.execute(sql["intent_claim_read"],
-                                                           {"keys": keys_json})}
-            claimed_now: dict[str, Claim] = {}
-            updates: list[tuple[str, float, float, str, str, int]] = []
-            events: list[_EventRow] = []
-            claims: list[Claim] = []
-            for i, key in enumerate(keys):
-                message_id = message_ids[i] if message_ids is not None else None
-                row = current.get(key)
-                if key in claimed_now:
-                    # The second copy of a key claimed by this very call.
-                    claims.append(Claim(key=key, kind=ClaimKind.BUSY, state=State.CLAIMED,
-                                        retry_at=lease_expires_at))
-                    continue
-                if row is None:
-                    claims.append(Claim(key=key, kind=ClaimKind.MISSING))
-                    continue
-                state = State(row[8])
-                kind, retry_at = claim_kind(state, next_attempt_at=row[22],
-                                            lease_expires_at=row[21], now=now)
-                if kind is ClaimKind.CLAIMED:
-                    intent = replace(
-                        _intent(row), state=State.CLAIMED, lease_owner=owner,
-                        lease_token=row[20] + 1, lease_expires_at=lease_expires_at,
-                        attempts=row[17] + 1, updated_at=now,
-                    )
-                    updates.append((owner, lease_expires_at, now, key, state.value, row[20]))
-                    events.append((key, row[1], "claimed", now, "claimed", intent.attempts,
-                                   owner, message_id, None, None))
-                    claim = Claim(key=key, kind=ClaimKind.CLAIMED, intent=intent,
-                                  token=intent.lease_token, state=State.CLAIMED)
-                    claimed_now[key] = claim
-                else:
-                    if kind is ClaimKind.DONE:
-                        events.append((key, row[1], redelivery_event(state), now,
-                                       state.value, row[17], owner, message_id, None,
-                                       None))
-                    claim = Claim(key=key, kind=kind, state=state, retry_at=retry_at)
-                claims.append(claim)
-            if updates:
-                cursor = conn.executemany(sql["intent_claim"], updates)
-                if cursor.rowcount != len(updates):
+        def fn(conn: sqlite3.Connection) -> list[base.Claim]:
+            current = {i.key: i for i in _all(conn, rows.INTENT, sql["intent_claim_read"],
+                                              {"keys": keys_json})}
+            plan = plan_claims(keys, current, owner=owner, lease_s=lease_s, now=now,
+                               message_ids=message_ids)
+            if plan.leases:
+                expires_at = plan.lease_expires_at
+                cursor = conn.executemany(sql["intent_claim"], [
+                    (owner, expires_at, now, key, state.value, token)
+                    for key, state, token in plan.leases])
+                if cursor.rowcount != len(plan.leases):
                     # Impossible under BEGIN IMMEDIATE; refuse rather than hand out a
                     # lease that another writer may also hold.
                     raise StoreError("claim guard failed inside a write transaction")
-            conn.executemany(sql["event_insert"], events)
-            return claims
+            conn.executemany(sql["event_insert"], [rows.event_row(e) for e in plan.events])
+            return plan.claims
 
         return await self.db.write(fn)
 
@@ -430,7 +237,7 @@ class SqliteStore:
         renewed = await self.db.write(fn)
         return list(dict.fromkeys(key for key, _ in leases if key not in renewed))
 
-    async def intent_apply_many(self, changes: Sequence[Change], *, now: float) -> list[str]:
+    async def intent_apply_many(self, changes: Sequence[base.Change], *, now: float) -> list[str]:
         """Apply guarded changes in one transaction; return the keys applied."""
         for change in changes:
             check(change.from_state, change.to_state)
@@ -440,18 +247,15 @@ class SqliteStore:
 
         def fn(conn: sqlite3.Connection) -> list[str]:
             applied: list[str] = []
-            events: list[_EventRow] = []
+            events: list[rows.EventRow] = []
             for change in changes:
-                row = conn.execute(sql["intent_apply"], _change_params(change, now)).fetchone()
+                row = conn.execute(sql["intent_apply"], rows.change_params(change, now)).fetchone()
                 if row is None:
                     continue
                 channel, attempts = row
                 applied.append(change.key)
-                events.append((
-                    change.key, channel, change.event, now, change.to_state.value, attempts,
-                    change.worker, change.message_id, change.provider_request_id,
-                    change.detail if change.detail is not None else change.reason,
-                ))
+                events.append(rows.change_event(change, channel=channel, attempts=attempts,
+                                                now=now))
             conn.executemany(sql["event_insert"], events)
             return applied
 
@@ -462,102 +266,58 @@ class SqliteStore:
         sql = self._sql
 
         def fn(conn: sqlite3.Connection) -> State | None:
-            row = conn.execute(sql["intent_cancel_read"], (key,)).fetchone()
+            cursor = conn.execute(sql["intent_cancel_read"], (key,))
+            row = cursor.fetchone()
             if row is None:
                 return None
-            state, channel, attempts, requested = State(row[0]), row[1], row[2], row[3]
-            if state in CLAIMABLE:
-                change = Change(key=key, from_state=state, to_state=State.CANCELLED,
+            target = rows.CANCEL_TARGET.one(cursor.description, row)
+            if target.state in CLAIMABLE:
+                change = base.Change(key=key, from_state=target.state, to_state=State.CANCELLED,
                                 event="cancelled", reason=reason)
-                conn.execute(sql["intent_apply"], _change_params(change, now))
-                conn.execute(sql["event_insert"], (key, channel, "cancelled", now, "cancelled",
-                                                   attempts, None, None, None, reason))
+                conn.execute(sql["intent_apply"], rows.change_params(change, now))
+                conn.execute(sql["event_insert"], rows.change_event(
+                    change, channel=target.channel, attempts=target.attempts, now=now))
                 return State.CANCELLED
-            if state is State.CLAIMED and not requested:
+            if target.state is State.CLAIMED and not target.cancel_requested:
                 conn.execute(sql["intent_cancel_request"], (now, key))
-                conn.execute(sql["event_insert"], (key, channel, "cancel_requested", now,
-                                                   "claimed", attempts, None, None, None, reason))
-            return state
+                conn.execute(sql["event_insert"], (key, target.channel, "cancel_requested", now,
+                                                   "claimed", target.attempts, None, None, None,
+                                                   reason))
+            return target.state
 
         return await self.db.write(fn)
 
-    # ---------------------------------------------------------------- reads
+    # ---------------------------------------------------------------- how a read runs
 
-    async def intent_get(self, key: str) -> Intent | None:
-        def fn(conn: sqlite3.Connection) -> Intent | None:
-            row = conn.execute(self._sql["intent_get"], (key,)).fetchone()
-            return None if row is None else _intent(row)
+    def _array(self, values: Sequence[Any]) -> str:
+        return json.dumps(list(values))
 
-        return await self.db.read(fn)
+    async def _read_all(self, shape: rows.Shape[R], query: str, params: Any = ()) -> list[R]:
+        statement = self._sql[query]
+        return await self.db.read(lambda conn: _all(conn, shape, statement, params))
 
-    async def intent_find(
-        self,
-        *,
-        states: Sequence[State],
-        channel: str | None = None,
-        updated_before: float | None = None,
-        lease_expired_at: float | None = None,
-        limit: int = 1000,
-    ) -> list[Intent]:
-        """Intents in ``states`` narrowed by the filters, in (state, due time) order."""
-        params = {"states": json.dumps([State(s).value for s in states]), "channel": channel,
-                  "updated_before": updated_before, "lease_expired_at": lease_expired_at,
-                  "limit": limit}
+    async def _read_one(self, shape: rows.Shape[R], query: str, params: Any = ()) -> R | None:
+        statement = self._sql[query]
+        return await self.db.read(lambda conn: _one(conn, shape, statement, params))
 
-        def fn(conn: sqlite3.Connection) -> list[Intent]:
-            return [_intent(row) for row in conn.execute(self._sql["intent_find"], params)]
-
-        return await self.db.read(fn)
-
-    async def intent_counts(self) -> dict[str, dict[str, int]]:
-        """``{channel: {state: count}}`` over every intent."""
-        return await self._nested_counts("intent_counts")
-
-    async def intent_latencies(self, channel: str) -> list[float]:
-        """Seconds from due to acceptance for every accepted intent of ``channel``."""
-        def fn(conn: sqlite3.Connection) -> list[float]:
-            return [row[0] for row in conn.execute(self._sql["intent_latencies"], (channel,))]
-
-        return await self.db.read(fn)
-
-    async def _nested_counts(self, query: str) -> dict[str, dict[str, int]]:
-        def fn(conn: sqlite3.Connection) -> dict[str, dict[str, int]]:
-            counts: dict[str, dict[str, int]] = {}
-            for outer, inner, count in conn.execute(self._sql[query]):
-                counts.setdefault(outer, {})[inner] = count
-            return counts
-
-        return await self.db.read(fn)
+    async def _read_tuples(self, query: str, params: Any = ()) -> list[tuple[Any, ...]]:
+        statement = self._sql[query]
+        return await self.db.read(lambda conn: conn.execute(statement, params).fetchall())
 
     # ---------------------------------------------------------------- events
 
     async def event_append_many(self, events: Sequence[Event]) -> None:
         if not events:
             return
-        rows = [_event_row(e) for e in events]
-        await self.db.write(lambda conn: conn.executemany(self._sql["event_insert"], rows))
-
-    async def events_for(self, key: str) -> list[Event]:
-        """Every event of ``key``, in the order written."""
-        def fn(conn: sqlite3.Connection) -> list[Event]:
-            return [
-                Event(key=r[0], channel=r[1], type=r[2], at=r[3], state=r[4], attempt=r[5],
-                      worker=r[6], message_id=r[7], provider_request_id=r[8], detail=r[9])
-                for r in conn.execute(self._sql["events_for"], (key,))
-            ]
-
-        return await self.db.read(fn)
-
-    async def event_counts(self) -> dict[str, dict[str, int]]:
-        """``{channel: {event type: count}}``."""
-        return await self._nested_counts("event_counts")
+        params = [rows.event_row(e) for e in events]
+        await self.db.write(lambda conn: conn.executemany(self._sql["event_insert"], params))
 
     # ---------------------------------------------------------------- occurrences
 
     async def occurrence_open(
         self, *, id: str, campaign: str, logical_at: float, logical_date: str, kind: str,
         now: float,
-    ) -> Occurrence:
+    ) -> base.Occurrence:
         """Return the occurrence, creating it if new; a replay re-opens one not done.
 
         ``passes`` counts the openings that leave it admitting.
@@ -566,19 +326,15 @@ class SqliteStore:
         params = {"id": id, "campaign": campaign, "logical_at": logical_at,
                   "logical_date": logical_date, "kind": kind, "now": now}
 
-        def fn(conn: sqlite3.Connection) -> Occurrence:
+        def fn(conn: sqlite3.Connection) -> base.Occurrence:
             if conn.execute(sql["occurrence_insert"], params).rowcount == 0:
                 conn.execute(sql["occurrence_reopen"], {"id": id, "kind": kind})
-            return _occurrence(conn.execute(sql["occurrence_get"], (id,)).fetchone())
+            occurrence = _one(conn, rows.OCCURRENCE, sql["occurrence_get"], (id,))
+            if occurrence is None:  # pragma: no cover - inserted or present in this transaction
+                raise StoreError(f"occurrence {id!r} vanished")
+            return occurrence
 
         return await self.db.write(fn)
-
-    async def occurrence_get(self, id: str) -> Occurrence | None:
-        def fn(conn: sqlite3.Connection) -> Occurrence | None:
-            row = conn.execute(self._sql["occurrence_get"], (id,)).fetchone()
-            return None if row is None else _occurrence(row)
-
-        return await self.db.read(fn)
 
     async def occurrence_finish(self, id: str, *, now: float, status: str = "done",
                                 reason: str | None = None) -> None:
@@ -601,63 +357,36 @@ class SqliteStore:
 
         await self.db.write(fn)
 
-    async def occurrence_list(self, campaign: str | None = None) -> list[Occurrence]:
-        def fn(conn: sqlite3.Connection) -> list[Occurrence]:
-            rows = conn.execute(self._sql["occurrence_list"], {"campaign": campaign})
-            return [_occurrence(row) for row in rows]
-
-        return await self.db.read(fn)
-
     # ---------------------------------------------------------------- admission switches
 
     async def switch_set(
         self, *, scope: str, name: str, paused: bool, now: float, reason: str | None = None
-    ) -> Switch:
+    ) -> base.Switch:
         params = {"scope": scope, "name": name, "paused": int(paused), "now": now,
                   "reason": reason}
 
-        def fn(conn: sqlite3.Connection) -> Switch:
-            return _switch(conn.execute(self._sql["switch_upsert"], params).fetchone())
+        def fn(conn: sqlite3.Connection) -> base.Switch:
+            switch = _one(conn, rows.SWITCH, self._sql["switch_upsert"], params)
+            assert switch is not None  # an upsert with RETURNING returns its row
+            return switch
 
         return await self.db.write(fn)
 
-    async def switch_all(self) -> list[Switch]:
-        def fn(conn: sqlite3.Connection) -> list[Switch]:
-            return [_switch(row) for row in conn.execute(self._sql["switch_all"])]
-
-        return await self.db.read(fn)
-
     async def switch_trip(self, *, scope: str, name: str, now: float, reason: str
-                          ) -> Switch | None:
+                          ) -> base.Switch | None:
         """Pause unless already paused; the switch if this call paused it, else None."""
         params = {"scope": scope, "name": name, "now": now, "reason": reason}
 
-        def fn(conn: sqlite3.Connection) -> Switch | None:
-            row = conn.execute(self._sql["switch_trip"], params).fetchone()
-            return None if row is None else _switch(row)
+        def fn(conn: sqlite3.Connection) -> base.Switch | None:
+            return _one(conn, rows.SWITCH, self._sql["switch_trip"], params)
 
         return await self.db.write(fn)
-
-    async def outcome_counts(self, *, since: float, bucket_s: float) -> list[OutcomeCount]:
-        """Outcome events at or after ``since`` per channel, campaign, type and bucket."""
-        params = {"since": since, "bucket_s": bucket_s}
-
-        def fn(conn: sqlite3.Connection) -> list[OutcomeCount]:
-            return [OutcomeCount(channel=channel, campaign=campaign, type=kind,
-                                 bucket=int(bucket), count=int(count))
-                    for channel, campaign, kind, bucket, count
-                    in conn.execute(self._sql["outcome_counts"], params)]
-
-        return await self.db.read(fn)
 
     # ---------------------------------------------------------------- recipient preferences
 
     async def preference_set(self, preference: Preference, *, now: float) -> None:
         """Insert or replace the preference of (recipient_id, channel), stamped ``now``."""
-        params = {"recipient_id": preference.recipient_id, "channel": preference.channel,
-                  "opted_out": int(preference.opted_out), "quiet_start": preference.quiet_start,
-                  "quiet_end": preference.quiet_end, "timezone": preference.timezone,
-                  "now": now}
+        params = rows.preference_params(preference, now=now)
         await self.db.write(lambda conn: conn.execute(self._sql["preference_upsert"], params))
 
     async def preference_delete(self, recipient_id: str, channel: str) -> bool:
@@ -677,15 +406,8 @@ class SqliteStore:
             return {}
         params = {"pairs": json.dumps([[r, c] for r, c in dict.fromkeys(pairs)])}
 
-        def fn(conn: sqlite3.Connection) -> dict[tuple[str, str], Preference]:
-            return {
-                (r, c): Preference(recipient_id=r, channel=c, opted_out=bool(out),
-                                   quiet_start=start, quiet_end=end, timezone=tz)
-                for r, c, out, start, end, tz in conn.execute(self._sql["preferences_for"],
-                                                              params)
-            }
-
-        return await self.db.read(fn)
+        found = await self._read_all(rows.PREFERENCE, "preferences_for", params)
+        return {(p.recipient_id, p.channel): p for p in found}
 
     # ---------------------------------------------------------------- pacer state
 
@@ -700,58 +422,28 @@ class SqliteStore:
         sql = self._sql
 
         def transact(conn: sqlite3.Connection) -> T:
-            row = conn.execute(sql["pacer_read"], (channel,)).fetchone()
-            new_state, result = fn(None if row is None else json.loads(row[0]))
+            (stored,) = conn.execute(sql["pacer_read"], (channel,)).fetchone() or (None,)
+            new_state, result = fn(rows.pacer_state(stored))
             conn.execute(sql["pacer_write"], (channel, json.dumps(new_state)))
             return result
 
         return await self.db.write(transact)
 
-    async def pacer_read(self, channel: str) -> dict[str, Any] | None:
-        def fn(conn: sqlite3.Connection) -> dict[str, Any] | None:
-            row = conn.execute(self._sql["pacer_read"], (channel,)).fetchone()
-            state: dict[str, Any] | None = None if row is None else json.loads(row[0])
-            return state
-
-        return await self.db.read(fn)
-
     async def pacer_pause(self, channel: str, until: float) -> None:
         await self.db.write(lambda conn: conn.execute(self._sql["pacer_pause"], (channel, until)))
 
-    async def pacer_paused_until(self, channel: str) -> float:
-        def fn(conn: sqlite3.Connection) -> float:
-            row = conn.execute(self._sql["pacer_paused_until"], (channel,)).fetchone()
-            return 0.0 if row is None else float(row[0])
-
-        return await self.db.read(fn)
-
     # ---------------------------------------------------------------- operator API
 
-    async def api_token_insert(self, token: ApiToken) -> None:
+    async def api_token_insert(self, token: base.ApiToken) -> None:
         """Store a new token; StoreError if its id exists."""
-        params = _api_token_params(token)
+        params = rows.api_token_params(token)
         await self.db.write(lambda conn: conn.execute(self._sql["api_token_insert"], params))
 
-    async def api_token_get(self, id: str) -> ApiToken | None:
-        def fn(conn: sqlite3.Connection) -> ApiToken | None:
-            row = conn.execute(self._sql["api_token_get"], (id,)).fetchone()
-            return None if row is None else _api_token(row)
-
-        return await self.db.read(fn)
-
-    async def api_token_list(self) -> list[ApiToken]:
-        def fn(conn: sqlite3.Connection) -> list[ApiToken]:
-            return [_api_token(row) for row in conn.execute(self._sql["api_token_list"])]
-
-        return await self.db.read(fn)
-
-    async def api_token_revoke(self, id: str, *, now: float) -> ApiToken | None:
+    async def api_token_revoke(self, id: str, *, now: float) -> base.ApiToken | None:
         """Revoke a token (a second revocation keeps the first time); None if unknown."""
-        def fn(conn: sqlite3.Connection) -> ApiToken | None:
-            row = conn.execute(self._sql["api_token_revoke"], {"id": id, "now": now}).fetchone()
-            return None if row is None else _api_token(row)
-
-        return await self.db.write(fn)
+        statement = self._sql["api_token_revoke"]
+        return await self.db.write(
+            lambda conn: _one(conn, rows.API_TOKEN, statement, {"id": id, "now": now}))
 
     async def api_signature_claim(self, signature: str, *, now: float,
                                   expires_at: float) -> bool:
@@ -776,34 +468,21 @@ class SqliteStore:
 
         return await self.db.write(fn)
 
-    async def api_trigger_counts(self) -> dict[str, int]:
-        def fn(conn: sqlite3.Connection) -> dict[str, int]:
-            return {c: int(n) for c, n in conn.execute(self._sql["api_trigger_counts"])}
-
-        return await self.db.read(fn)
-
-    async def api_idempotency_get(self, key: str) -> IdempotentResponse | None:
-        def fn(conn: sqlite3.Connection) -> IdempotentResponse | None:
-            row = conn.execute(self._sql["api_idempotency_get"], (key,)).fetchone()
-            return None if row is None else _idempotent(row)
-
-        return await self.db.read(fn)
-
-    async def api_idempotency_put(self, record: IdempotentResponse, *,
-                                  expire_before: float | None = None) -> IdempotentResponse:
+    async def api_idempotency_put(self, record: base.IdempotentResponse, *,
+                                  expire_before: float | None = None) -> base.IdempotentResponse:
         """Keep the first answer to a key; return the one stored (this one or an older)."""
         sql = self._sql
-        params = {"key": record.key, "request_hash": record.request_hash,
-                  "status": record.status, "body": record.body,
-                  "created_at": record.created_at}
+        params = rows.idempotent_params(record)
 
-        def fn(conn: sqlite3.Connection) -> IdempotentResponse:
+        def fn(conn: sqlite3.Connection) -> base.IdempotentResponse:
             if expire_before is not None:
                 conn.execute(sql["api_idempotency_prune"], {"before": expire_before})
             if conn.execute(sql["api_idempotency_insert"], params).rowcount == 1:
                 return record
-            return _idempotent(conn.execute(sql["api_idempotency_get"],
-                                            (record.key,)).fetchone())
+            stored = _one(conn, rows.IDEMPOTENT_RESPONSE, sql["api_idempotency_get"], (record.key,))
+            if stored is None:  # pragma: no cover - the conflicting row is in this transaction
+                raise StoreError(f"idempotency key {record.key!r} vanished")
+            return stored
 
         return await self.db.write(fn)
 
@@ -826,108 +505,41 @@ class SqliteStore:
 
         return await self.db.write(fn)
 
-    async def intent_summary(self, *, now: float, since: float) -> list[IntentSummary]:
-        """One summary per (campaign, channel), ordered by campaign then channel."""
-        def fn(conn: sqlite3.Connection) -> list[IntentSummary]:
-            rows = conn.execute(self._sql["intent_summary"], {"now": now, "since": since})
-            return [_summary(row) for row in rows]
-
-        return await self.db.read(fn)
-
-    async def intent_latency_histogram(self, bounds: Sequence[float]) -> list[LatencyHistogram]:
-        """Due-to-accepted latencies per channel counted into ``bounds`` (ascending)."""
-        params = {"bounds": json.dumps([float(b) for b in bounds])}
-
-        def fn(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
-            return conn.execute(self._sql["intent_latency_histogram"], params).fetchall()
-
-        return _histograms(bounds, await self.db.read(fn))
-
-    async def intent_find_by_recipient(self, recipient_id: str, *,
-                                       limit: int = 100) -> list[Intent]:
-        """A recipient's intents, latest due first."""
-        params = {"recipient_id": recipient_id, "limit": limit}
-
-        def fn(conn: sqlite3.Connection) -> list[Intent]:
-            return [_intent(row)
-                    for row in conn.execute(self._sql["intent_find_by_recipient"], params)]
-
-        return await self.db.read(fn)
-
-    async def event_keys_by_detail(self, detail: str, *, limit: int = 100) -> list[str]:
-        """Keys with an event whose ``detail`` is exactly ``detail``, latest first."""
-        params = {"detail": detail, "limit": limit}
-
-        def fn(conn: sqlite3.Connection) -> list[str]:
-            return [key for (key,) in conn.execute(self._sql["event_keys_by_detail"], params)]
-
-        return await self.db.read(fn)
-
-
     # ---------------------------------------------------------------- provider webhooks
 
-    async def provider_events_record(self, events: Sequence[ProviderEvent], *,
-                                     now: float) -> RecordResult:
-        """Record provider events once each, on their intent's timeline or orphaned."""
+    async def provider_events_record(self, events: Sequence[base.ProviderEvent], *,
+                                     now: float) -> base.RecordResult:
+        """Record provider events once each, on their intent's timeline or orphaned: one
+        lookup and one insert for the whole batch."""
         unique = unique_provider_events(events)
         if not unique:
-            return RecordResult(duplicates=len(events))
+            return base.RecordResult(duplicates=len(events))
         sql = self._sql
+        message_ids = json.dumps(sorted({e.message_id for e in unique}))
 
-        def fn(conn: sqlite3.Connection) -> RecordResult:
-            recorded = orphaned = 0
-            timeline: list[_EventRow] = []
-            for event in unique:
-                intent = conn.execute(sql["intent_by_receipt"],
-                                      {"message_id": event.message_id}).fetchone()
-                inserted = conn.execute(sql["provider_event_insert"], {
-                    "provider": event.provider, "message_id": event.message_id,
-                    "type": event.type.value, "at": event.at, "now": now,
-                    "key": None if intent is None else intent[0], "detail": event.detail,
-                }).rowcount
-                if not inserted:
-                    continue
-                if intent is None:
-                    orphaned += 1
-                    continue
-                recorded += 1
-                timeline.append(provider_timeline_row(event, *intent))
+        def fn(conn: sqlite3.Connection) -> base.RecordResult:
+            owners = {owner.receipt: owner for owner in _all(
+                conn, RECEIPT_OWNER, sql["intents_by_receipts"], {"message_ids": message_ids})}
+            batch = json.dumps([[e.provider, e.message_id, e.type.value, e.at,
+                                 owner_key(owners, e), e.detail] for e in unique])
+            inserted = {(p, m, t) for p, m, t in conn.execute(
+                sql["provider_events_insert_many"], {"now": now, "events": batch})}
+            timeline, result = recorded(events, unique, owners, inserted)
             conn.executemany(sql["event_insert"], timeline)
-            return RecordResult(recorded=recorded, orphaned=orphaned,
-                                duplicates=len(events) - recorded - orphaned)
+            return result
 
         return await self.db.write(fn)
-
-    async def provider_events_orphaned(self, *, limit: int = 100) -> list[StoredProviderEvent]:
-        """Orphaned provider events, oldest received first."""
-        def fn(conn: sqlite3.Connection) -> list[StoredProviderEvent]:
-            rows = conn.execute(self._sql["provider_events_orphaned"], {"limit": limit})
-            return [_stored_provider_event(row) for row in rows]
-
-        return await self.db.read(fn)
 
     async def provider_events_adopt(self, *, since: float, limit: int = 1000) -> int:
         """Attach orphans received since ``since`` whose message id is now a receipt."""
         sql = self._sql
 
         def fn(conn: sqlite3.Connection) -> int:
-            rows = conn.execute(sql["provider_events_adoptable"],
-                                {"since": since, "limit": limit}).fetchall()
-            timeline: list[_EventRow] = []
-            for row in rows:
-                row_id, key = row[0], row[6]
-                if conn.execute(sql["provider_event_adopt"],
-                                {"id": row_id, "key": key}).rowcount:
-                    timeline.append(provider_timeline_row(adopted_event(row), *row[6:10]))
-            conn.executemany(sql["event_insert"], timeline)
-            return len(timeline)
+            adoptions = _all(conn, ADOPTION, sql["provider_events_adopt"],
+                             {"since": since, "limit": limit})
+            adoptions.sort(key=lambda adoption: (adoption.received_at, adoption.id))
+            conn.executemany(sql["event_insert"],
+                             [timeline_row(a.event, a.owner) for a in adoptions])
+            return len(adoptions)
 
         return await self.db.write(fn)
-
-    async def provider_event_counts(self) -> list[ProviderEventCount]:
-        """Provider events per (provider, type), ordered by both."""
-        def fn(conn: sqlite3.Connection) -> list[ProviderEventCount]:
-            return [ProviderEventCount(provider=p, type=t, total=int(n), orphaned=int(o))
-                    for p, t, n, o in conn.execute(self._sql["provider_event_counts"])]
-
-        return await self.db.read(fn)

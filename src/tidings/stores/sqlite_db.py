@@ -20,7 +20,6 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import TypeVar
 
-from tidings.clock import SystemClock
 from tidings.errors import ConfigurationError, SchemaOutOfDate, StoreError
 from tidings.stores import queries
 from tidings.stores.sharing import SharedDatabase
@@ -167,15 +166,15 @@ class SqliteDatabase(SharedDatabase):
 
     # ---------------------------------------------------------------- migrations
 
-    async def migrate(self, *, now: float | None = None) -> list[int]:
-        """Apply pending migrations in order, each in its own transaction.
+    async def migrate(self, *, now: float) -> list[int]:
+        """Apply pending migrations in order, each in its own transaction, recorded as
+        applied at ``now``.
 
         Safe to run from several processes at once: each migration re-checks
         whether it is applied after taking the write lock. Returns the versions
         applied by this call.
         """
-        applied_at = SystemClock().now() if now is None else now
-        return await self._submit(partial(self._migrate, applied_at))
+        return await self._submit(partial(self._migrate, now))
 
     def _migrate(self, applied_at: float) -> list[int]:
         sql = self.sql
@@ -202,7 +201,7 @@ class SqliteDatabase(SharedDatabase):
         def fn(conn: sqlite3.Connection) -> list[int]:
             if not conn.execute(sql["migrations_table_exists"]).fetchone():
                 return []
-            return [row[0] for row in conn.execute(sql["migrations_applied"])]
+            return [version for (version,) in conn.execute(sql["migrations_applied"])]
 
         return await self.read(fn)
 

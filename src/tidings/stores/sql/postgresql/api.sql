@@ -61,29 +61,30 @@ WHERE key = %(key)s AND request_hash = %(request_hash)s AND status = 0
 -- One row per (campaign, channel); campaign is NULL for one-off intents. "Backlog" is
 -- live work already due; "scheduled" is live work due later. One scan of the ledger.
 SELECT campaign, channel,
-       count(*)::int,
+       count(*)::int AS total,
        (count(*) FILTER (WHERE state IN ('selected', 'enqueued', 'claimed', 'retryable',
-                                         'uncertain') AND due_at <= %(now)s))::int,
+                                         'uncertain') AND due_at <= %(now)s))::int AS backlog,
        (count(*) FILTER (WHERE state IN ('selected', 'enqueued', 'claimed', 'retryable',
-                                         'uncertain') AND due_at > %(now)s))::int,
-       (count(*) FILTER (WHERE state = 'claimed'))::int,
-       (count(*) FILTER (WHERE state = 'retryable'))::int,
-       (count(*) FILTER (WHERE state = 'uncertain'))::int,
+                                         'uncertain') AND due_at > %(now)s))::int AS scheduled,
+       (count(*) FILTER (WHERE state = 'claimed'))::int AS claimed,
+       (count(*) FILTER (WHERE state = 'retryable'))::int AS retryable,
+       (count(*) FILTER (WHERE state = 'uncertain'))::int AS uncertain,
        (count(*) FILTER (WHERE state IN ('accepted', 'delivered', 'bounced',
-                                         'complained')))::int,
+                                         'complained')))::int AS accepted,
        (count(*) FILTER (WHERE state IN ('accepted', 'delivered', 'bounced', 'complained')
-                         AND (expires_at IS NULL OR accepted_at <= expires_at)))::int,
-       (count(*) FILTER (WHERE accepted_at >= %(since)s))::int,
-       (count(*) FILTER (WHERE state = 'expired'))::int,
-       (count(*) FILTER (WHERE state = 'dead'))::int,
-       (count(*) FILTER (WHERE state = 'rejected'))::int,
-       (count(*) FILTER (WHERE state = 'cancelled'))::int,
+                         AND (expires_at IS NULL OR accepted_at <= expires_at)))::int
+           AS accepted_in_time,
+       (count(*) FILTER (WHERE accepted_at >= %(since)s))::int AS accepted_recent,
+       (count(*) FILTER (WHERE state = 'expired'))::int AS expired,
+       (count(*) FILTER (WHERE state = 'dead'))::int AS dead,
+       (count(*) FILTER (WHERE state = 'rejected'))::int AS rejected,
+       (count(*) FILTER (WHERE state = 'cancelled'))::int AS cancelled,
        (count(*) FILTER (WHERE state IN ('selected', 'enqueued', 'claimed', 'retryable',
-                                         'uncertain') AND expires_at <= %(now)s))::int,
+                                         'uncertain') AND expires_at <= %(now)s))::int AS overdue,
        min(due_at) FILTER (WHERE state IN ('selected', 'enqueued', 'claimed', 'retryable',
-                                           'uncertain') AND due_at <= %(now)s),
+                                           'uncertain') AND due_at <= %(now)s) AS oldest_due_at,
        min(expires_at) FILTER (WHERE state IN ('selected', 'enqueued', 'claimed',
-                                               'retryable', 'uncertain'))
+                                               'retryable', 'uncertain')) AS earliest_expiry
 FROM intents
 GROUP BY campaign, channel
 ORDER BY campaign NULLS FIRST, channel

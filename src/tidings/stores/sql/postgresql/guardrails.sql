@@ -3,7 +3,8 @@
 -- name: outcome_counts
 -- Per channel, campaign (NULL for notify intents), type and time bucket. The type list
 -- is the events_outcomes_at index's own, so the planner walks that index.
-SELECT e.channel, i.campaign, e.type, floor(e.at / %(bucket_s)s)::bigint, count(*)::int
+SELECT e.channel AS channel, i.campaign AS campaign, e.type AS type,
+       floor(e.at / %(bucket_s)s)::bigint AS bucket, count(*)::int AS count
 FROM events e LEFT JOIN intents i ON i.key = e.key
 WHERE e.at >= %(since)s
   AND e.type IN ('accepted', 'rejected', 'rate_limited', 'transient_failure', 'dead',

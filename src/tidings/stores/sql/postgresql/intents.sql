@@ -230,7 +230,7 @@ WHERE key = ANY(%(keys)s::text[])
 ORDER BY key
 FOR UPDATE SKIP LOCKED
 
--- name: intent_keys_existing
+-- name: intent_existing_keys
 -- Which of the keys exist at all (no lock): tells a skipped, locked row from a missing one.
 SELECT key FROM intents WHERE key = ANY(%(keys)s::text[])
 

@@ -45,11 +45,12 @@ WITH candidates AS (
 UPDATE provider_events AS p SET key = c.key
 FROM candidates AS c
 WHERE p.id = c.id AND p.key IS NULL
-RETURNING p.id, p.provider, p.message_id, p.type, p.at, p.detail,
+RETURNING p.id, p.provider, p.message_id, p.type, p.at, p.detail, p.received_at,
           c.key, c.channel, c.state, c.attempts
 
 -- name: provider_event_counts
-SELECT provider, type, count(*)::int, count(*) FILTER (WHERE key IS NULL)::int
+SELECT provider, type, count(*)::int AS total,
+       (count(*) FILTER (WHERE key IS NULL))::int AS orphaned
 FROM provider_events
 GROUP BY provider, type
 ORDER BY provider, type

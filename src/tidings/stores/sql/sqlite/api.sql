@@ -60,28 +60,30 @@ WHERE key = :key AND request_hash = :request_hash AND status = 0
 -- One row per (campaign, channel); campaign is NULL for one-off intents. "Backlog" is
 -- live work already due; "scheduled" is live work due later. One scan of the ledger.
 SELECT campaign, channel,
-       count(*),
+       count(*) AS total,
        count(*) FILTER (WHERE state IN ('selected', 'enqueued', 'claimed', 'retryable',
-                                        'uncertain') AND due_at <= :now),
+                                        'uncertain') AND due_at <= :now) AS backlog,
        count(*) FILTER (WHERE state IN ('selected', 'enqueued', 'claimed', 'retryable',
-                                        'uncertain') AND due_at > :now),
-       count(*) FILTER (WHERE state = 'claimed'),
-       count(*) FILTER (WHERE state = 'retryable'),
-       count(*) FILTER (WHERE state = 'uncertain'),
-       count(*) FILTER (WHERE state IN ('accepted', 'delivered', 'bounced', 'complained')),
+                                        'uncertain') AND due_at > :now) AS scheduled,
+       count(*) FILTER (WHERE state = 'claimed') AS claimed,
+       count(*) FILTER (WHERE state = 'retryable') AS retryable,
+       count(*) FILTER (WHERE state = 'uncertain') AS uncertain,
+       count(*) FILTER (WHERE state IN ('accepted', 'delivered', 'bounced', 'complained'))
+           AS accepted,
        count(*) FILTER (WHERE state IN ('accepted', 'delivered', 'bounced', 'complained')
-                        AND (expires_at IS NULL OR accepted_at <= expires_at)),
-       count(*) FILTER (WHERE accepted_at >= :since),
-       count(*) FILTER (WHERE state = 'expired'),
-       count(*) FILTER (WHERE state = 'dead'),
-       count(*) FILTER (WHERE state = 'rejected'),
-       count(*) FILTER (WHERE state = 'cancelled'),
+                        AND (expires_at IS NULL OR accepted_at <= expires_at))
+           AS accepted_in_time,
+       count(*) FILTER (WHERE accepted_at >= :since) AS accepted_recent,
+       count(*) FILTER (WHERE state = 'expired') AS expired,
+       count(*) FILTER (WHERE state = 'dead') AS dead,
+       count(*) FILTER (WHERE state = 'rejected') AS rejected,
+       count(*) FILTER (WHERE state = 'cancelled') AS cancelled,
        count(*) FILTER (WHERE state IN ('selected', 'enqueued', 'claimed', 'retryable',
-                                        'uncertain') AND expires_at <= :now),
+                                        'uncertain') AND expires_at <= :now) AS overdue,
        min(CASE WHEN state IN ('selected', 'enqueued', 'claimed', 'retryable', 'uncertain')
-                 AND due_at <= :now THEN due_at END),
+                 AND due_at <= :now THEN due_at END) AS oldest_due_at,
        min(CASE WHEN state IN ('selected', 'enqueued', 'claimed', 'retryable', 'uncertain')
-                THEN expires_at END)
+                THEN expires_at END) AS earliest_expiry
 FROM intents
 GROUP BY campaign, channel
 ORDER BY campaign, channel

@@ -7,7 +7,7 @@
 -- twice as cheap as RETURNING buffers a whole page of rows.
 SELECT key FROM intents WHERE key IN (SELECT value FROM json_each(:keys))
 
--- name: intent_insert_many
+-- name: intent_admit_values
 -- The caller replaces {rows} with one "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)" group per draft
 -- (key, channel, recipient_id, address, template, data, campaign, occurrence, due_at,
 -- expires_at); the four leading parameters are created_at, updated_at, selected_at and
@@ -21,8 +21,8 @@ INSERT INTO intents (
 SELECT ?, ?, ?, ?, 'selected', v.* FROM (VALUES {rows}) AS v WHERE true
 ON CONFLICT (key) DO NOTHING
 
--- name: intent_insert_many_enqueued
--- As intent_insert_many, for intents whose messages go into the embedded queue in the
+-- name: intent_admit_values_enqueued
+-- As intent_admit_values, for intents whose messages go into the embedded queue in the
 -- same transaction: born enqueued. The four leading parameters are created_at,
 -- updated_at, selected_at and enqueued_at.
 INSERT INTO intents (

@@ -1,19 +1,29 @@
 -- Provider webhooks: events after acceptance, idempotent per (provider, message id,
 -- type), on the intent's timeline or kept as orphans (see migrations/0004_webhooks.sql).
 
--- name: intent_by_receipt
--- The intent a provider message id stands for (serves from intents_receipt). A receipt
--- belongs to one intent; should two share one, the first key wins, every time.
-SELECT key, channel, state, attempts FROM intents
-WHERE receipt = :message_id
-ORDER BY key
-LIMIT 1
+-- name: intents_by_receipts
+-- The intents the provider message ids of a batch (:message_ids, a JSON array) stand
+-- for (serves from intents_receipt). A receipt belongs to one intent; should two share
+-- one, the first key wins, every time.
+SELECT i.receipt, i.key, i.channel, i.state, i.attempts
+FROM (SELECT DISTINCT value AS receipt FROM json_each(:message_ids)) AS m
+JOIN intents AS i ON i.key = (SELECT key FROM intents WHERE receipt = m.receipt
+                              ORDER BY key LIMIT 1)
 
--- name: provider_event_insert
--- A repeat of (provider, message_id, type) inserts nothing: rowcount 0 is a duplicate.
+-- name: provider_events_insert_many
+-- One statement per batch; :events is a JSON array of [provider, message_id, type, at,
+-- key, detail], inserted in array order. A repeat of (provider, message_id, type)
+-- inserts nothing, so the rows returned are exactly the events stored now. "WHERE
+-- true" is how SQLite tells an upsert's ON from a join's.
 INSERT INTO provider_events (provider, message_id, type, at, received_at, key, detail)
-VALUES (:provider, :message_id, :type, :at, :now, :key, :detail)
+SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'),
+       json_extract(value, '$[3]'), :now, json_extract(value, '$[4]'),
+       json_extract(value, '$[5]')
+FROM json_each(:events)
+WHERE true
+ORDER BY json_each.key
 ON CONFLICT (provider, message_id, type) DO NOTHING
+RETURNING provider, message_id, type
 
 -- name: provider_events_orphaned
 SELECT provider, message_id, type, at, detail, key, received_at FROM provider_events
@@ -21,25 +31,26 @@ WHERE key IS NULL
 ORDER BY received_at, id
 LIMIT :limit
 
--- name: provider_events_adoptable
--- Orphans received since :since whose message id is now an intent's receipt, with that
--- intent (the first key, as in intent_by_receipt).
-SELECT o.id, o.provider, o.message_id, o.type, o.at, o.detail,
-       i.key, i.channel, i.state, i.attempts
-FROM (SELECT id, provider, message_id, type, at, detail, received_at
-      FROM provider_events
-      WHERE key IS NULL AND received_at >= :since
-      ORDER BY received_at, id
-      LIMIT :limit) AS o
-JOIN intents AS i ON i.key = (SELECT key FROM intents WHERE receipt = o.message_id
-                              ORDER BY key LIMIT 1)
-ORDER BY o.received_at, o.id
-
--- name: provider_event_adopt
-UPDATE provider_events SET key = :key WHERE id = :id AND key IS NULL
+-- name: provider_events_adopt
+-- Attach the orphans among the first :limit received since :since whose message id is
+-- now an intent's receipt (the first key, as in intents_by_receipts). Returns what the
+-- timeline events need.
+UPDATE provider_events
+SET key = (SELECT key FROM intents WHERE receipt = provider_events.message_id
+           ORDER BY key LIMIT 1)
+WHERE id IN (SELECT id FROM provider_events
+             WHERE key IS NULL AND received_at >= :since
+             ORDER BY received_at, id
+             LIMIT :limit)
+  AND EXISTS (SELECT 1 FROM intents WHERE receipt = provider_events.message_id)
+RETURNING id, provider, message_id, type, at, detail, received_at, key,
+          (SELECT channel FROM intents AS i WHERE i.key = provider_events.key) AS channel,
+          (SELECT state FROM intents AS i WHERE i.key = provider_events.key) AS state,
+          (SELECT attempts FROM intents AS i WHERE i.key = provider_events.key) AS attempts
 
 -- name: provider_event_counts
-SELECT provider, type, count(*), sum(CASE WHEN key IS NULL THEN 1 ELSE 0 END)
+SELECT provider, type, count(*) AS total,
+       sum(CASE WHEN key IS NULL THEN 1 ELSE 0 END) AS orphaned
 FROM provider_events
 GROUP BY provider, type
 ORDER BY provider, type

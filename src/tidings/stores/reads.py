@@ -1,0 +1,155 @@
+"""The reads of the ``Store`` port, written once for every SQL store.
+
+A read is a named query, its parameters and the shape of its rows, and those are the
+same in every dialect; a store only says how it runs a read (a read transaction on
+the SQLite thread, a pooled connection on PostgreSQL) and how it binds a list.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import Any, TypeVar
+
+from tidings.model import Event, Intent
+from tidings.states import State
+from tidings.stores import base, rows
+
+R = TypeVar("R")
+
+
+class StoreReads(ABC):
+    """The port's reads over four primitives a store supplies."""
+
+    @abstractmethod
+    async def _read_all(self, shape: rows.Shape[R], query: str, params: Any = None) -> list[R]:
+        """Every row of ``query`` as ``shape``'s record."""
+
+    @abstractmethod
+    async def _read_one(self, shape: rows.Shape[R], query: str,
+                        params: Any = None) -> R | None:
+        """The first row of ``query`` as ``shape``'s record, None without one."""
+
+    @abstractmethod
+    async def _read_tuples(self, query: str, params: Any = None) -> list[tuple[Any, ...]]:
+        """Every row of ``query`` as it comes (for a column or two, unpacked on the spot)."""
+
+    @abstractmethod
+    def _array(self, values: Sequence[Any]) -> Any:
+        """``values`` bound as one parameter (a JSON array on SQLite, an array on PostgreSQL)."""
+
+    async def _nested_counts(self, query: str) -> dict[str, dict[str, int]]:
+        counts: dict[str, dict[str, int]] = {}
+        for outer, inner, count in await self._read_tuples(query):
+            counts.setdefault(outer, {})[inner] = count
+        return counts
+
+    # ---------------------------------------------------------------- intents and events
+
+    async def intent_get(self, key: str) -> Intent | None:
+        return await self._read_one(rows.INTENT, "intent_get", (key,))
+
+    async def intent_find(self, *, states: Sequence[State], channel: str | None = None,
+                          updated_before: float | None = None,
+                          lease_expired_at: float | None = None,
+                          limit: int = 1000) -> list[Intent]:
+        """Intents in ``states`` narrowed by the filters, in (state, due time) order."""
+        return await self._read_all(rows.INTENT, "intent_find", {
+            "states": self._array([State(s).value for s in states]), "channel": channel,
+            "updated_before": updated_before, "lease_expired_at": lease_expired_at,
+            "limit": limit})
+
+    async def intent_counts(self) -> dict[str, dict[str, int]]:
+        """``{channel: {state: count}}`` over every intent."""
+        return await self._nested_counts("intent_counts")
+
+    async def intent_latencies(self, channel: str) -> list[float]:
+        """Seconds from due to acceptance for every accepted intent of ``channel``."""
+        return [latency for (latency,) in await self._read_tuples("intent_latencies",
+                                                                  (channel,))]
+
+    async def events_for(self, key: str) -> list[Event]:
+        """Every event of ``key``, in the order written."""
+        return await self._read_all(rows.EVENT, "events_for", (key,))
+
+    async def event_counts(self) -> dict[str, dict[str, int]]:
+        """``{channel: {event type: count}}``."""
+        return await self._nested_counts("event_counts")
+
+    async def event_keys_by_detail(self, detail: str, *, limit: int = 100) -> list[str]:
+        """Keys with an event whose ``detail`` is exactly ``detail``, latest first."""
+        found = await self._read_tuples("event_keys_by_detail",
+                                        {"detail": detail, "limit": limit})
+        return [key for (key,) in found]
+
+    # ---------------------------------------------------------------- occurrences, switches
+
+    async def occurrence_get(self, id: str) -> base.Occurrence | None:
+        return await self._read_one(rows.OCCURRENCE, "occurrence_get", (id,))
+
+    async def occurrence_list(self, campaign: str | None = None) -> list[base.Occurrence]:
+        return await self._read_all(rows.OCCURRENCE, "occurrence_list", {"campaign": campaign})
+
+    async def switch_all(self) -> list[base.Switch]:
+        return await self._read_all(rows.SWITCH, "switch_all")
+
+    async def outcome_counts(self, *, since: float, bucket_s: float
+                             ) -> list[base.OutcomeCount]:
+        """Outcome events at or after ``since`` per channel, campaign, type and bucket."""
+        return await self._read_all(rows.OUTCOME_COUNT, "outcome_counts",
+                                    {"since": since, "bucket_s": bucket_s})
+
+    # ---------------------------------------------------------------- pacer state
+
+    async def pacer_read(self, channel: str) -> dict[str, Any] | None:
+        (stored,) = next(iter(await self._read_tuples("pacer_read", (channel,))), (None,))
+        return rows.pacer_state(stored)
+
+    async def pacer_paused_until(self, channel: str) -> float:
+        (until,) = next(iter(await self._read_tuples("pacer_paused_until", (channel,))),
+                        (0.0,))
+        return float(until)
+
+    # ---------------------------------------------------------------- operator API
+
+    async def api_token_get(self, id: str) -> base.ApiToken | None:
+        return await self._read_one(rows.API_TOKEN, "api_token_get", (id,))
+
+    async def api_token_list(self) -> list[base.ApiToken]:
+        return await self._read_all(rows.API_TOKEN, "api_token_list")
+
+    async def api_trigger_counts(self) -> dict[str, int]:
+        return {c: int(n) for c, n in await self._read_tuples("api_trigger_counts")}
+
+    async def api_idempotency_get(self, key: str) -> base.IdempotentResponse | None:
+        return await self._read_one(rows.IDEMPOTENT_RESPONSE, "api_idempotency_get", (key,))
+
+    async def intent_summary(self, *, now: float, since: float) -> list[base.IntentSummary]:
+        """One summary per (campaign, channel), ordered by campaign then channel."""
+        return await self._read_all(rows.INTENT_SUMMARY, "intent_summary",
+                                    {"now": now, "since": since})
+
+    async def intent_latency_histogram(
+            self, bounds: Sequence[float]) -> list[base.LatencyHistogram]:
+        """Due-to-accepted latencies per channel counted into ``bounds`` (ascending)."""
+        buckets = await self._read_tuples("intent_latency_histogram",
+                                          {"bounds": self._array([float(b) for b in bounds])})
+        return rows.latency_histograms(bounds, buckets)
+
+    async def intent_find_by_recipient(self, recipient_id: str, *,
+                                       limit: int = 100) -> list[Intent]:
+        """A recipient's intents, latest due first."""
+        return await self._read_all(rows.INTENT, "intent_find_by_recipient",
+                                    {"recipient_id": recipient_id, "limit": limit})
+
+    # ---------------------------------------------------------------- provider webhooks
+
+    async def provider_events_orphaned(self, *,
+                                       limit: int = 100) -> list[base.StoredProviderEvent]:
+        """Orphaned provider events, oldest received first."""
+        return await self._read_all(rows.STORED_PROVIDER_EVENT, "provider_events_orphaned",
+                                    {"limit": limit})
+
+    async def provider_event_counts(self) -> list[base.ProviderEventCount]:
+        """Provider events per (provider, type), ordered by both."""
+        return await self._read_all(rows.PROVIDER_EVENT_COUNT, "provider_event_counts")

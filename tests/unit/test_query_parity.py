@@ -1,0 +1,113 @@
+"""One query vocabulary: the same names in both dialects, each used by its whole name.
+
+A name that exists in one dialect only must be listed below with the reason it has no
+twin; the list is the vocabulary's exceptions, and a name added to one dialect alone,
+or renamed in one, fails here until the other follows or the list says why not.
+"""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from tidings.stores import queries
+
+SRC = Path(__file__).resolve().parents[2] / "src" / "tidings"
+
+DIALECT_ONLY: dict[str, dict[str, str]] = {
+    "sqlite": {
+        # The SQLite database thread drives its transactions by statement; psycopg's
+        # conn.transaction() does it on PostgreSQL.
+        "connect": "connection PRAGMAs (WAL, busy timeout) run once per connection",
+        "begin_write": "BEGIN IMMEDIATE: take the one write lock up front",
+        "begin_read": "BEGIN DEFERRED: one snapshot for a read",
+        "commit": "ends a statement-driven transaction",
+        "rollback": "ends a statement-driven transaction",
+        # SQLite binds a page as one multi-row VALUES statement; PostgreSQL COPYs it into
+        # a temporary stage (intent_admit_page/_fresh/_staged and the *_stage_* names).
+        "intent_admit_values": "multi-row VALUES insert of a page (no COPY in SQLite)",
+        "intent_admit_values_enqueued": "the same, born enqueued",
+        "event_insert_keys": "admission's events, one statement a channel (PostgreSQL "
+                             "writes them inside its intent_admit_* statements)",
+        # SQLite has no data-modifying CTE: what PostgreSQL does in one statement takes
+        # two here.
+        "intent_mark_enqueued_events": "the events half of intent_mark_enqueued",
+        "message_dead_letter_copy": "first half of message_dead_letter",
+        "message_dead_letter_delete": "second half of message_dead_letter",
+        "dead_letter_redrive_copy": "first half of dead_letter_redrive",
+        "dead_letter_redrive_delete": "second half of dead_letter_redrive",
+        "dead_letter_count": "PostgreSQL's queue_depth returns the dead letters as a column",
+    },
+    "postgresql": {
+        # Admission stages a page by COPY into temporary tables, then inserts from them.
+        "admit_stage_create": "temporary stage for whole drafts",
+        "admit_stage_copy": "COPY into that stage",
+        "admit_page_stage_create": "temporary stage for a page's columns",
+        "admit_page_stage_copy": "COPY into that stage",
+        "intent_admit_page": "insert a staged page, no key existing yet",
+        "intent_admit_page_enqueued": "the same, born enqueued with their messages",
+        "intent_admit_fresh": "insert staged drafts, no key existing yet",
+        "intent_admit_fresh_enqueued": "the same, born enqueued with their messages",
+        "intent_admit_staged": "insert staged drafts skipping existing keys",
+        "intent_admit_staged_enqueued": "the same, born enqueued with their messages",
+        # One statement where SQLite needs two (data-modifying CTEs).
+        "message_dead_letter": "SQLite: message_dead_letter_copy + _delete",
+        "dead_letter_redrive": "SQLite: dead_letter_redrive_copy + _delete",
+        # Row locks and advisory locks: SQLite has one writer, so nothing to lock.
+        "intent_lock_keys": "lock a batch's rows in key order (no deadlock)",
+        "pacer_lock": "SELECT ... FOR UPDATE of a channel's pacer row",
+        "pacer_ensure": "create the pacer row so that it can be locked",
+        "migrations_lock": "advisory lock: one migrator at a time across machines",
+        # LISTEN/NOTIFY wakes receivers when messages become ready.
+        "queue_notify": "NOTIFY a queue's listeners",
+        "listen_ready": "LISTEN for ready messages",
+        "listen_schema": "the schema LISTEN channels are named in",
+    },
+}
+
+#: The modules that run each dialect's queries.
+USERS = {
+    "sqlite": ["stores/sqlite.py", "stores/sqlite_db.py", "stores/reads.py",
+               "transports/sql.py"],
+    "postgresql": ["stores/postgres.py", "stores/postgres_db.py", "stores/reads.py",
+                   "transports/pg.py", "transports/pg_listen.py"],
+}
+
+
+def literals(paths: list[str]) -> set[str]:
+    """Every string constant in the modules, whole (an f-string's parts are not)."""
+    found: set[str] = set()
+    for path in paths:
+        tree = ast.parse((SRC / path).read_text("utf-8"))
+        joined = {id(part) for node in ast.walk(tree) if isinstance(node, ast.JoinedStr)
+                  for part in node.values}
+        found |= {node.value for node in ast.walk(tree)
+                  if isinstance(node, ast.Constant) and isinstance(node.value, str)
+                  and id(node) not in joined}
+    return found
+
+
+def test_every_name_is_in_both_dialects_or_listed_with_its_reason() -> None:
+    sqlite, postgresql = set(queries.load("sqlite")), set(queries.load("postgresql"))
+    assert sorted(sqlite - postgresql) == sorted(DIALECT_ONLY["sqlite"])
+    assert sorted(postgresql - sqlite) == sorted(DIALECT_ONLY["postgresql"])
+    assert all(DIALECT_ONLY[d].values() for d in DIALECT_ONLY)
+
+
+@pytest.mark.parametrize("dialect", ["sqlite", "postgresql"])
+def test_every_name_is_used_whole(dialect: str) -> None:
+    # A name never written whole in the code that runs the dialect is either dead or
+    # assembled at run time (sql[f"{stage}_create"]): either way, not one vocabulary.
+    used = literals(USERS[dialect])
+    unused = sorted(name for name in queries.load(dialect) if name not in used)
+    assert unused == []
+
+
+def test_the_check_sees_an_assembled_name() -> None:
+    # given a module that builds a name from parts
+    tree = 'sql[f"{stage}_create"]; sql["intent_admit_staged" + suffix]'
+    constants = {node.value for node in ast.walk(ast.parse(tree))
+                 if isinstance(node, ast.Constant)}
+    # then neither whole name is among its literals
+    assert "admit_stage_create" not in constants
+    assert "intent_admit_staged_enqueued" not in constants
