@@ -1,20 +1,25 @@
 """The rules every entry point applies, outside HTTP: the text rule over JSON data, the
-supported dates of the scheduler, and ``notify``/webhooks refusing what no store holds."""
+supported dates of the scheduler, and ``notify``, preferences and webhooks refusing what
+no store holds."""
 
 from __future__ import annotations
 
 import json
 import math
 from datetime import date
+from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tidings.clock import FakeClock
 from tidings.errors import InvalidInput
 from tidings.intake import NotifyRequest, drafts_for
 from tidings.keys import check_json_text, storable, storable_form
+from tidings.runtime import build_runtime
 from tidings.schedule import EARLIEST_DATE, LATEST_DATE, Schedule, check_instant, logical_day
+from tidings.settings import Settings
 from tidings.webhooks.parse import parse
 
 NOW = 1_786_698_005.0
@@ -174,3 +179,18 @@ def test_a_providers_free_text_is_kept_in_a_storable_form() -> None:
 
     assert event.detail is not None and storable(event.detail)
     assert "mailbox\ufffdfull\ufffd" in event.detail
+
+
+# ---------------------------------------------------------------- preferences
+
+
+async def test_preferences_refuse_a_recipient_id_no_store_holds(tmp_path: Path) -> None:
+    settings = Settings.parse({"store": f"sqlite:///{tmp_path / 'p.db'}",
+                               "channels": {"email": {"quota": "10/s"}}})
+    async with await build_runtime(settings, clock=FakeClock()) as runtime:
+        for call in (runtime.set_preference("a\x00b", "email", opted_out=True),
+                     runtime.delete_preference("a\ud800", "email"),
+                     runtime.preferences("a\x00")):
+            with pytest.raises(InvalidInput) as caught:
+                await call
+            assert caught.value.field == "recipient_id"
