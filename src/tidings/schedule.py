@@ -244,6 +244,11 @@ class Schedule:
         at = wall.replace(tzinfo=self.zone).timestamp()
         before = self.latest(at - 1)
         after = next(self._after(at - 1), None)
+        # Never suggest a date that would itself be refused.
+        if before is not None and before.logical_date[:10] < EARLIEST_DATE.isoformat():
+            before = None
+        if after is not None and after.logical_date[:10] > LATEST_DATE.isoformat():
+            after = None
         parts = [f"previous {before.logical_date}" if before else "",
                  f"next {after.logical_date}" if after else ""]
         if not any(parts):

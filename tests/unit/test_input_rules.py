@@ -171,6 +171,14 @@ def test_a_webhook_field_no_store_holds_is_refused(report: dict[str, str], field
     assert caught.value.field == field
 
 
+@pytest.mark.parametrize("at", [1e300, -1, "0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59"])
+def test_a_webhook_time_outside_the_supported_dates_is_refused(at: object) -> None:
+    report = {"message_id": "m1", "event": "delivered", "at": at}
+    with pytest.raises(InvalidInput, match="outside the supported dates") as caught:
+        parse("generic", json.dumps(report).encode(), now=NOW)
+    assert caught.value.field == "body.at"
+
+
 def test_a_providers_free_text_is_kept_in_a_storable_form() -> None:
     body = json.dumps([{"event": "bounce", "sg_message_id": "m1.filter0", "timestamp": NOW,
                         "reason": "mailbox\x00full\ud800"}]).encode()

@@ -38,6 +38,7 @@ from typing import Any
 from tidings.errors import InvalidInput
 from tidings.keys import check_text, storable_form
 from tidings.providers.redaction import redact
+from tidings.schedule import check_instant
 from tidings.stores.base import ProviderEvent, ProviderEventType
 from tidings.webhooks.verify import form_params
 
@@ -108,7 +109,7 @@ def _present(fields: Mapping[str, Any], *names: str) -> str:
 def _unix(value: Any, field_name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise InvalidInput(field_name, "must be Unix seconds (a number)")
-    return float(value)
+    return check_instant(value, field_name)
 
 
 def _iso(value: Any, field_name: str) -> float:
@@ -120,7 +121,7 @@ def _iso(value: Any, field_name: str) -> float:
         raise InvalidInput(field_name, f"{value[:40]!r} is not an ISO 8601 time") from None
     if when.tzinfo is None:  # a time without an offset is taken as UTC
         when = when.replace(tzinfo=UTC)
-    return when.timestamp()
+    return check_instant(when.timestamp(), field_name)
 
 
 def _detail(*parts: Any) -> str | None:
