@@ -179,6 +179,19 @@ async def test_what_no_worker_could_send_is_refused_at_publish(
     assert await api.intents() == 0
 
 
+async def test_a_publish_whose_key_would_be_over_the_limit_is_refused(tmp_path: Path) -> None:
+    # A long queue name, and channels without templates (so any template name is a key
+    # segment of its own): every part within its bound, the key over 512.
+    queue = "q" * 150
+    async with open_api(tmp_path, api={"queues": {queue: {"channel": "email"}}}) as plain:
+        body = publish_body("c" * 200, queue=queue, template="t" * 200, email="a@example.com")
+
+        response = await publish(plain, body)
+
+        assert "the limit is 512" in refused(response, 422, "body.payload")["message"]
+        assert await plain.intents() == 0
+
+
 async def test_a_sendable_message_is_still_accepted(api: Api) -> None:
     campaign = await publish(api, publish_body("cust_0001"), key="a")
     channel = await publish(api, publish_body(queue="transactional-email", template="receipt-v2",

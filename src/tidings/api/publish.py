@@ -37,7 +37,7 @@ from tidings.audience import Audience
 from tidings.campaign import Campaign
 from tidings.compose import Composer
 from tidings.errors import InvalidInput
-from tidings.keys import check_json_text
+from tidings.keys import check_json_text, validate_key
 from tidings.model import IntentDraft, Recipient, encode_data
 from tidings.relay import publish as publish_messages
 from tidings.runtime import Runtime
@@ -196,6 +196,11 @@ def sendable(composer: Composer, drafts: Sequence[IntentDraft], skipped: dict[st
     that no send can use skips its channel (the answer says why)."""
     kept = []
     for draft in drafts:
+        try:
+            validate_key(draft.key)  # what a worker's message decode checks again
+        except InvalidInput as exc:
+            raise ApiError(422, "body.payload", f"makes a delivery key that {exc.message}; "
+                           "shorten customer_id or template") from None
         missing = composer.template_problem(draft.channel, draft.template)
         if missing is not None:
             raise ApiError(422, template_field, f"{missing} (channel {draft.channel!r})")
