@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tidings import operations
 from tidings.clock import FakeClock
 from tidings.errors import InvalidInput
 from tidings.intake import NotifyRequest, drafts_for
@@ -202,3 +203,15 @@ async def test_preferences_refuse_a_recipient_id_no_store_holds(tmp_path: Path) 
             with pytest.raises(InvalidInput) as caught:
                 await call
             assert caught.value.field == "recipient_id"
+
+
+async def test_a_timeline_of_text_no_store_holds_is_invalid_input(tmp_path: Path) -> None:
+    # The dashboard's search and the CLI's inspect call this too, not only the JSON API.
+    settings = Settings.parse({"store": f"sqlite:///{tmp_path / 't.db'}",
+                               "channels": {"email": {"quota": "10/s"}}})
+    async with await build_runtime(settings, clock=FakeClock()) as runtime:
+        for selector, field in (({"key": "a\x00b"}, "key"), ({"key": "a b"}, "key"),
+                                ({"recipient": "c\ud800"}, "recipient")):
+            with pytest.raises(InvalidInput) as caught:
+                await operations.timeline(runtime.store, channels=["email"], **selector)
+            assert caught.value.field == field
