@@ -116,6 +116,22 @@ class Composer:
         return [self.compose_one(i, preferences.get((i.recipient_id, i.channel)), now=at)
                 for i in intents]
 
+    def address_problem(self, channel: str, address: str) -> str | None:
+        """Why ``address`` can never be sent to on ``channel`` (the send-time check, which
+        the API also runs when it takes a message), or None."""
+        kind = self.kinds.get(channel)
+        if kind is None:
+            return None
+        return check_address(kind, address, test_domains=self.test_domains)
+
+    def template_problem(self, channel: str, template: str) -> str | None:
+        """Why ``template`` cannot be rendered on ``channel`` whatever its data (no such
+        id or version among the channel's templates), or None."""
+        templates = self.templates.get(channel)
+        if templates is None or channel not in self.kinds:
+            return None
+        return templates.missing(template)
+
     def compose_one(self, intent: Intent, preference: Preference | None, *,
                     now: float) -> Composed:
         """The decision for one intent given its preference (no I/O)."""
@@ -123,10 +139,9 @@ class Composer:
         if said.action == "opted_out":
             return Cancelled(key=intent.key)
         kind = self.kinds.get(intent.channel)
-        if kind is not None:
-            problem = check_address(kind, intent.address, test_domains=self.test_domains)
-            if problem is not None:
-                return Rejected(key=intent.key, reason=problem)
+        problem = self.address_problem(intent.channel, intent.address)
+        if problem is not None:
+            return Rejected(key=intent.key, reason=problem)
         content: Content | None = None
         templates = self.templates.get(intent.channel)
         if templates is not None and kind is not None:

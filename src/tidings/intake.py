@@ -7,9 +7,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from tidings.errors import ConfigurationError, InvalidInput, unknown_name
-from tidings.keys import validate_key
+from tidings.keys import check_json_text, check_text, validate_key
 from tidings.model import IntentDraft, Recipient, encode_data, notify_key
 from tidings.relay import publish
+from tidings.schedule import check_instant
 from tidings.states import State
 from tidings.stores.base import Store
 from tidings.transports.base import Transport
@@ -59,6 +60,16 @@ def drafts_for(request: NotifyRequest, *, known_channels: Collection[str], now: 
     try:
         validate_key(request.key)
         who = recipient_of(request.recipient)
+        # What a store holds (PostgreSQL refuses NUL, no store a lone surrogate).
+        check_text(who.id, "recipient.id")
+        for name, address in (("email", who.email), ("phone", who.phone)):
+            if address is not None:
+                check_text(address, f"recipient.{name}")
+        check_text(request.template, "template")
+        due = now if request.due_at is None else check_instant(request.due_at, "due_at")
+        expires = (None if request.expires_at is None
+                   else check_instant(request.expires_at, "expires_at"))
+        check_json_text(request.data, "data")
     except InvalidInput as exc:
         raise bad(exc.field, exc.message) from None
     if not request.channels:
@@ -69,8 +80,7 @@ def drafts_for(request: NotifyRequest, *, known_channels: Collection[str], now: 
                       unknown_name("channel", channel, sorted(known_channels)))
     if not request.template:
         raise bad("template", "must not be empty")
-    due = now if request.due_at is None else float(request.due_at)
-    if request.expires_at is not None and request.expires_at <= due:
+    if expires is not None and expires <= due:
         raise bad("expires_at", "must be after due_at")
     try:
         body = encode_data(dict(request.data or {}))
@@ -85,7 +95,7 @@ def drafts_for(request: NotifyRequest, *, known_channels: Collection[str], now: 
         drafts.append(IntentDraft(
             key=validate_key(notify_key(request.key, channel)), channel=channel,
             recipient_id=who.id, address=address, template=request.template, data=body,
-            due_at=due, expires_at=request.expires_at))
+            due_at=due, expires_at=expires))
     return drafts
 
 

@@ -21,6 +21,8 @@ MAX_KEY_LENGTH = 512
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 # ... plus whitespace and the C0/C1 control characters: what no key holds.
 _NOT_IN_KEY = re.compile(r"[\s\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+# A JSON object key shown as ``.name`` in an error's field; others as ``['a key']``.
+_PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")
 
 
 def _describe(char: str) -> str:
@@ -67,3 +69,25 @@ def validate_key(key: object, field: str = "key") -> str:
     if bad is not None:
         raise InvalidInput(field, f"must not contain {_describe(bad.group())}")
     return key
+
+
+def check_json_text(value: object, field: str) -> None:
+    """``check_text`` on every string of a JSON value, object keys included; the error
+    names where (``data.items[2].name``). Iterative: any depth the parser took."""
+    pending: list[tuple[object, str]] = [(value, field)]
+    while pending:
+        item, where = pending.pop()
+        if isinstance(item, str):
+            check_text(item, where)
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                if not isinstance(key, str):
+                    raise InvalidInput(where, f"has a key that is {type(key).__name__}, "
+                                              "not a string")
+                # !a: the field must show a key it refuses, not carry it.
+                named = (f"{where}.{key}" if _PLAIN_NAME.fullmatch(key)
+                         else f"{where}[{key[:40]!a}]")
+                check_text(key, named)
+                pending.append((child, named))
+        elif isinstance(item, list | tuple):
+            pending.extend((child, f"{where}[{index}]") for index, child in enumerate(item))

@@ -85,6 +85,8 @@ def encode_data(data: dict[str, Any] | None, field_name: str = "data") -> str:
         text = json.dumps(data or {}, separators=(",", ":"), sort_keys=True)
     except (TypeError, ValueError) as exc:
         raise InvalidInput(field_name, f"is not JSON-serializable: {exc}") from None
+    except RecursionError:
+        raise InvalidInput(field_name, "is nested too deeply") from None
     size = len(text.encode())
     if size > MAX_PAYLOAD_BYTES:
         raise InvalidInput(field_name, f"is {size} bytes, the limit is {MAX_PAYLOAD_BYTES}")

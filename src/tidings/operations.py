@@ -31,6 +31,7 @@ from typing import Any
 
 from tidings.errors import InvalidInput
 from tidings.guardrails import tripped_by_guardrail
+from tidings.keys import check_text, validate_key
 from tidings.model import DeadLetter, Event, Intent, Message, QueueDepth
 from tidings.pacing.algorithm import PaceLimits
 from tidings.states import State
@@ -378,6 +379,8 @@ async def timeline(store: Store, *, key: str | None = None, recipient: str | Non
         raise InvalidInput("key", "give exactly one of key or recipient")
     intents: list[Intent] = []
     if key is not None:
+        # What no key holds is no key's timeline (and PostgreSQL refuses a NUL outright).
+        validate_key(key)
         found = await store.intent_get(key)
         if found is not None:
             intents.append(found)
@@ -388,6 +391,7 @@ async def timeline(store: Store, *, key: str | None = None, recipient: str | Non
                     intents.append(one)
     else:
         assert recipient is not None
+        check_text(recipient, "recipient")
         if SURROGATE.match(recipient):
             for k in await store.event_keys_by_detail(recipient, limit=limit):
                 one = await store.intent_get(k)

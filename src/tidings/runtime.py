@@ -22,6 +22,7 @@ from tidings.errors import ConfigurationError, InvalidInput, unknown_name
 from tidings.group_commit import GroupCommit, GroupCommitConfig
 from tidings.guardrails import GuardrailConfig, Thresholds
 from tidings.intake import NotifyRequest, admit_drafts, cancel, drafts_for, notify_many
+from tidings.keys import check_text
 from tidings.model import IntentDraft, Recipient
 from tidings.pacing.algorithm import PaceLimits, parse_quota
 from tidings.pacing.pacer import Pacer
@@ -303,6 +304,7 @@ class Runtime:
         cancels with reason ``opted_out``; quiet hours (``"22:00"``-``"07:00"`` in the
         recipient's ``timezone``) defer to their end."""
         self._known_channel(channel)
+        check_text(recipient_id, "recipient_id")
         preference = Preference(recipient_id=recipient_id, channel=channel,
                                 opted_out=opted_out, quiet_start=quiet_start,
                                 quiet_end=quiet_end, timezone=timezone)
@@ -312,10 +314,12 @@ class Runtime:
     async def delete_preference(self, recipient_id: str, channel: str) -> bool:
         """Forget a recipient's wishes for a channel; False if there were none."""
         self._known_channel(channel)
+        check_text(recipient_id, "recipient_id")
         return await self.store.preference_delete(recipient_id, channel)
 
     async def preferences(self, recipient_id: str) -> list[Preference]:
         """A recipient's stored wishes, one per channel that has any."""
+        check_text(recipient_id, "recipient_id")
         found = await self.store.preferences_for([(recipient_id, c) for c in self.channels])
         return [found[(recipient_id, c)] for c in self.channels if (recipient_id, c) in found]
 

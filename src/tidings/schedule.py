@@ -17,26 +17,45 @@ Daylight-saving rules:
 
 All times crossing this module's API are UTC epoch seconds; ``now`` is always passed
 in, never read.
+
+Supported dates: ``EARLIEST_DATE`` to ``LATEST_DATE``. Every entry point (the API, the
+CLI, ``notify``, replay) checks a date or an instant against them here, with
+``logical_day`` and ``check_instant``: near year 1 or 9999 croniter and ``datetime``
+overflow while searching a day or two either side, and an instant before the epoch is no
+time anyone schedules a notification for.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import date, datetime, time, timedelta
+from datetime import date, datetime, time, timedelta, timezone
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterError, croniter
 
 from tidings.errors import ConfigurationError, InvalidInput
 
-__all__ = ["OccurrenceTime", "Schedule"]
+__all__ = ["EARLIEST_DATE", "LATEST_DATE", "OccurrenceTime", "Schedule", "check_instant",
+           "logical_day"]
+
+#: The first and last dates the scheduler supports (whole days, in any time zone).
+EARLIEST_DATE = date(1970, 1, 2)
+LATEST_DATE = date(9998, 12, 31)
+# As UTC epoch seconds: every local time of those days, from UTC+14 to UTC-12 (so the
+# earliest instant is still after the epoch).
+_EARLIEST_AT = datetime.combine(EARLIEST_DATE, time.min,
+                                tzinfo=timezone(timedelta(hours=14))).timestamp()
+_LATEST_AT = datetime.combine(LATEST_DATE, time.max,
+                              tzinfo=timezone(timedelta(hours=-12))).timestamp()
 
 # croniter needs a start time even to validate; a fixed one keeps the wall clock out.
 _REFERENCE = datetime(2000, 1, 1)
 _MINUTE = timedelta(minutes=1)
-_LOGICAL_DATE = re.compile(r"(\d{4})-(\d{2})-(\d{2})(?:T(\d{2}):(\d{2}))?")
+# ASCII digits only: \d would take any script's digits, and int() reads them.
+_LOGICAL_DATE = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})(?:T([0-9]{2}):([0-9]{2}))?")
 _WEEKDAYS = ("Sundays", "Mondays", "Tuesdays", "Wednesdays", "Thursdays", "Fridays",
              "Saturdays")
 # Past the year range datetime supports, or an expression that stops matching.
@@ -225,6 +244,11 @@ class Schedule:
         at = wall.replace(tzinfo=self.zone).timestamp()
         before = self.latest(at - 1)
         after = next(self._after(at - 1), None)
+        # Never suggest a date that would itself be refused.
+        if before is not None and before.logical_date[:10] < EARLIEST_DATE.isoformat():
+            before = None
+        if after is not None and after.logical_date[:10] > LATEST_DATE.isoformat():
+            after = None
         parts = [f"previous {before.logical_date}" if before else "",
                  f"next {after.logical_date}" if after else ""]
         if not any(parts):
@@ -274,16 +298,46 @@ def _expand(cron: str, it: croniter[float] | None = None) -> list[list[str]]:
     return [[str(value) for value in values] for values in fields]
 
 
-def _parse_logical_date(text: str) -> tuple[date, time | None]:
+def logical_day(text: object, field: str = "date") -> date:
+    """The date ``YYYY-MM-DD`` names, if it is a real one the scheduler supports; else
+    ``InvalidInput`` on ``field``."""
+    day, clock = _parse_logical_date(text, field)
+    if clock is not None:
+        raise InvalidInput(field, f"{text!r} is not YYYY-MM-DD")
+    return day
+
+
+def check_instant(at: object, field: str) -> float:
+    """``at`` (UTC epoch seconds) as a float, if it is a finite instant within the
+    supported dates; else ``InvalidInput`` on ``field``."""
+    if isinstance(at, bool) or not isinstance(at, int | float):
+        raise InvalidInput(field, f"must be a number of seconds, not {type(at).__name__}")
+    try:
+        value = float(at)
+    except OverflowError:
+        value = math.inf
+    if not math.isfinite(value) or not _EARLIEST_AT <= value <= _LATEST_AT:
+        raise InvalidInput(field, f"is outside the supported dates ({_supported()})")
+    return value
+
+
+def _supported() -> str:
+    return f"{EARLIEST_DATE.isoformat()} to {LATEST_DATE.isoformat()}"
+
+
+def _parse_logical_date(text: object, field: str = "date") -> tuple[date, time | None]:
     match = _LOGICAL_DATE.fullmatch(text) if isinstance(text, str) else None
     if match is None:
-        raise InvalidInput("date", f"{text!r} is not YYYY-MM-DD or YYYY-MM-DDTHH:MM")
+        shown = repr(text) if isinstance(text, str) and len(text) <= 40 else "it"
+        raise InvalidInput(field, f"{shown} is not YYYY-MM-DD or YYYY-MM-DDTHH:MM")
     year, month, day, hour, minute = match.groups()
     try:
         parsed = date(int(year), int(month), int(day))
         clock = None if hour is None else time(int(hour), int(minute))
     except ValueError as exc:
-        raise InvalidInput("date", f"{text!r} is not a real date or time: {exc}") from None
+        raise InvalidInput(field, f"{text!r} is not a real date or time: {exc}") from None
+    if not EARLIEST_DATE <= parsed <= LATEST_DATE:
+        raise InvalidInput(field, f"{text!r} is outside the supported dates ({_supported()})")
     return parsed, clock
 
 

@@ -265,6 +265,15 @@ class TemplateSet:
             return RenderError(f"template {template_id!r} {file}: syntax error on line "
                                f"{exc.lineno}: {exc.message}", kind="syntax")
 
+    def missing(self, template_id: str) -> str | None:
+        """Why ``template_id`` is not a version of this set (a malformed id, or no such
+        version now), or None when it is."""
+        try:
+            self._version(template_id)
+        except RenderError as exc:
+            return exc.reason
+        return None
+
     def compile_all(self) -> list[RenderError]:
         """Compile every template this set can find now; return the failures.
 

@@ -178,3 +178,14 @@ def test_inspect_by_recipient(config: Path) -> None:
     assert sorted(d["key"] for d in found["deliveries"]) == [
         "digest/2026-08-10/cust_1/email/v1", "digest/2026-08-10/cust_1/sms/v1"]
     assert "a@example.com" not in json.dumps(found)
+
+
+@pytest.mark.parametrize("date", ["0001-01-01", "9999-12-31"])
+def test_replay_of_a_date_outside_the_supported_range_is_a_clean_refusal(
+        config: Path, date: str) -> None:
+    result = run("replay", "digest", date, "--config", str(config))
+
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    assert f"date: '{date}' is outside the supported dates (1970-01-02 to 9998-12-31)" \
+        in result.stderr

@@ -143,7 +143,7 @@ def test_a_sendgrid_batch_maps_each_kind_and_ignores_the_rest() -> None:
 
 
 def test_no_sendgrid_detail_carries_an_address_or_a_number() -> None:
-    body = dumps([{"event": "bounce", "sg_message_id": "m.filter", "timestamp": 1,
+    body = dumps([{"event": "bounce", "sg_message_id": "m.filter", "timestamp": 1780000101,
                    "reason": "550 mailbox ada@example.com full, call +1 555 000 1111",
                    "type": "blocked"}])
 

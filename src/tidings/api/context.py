@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from fastapi import Request
 
 from tidings.api.admission import AdmissionRunner
 from tidings.api.errors import ApiError
 from tidings.api.ratelimit import Bucket
+from tidings.compose import Composer
 from tidings.errors import unknown_name
 from tidings.metrics import ApiMetrics
 from tidings.runtime import Runtime
@@ -23,6 +25,11 @@ class ApiContext:
     metrics: ApiMetrics
     bucket: Bucket | None
     queues: dict[str, QueueSettings]
+
+    @cached_property
+    def composer(self) -> Composer:
+        """The workers' send-time checks (addresses, templates), for publish to run first."""
+        return self.runtime.composer()
 
     def channel(self, name: str, field: str = "path.channel") -> str:
         """``name`` if it is a declared channel, else a 404 naming ``field``."""

@@ -57,11 +57,17 @@ def error_response(status: int, field: str, message: str, *,
                    headers: Mapping[str, str] | None = None) -> JSONResponse:
     # A field name or message may quote what the client sent: never an address or a
     # phone number in an error body (nor, through it, in a client's or proxy's logs).
-    body: dict[str, Any] = {"error": _CODES.get(status, "error"), "field": scrub(field),
-                            "message": scrub(message)}
+    body: dict[str, Any] = {"error": _CODES.get(status, "error"), "field": _safe(field),
+                            "message": _safe(message)}
     if errors:
-        body["errors"] = [{"field": scrub(f), "message": scrub(m)} for f, m in errors]
+        body["errors"] = [{"field": _safe(f), "message": _safe(m)} for f, m in errors]
     return JSONResponse(body, status_code=status, headers=dict(headers or {}))
+
+
+def _safe(text: str) -> str:
+    """``text`` scrubbed, and encodable: a lone surrogate the client sent (in a data
+    key, say) is shown escaped, where it would make the answer itself fail (a 500)."""
+    return scrub(text).encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def location(loc: Sequence[Any]) -> str:
@@ -116,8 +122,9 @@ def install(app: FastAPI, refused: Callable[[str, int, str], None]) -> None:
     async def on_http(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
         report(request, exc.status_code)
-        return error_response(exc.status_code, "path" if exc.status_code in (404, 405)
-                              else "request", str(exc.detail), headers=exc.headers)
+        # 400: FastAPI could not read the body (nested too deeply, a number too long).
+        field = {400: "body", 404: "path", 405: "path"}.get(exc.status_code, "request")
+        return error_response(exc.status_code, field, str(exc.detail), headers=exc.headers)
 
     app.add_exception_handler(ApiError, on_api_error)
     app.add_exception_handler(RequestValidationError, on_validation)

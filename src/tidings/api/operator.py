@@ -7,16 +7,17 @@ from dataclasses import asdict
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from tidings import operations
 from tidings.api.context import ApiContext, ctx
 from tidings.api.errors import ApiError, ErrorBody
+from tidings.api.fields import KEY, TEXT
 from tidings.errors import InvalidInput
 
 router = APIRouter(prefix="/v1", tags=["operator"])
 
-_NAME = Annotated[str, Path(min_length=1, max_length=200)]
+_NAME = Annotated[str, Path(min_length=1, max_length=200), TEXT]
 
 
 def _refused(*codes: int) -> dict[int | str, dict[str, Any]]:
@@ -66,10 +67,10 @@ async def plan(request: Request) -> dict[str, Any]:
             summary="A delivery's timeline by key or recipient")
 async def timeline(
     request: Request,
-    key: Annotated[str | None, Query(min_length=1, max_length=512)] = None,
-    recipient: Annotated[str | None, Query(
+    key: Annotated[str, Query(min_length=1, max_length=512), KEY] | None = None,
+    recipient: Annotated[str, Query(
         min_length=1, max_length=200,
-        description="A recipient id, or its surrogate r_<16 hex> as logged.")] = None,
+        description="A recipient id, or its surrogate r_<16 hex> as logged."), TEXT] | None = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
 ) -> dict[str, Any]:
     """Was it selected, was it enqueued, did the channel accept it — and every event."""
@@ -98,10 +99,10 @@ async def dead_letters(request: Request, channel: _NAME,
 class RedriveBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    ids: list[Annotated[str, Field(min_length=1, max_length=40)]] | None = Field(
+    ids: list[Annotated[str, Field(min_length=1, max_length=40), TEXT]] | None = Field(
         default=None, max_length=1000, description="Dead letters to redrive; all when absent.")
-    limit: int = Field(default=100, ge=1, le=1000,
-                       description="Without ids: how many of the oldest to redrive.")
+    limit: StrictInt = Field(default=100, ge=1, le=1000,
+                             description="Without ids: how many of the oldest to redrive.")
 
 
 @router.post("/dead-letters/{channel}/redrive", responses=_refused(404, 422),
@@ -123,9 +124,9 @@ async def redrive(request: Request, channel: _NAME,
 class SwitchBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    campaign: str | None = Field(default=None, min_length=1, max_length=200)
-    channel: str | None = Field(default=None, min_length=1, max_length=200)
-    reason: str | None = Field(default=None, max_length=500)
+    campaign: Annotated[str, Field(min_length=1, max_length=200), TEXT] | None = None
+    channel: Annotated[str, Field(min_length=1, max_length=200), TEXT] | None = None
+    reason: Annotated[str, Field(max_length=500), TEXT] | None = None
 
 
 async def _switch(request: Request, body: SwitchBody, paused: bool) -> dict[str, Any]:
@@ -160,7 +161,7 @@ async def resume(request: Request, body: SwitchBody) -> dict[str, Any]:
              summary="Admit a past date of a campaign as its own replay")
 async def replay(request: Request, campaign: _NAME,
                  date: Annotated[str, Path(min_length=10, max_length=16,
-                                           description="YYYY-MM-DD or YYYY-MM-DDTHH:MM")],
+                                           description="YYYY-MM-DD or YYYY-MM-DDTHH:MM"), TEXT],
                  expires_in_s: Annotated[float | None, Query(
                      gt=0, le=366 * 86400, description="A new freshness deadline, seconds "
                      "from now: needed when the date's own deadline has passed")] = None,
@@ -178,9 +179,9 @@ async def replay(request: Request, campaign: _NAME,
 class CancelBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    key: str = Field(min_length=1, max_length=512,
-                     description="An intent key, or a notify key (every channel of it).")
-    reason: str = Field(default="cancelled by operator", min_length=1, max_length=500)
+    key: Annotated[str, Field(min_length=1, max_length=512, description="An intent key, or "
+                              "a notify key (every channel of it)."), KEY]
+    reason: Annotated[str, Field(min_length=1, max_length=500), TEXT] = "cancelled by operator"
 
 
 @router.post("/cancel", responses=_refused(404, 422), summary="Cancel a key before its send")

@@ -8,15 +8,16 @@ from dataclasses import asdict
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Request
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from tidings.api.context import ctx
 from tidings.api.errors import ApiError, ErrorBody
+from tidings.api.fields import TEXT
 from tidings.errors import InvalidInput
 
 router = APIRouter(prefix="/v1/preferences", tags=["preferences"])
 
-_ID = Annotated[str, Path(min_length=1, max_length=200)]
+_ID = Annotated[str, Path(min_length=1, max_length=200), TEXT]
 _REFUSED: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorBody, "description": text} for code, text in (
         (401, "No valid token."), (403, "The token lacks the scope this route needs."),
@@ -26,11 +27,12 @@ _REFUSED: dict[int | str, dict[str, Any]] = {
 class PreferenceBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    opted_out: bool = False
-    quiet_start: str | None = Field(default=None, max_length=5, description="HH:MM")
-    quiet_end: str | None = Field(default=None, max_length=5, description="HH:MM")
-    timezone: str = Field(default="UTC", min_length=1, max_length=64,
-                          description="IANA zone of the quiet hours, e.g. Europe/London")
+    opted_out: StrictBool = False
+    """true or false: "yes", 1 or "false" are refused, not read as a boolean."""
+    quiet_start: Annotated[str, Field(max_length=5, description="HH:MM"), TEXT] | None = None
+    quiet_end: Annotated[str, Field(max_length=5, description="HH:MM"), TEXT] | None = None
+    timezone: Annotated[str, Field(min_length=1, max_length=64, description="IANA zone of "
+                                   "the quiet hours, e.g. Europe/London"), TEXT] = "UTC"
 
 
 def _refuse(exc: InvalidInput, where: str) -> ApiError:

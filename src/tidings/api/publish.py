@@ -27,16 +27,21 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Header, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic_core import PydanticCustomError
 
 from tidings.api import ratelimit
 from tidings.api.context import ApiContext, ctx
 from tidings.api.errors import ApiError, ErrorBody
+from tidings.api.fields import KEY, TEXT
 from tidings.audience import Audience
 from tidings.campaign import Campaign
+from tidings.compose import Composer
 from tidings.errors import InvalidInput
+from tidings.keys import check_json_text, validate_key
 from tidings.model import IntentDraft, Recipient, encode_data
 from tidings.relay import publish as publish_messages
 from tidings.runtime import Runtime
+from tidings.schedule import EARLIEST_DATE, LATEST_DATE, logical_day
 from tidings.scheduler import Switches, occurrence_id
 from tidings.stores.base import IdempotentResponse
 
@@ -54,28 +59,29 @@ class PublishPayload(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    customer_id: str = Field(min_length=1, max_length=200, pattern=_KEY_PART)
-    schedule_day: str = Field(description="YYYY-MM-DD", pattern=r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")
-    template: str | None = Field(default=None, min_length=1, max_length=200,
-                                 pattern=r"^\S+$")
-    email: str | None = Field(default=None, min_length=3, max_length=320)
-    phone: str | None = Field(default=None, min_length=3, max_length=32)
+    customer_id: Annotated[str, Field(min_length=1, max_length=200, pattern=_KEY_PART), KEY]
+    schedule_day: str = Field(
+        description=f"YYYY-MM-DD, from {EARLIEST_DATE} to {LATEST_DATE}",
+        pattern=r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")
+    template: Annotated[str, Field(min_length=1, max_length=200), KEY] | None = None
+    email: Annotated[str, Field(min_length=3, max_length=320), TEXT] | None = None
+    phone: Annotated[str, Field(min_length=3, max_length=32), TEXT] | None = None
     data: dict[str, Any] | None = None
 
     @field_validator("schedule_day")
     @classmethod
-    def _real_date(cls, value: str) -> str:
+    def _supported_date(cls, value: str) -> str:
         try:
-            date.fromisoformat(value)
-        except ValueError as exc:
-            raise ValueError(f"{value!r} is not a real date: {exc}") from None
+            logical_day(value, "schedule_day")
+        except InvalidInput as exc:
+            raise PydanticCustomError("date", "{reason}", {"reason": exc.message}) from None
         return value
 
 
 class PublishRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    queue: str = Field(min_length=1, max_length=200)
+    queue: Annotated[str, Field(min_length=1, max_length=200), TEXT]
     payload: PublishPayload
 
 
@@ -102,9 +108,12 @@ def template_version(template: str) -> tuple[str, int] | None:
 def extra_data(payload: PublishPayload, member: Recipient | None) -> str:
     """Template data: the audience member's, then payload extras, then ``payload.data``."""
     data: dict[str, Any] = dict(member.data) if member is not None else {}
-    data.update({k: v for k, v in (payload.model_extra or {}).items() if k not in _KNOWN})
+    extras = {k: v for k, v in (payload.model_extra or {}).items() if k not in _KNOWN}
+    data.update(extras)
     data.update(payload.data or {})
     try:
+        check_json_text(extras, "body.payload")
+        check_json_text(payload.data, "body.payload.data")
         return encode_data(data, "body.payload.data")
     except InvalidInput as exc:
         raise ApiError(422, exc.field, exc.message) from None
@@ -177,6 +186,33 @@ def channel_drafts(channel: str, payload: PublishPayload, *, queue: str) -> list
         key=f"{queue}/{day}/{payload.customer_id}/{channel}/{segment}", channel=channel,
         recipient_id=payload.customer_id, address=address, template=template,
         data=extra_data(payload, None), due_at=due_at)]
+
+
+def sendable(composer: Composer, drafts: Sequence[IntentDraft], skipped: dict[str, str], *,
+             from_payload: bool, template_field: str) -> list[IntentDraft]:
+    """The drafts a worker could send, checked as it will check them (address, template):
+    a template that does not exist, or an address the payload gave that no send can
+    use, is a 422 now rather than a rejected intent later. An address from the audience
+    that no send can use skips its channel (the answer says why)."""
+    kept = []
+    for draft in drafts:
+        try:
+            validate_key(draft.key)  # what a worker's message decode checks again
+        except InvalidInput as exc:
+            raise ApiError(422, "body.payload", f"makes a delivery key that {exc.message}; "
+                           "shorten customer_id or template") from None
+        missing = composer.template_problem(draft.channel, draft.template)
+        if missing is not None:
+            raise ApiError(422, template_field, f"{missing} (channel {draft.channel!r})")
+        problem = composer.address_problem(draft.channel, draft.address)
+        if problem is None:
+            kept.append(draft)
+        elif from_payload:
+            raise ApiError(422, f"body.payload.{'phone' if draft.channel == 'sms' else 'email'}",
+                           f"{problem} (channel {draft.channel!r})")
+        else:
+            skipped[draft.channel] = f"customer's address in the audience: {problem}"
+    return kept
 
 
 def request_hash(raw: bytes) -> str:
@@ -257,11 +293,16 @@ async def _resolve(c: ApiContext, body: PublishRequest, now: float
             recipient = member
         drafts, skipped = campaign_drafts(campaign, payload, recipient, queue=body.queue,
                                           now=now)
+        drafts = sendable(c.composer, drafts, skipped,
+                          from_payload=bool(payload.email or payload.phone),
+                          template_field="body.payload.template" if payload.template
+                          else "body.queue")
         answer = PublishAnswer(queue=body.queue, campaign=campaign.name, channel=None,
                                keys=[d.key for d in drafts], new=0, skipped=skipped)
         return answer, drafts, list(campaign.channels), campaign.name
     assert target.channel is not None
-    drafts = channel_drafts(target.channel, payload, queue=body.queue)
+    drafts = sendable(c.composer, channel_drafts(target.channel, payload, queue=body.queue),
+                      {}, from_payload=True, template_field="body.payload.template")
     answer = PublishAnswer(queue=body.queue, campaign=None, channel=target.channel,
                            keys=[d.key for d in drafts], new=0, skipped={})
     return answer, drafts, [target.channel], None

@@ -36,7 +36,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from tidings.errors import InvalidInput
+from tidings.keys import check_text, make_storable
 from tidings.providers.redaction import redact
+from tidings.schedule import check_instant
 from tidings.stores.base import ProviderEvent, ProviderEventType
 from tidings.webhooks.verify import form_params
 
@@ -83,12 +85,12 @@ def _json(body: bytes) -> Any:
 
 
 def _text(obj: Mapping[str, Any], name: str, where: str) -> str:
-    """The required non-empty string ``obj[name]``, stripped."""
+    """The required non-empty string ``obj[name]``, stripped, that a store can hold."""
     value = obj.get(name)
     if not isinstance(value, str) or not value.strip():
         raise InvalidInput(f"{where}.{name}", "is missing" if value is None
                            else "must be a non-empty string")
-    return value.strip()
+    return check_text(value.strip(), f"{where}.{name}")
 
 
 def _message_id(obj: Mapping[str, Any], name: str, where: str) -> str:
@@ -107,7 +109,7 @@ def _present(fields: Mapping[str, Any], *names: str) -> str:
 def _unix(value: Any, field_name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise InvalidInput(field_name, "must be Unix seconds (a number)")
-    return float(value)
+    return check_instant(value, field_name)
 
 
 def _iso(value: Any, field_name: str) -> float:
@@ -119,13 +121,15 @@ def _iso(value: Any, field_name: str) -> float:
         raise InvalidInput(field_name, f"{value[:40]!r} is not an ISO 8601 time") from None
     if when.tzinfo is None:  # a time without an offset is taken as UTC
         when = when.replace(tzinfo=UTC)
-    return when.timestamp()
+    return check_instant(when.timestamp(), field_name)
 
 
 def _detail(*parts: Any) -> str | None:
     """Non-empty parts joined, with addresses and numbers scrubbed."""
     text = ": ".join(str(p).strip() for p in parts if p is not None and str(p).strip())
-    return redact(text) or None
+    # A provider's free text is kept, not refused (refusing would lose the report):
+    # what a store cannot hold becomes U+FFFD, as an undecodable byte would.
+    return make_storable(redact(text)) or None
 
 
 def _objects(payload: Any, where: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
@@ -258,8 +262,8 @@ def parse_generic(body: bytes, *, now: float) -> Parsed:
         else:
             at = _unix(raw_at, f"{where}.at")
         detail = item.get("detail")
-        if detail is not None and not isinstance(detail, str):
-            raise InvalidInput(f"{where}.detail", "must be a string")
+        if detail is not None:
+            check_text(detail, f"{where}.detail")
         out.events.append(ProviderEvent(provider="generic", message_id=message_id, type=kind,
                                         at=at, detail=_detail(detail)))
     return out.parsed()

@@ -1,0 +1,217 @@
+"""The rules every entry point applies, outside HTTP: the text rule over JSON data, the
+supported dates of the scheduler, and ``notify``, preferences and webhooks refusing what
+no store holds."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import date
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tidings import operations
+from tidings.clock import FakeClock
+from tidings.errors import InvalidInput
+from tidings.intake import NotifyRequest, drafts_for
+from tidings.keys import check_json_text, make_storable, storable
+from tidings.runtime import build_runtime
+from tidings.schedule import EARLIEST_DATE, LATEST_DATE, Schedule, check_instant, logical_day
+from tidings.settings import Settings
+from tidings.webhooks.parse import parse
+
+NOW = 1_786_698_005.0
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=20)
+
+
+# ---------------------------------------------------------------- text in JSON
+
+
+@given(json_values)
+def test_json_data_passes_exactly_when_every_string_in_it_is_storable(value: object) -> None:
+    strings: list[str] = []
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            strings.append(item)
+        elif isinstance(item, dict):
+            strings += list(item)
+            pending += list(item.values())
+        elif isinstance(item, list):
+            pending += item
+
+    try:
+        check_json_text(value, "data")
+        passed = True
+    except InvalidInput as exc:
+        passed = False
+        assert exc.field.startswith("data")
+        assert storable(exc.field)  # the field shows a bad key escaped, never carries it
+
+    assert passed == all(storable(s) for s in strings)
+
+
+@pytest.mark.parametrize(("value", "field"), [
+    ({"a": {"b": [1, "x\x00"]}}, "data.a.b[1]"),
+    ({"bad key\ud800": 1}, "data['bad key\\ud800']"),
+    ([{"ok": "y"}, "\udfff"], "data[1]"),
+])
+def test_the_field_names_the_place_inside_the_data(value: object, field: str) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        check_json_text(value, "data")
+    assert caught.value.field == field
+
+
+def test_data_nested_far_deeper_than_a_recursion_limit_is_walked() -> None:
+    deep: object = "x\x00"
+    for _ in range(50_000):
+        deep = [deep]
+    with pytest.raises(InvalidInput, match="NUL"):
+        check_json_text(deep, "data")
+
+
+@given(st.text())
+def test_make_storable_is_always_storable_and_keeps_storable_text(text: str) -> None:
+    assert storable(make_storable(text))
+    assert (make_storable(text) == text) == storable(text)
+
+
+# ---------------------------------------------------------------- supported dates
+
+
+@pytest.mark.parametrize("text", ["0001-01-01", "1970-01-01", "9999-01-01", "9999-12-31"])
+def test_a_day_outside_the_range_is_refused_naming_the_field(text: str) -> None:
+    with pytest.raises(InvalidInput, match="outside the supported dates") as caught:
+        logical_day(text, "schedule_day")
+    assert caught.value.field == "schedule_day"
+
+
+@given(st.dates(min_value=date(1, 1, 1), max_value=date(9999, 12, 31)),
+       st.sampled_from(["0 9 * * *", "*/15 * * * *", "0 0 29 2 *", "30 2 * * 0"]),
+       st.sampled_from(["UTC", "Pacific/Kiritimati", "Pacific/Pago_Pago", "Europe/Berlin"]))
+def test_replay_of_any_date_is_an_occurrence_or_invalid_input_never_a_crash(
+        day: date, cron: str, zone: str) -> None:
+    schedule = Schedule(cron, zone)
+    try:
+        occurrence = schedule.occurrence_for(day.isoformat())
+    except InvalidInput as exc:
+        assert exc.field == "date"
+        return
+    assert EARLIEST_DATE <= day <= LATEST_DATE
+    check_instant(occurrence.logical_at, "logical_at")
+
+
+@pytest.mark.parametrize("at", [math.inf, -math.inf, math.nan, 1e300, -1.0, 0.0,
+                                253_402_300_800.0, 10**400, True, "1786698005"])
+def test_an_instant_outside_the_range_or_not_a_number_is_refused(at: object) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        check_instant(at, "due_at")
+    assert caught.value.field == "due_at"
+
+
+def test_the_edges_of_the_range_are_instants() -> None:
+    first = Schedule("0 0 * * *", "Pacific/Kiritimati").occurrence_for("1970-01-02")
+    last = Schedule("59 23 * * *", "Etc/GMT+12").occurrence_for("9998-12-31")
+    assert check_instant(first.logical_at, "at") > 0
+    assert check_instant(last.logical_at, "at") == last.logical_at
+
+
+# ---------------------------------------------------------------- notify
+
+
+def notify(**change: object) -> NotifyRequest:
+    fields: dict[str, object] = {"key": "order-1", "channels": ["email"],
+                                 "template": "receipt/v1",
+                                 "recipient": {"id": "c1", "email": "c1@example.com"}}
+    fields.update(change)
+    return NotifyRequest(**fields)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("change", "field"), [
+    ({"due_at": math.inf}, "due_at"),
+    ({"due_at": 10.0**300}, "due_at"),
+    ({"expires_at": math.nan}, "expires_at"),
+    ({"template": "receipt\x00/v1"}, "template"),
+    ({"recipient": {"id": "c\x001", "email": "c1@example.com"}}, "recipient.id"),
+    ({"recipient": {"id": "c1", "email": "c1\ud800@example.com"}}, "recipient.email"),
+    ({"data": {"note": ["ok", "a\x00"]}}, "data.note[1]"),
+])
+def test_notify_refuses_what_no_store_holds_naming_the_field(
+        change: dict[str, object], field: str) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        drafts_for(notify(**change), known_channels={"email"}, now=NOW)
+    assert caught.value.field == field
+
+
+def test_a_good_notify_still_makes_its_drafts() -> None:
+    [draft] = drafts_for(notify(due_at=NOW + 60, data={"n": 1}), known_channels={"email"},
+                         now=NOW)
+    assert (draft.key, draft.due_at, json.loads(draft.data)) == ("order-1:email", NOW + 60,
+                                                                 {"n": 1})
+
+
+# ---------------------------------------------------------------- webhooks
+
+
+@pytest.mark.parametrize(("report", "field"), [
+    ({"message_id": "m\x001", "event": "delivered"}, "body.message_id"),
+    ({"message_id": "m1", "event": "deli\ud800vered"}, "body.event"),
+    ({"message_id": "m1", "event": "bounced", "detail": "x\x00"}, "body.detail"),
+])
+def test_a_webhook_field_no_store_holds_is_refused(report: dict[str, str], field: str) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        parse("generic", json.dumps(report).encode(), now=NOW)
+    assert caught.value.field == field
+
+
+@pytest.mark.parametrize("at", [1e300, -1, "0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59"])
+def test_a_webhook_time_outside_the_supported_dates_is_refused(at: object) -> None:
+    report = {"message_id": "m1", "event": "delivered", "at": at}
+    with pytest.raises(InvalidInput, match="outside the supported dates") as caught:
+        parse("generic", json.dumps(report).encode(), now=NOW)
+    assert caught.value.field == "body.at"
+
+
+def test_a_providers_free_text_is_kept_in_a_make_storable() -> None:
+    body = json.dumps([{"event": "bounce", "sg_message_id": "m1.filter0", "timestamp": NOW,
+                        "reason": "mailbox\x00full\ud800"}]).encode()
+
+    [event] = parse("sendgrid", body, now=NOW).events
+
+    assert event.detail is not None and storable(event.detail)
+    assert "mailbox\ufffdfull\ufffd" in event.detail
+
+
+# ---------------------------------------------------------------- preferences
+
+
+async def test_preferences_refuse_a_recipient_id_no_store_holds(tmp_path: Path) -> None:
+    settings = Settings.parse({"store": f"sqlite:///{tmp_path / 'p.db'}",
+                               "channels": {"email": {"quota": "10/s"}}})
+    async with await build_runtime(settings, clock=FakeClock()) as runtime:
+        for call in (runtime.set_preference("a\x00b", "email", opted_out=True),
+                     runtime.delete_preference("a\ud800", "email"),
+                     runtime.preferences("a\x00")):
+            with pytest.raises(InvalidInput) as caught:
+                await call
+            assert caught.value.field == "recipient_id"
+
+
+async def test_a_timeline_of_text_no_store_holds_is_invalid_input(tmp_path: Path) -> None:
+    # The dashboard's search and the CLI's inspect call this too, not only the JSON API.
+    settings = Settings.parse({"store": f"sqlite:///{tmp_path / 't.db'}",
+                               "channels": {"email": {"quota": "10/s"}}})
+    async with await build_runtime(settings, clock=FakeClock()) as runtime:
+        for selector, field in (({"key": "a\x00b"}, "key"), ({"key": "a b"}, "key"),
+                                ({"recipient": "c\ud800"}, "recipient")):
+            with pytest.raises(InvalidInput) as caught:
+                await operations.timeline(runtime.store, channels=["email"], **selector)
+            assert caught.value.field == field
