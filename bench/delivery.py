@@ -52,7 +52,8 @@ from pglib import count_accepted, is_pg, receipts_mismatched, sibling_pg
 from profiling import ThreadProfiles, format_profile
 from tidings.clock import SystemClock
 from tidings.intake import NotifyRequest
-from tidings.model import Message, OutgoingMessage, Recipient, notify_key
+from tidings.keys import notify_key
+from tidings.model import Message, OutgoingMessage, Recipient
 from tidings.providers.sandbox import SandboxTwinProvider
 from tidings.runtime import build_runtime, open_store
 from tidings.sandbox.core import SandboxConfig, SandboxCore

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from tidings.errors import ConfigurationError, InvalidInput, unknown_name
-from tidings.keys import check_json_text, check_text, validate_key
-from tidings.model import IntentDraft, Recipient, encode_data, notify_key
+from tidings.keys import check_json_text, check_text, notify_key, validate_key
+from tidings.model import IntentDraft, Recipient, encode_data
 from tidings.relay import publish
 from tidings.schedule import check_instant
 from tidings.states import State

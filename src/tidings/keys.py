@@ -1,4 +1,4 @@
-"""The one rule for text that every store can hold, and for delivery keys.
+"""The one rule for text that every store can hold, and every delivery key's shape.
 
 PostgreSQL ``text`` cannot hold NUL, and no UTF-8 column can hold a lone surrogate
 (``"\\ud800"``): such a value reaches the store only to fail there, on every retry,
@@ -7,11 +7,17 @@ its text here first and refuses it with an error naming the field.
 
 A key is stricter: it is an idempotency key, a message id, a log field and a path
 segment, so it is bounded and holds no whitespace and no control character either.
+
+Every key tidings makes is made here, by the scheduler, the API, ``notify`` and (from
+``campaign_key_parts``) the PostgreSQL server-side admission alike; the format is
+pinned by a golden file in the tests, because a key that changes between versions
+turns every redelivery and replay into a second send.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 
 from tidings.errors import InvalidInput
 
@@ -91,3 +97,76 @@ def check_json_text(value: object, field: str) -> None:
                 pending.append((child, named))
         elif isinstance(item, list | tuple):
             pending.extend((child, f"{where}[{index}]") for index, child in enumerate(item))
+
+
+# ---------------------------------------------------------------- the keys tidings makes
+
+# A key part: no '/', no whitespace, no control character, nothing a store cannot hold.
+# Whole part: fullmatch (a "$" would let "x\n" by).
+_KEY_PART = re.compile(r"[^\s/\x00-\x1f\x7f-\x9f\ud800-\udfff]+")
+
+
+def campaign_key(campaign: str, logical_date: str, recipient_id: str, channel: str,
+                 version: int) -> str:
+    """The delivery key of one campaign occurrence for one recipient on one channel.
+
+    >>> campaign_key("weekly-digest", "2026-08-14", "cust_1042", "email", 3)
+    'weekly-digest/2026-08-14/cust_1042/email/v3'
+    """
+    for name, part in (("campaign", campaign), ("logical_date", logical_date),
+                       ("recipient.id", recipient_id), ("channel", channel)):
+        if not _KEY_PART.fullmatch(part):
+            raise InvalidInput(name, f"{part!r} must be non-empty with no '/' or spaces")
+    return f"{campaign}/{logical_date}/{recipient_id}/{channel}/v{version}"
+
+
+def campaign_key_parts(campaign: str, logical_date: str, channel: str,
+                       version: int) -> tuple[str, str]:
+    """What ``campaign_key`` puts before and after the recipient id (checked once)."""
+    campaign_key(campaign, logical_date, "-", channel, version)
+    return f"{campaign}/{logical_date}/", f"/{channel}/v{version}"
+
+
+def campaign_key_maker(campaign: str, logical_date: str, channel: str,
+                       version: int) -> Callable[[str], str]:
+    """``campaign_key`` with every part but the recipient id fixed and checked once."""
+    prefix, suffix = campaign_key_parts(campaign, logical_date, channel, version)
+
+    def key(recipient_id: str) -> str:
+        check_recipient_ids([recipient_id])
+        return prefix + recipient_id + suffix
+
+    return key
+
+
+_BAD_ID_CHAR = re.compile(r"[\s/\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def check_recipient_ids(ids: Sequence[str]) -> None:
+    """Refuse a recipient id that cannot be part of a key (empty, '/' or whitespace).
+
+    One scan over the joined ids, not one regex call per id: this runs for every
+    member of every page.
+    """
+    joined = "".join(ids)  # bad characters are bad one at a time: no separator needed
+    if all(ids) and _BAD_ID_CHAR.search(joined) is None:
+        return
+    bad = next(i for i in ids if not _KEY_PART.fullmatch(i))
+    raise InvalidInput("recipient.id", f"{bad!r} must be non-empty with no '/', spaces or "
+                       "control characters")
+
+
+def notify_key(key: str, channel: str) -> str:
+    """The delivery key of a one-off intent on one channel: ``shipment-4821:customer-73:sms``."""
+    return f"{key}:{channel}"
+
+
+def template_ref(template: str, version: int) -> str:
+    """The versioned template a campaign's intents name: ``weekly-digest/v3``."""
+    return f"{template}/v{version}"
+
+
+def queue_key(queue: str, day: str, customer_id: str, channel: str, segment: str) -> str:
+    """The key of a publish to a channel queue (``POST /v1/queue/publish``):
+    ``receipts/2026-08-14/cust_1042/email/v2``."""
+    return f"{queue}/{day}/{customer_id}/{channel}/{segment}"

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, overload
 
@@ -17,66 +16,6 @@ MESSAGE_VERSION = 1
 #: A queue body is a key and a version: anything longer is not a tidings message. The
 #: bound also caps how deep a hostile body can nest before it is parsed.
 MAX_MESSAGE_BYTES = 8 * 1024
-# A key part: no '/', no whitespace, no control character, nothing a store cannot hold.
-# Whole part: fullmatch (a "$" would let "x\n" by).
-_KEY_PART = re.compile(r"[^\s/\x00-\x1f\x7f-\x9f\ud800-\udfff]+")
-
-
-def campaign_key(campaign: str, logical_date: str, recipient_id: str, channel: str,
-                 version: int) -> str:
-    """The delivery key of one campaign occurrence for one recipient on one channel.
-
-    >>> campaign_key("weekly-digest", "2026-08-14", "cust_1042", "email", 3)
-    'weekly-digest/2026-08-14/cust_1042/email/v3'
-    """
-    for name, part in (("campaign", campaign), ("logical_date", logical_date),
-                       ("recipient.id", recipient_id), ("channel", channel)):
-        if not _KEY_PART.fullmatch(part):
-            raise InvalidInput(name, f"{part!r} must be non-empty with no '/' or spaces")
-    return f"{campaign}/{logical_date}/{recipient_id}/{channel}/v{version}"
-
-
-def campaign_key_parts(campaign: str, logical_date: str, channel: str,
-                       version: int) -> tuple[str, str]:
-    """What ``campaign_key`` puts before and after the recipient id (checked once)."""
-    campaign_key(campaign, logical_date, "-", channel, version)
-    return f"{campaign}/{logical_date}/", f"/{channel}/v{version}"
-
-
-def campaign_key_maker(campaign: str, logical_date: str, channel: str,
-                       version: int) -> Callable[[str], str]:
-    """``campaign_key`` with every part but the recipient id fixed and checked once."""
-    prefix, suffix = campaign_key_parts(campaign, logical_date, channel, version)
-
-    def key(recipient_id: str) -> str:
-        check_recipient_ids([recipient_id])
-        return prefix + recipient_id + suffix
-
-    return key
-
-
-_BAD_ID_CHAR = re.compile(r"[\s/\x00-\x1f\x7f-\x9f\ud800-\udfff]")
-
-
-def check_recipient_ids(ids: Sequence[str]) -> None:
-    """Refuse a recipient id that cannot be part of a key (empty, '/' or whitespace).
-
-    One scan over the joined ids, not one regex call per id: this runs for every
-    member of every page.
-    """
-    joined = "".join(ids)  # bad characters are bad one at a time: no separator needed
-    if all(ids) and _BAD_ID_CHAR.search(joined) is None:
-        return
-    bad = next(i for i in ids if not _KEY_PART.fullmatch(i))
-    raise InvalidInput("recipient.id", f"{bad!r} must be non-empty with no '/', spaces or "
-                       "control characters")
-
-
-def notify_key(key: str, channel: str) -> str:
-    """The delivery key of a one-off intent on one channel: ``shipment-4821:customer-73:sms``."""
-    return f"{key}:{channel}"
-
-
 def encode_data(data: dict[str, Any] | None, field_name: str = "data") -> str:
     """Serialize template data, refusing what is not JSON or is over the payload limit."""
     if not data:

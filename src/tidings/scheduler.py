@@ -16,15 +16,8 @@ from datetime import date, datetime, timedelta
 
 from tidings.campaign import Campaign
 from tidings.errors import InvalidInput, unknown_name
-from tidings.model import (
-    DraftPage,
-    Event,
-    Recipient,
-    campaign_key,
-    campaign_key_parts,
-    check_recipient_ids,
-    encode_data,
-)
+from tidings.keys import campaign_key, campaign_key_parts, check_recipient_ids, template_ref
+from tidings.model import DraftPage, Event, Recipient, encode_data
 from tidings.relay import RelayConfig, publish, relay_pass
 from tidings.schedule import OccurrenceTime
 from tidings.stores.base import Occurrence, OccurrenceProgress, Store, Switch
@@ -409,7 +402,7 @@ class Scheduler:
         if isinstance(expires_at, _Deadline):
             expires_at = (due.logical_at + campaign.expires_after_s
                           if campaign.expires_after_s is not None else None)
-        template = f"{campaign.template}/v{campaign.version}"
+        template = template_ref(campaign.template, campaign.version)
         channels = [(channel, *campaign_key_parts(campaign.name, due.logical_date, channel,
                                                   campaign.version))
                     for channel in campaign.channels]

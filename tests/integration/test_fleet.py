@@ -38,7 +38,8 @@ import pytest
 from tidings.audience import GeneratorAudience
 from tidings.campaign import Campaign
 from tidings.errors import StoreError
-from tidings.model import IntentDraft, Recipient, campaign_key_maker
+from tidings.keys import campaign_key_maker
+from tidings.model import IntentDraft, Recipient
 from tidings.runtime import open_store
 from tidings.schedule import Schedule
 from tidings.scheduler import Scheduler, SchedulerConfig, occurrence_id

@@ -48,9 +48,10 @@ def digest(members: int) -> Campaign:
 
 def settings_for(tmp_path: Path, *, api: Mapping[str, Any] | None = None,
                  page_size: int = 5000, max_pages: int = 20,
-                 channels: Mapping[str, Any] | None = None) -> Settings:
+                 channels: Mapping[str, Any] | None = None,
+                 store: str | None = None) -> Settings:
     return Settings.parse({
-        "store": f"sqlite:///{tmp_path / 'api.db'}",
+        "store": store or f"sqlite:///{tmp_path / 'api.db'}",
         "channels": channels or {"email": {"quota": "10/s"}, "sms": {"quota": "5/s"}},
         "scheduler": {"page_size": page_size, "max_pages": max_pages},
         "api": {"queues": {"weekly-digest": {"campaign": "weekly-digest"},
@@ -116,15 +117,17 @@ async def open_api(tmp_path: Path, *, members: int = 5, start: float = T0,
                    api: Mapping[str, Any] | None = None, env: Mapping[str, str] = ENV,
                    page_size: int = 5000, max_pages: int = 20,
                    base_url: str = "http://tidings.test",
-                   channels: Mapping[str, Any] | None = None) -> AsyncIterator[Api]:
+                   channels: Mapping[str, Any] | None = None, store: str | None = None,
+                   campaign: Campaign | None = None) -> AsyncIterator[Api]:
     """Given an API over a fresh store, a fake clock at ``start`` and one token per scope,
     called at ``base_url`` (https where a browser's Secure cookies must come back);
-    ``channels`` replaces the two plain channels, e.g. with kinds and templates."""
+    ``channels`` replaces the two plain channels, e.g. with kinds and templates; ``store``
+    the SQLite file, ``campaign`` the digest of ``members``."""
     clock = FakeClock(start)
     runtime = await build_runtime(
         settings_for(tmp_path, api=api, page_size=page_size, max_pages=max_pages,
-                     channels=channels),
-        clock=clock, campaigns=[digest(members)])
+                     channels=channels, store=store),
+        clock=clock, campaigns=[campaign or digest(members)])
     app = create_app(runtime, env=env)
     tokens = {}
     for scope in ("viewer", "operator", "trigger", "publish"):

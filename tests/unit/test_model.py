@@ -7,15 +7,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tidings.errors import InvalidInput, MessageDecodeError
+from tidings.keys import campaign_key, campaign_key_maker, campaign_key_parts, check_recipient_ids
 from tidings.model import (
     MAX_PAYLOAD_BYTES,
     DraftPage,
     IntentDraft,
     Message,
-    campaign_key,
-    campaign_key_maker,
-    campaign_key_parts,
-    check_recipient_ids,
     encode_data,
     message_body,
     message_body_parts,

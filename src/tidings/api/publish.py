@@ -37,7 +37,7 @@ from tidings.audience import Audience
 from tidings.campaign import Campaign
 from tidings.compose import Composer
 from tidings.errors import InvalidInput
-from tidings.keys import check_json_text, validate_key
+from tidings.keys import campaign_key, check_json_text, queue_key, template_ref, validate_key
 from tidings.model import IntentDraft, Recipient, encode_data
 from tidings.relay import publish as publish_messages
 from tidings.runtime import Runtime
@@ -122,16 +122,23 @@ def extra_data(payload: PublishPayload, member: Recipient | None) -> str:
 def campaign_drafts(campaign: Campaign, payload: PublishPayload, recipient: Recipient,
                     *, queue: str, now: float) -> tuple[list[IntentDraft], dict[str, str]]:
     """The intents a publish to a campaign queue stands for, and the channels skipped."""
-    if payload.template is None:
-        version = campaign.version
-    else:
+    version = campaign.version
+    if payload.template is not None:
         parsed = template_version(payload.template)
         if parsed is None or parsed[0] != campaign.template:
             raise ApiError(422, "body.payload.template",
                            f"must be {campaign.template!r} with a version, like "
                            f"'{campaign.template}-v{campaign.version}', for queue {queue!r} "
                            f"(campaign {campaign.name!r})")
-        version = parsed[1]
+        if parsed[1] != campaign.version:
+            # Another version is another key: a second send to a customer and day
+            # already sent. Moving a campaign to a new version is a change of its
+            # settings (and an explicit replay), never a side effect of a publish.
+            raise ApiError(409, "body.payload.template", (
+                f"campaign {campaign.name!r} is declared at v{campaign.version}; this "
+                f"publish names v{parsed[1]} ({payload.template!r}). Publish "
+                f"'{campaign.template}-v{campaign.version}' (or no template), or move the "
+                f"campaign to v{parsed[1]} in its settings first"))
     day = payload.schedule_day
     try:
         due_at = campaign.schedule.occurrence_for(day).logical_at
@@ -156,9 +163,9 @@ def campaign_drafts(campaign: Campaign, payload: PublishPayload, recipient: Reci
             skipped[channel] = f"customer has no {'phone' if channel == 'sms' else 'email'}"
             continue
         drafts.append(IntentDraft(
-            key=f"{campaign.name}/{day}/{payload.customer_id}/{channel}/v{version}",
+            key=campaign_key(campaign.name, day, payload.customer_id, channel, version),
             channel=channel, recipient_id=payload.customer_id, address=address,
-            template=f"{campaign.template}/v{version}", data=data, due_at=due_at,
+            template=template_ref(campaign.template, version), data=data, due_at=due_at,
             expires_at=expires_at, campaign=campaign.name, occurrence=occurrence))
     return drafts, skipped
 
@@ -179,11 +186,11 @@ def channel_drafts(channel: str, payload: PublishPayload, *, queue: str) -> list
         raise ApiError(422, "body.payload.template",
                        "must end in a version (like 'receipt-v2') or contain no '/'")
     segment = payload.template if parsed is None else f"v{parsed[1]}"
-    template = payload.template if parsed is None else f"{parsed[0]}/v{parsed[1]}"
+    template = payload.template if parsed is None else template_ref(*parsed)
     day = payload.schedule_day
     due_at = datetime.fromisoformat(f"{day}T00:00:00+00:00").timestamp()
     return [IntentDraft(
-        key=f"{queue}/{day}/{payload.customer_id}/{channel}/{segment}", channel=channel,
+        key=queue_key(queue, day, payload.customer_id, channel, segment), channel=channel,
         recipient_id=payload.customer_id, address=address, template=template,
         data=extra_data(payload, None), due_at=due_at)]
 

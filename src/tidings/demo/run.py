@@ -202,7 +202,8 @@ async def retried_pass(runtime: Runtime) -> int:
     result = await scheduler.run_pass(now=runtime.clock.now())
     campaign = runtime.campaigns[0]
     first = await campaign.audience.page(None, 1000)
-    from tidings.model import IntentDraft, campaign_key
+    from tidings.keys import campaign_key
+    from tidings.model import IntentDraft
 
     occurrences = await runtime.store.occurrence_list(CAMPAIGN)
     occ = occurrences[0]
