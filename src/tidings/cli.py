@@ -5,19 +5,20 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shlex
 from collections.abc import Awaitable, Callable
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from tidings import logs
-from tidings.errors import TidingsError, unknown_name
+from tidings.errors import SchemaOutOfDate, TidingsError, unknown_name
 from tidings.runtime import Runtime, build_runtime
-from tidings.settings import Settings
+from tidings.settings import Settings, find_settings_file
 
 T = TypeVar("T")
 
@@ -52,27 +53,36 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
 
 
 def _settings(config: Path | None, store: str | None) -> Settings:
-    settings = Settings.load(config)
+    # --config, else TIDINGS_CONFIG, else ./tidings.toml (else the defaults).
+    settings = Settings.load(find_settings_file(config))
     if store:
         settings = Settings.parse({**settings.model_dump(), "store": store})
     return settings
 
 
-def _run(work: Callable[[], Awaitable[T]]) -> T:
+def _run(work: Callable[[], Awaitable[T]], *, config: Path | None = None,
+         store: str | None = None) -> T:
     try:
         return asyncio.run(work())  # type: ignore[arg-type]
     except TidingsError as exc:
-        console.print(f"[red]error:[/red] {exc}", soft_wrap=True)
+        message = str(exc)
+        if isinstance(exc, SchemaOutOfDate):
+            # The one command to run, with the options that found this database.
+            command = " ".join(["tidings db migrate",
+                                *(["--config", shlex.quote(str(config))] if config else []),
+                                *(["--store", shlex.quote(store)] if store else [])])
+            message = message.replace("tidings db migrate", command)
+        console.print(f"[red]error:[/red] {message}", soft_wrap=True)
         raise typer.Exit(2) from None
 
 
 def _with_runtime(config: Path | None, store: str | None, fn: Callable[[Runtime], Awaitable[T]],
-                  *, migrate: bool = False) -> T:
+                  *, migrate: bool | Literal["new"] = False) -> T:
     async def work() -> T:
         runtime = await build_runtime(_settings(config, store), migrate=migrate)
         async with runtime:
             return await fn(runtime)
-    return _run(work)
+    return _run(work, config=config, store=store)
 
 
 def _emit(as_json: bool, data: Any, table: Table | None = None) -> None:
@@ -202,7 +212,9 @@ def _serve_worker(config: Path | None, store: str | None, channel: str, reconcil
     # A --processes child starts here, not in the callback: set its logs up again.
     logs.configure_logging(*logs.from_env(os.environ))
 
-    _with_runtime(config, store, lambda rt: serve_worker(rt, channel, reconcile=reconcile))
+    # The processes that own the database create a new one's schema on first use.
+    _with_runtime(config, store, lambda rt: serve_worker(rt, channel, reconcile=reconcile),
+                  migrate="new")
 
 
 @app.command()
@@ -212,7 +224,7 @@ def scheduler(config: ConfigOpt = None, store: StoreOpt = None,
     """Admit due campaign occurrences and publish due intents, pass after pass."""
     from tidings.service import serve_scheduler
 
-    _with_runtime(config, store, lambda rt: serve_scheduler(rt, once=once))
+    _with_runtime(config, store, lambda rt: serve_scheduler(rt, once=once), migrate="new")
 
 
 @app.command()
@@ -385,7 +397,7 @@ def api_command(
     def go(runtime: Runtime) -> Awaitable[None]:
         s = runtime.settings.api
         return serve_api(runtime, host=host or s.host, port=s.port if port is None else port)
-    _with_runtime(config, store, go)
+    _with_runtime(config, store, go, migrate="new")
 
 
 # ---------------------------------------------------------------- tokens

@@ -12,13 +12,13 @@ import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from tidings.audience import audience_from_spec
 from tidings.campaign import Campaign
 from tidings.clock import Clock, SystemClock
 from tidings.compose import Composer
-from tidings.errors import ConfigurationError, InvalidInput, unknown_name
+from tidings.errors import ConfigurationError, InvalidInput, SchemaOutOfDate, unknown_name
 from tidings.intake import NotifyRequest, cancel, notify_many
 from tidings.model import Recipient
 from tidings.pacing.algorithm import PaceLimits, parse_quota
@@ -287,17 +287,30 @@ class Runtime:
         await self.close()
 
 
+async def _check_schema(store: Store, *, create_new: bool) -> None:
+    try:
+        await store.check_schema()
+    except SchemaOutOfDate as exc:
+        if not (exc.new and create_new):
+            raise
+        # Migrating is safe beside other processes doing the same on the same database.
+        await store.migrate()
+
+
 async def build_runtime(
     settings: Settings,
     *,
     clock: Clock | None = None,
     providers: Mapping[str, Provider] | None = None,
     campaigns: Sequence[Campaign] | None = None,
-    migrate: bool = True,
+    migrate: bool | Literal["new"] = True,
     rng: random.Random | None = None,
 ) -> Runtime:
     """Build a runtime from settings; ``providers``/``campaigns`` override the declared ones
-    (tests pass a twin sandbox; Python users pass their own audience generators)."""
+    (tests pass a twin sandbox; Python users pass their own audience generators).
+
+    ``migrate``: True applies pending migrations; ``"new"`` creates the schema of a new
+    database but refuses (SchemaOutOfDate) one that is older; False only checks."""
     the_clock = clock or SystemClock(settings.clock_offset_s)
     # Everything that can refuse the settings runs before the store is opened.
     chosen_campaigns = list(campaigns) if campaigns is not None else campaigns_from(settings)
@@ -305,10 +318,10 @@ async def build_runtime(
     templates = load_templates(settings)
     store, transport = await open_store(settings.store)
     try:
-        if migrate:
+        if migrate is True:
             await store.migrate()
         else:
-            await store.check_schema()
+            await _check_schema(store, create_new=migrate == "new")
     except BaseException:
         await transport.close()
         await store.close()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -292,9 +293,13 @@ class Settings(_Model):
         return settings
 
     @classmethod
-    def load(cls, path: str | Path | None = None, *, env: dict[str, str] | None = None
+    def load(cls, path: str | Path | None = None, *, env: Mapping[str, str] | None = None
              ) -> Settings:
-        """Read ``path`` (TOML) if given, then apply ``TIDINGS_STORE`` from the environment."""
+        """Read ``path`` (TOML) if given, then apply ``TIDINGS_STORE`` from the environment.
+
+        Relative paths in the file (a SQLite store or audience database, template
+        folders) are relative to the file's folder, not the working directory.
+        """
         data: dict[str, Any] = {}
         if path is not None:
             try:
@@ -303,13 +308,54 @@ class Settings(_Model):
                 raise ConfigurationError("config", f"{path} does not exist") from None
             except tomllib.TOMLDecodeError as exc:
                 raise ConfigurationError("config", f"{path} is not valid TOML: {exc}") from None
-        if path is not None:
-            # Template folders are relative to the settings file, not the working directory.
-            for channel in (data.get("channels") or {}).values():
-                folder = channel.get("templates") if isinstance(channel, dict) else None
-                if isinstance(folder, str) and not Path(folder).is_absolute():
-                    channel["templates"] = str(Path(path).parent / folder)
+            resolve_relative_paths(data, Path(path).resolve().parent)
         environ = os.environ if env is None else env
         if environ.get("TIDINGS_STORE"):
             data["store"] = environ["TIDINGS_STORE"]
         return cls.parse(data)
+
+
+CONFIG_ENV = "TIDINGS_CONFIG"
+DEFAULT_CONFIG = "tidings.toml"
+SQLITE_PREFIX = "sqlite:///"
+
+
+def find_settings_file(explicit: str | Path | None = None, *,
+                       env: Mapping[str, str] | None = None,
+                       cwd: Path | None = None) -> Path | None:
+    """The settings file to read: ``explicit`` (``--config``), else ``TIDINGS_CONFIG``,
+    else ``tidings.toml`` in the working directory if there is one, else None (defaults)."""
+    if explicit is not None:
+        return Path(explicit)
+    environ = os.environ if env is None else env
+    if environ.get(CONFIG_ENV):
+        return Path(environ[CONFIG_ENV])
+    candidate = (Path.cwd() if cwd is None else cwd) / DEFAULT_CONFIG
+    return candidate if candidate.is_file() else None
+
+
+def _relative_sqlite(url: Any, base: Path) -> Any:
+    """``sqlite:///x.db`` relative to ``base``; absolute and in-memory ones unchanged."""
+    if not isinstance(url, str) or not url.startswith(SQLITE_PREFIX):
+        return url
+    path = url[len(SQLITE_PREFIX):]
+    if not path or path == ":memory:" or Path(path).is_absolute():
+        return url
+    return SQLITE_PREFIX + str(base / path)
+
+
+def resolve_relative_paths(data: dict[str, Any], base: Path) -> None:
+    """Make the file's relative paths (store, audience databases, templates) absolute
+    against ``base``, the settings file's folder, in place."""
+    data_store = data.get("store")
+    if data_store is not None:
+        data["store"] = _relative_sqlite(data_store, base)
+    for channel in (data.get("channels") or {}).values():
+        folder = channel.get("templates") if isinstance(channel, dict) else None
+        if isinstance(folder, str) and not Path(folder).is_absolute():
+            channel["templates"] = str(base / folder)
+    for campaign in (data.get("campaigns") or {}).values():
+        audience = campaign.get("audience") if isinstance(campaign, dict) else None
+        sql = audience.get("sql") if isinstance(audience, dict) else None
+        if isinstance(sql, dict) and "url" in sql:
+            sql["url"] = _relative_sqlite(sql["url"], base)
