@@ -126,6 +126,31 @@ def _main(
         os.environ[logs.LEVEL_ENV] = log_level.value
 
 
+@app.command()
+def init(
+    folder: Annotated[Path, typer.Argument(
+        metavar="[DIR]", help="Where to write (default: here); created if missing.")] = Path("."),
+    sandbox_port: Annotated[int, typer.Option(
+        help="The port `tidings sandbox` will listen on, written into the settings.")] = 8025,
+    as_json: JsonOpt = False,
+) -> None:
+    """Start a project: a commented tidings.toml (SQLite, email and SMS on the sandbox, one
+    campaign), a sample customer database and templates; then prints what to run next."""
+    from tidings import scaffold
+
+    try:
+        starter = scaffold.write_starter(folder, sandbox_port=sandbox_port)
+    except TidingsError as exc:
+        console.print(f"[red]error:[/red] {exc}", soft_wrap=True)
+        raise typer.Exit(2) from None
+    if as_json:
+        _emit(True, {"folder": str(starter.folder.resolve()),
+                     "files": [str(f) for f in starter.files],
+                     "commands": list(starter.commands)})
+        return
+    typer.echo(scaffold.describe(starter, cwd=Path.cwd()))
+
+
 @db_app.command("migrate")
 def db_migrate(config: ConfigOpt = None, store: StoreOpt = None, as_json: JsonOpt = False) -> None:
     """Create or upgrade the schema to this version of tidings."""

@@ -25,7 +25,7 @@ def run(*args: str, timeout: float = 60, cwd: Path | None = None
 def test_help_lists_every_command() -> None:
     result = run("--help")
     assert result.returncode == 0
-    for command in ("demo", "db", "scheduler", "worker", "reconcile", "replay", "cancel",
+    for command in ("init", "demo", "db", "scheduler", "worker", "reconcile", "replay", "cancel",
                     "inspect", "status", "sandbox"):
         assert command in result.stdout
 
