@@ -15,7 +15,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from tidings import logs
+from tidings import logs, textout
 from tidings.errors import SchemaOutOfDate, TidingsError, unknown_name
 from tidings.runtime import Runtime, build_runtime
 from tidings.settings import Settings, find_settings_file
@@ -85,11 +85,18 @@ def _with_runtime(config: Path | None, store: str | None, fn: Callable[[Runtime]
     return _run(work, config=config, store=store)
 
 
-def _emit(as_json: bool, data: Any, table: Table | None = None) -> None:
-    if as_json or table is None:
-        typer.echo(json.dumps(data, indent=None if as_json else 2, default=str))
+def _print_json(data: Any) -> None:
+    typer.echo(json.dumps(data, default=str))
+
+
+def _emit(as_json: bool, data: Any, text: Table | str) -> None:
+    """``data`` as one JSON object with --json, else ``text`` (a sentence or a table)."""
+    if as_json:
+        _print_json(data)
+    elif isinstance(text, str):
+        typer.echo(text)
     else:
-        Console().print(table)
+        Console().print(text)
 
 
 class LogFormat(StrEnum):
@@ -144,7 +151,7 @@ def init(
         console.print(f"[red]error:[/red] {exc}", soft_wrap=True)
         raise typer.Exit(2) from None
     if as_json:
-        _emit(True, {"folder": str(starter.folder.resolve()),
+        _print_json({"folder": str(starter.folder.resolve()),
                      "files": [str(f) for f in starter.files],
                      "commands": list(starter.commands)})
         return
@@ -166,7 +173,9 @@ def db_migrate(config: ConfigOpt = None, store: StoreOpt = None, as_json: JsonOp
         finally:
             await transport.close()
             await st.close()
-    _emit(as_json, _run(work))
+    result = _run(work)
+    _emit(as_json, result, textout.migrated(result["store"], result["applied"],
+                                            result["version"]))
 
 
 def _switch(paused: bool, campaign: str | None, channel: str | None, reason: str | None,
@@ -184,7 +193,8 @@ def _switch(paused: bool, campaign: str | None, channel: str | None, reason: str
         switch = await runtime.store.switch_set(scope=scope, name=name, paused=paused,
                                                 now=runtime.clock.now(), reason=reason)
         return dict(switch.__dict__)
-    _emit(as_json, _with_runtime(config, store, go))
+    result = _with_runtime(config, store, go)
+    _emit(as_json, result, textout.switched(result))
 
 
 CampaignOpt = Annotated[str | None, typer.Option(help="The campaign to switch.")]
@@ -262,7 +272,8 @@ def reconcile(config: ConfigOpt = None, store: StoreOpt = None, as_json: JsonOpt
         result = await runtime.reconciler().run_pass(
             now=runtime.clock.now(), paused_channels=switches.paused_channels())
         return dict(result.__dict__)
-    _emit(as_json, _with_runtime(config, store, go))
+    result = _with_runtime(config, store, go)
+    _emit(as_json, result, textout.reconciled(result))
 
 
 @app.command()
@@ -274,7 +285,8 @@ def replay(campaign: str, date: Annotated[str, typer.Argument(help="Logical date
         return {"campaign": campaign, "date": date, "members": result.members,
                 "admitted": result.admitted, "skipped": result.skipped,
                 "published": result.published}
-    _emit(as_json, _with_runtime(config, store, go))
+    result = _with_runtime(config, store, go)
+    _emit(as_json, result, textout.replayed(result))
 
 
 @app.command()
@@ -283,7 +295,8 @@ def cancel(key: str, config: ConfigOpt = None, store: StoreOpt = None,
     """Cancel an intent (or every channel of a notify key) before its send starts."""
     async def go(runtime: Runtime) -> dict[str, Any]:
         return {k: (v.value if v else None) for k, v in (await runtime.cancel(key)).items()}
-    _emit(as_json, _with_runtime(config, store, go))
+    result = _with_runtime(config, store, go)
+    _emit(as_json, result, textout.cancelled(result))
 
 
 @app.command()
@@ -310,23 +323,13 @@ def inspect(
         return {"deliveries": found}
     result = _with_runtime(config, store, go)
     if as_json:
-        _emit(True, result)
+        _print_json(result)
         return
     out = Console()
     for delivery in result["deliveries"]:
-        a = delivery["answers"]
-        out.print(f"[bold]{delivery['key']}[/bold]  state {a['state']}  "
-                  f"selected {_yes(a['selected_at'])}  enqueued {_yes(a['enqueued_at'])}  "
-                  f"accepted {_yes(a['accepted_at'])}", soft_wrap=True)
-        table = Table("at", "event", "state", "attempt", "worker", "detail")
-        for e in delivery["events"]:
-            table.add_row(f"{e['at']:.3f}", e["type"], e["state"] or "",
-                          str(e["attempt"] or ""), e["worker"] or "", e["detail"] or "")
-        out.print(table)
-
-
-def _yes(at: float | None) -> str:
-    return "no" if at is None else f"yes ({at:.3f})"
+        lines, events = textout.inspected(delivery)
+        out.print("\n".join(lines), soft_wrap=True, highlight=False, markup=False)
+        out.print(events)
 
 
 @app.command()
@@ -345,12 +348,12 @@ def status(config: ConfigOpt = None, store: StoreOpt = None, as_json: JsonOpt = 
             freshness={c.name: c.expires_after_s for c in runtime.campaigns})
     result = _with_runtime(config, store, go)
     if as_json:
-        _emit(True, result)
+        _print_json(result)
         return
     out = Console()
-    table = Table("channel", "backlog", "oldest (s)", "in flight", "rate/s", "accepted", "429s",
-                  "retries", "dead letters", "duplicates", "SLI", "drain (s)", "paused",
-                  title="tidings status: channels")
+    table = textout.table("channel", "backlog", "oldest (s)", "in flight", "rate/s",
+                          "accepted", "429s", "retries", "dead letters", "duplicates", "SLI",
+                          "drain (s)", "paused", title="tidings status: channels")
     for name, c in result["channels"].items():
         drain = (c.get("drain") or {}).get("drain_s")
         table.add_row(name, str(c["backlog"]), f"{c['oldest_age_s']:.1f}", str(c["in_flight"]),
@@ -359,8 +362,8 @@ def status(config: ConfigOpt = None, store: StoreOpt = None, as_json: JsonOpt = 
                       str(c["duplicates_suppressed"]), _pct(c["sli"]), _num(drain),
                       _yes_no(c["paused"]))
     out.print(table)
-    table = Table("campaign", "latest occurrence", "backlog", "oldest (s)", "accepted",
-                  "expired", "dead", "SLI", "paused", title="campaigns")
+    table = textout.table("campaign", "latest occurrence", "backlog", "oldest (s)",
+                          "accepted", "expired", "dead", "SLI", "paused", title="campaigns")
     for name, c in result["campaigns"].items():
         occ = c["latest_occurrence"]
         table.add_row(name, "" if occ is None else f"{occ['logical_date']} {occ['status']}",
@@ -394,9 +397,9 @@ def plan(config: ConfigOpt = None, store: StoreOpt = None, as_json: JsonOpt = Fa
                                 freshness={c.name: c.expires_after_s for c in runtime.campaigns})
         return {"now": snap.now, "window_s": snap.window_s, "lines": [asdict(x) for x in lines]}
     result = _with_runtime(config, store, go)
-    table = Table("channel", "campaign", "backlog", "channel backlog", "rate/s", "rate from",
-                  "drain (s)", "deadline in (s)", "freshness (s)", "late", "verdict",
-                  title=f"tidings plan (rate window {result['window_s']:.0f} s)")
+    table = textout.table("channel", "campaign", "backlog", "channel backlog", "rate/s",
+                          "rate from", "drain (s)", "deadline in (s)", "freshness (s)", "late",
+                          "verdict", title=f"tidings plan (rate window {result['window_s']:.0f} s)")
     for x in result["lines"]:
         table.add_row(x["channel"], x["campaign"] or "(all)", str(x["backlog"]),
                       str(x["channel_backlog"]), _num(x["rate_per_s"]), x["rate_source"],
@@ -445,7 +448,7 @@ def token_create(
                 "created_at": row.created_at}
     result = _with_runtime(config, store, go)
     if as_json:
-        _emit(True, result)
+        _print_json(result)
         return
     console.print(f"token {result['id']} ({', '.join(result['scopes'])}) for {result['name']}; "
                   "shown once, store it now:")
@@ -465,7 +468,8 @@ def token_revoke(token_id: Annotated[str, typer.Argument(
         if row is None:
             raise typer.BadParameter(f"no token has id {ident!r}", param_hint="ID")
         return _token_row(row)
-    _emit(as_json, _with_runtime(config, store, go))
+    result = _with_runtime(config, store, go)
+    _emit(as_json, result, textout.revoked(result))
 
 
 @token_app.command("list")
@@ -475,10 +479,10 @@ def token_list(config: ConfigOpt = None, store: StoreOpt = None, as_json: JsonOp
     async def go(runtime: Runtime) -> list[dict[str, Any]]:
         return [_token_row(row) for row in await runtime.store.api_token_list()]
     rows = _with_runtime(config, store, go)
-    table = Table("id", "name", "scopes", "created", "revoked", title="API tokens")
+    table = textout.table("id", "name", "scopes", "created", "revoked", title="API tokens")
     for r in rows:
-        table.add_row(r["id"], r["name"], ", ".join(r["scopes"]), _when(r["created_at"]),
-                      _when(r["revoked_at"]))
+        table.add_row(r["id"], r["name"], ", ".join(r["scopes"]), textout.when(r["created_at"]),
+                      textout.when(r["revoked_at"]))
     _emit(as_json, {"tokens": rows}, table)
 
 
@@ -487,11 +491,6 @@ def _token_row(row: Any) -> dict[str, Any]:
             "created_at": row.created_at, "revoked_at": row.revoked_at,
             "revoked": row.revoked_at is not None}
 
-
-def _when(at: float | None) -> str:
-    from datetime import UTC, datetime
-
-    return "" if at is None else datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
 # ---------------------------------------------------------------- dead letters
@@ -506,7 +505,7 @@ def _known_channel(runtime: Runtime, channel: str) -> None:
 
 
 def _preference_table(rows: list[dict[str, Any]]) -> Table:
-    table = Table("recipient", "channel", "opted out", "quiet hours", "time zone")
+    table = textout.table("recipient", "channel", "opted out", "quiet hours", "time zone")
     for r in rows:
         quiet = f"{r['quiet_start']}-{r['quiet_end']}" if r["quiet_start"] else "-"
         table.add_row(r["recipient_id"], r["channel"], _yes_no(r["opted_out"]), quiet,
@@ -550,7 +549,9 @@ def preference_delete(recipient: Annotated[str, typer.Argument(help="The recipie
     async def go(runtime: Runtime) -> bool:
         return await runtime.delete_preference(recipient, channel)
     deleted = _with_runtime(config, store, go)
-    _emit(as_json, {"recipient_id": recipient, "channel": channel, "deleted": deleted})
+    _emit(as_json, {"recipient_id": recipient, "channel": channel, "deleted": deleted},
+          f"{'deleted' if deleted else 'there were no'} preferences of {recipient!r} on "
+          f"{channel}")
 
 
 @preference_app.command("show")
@@ -578,11 +579,11 @@ def dlq_list(channel: DlqChannelOpt,
         return await operations.dead_letters(runtime.store, runtime.transport, channel,
                                              limit=limit)
     rows = _with_runtime(config, store, go)
-    table = Table("id", "key", "reason", "receives", "dead at", "intent now",
-                  title=f"dead letters: {channel}")
+    table = textout.table("id", "key", "reason", "receives", "dead at", "intent now",
+                          title=f"dead letters: {channel}", whole=("dead at",))
     for r in rows:
         table.add_row(r["id"], r["key"] or "(not a tidings message)", r["reason"],
-                      str(r["receive_count"]), _when(r["dead_at"]), r["intent_state"] or "-")
+                      str(r["receive_count"]), textout.when(r["dead_at"]), r["intent_state"] or "-")
     _emit(as_json, {"channel": channel, "dead_letters": rows}, table)
 
 
@@ -607,7 +608,7 @@ def dlq_redrive(channel: DlqChannelOpt,
                                           limit=limit)
         return asdict(result)
     result = _with_runtime(config, store, go)
-    table = Table("id", "key", "state before", "reopened", title=f"redriven: {channel}")
+    table = textout.table("id", "key", "state before", "reopened", title=f"redriven: {channel}")
     for r in result["redriven"]:
         table.add_row(r["id"], r["key"], r["state_before"], _yes_no(r["reopened"]))
     _emit(as_json, result, table)

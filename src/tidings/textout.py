@@ -1,0 +1,108 @@
+"""What the command line prints by default (``--json`` prints the data instead): local
+ISO times, tables whose cells wrap instead of being cut at the terminal's width, and
+one readable sentence or block per command."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from rich.table import Column, Table
+
+from tidings.states import TERMINAL, State
+
+
+def when(at: float | None, *, empty: str = "") -> str:
+    """An epoch time as local ISO 8601 with its UTC offset (``2026-12-01T09:40:50+01:00``)."""
+    if at is None:
+        return empty
+    return datetime.fromtimestamp(at).astimezone().isoformat(timespec="seconds")
+
+
+def table(*headers: str, title: str | None = None, whole: Sequence[str] = ()) -> Table:
+    """A table whose headers and cells fold onto more lines when the width runs out,
+    so a piped or narrow terminal (80 columns) loses no text to an ellipsis; the
+    ``whole`` columns (times) are kept on one line."""
+    return Table(*(Column(h, overflow="fold", no_wrap=h in whole) for h in headers),
+                 title=title)
+
+
+def migrated(store: str, applied: Sequence[int], version: int) -> str:
+    if not applied:
+        return f"{store}: schema is current (version {version})"
+    names = ", ".join(f"{v:04d}" for v in applied)
+    return f"{store}: applied migration{'s' if len(applied) > 1 else ''} {names}; " \
+           f"schema version {version}"
+
+
+def switched(switch: Mapping[str, Any]) -> str:
+    verb = "paused" if switch["paused"] else "resumed"
+    reason = f" ({switch['reason']})" if switch.get("reason") else ""
+    return (f"admission {verb} for {switch['scope']} {switch['name']!r} at "
+            f"{when(switch['changed_at'])}{reason}")
+
+
+def replayed(result: Mapping[str, Any]) -> str:
+    return (f"replayed {result['campaign']} {result['date']}: {result['members']} members, "
+            f"{result['admitted']} intents admitted, {result['skipped']} skipped, "
+            f"{result['published']} published")
+
+
+def cancelled(states: Mapping[str, str | None]) -> str:
+    lines = []
+    for key, state in states.items():
+        if state == State.CANCELLED.value:
+            lines.append(f"{key}: cancelled")
+        elif state == State.CLAIMED.value:
+            lines.append(f"{key}: cancel requested (a worker holds it; it is cancelled "
+                         "unless its send has started)")
+        else:
+            lines.append(f"{key}: {state}, too late to cancel")
+    return "\n".join(lines)
+
+
+def reconciled(result: Mapping[str, int]) -> str:
+    done = [f"{name.replace('_', ' ')} {count}" for name, count in result.items() if count]
+    return "reconciled: " + (", ".join(done) if done else "nothing to repair")
+
+
+def revoked(token: Mapping[str, Any]) -> str:
+    return (f"revoked token {token['id']} ({token['name']}; {', '.join(token['scopes'])}) at "
+            f"{when(token['revoked_at'])}")
+
+
+def inspected(delivery: Mapping[str, Any]) -> tuple[list[str], Table]:
+    """One delivery: what it is and the three answers, the provider's receipt and
+    request id, why it failed and when it is tried again; then its events."""
+    a, i = delivery["answers"], delivery["intent"]
+    lines = [
+        delivery["key"],
+        f"  state      {a['state']}" + (f" ({a['disposition']})" if a["disposition"]
+                                            not in (None, a["state"]) else ""),
+        f"  selected   {_at(a['selected_at'])}",
+        f"  enqueued   {_at(a['enqueued_at'])}",
+        f"  accepted   {_at(a['accepted_at'])}",
+        f"  recipient  {i['recipient_surrogate']} ({i['channel']})",
+        f"  due        {when(i['due_at'])}"
+        + (f", expires {when(i['expires_at'])}" if i["expires_at"] else ""),
+        f"  attempts   {a['attempts']} ({i['failures']} counted failures)",
+    ]
+    optional = [("receipt", i["receipt"]), ("request id", i["provider_request_id"]),
+                ("reason", a["reason"]),
+                # After a 429 this is the channel's Retry-After; else the backoff's end.
+                ("retry at", when(i["next_attempt_at"]) if i["next_attempt_at"] and
+                 State(a["state"]) not in TERMINAL else None),
+                ("lease", f"{i['lease_owner']} until {when(i['lease_expires_at'])}"
+                 if i["lease_owner"] else None)]
+    lines += [f"  {label:<10} {value}" for label, value in optional if value]
+    events = table("at", "event", "state", "try", "worker", "provider request id",
+                   "recipient / detail", whole=("at", "event", "state"))
+    for e in delivery["events"]:
+        events.add_row(when(e["at"]), e["type"], e["state"] or "", str(e["attempt"] or ""),
+                       e["worker"] or "", e["provider_request_id"] or "", e["detail"] or "")
+    return lines, events
+
+
+def _at(at: float | None) -> str:
+    return "no" if at is None else f"yes, {when(at)}"
