@@ -80,6 +80,7 @@ def _with_runtime(config: Path | None, store: str | None, fn: Callable[[Runtime]
                   *, migrate: bool | Literal["new"] = False) -> T:
     async def work() -> T:
         runtime = await build_runtime(_settings(config, store), migrate=migrate)
+        logs.use_clock(runtime.clock)  # log times are the simulated ones when set
         async with runtime:
             return await fn(runtime)
     return _run(work, config=config, store=store)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from tidings.campaign import Campaign
 from tidings.errors import InvalidInput, unknown_name
+from tidings.logs import log_time
 from tidings.model import (
     DraftPage,
     Recipient,
@@ -231,8 +232,14 @@ class Scheduler:
         while writes:
             await writes.pop(0)
         await self.store.occurrence_finish(occurrence, now=now)
+        done = await self.store.occurrence_get(occurrence)
+        upcoming = self.campaigns[campaign].schedule.next_after(now)
         log.info("occurrence finished", extra={
-            "occurrence": occurrence, "campaign": campaign, "kind": kind})
+            "occurrence": occurrence, "campaign": campaign, "kind": kind,
+            "members": None if done is None else done.members,
+            "admitted": None if done is None else done.admitted,
+            "skipped": None if done is None else done.skipped,
+            "next_occurrence": upcoming.logical_date, "next_at": log_time(upcoming.logical_at)})
 
     async def _skip(self, campaign: Campaign, due: OccurrenceTime, now: float,
                     reason: str) -> None:
