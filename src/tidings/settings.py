@@ -181,7 +181,9 @@ class ApiSettings(_Model):
     """Intake limit for publishes across every API process, e.g. ``"200/s"``; none by default."""
     publish_burst: int = Field(default=0, ge=0)
     """Publishes allowed at once above the rate; 0 means one second's worth."""
-    paused_retry_after_s: float = Field(default=60.0, gt=0)
+    paused_retry_after_s: float = Field(default=5.0, gt=0)
+    """The ``Retry-After`` a publisher gets while admission is paused for its campaign or
+    channel: a few seconds, so common retrying clients keep waiting through a short pause."""
     idempotency_ttl_s: float = Field(default=7 * 86400.0, gt=0)
     metrics_cache_s: float = Field(default=5.0, ge=0)
     rate_window_s: float = Field(default=300.0, gt=0)
