@@ -643,6 +643,10 @@ def demo(
     reset: Annotated[bool, typer.Option(
         "--reset", help="With --store: drop the database's tidings tables first (all their "
                         "data is lost); the demo then migrates a fresh schema.")] = False,
+    keep: Annotated[bool, typer.Option(
+        "--keep", help="Keep the work folder (database, settings, logs, sandbox counts); "
+                       "it is removed at the end otherwise. --db always keeps its folder.")
+    ] = False,
     as_json: JsonOpt = False,
     seed: Annotated[int, typer.Option(help="Seed for data and faults.")] = 7,
 ) -> None:
@@ -663,7 +667,7 @@ def demo(
         raise typer.BadParameter("--reset only applies with --store", param_hint="--reset")
     try:
         report = run_demo(recipients=recipients, db=db, seed=seed, as_json=as_json,
-                          store=store, reset=reset)
+                          store=store, reset=reset, keep=keep)
     except (DemoStoreError, TidingsError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
