@@ -86,18 +86,15 @@ def _with_runtime(config: Path | None, store: str | None, fn: Callable[[Runtime]
     return _run(work, config=config, store=store)
 
 
-def _print_json(data: Any) -> None:
-    typer.echo(json.dumps(data, default=str))
-
-
-def _emit(as_json: bool, data: Any, text: Table | str) -> None:
-    """``data`` as one JSON object with --json, else ``text`` (a sentence or a table)."""
+def _emit(as_json: bool, data: Any, text: Table | str | None = None) -> None:
+    """``data`` as one JSON object with --json, else ``text`` (a sentence or a table), else
+    ``data`` as readable lines: JSON only when asked for."""
     if as_json:
-        _print_json(data)
-    elif isinstance(text, str):
-        typer.echo(text)
-    else:
+        typer.echo(json.dumps(data, default=str))
+    elif isinstance(text, Table):
         Console().print(text)
+    else:
+        typer.echo(textout.plain(data) if text is None else text)
 
 
 class LogFormat(StrEnum):
@@ -152,7 +149,7 @@ def init(
         console.print(f"[red]error:[/red] {exc}", soft_wrap=True)
         raise typer.Exit(2) from None
     if as_json:
-        _print_json({"folder": str(starter.folder.resolve()),
+        _emit(True, {"folder": str(starter.folder.resolve()),
                      "files": [str(f) for f in starter.files],
                      "commands": list(starter.commands)})
         return
@@ -324,7 +321,7 @@ def inspect(
         return {"deliveries": found}
     result = _with_runtime(config, store, go)
     if as_json:
-        _print_json(result)
+        _emit(True, result)
         return
     out = Console()
     for delivery in result["deliveries"]:
@@ -349,7 +346,7 @@ def status(config: ConfigOpt = None, store: StoreOpt = None, as_json: JsonOpt = 
             freshness={c.name: c.expires_after_s for c in runtime.campaigns})
     result = _with_runtime(config, store, go)
     if as_json:
-        _print_json(result)
+        _emit(True, result)
         return
     out = Console()
     table = textout.table("channel", "backlog", "oldest (s)", "in flight", "rate/s",
@@ -449,7 +446,7 @@ def token_create(
                 "created_at": row.created_at}
     result = _with_runtime(config, store, go)
     if as_json:
-        _print_json(result)
+        _emit(True, result)
         return
     console.print(f"token {result['id']} ({', '.join(result['scopes'])}) for {result['name']}; "
                   "shown once, store it now:")

@@ -4,6 +4,7 @@ one readable sentence or block per command."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -26,6 +27,26 @@ def table(*headers: str, title: str | None = None, whole: Sequence[str] = ()) ->
     ``whole`` columns (times) are kept on one line."""
     return Table(*(Column(h, overflow="fold", no_wrap=h in whole) for h in headers),
                  title=title)
+
+
+def plain(data: Any) -> str:
+    """Data with no text of its own, as ``name: value`` lines (nested values compact)."""
+    if isinstance(data, Mapping):
+        width = max((len(str(k)) for k in data), default=0)
+        return "\n".join(f"{str(k) + ':':<{width + 1}} {_value(v)}" for k, v in data.items())
+    if isinstance(data, list | tuple):
+        return "\n".join(_value(v) for v in data)
+    return _value(data)
+
+
+def _value(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Mapping | list | tuple):
+        return json.dumps(value, default=str)
+    return str(value)
 
 
 def migrated(store: str, applied: Sequence[int], version: int) -> str:

@@ -91,3 +91,11 @@ def test_texts_name_what_happened() -> None:
         "a: cancelled\nb: accepted, too late to cancel")
     assert textout.reconciled({"leases_expired": 2, "republished_lost": 0}) == (
         "reconciled: leases expired 2")
+
+
+def test_data_without_text_of_its_own_prints_as_lines_not_json() -> None:
+    text = textout.plain({"campaign": "digest", "admitted": 3, "paused": None,
+                          "channels": ["email", "sms"]})
+    assert text.splitlines() == ["campaign: digest", "admitted: 3", "paused:   -",
+                                 'channels: ["email", "sms"]']
+    assert textout.plain([]) == "" and textout.plain(7) == "7"
