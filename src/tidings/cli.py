@@ -479,8 +479,8 @@ def token_list(config: ConfigOpt = None, store: StoreOpt = None, as_json: JsonOp
     rows = _with_runtime(config, store, go)
     table = textout.table("id", "name", "scopes", "created", "revoked", title="API tokens")
     for r in rows:
-        table.add_row(r["id"], r["name"], ", ".join(r["scopes"]), textout.when(r["created_at"]),
-                      textout.when(r["revoked_at"]))
+        table.add_row(r["id"], r["name"], ", ".join(r["scopes"]), _when(r["created_at"]),
+                      _when(r["revoked_at"]))
     _emit(as_json, {"tokens": rows}, table)
 
 
@@ -489,6 +489,9 @@ def _token_row(row: Any) -> dict[str, Any]:
             "created_at": row.created_at, "revoked_at": row.revoked_at,
             "revoked": row.revoked_at is not None}
 
+
+def _when(at: float | None) -> str:
+    return textout.when(at)  # local ISO 8601, as inspect shows times
 
 
 # ---------------------------------------------------------------- dead letters
@@ -581,7 +584,7 @@ def dlq_list(channel: DlqChannelOpt,
                           title=f"dead letters: {channel}", whole=("dead at",))
     for r in rows:
         table.add_row(r["id"], r["key"] or "(not a tidings message)", r["reason"],
-                      str(r["receive_count"]), textout.when(r["dead_at"]), r["intent_state"] or "-")
+                      str(r["receive_count"]), _when(r["dead_at"]), r["intent_state"] or "-")
     _emit(as_json, {"channel": channel, "dead_letters": rows}, table)
 
 
