@@ -39,8 +39,8 @@ TEMPLATES: dict[str, str] = {
 }
 
 SETTINGS = '''\
-# tidings settings, written by `tidings init`. Every field, its default and its meaning
-# are listed in docs/settings.md. Relative paths are relative to this file's folder.
+# tidings settings, written by `tidings init`. Every field, its default and its meaning:
+# docs/settings.md in the tidings repository. Relative paths are relative to this folder.
 # tidings commands run in this folder find this file; elsewhere give --config PATH
 # (or TIDINGS_CONFIG).
 
