@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tidings import logs, textout
-from tidings.errors import SchemaOutOfDate, TidingsError, unknown_name
+from tidings.errors import ConfigurationError, SchemaOutOfDate, TidingsError, unknown_name
 from tidings.runtime import Runtime, build_runtime
 from tidings.settings import Settings, find_settings_file
 
@@ -72,14 +72,23 @@ def _run(work: Callable[[], Awaitable[T]], *, config: Path | None = None,
                                 *(["--config", shlex.quote(str(config))] if config else []),
                                 *(["--store", shlex.quote(store)] if store else [])])
             message = message.replace("tidings db migrate", command)
+        elif "declared: none" in message and find_settings_file(config) is None:
+            message += (" (no settings file was read: give --config PATH, set "
+                        "TIDINGS_CONFIG, or run where tidings.toml is)")
         console.print(f"[red]error:[/red] {message}", soft_wrap=True)
         raise typer.Exit(2) from None
 
 
 def _with_runtime(config: Path | None, store: str | None, fn: Callable[[Runtime], Awaitable[T]],
-                  *, migrate: bool | Literal["new"] = False) -> T:
+                  *, migrate: bool | Literal["new"] = False, channel: str | None = None) -> T:
+    """Run ``fn`` on a runtime; ``channel``, when given, must be declared before anything
+    (a new database included) is created."""
     async def work() -> T:
-        runtime = await build_runtime(_settings(config, store), migrate=migrate)
+        settings = _settings(config, store)
+        if channel is not None and channel not in settings.channels:
+            raise ConfigurationError("channel", unknown_name("channel", channel,
+                                                             sorted(settings.channels)))
+        runtime = await build_runtime(settings, migrate=migrate)
         logs.use_clock(runtime.clock)  # log times are the simulated ones when set
         async with runtime:
             return await fn(runtime)
@@ -247,7 +256,7 @@ def _serve_worker(config: Path | None, store: str | None, channel: str, reconcil
 
     # The processes that own the database create a new one's schema on first use.
     _with_runtime(config, store, lambda rt: serve_worker(rt, channel, reconcile=reconcile),
-                  migrate="new")
+                  migrate="new", channel=channel)
 
 
 @app.command()

@@ -122,3 +122,12 @@ def test_settings_are_found_and_their_paths_are_relative_to_their_folder(tmp_pat
                               timeout=60, check=False, cwd=elsewhere,
                               env={**os.environ, "TIDINGS_CONFIG": str(config)})
     assert from_env.returncode == 0, from_env.stderr
+
+
+def test_a_worker_without_settings_says_none_were_read_and_creates_nothing(
+        tmp_path: Path) -> None:
+    result = run("worker", "--channel", "email", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "unknown channel 'email'; declared: none" in result.stderr
+    assert "no settings file was read" in result.stderr
+    assert list(tmp_path.iterdir()) == []
