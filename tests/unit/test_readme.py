@@ -113,14 +113,20 @@ async def test_the_transactional_notify_example_runs_on_postgresql(
 # ---------------------------------------------------------------- shell blocks
 
 
+SEPARATORS = ("&&", "||", "|", ";")
+
+
 def commands(block: Block) -> Iterator[list[str]]:
-    """Each simple command of a block (``&&`` chains split), as words."""
-    for line in block.text.splitlines():
-        words = shlex.split(line, comments=True)
-        while words:
-            cut = words.index("&&") if "&&" in words else len(words)
-            yield words[:cut]
-            words = words[cut + 1:]
+    """Each simple command of a block (continued lines joined; ``&&``, ``||``, ``|`` and
+    ``;`` split), as words."""
+    for line in block.text.replace("\\\n", " ").splitlines():
+        words: list[str] = []
+        for word in [*shlex.split(line, comments=True), ";"]:
+            if word not in SEPARATORS:
+                words.append(word)
+            elif words:
+                yield words
+                words = []
 
 
 def check_tidings(words: list[str]) -> None:
