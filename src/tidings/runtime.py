@@ -18,7 +18,7 @@ from tidings.audience import audience_from_spec
 from tidings.campaign import Campaign
 from tidings.clock import Clock, SystemClock
 from tidings.compose import Composer
-from tidings.errors import ConfigurationError, InvalidInput, SchemaOutOfDate, unknown_name
+from tidings.errors import ConfigurationError, InvalidInput, unknown_name
 from tidings.intake import NotifyRequest, cancel, notify_many
 from tidings.model import Recipient
 from tidings.pacing.algorithm import PaceLimits, parse_quota
@@ -287,16 +287,6 @@ class Runtime:
         await self.close()
 
 
-async def _check_schema(store: Store, *, create_new: bool) -> None:
-    try:
-        await store.check_schema()
-    except SchemaOutOfDate as exc:
-        if not (exc.new and create_new):
-            raise
-        # Migrating is safe beside other processes doing the same on the same database.
-        await store.migrate()
-
-
 async def build_runtime(
     settings: Settings,
     *,
@@ -318,10 +308,14 @@ async def build_runtime(
     templates = load_templates(settings)
     store, transport = await open_store(settings.store)
     try:
-        if migrate is True:
+        if migrate == "new":
+            # Only a database with no schema at all; migrating is safe beside other
+            # processes doing the same at the same time.
+            migrate = await store.schema_version() == 0
+        if migrate:
             await store.migrate()
         else:
-            await _check_schema(store, create_new=migrate == "new")
+            await store.check_schema()
     except BaseException:
         await transport.close()
         await store.close()
