@@ -4,22 +4,41 @@ With ``--store postgresql://user@host:port/db`` the measured run uses ``db``, wh
 hold no tidings tables (one that does not exist is created). The floors run in sibling
 databases ``db_<suffix>`` on the same server, dropped and re-created by each run (they
 belong to the benchmark; they are left behind for inspection).
+
+psycopg (the ``postgres`` extra) is imported only when a PostgreSQL store is asked for,
+so the SQLite benchmarks run on the base install.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
-
-import psycopg
-from psycopg import sql as pgsql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from tidings.clock import SystemClock
 from tidings.runtime import open_store
-from tidings.stores.postgres_db import redact
+
+if TYPE_CHECKING:
+    import psycopg
 
 SCHEMES = ("postgresql://", "postgres://")
+
+
+def _psycopg() -> ModuleType:
+    """psycopg, or a clear exit naming the extra that brings it."""
+    try:
+        import psycopg
+    except ImportError:
+        raise SystemExit("a PostgreSQL --store needs the extra: "
+                         "pip install -e '.[postgres]'") from None
+    return psycopg
+
+
+def redact(url: str) -> str:
+    _psycopg()
+    from tidings.stores.postgres_db import redact as redacted
+
+    return redacted(url)
 
 
 def is_pg(url: str | None) -> bool:
@@ -27,6 +46,9 @@ def is_pg(url: str | None) -> bool:
 
 
 def _dbname(url: str) -> str:
+    _psycopg()
+    from psycopg.conninfo import conninfo_to_dict
+
     name = conninfo_to_dict(url).get("dbname")
     if not name:
         raise SystemExit(f"--store: {redact(url)!r} names no database")
@@ -34,10 +56,14 @@ def _dbname(url: str) -> str:
 
 
 def _admin(url: str) -> psycopg.Connection[Any]:
+    pg = _psycopg()
+    from psycopg.conninfo import make_conninfo
+
     try:
-        return psycopg.connect(make_conninfo(url, dbname="postgres"), autocommit=True,
-                               connect_timeout=5)
-    except psycopg.Error as exc:
+        connection: psycopg.Connection[Any] = pg.connect(
+            make_conninfo(url, dbname="postgres"), autocommit=True, connect_timeout=5)
+        return connection
+    except pg.Error as exc:
         raise SystemExit(f"--store: cannot connect to {redact(url)}: {exc}") from None
 
 
@@ -49,11 +75,13 @@ def _exists(admin: psycopg.Connection[Any], name: str) -> bool:
 def fresh_pg(url: str) -> str:
     """``url``, refusing to measure on top of a ledger left by another run."""
     name = _dbname(url)
+    from psycopg import sql as pgsql
+
     with _admin(url) as admin:
         if not _exists(admin, name):
             admin.execute(pgsql.SQL("CREATE DATABASE {}").format(pgsql.Identifier(name)))
             return url
-    with psycopg.connect(url, autocommit=True) as conn:
+    with _psycopg().connect(url, autocommit=True) as conn:
         row = conn.execute("SELECT to_regclass('intents') IS NOT NULL").fetchone()
     if row and row[0]:
         raise SystemExit(f"{redact(url)} already holds tidings tables; the benchmark needs a "
@@ -64,6 +92,8 @@ def fresh_pg(url: str) -> str:
 def sibling_pg(url: str, suffix: str) -> str:
     """A freshly (re-)created database ``<db>_<suffix>`` on the same server."""
     name = f"{_dbname(url)}_{suffix}".replace("-", "_")
+    from psycopg import sql as pgsql
+
     with _admin(url) as admin:
         admin.execute(pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
             pgsql.Identifier(name)))
@@ -94,7 +124,7 @@ def count_accepted(conn: psycopg.Connection[Any]) -> int:
 
 def receipts_mismatched(url: str, receipts: dict[str, str]) -> int:
     wrong = 0
-    with psycopg.connect(url) as conn, conn.cursor(name="receipts") as cur:
+    with _psycopg().connect(url) as conn, conn.cursor(name="receipts") as cur:
         cur.execute("SELECT key, receipt FROM intents")
         for key, receipt in cur:
             wrong += receipts.get(key) != receipt

@@ -5,19 +5,26 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shlex
 from collections.abc import Awaitable, Callable
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from tidings import logs
-from tidings.errors import InvalidInput, TidingsError, unknown_name
+from tidings import logs, textout
+from tidings.errors import (
+    ConfigurationError,
+    InvalidInput,
+    SchemaOutOfDate,
+    TidingsError,
+    unknown_name,
+)
 from tidings.runtime import Runtime, build_runtime
-from tidings.settings import Settings
+from tidings.settings import Settings, find_settings_file
 
 T = TypeVar("T")
 
@@ -52,34 +59,57 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
 
 
 def _settings(config: Path | None, store: str | None) -> Settings:
-    settings = Settings.load(config)
+    # --config, else TIDINGS_CONFIG, else ./tidings.toml (else the defaults).
+    settings = Settings.load(find_settings_file(config))
     if store:
         settings = Settings.parse({**settings.model_dump(), "store": store})
     return settings
 
 
-def _run(work: Callable[[], Awaitable[T]]) -> T:
+def _run(work: Callable[[], Awaitable[T]], *, config: Path | None = None,
+         store: str | None = None) -> T:
     try:
         return asyncio.run(work())  # type: ignore[arg-type]
     except TidingsError as exc:
-        console.print(f"[red]error:[/red] {exc}", soft_wrap=True)
+        message = str(exc)
+        if isinstance(exc, SchemaOutOfDate):
+            # The one command to run, with the options that found this database.
+            command = " ".join(["tidings db migrate",
+                                *(["--config", shlex.quote(str(config))] if config else []),
+                                *(["--store", shlex.quote(store)] if store else [])])
+            message = message.replace("tidings db migrate", command)
+        elif "declared: none" in message and find_settings_file(config) is None:
+            message += (" (no settings file was read: give --config PATH, set "
+                        "TIDINGS_CONFIG, or run where tidings.toml is)")
+        console.print(f"[red]error:[/red] {message}", soft_wrap=True)
         raise typer.Exit(2) from None
 
 
 def _with_runtime(config: Path | None, store: str | None, fn: Callable[[Runtime], Awaitable[T]],
-                  *, migrate: bool = False) -> T:
+                  *, migrate: bool | Literal["new"] = False, channel: str | None = None) -> T:
+    """Run ``fn`` on a runtime; ``channel``, when given, must be declared before anything
+    (a new database included) is created."""
     async def work() -> T:
-        runtime = await build_runtime(_settings(config, store), migrate=migrate)
+        settings = _settings(config, store)
+        if channel is not None and channel not in settings.channels:
+            raise ConfigurationError("channel", unknown_name("channel", channel,
+                                                             sorted(settings.channels)))
+        runtime = await build_runtime(settings, migrate=migrate)
+        logs.use_clock(runtime.clock)  # log times are the simulated ones when set
         async with runtime:
             return await fn(runtime)
-    return _run(work)
+    return _run(work, config=config, store=store)
 
 
-def _emit(as_json: bool, data: Any, table: Table | None = None) -> None:
-    if as_json or table is None:
-        typer.echo(json.dumps(data, indent=None if as_json else 2, default=str))
+def _emit(as_json: bool, data: Any, text: Table | str | None = None) -> None:
+    """``data`` as one JSON object with --json, else ``text`` (a sentence or a table), else
+    ``data`` as readable lines: JSON only when asked for."""
+    if as_json:
+        typer.echo(json.dumps(data, default=str))
+    elif isinstance(text, Table):
+        Console().print(text)
     else:
-        Console().print(table)
+        typer.echo(textout.plain(data) if text is None else text)
 
 
 class LogFormat(StrEnum):
@@ -116,6 +146,31 @@ def _main(
         os.environ[logs.LEVEL_ENV] = log_level.value
 
 
+@app.command()
+def init(
+    folder: Annotated[Path, typer.Argument(
+        metavar="[DIR]", help="Where to write (default: here); created if missing.")] = Path("."),
+    sandbox_port: Annotated[int, typer.Option(
+        help="The port `tidings sandbox` will listen on, written into the settings.")] = 8025,
+    as_json: JsonOpt = False,
+) -> None:
+    """Start a project: a commented tidings.toml (SQLite, email and SMS on the sandbox, one
+    campaign), a sample customer database and templates; then prints what to run next."""
+    from tidings import scaffold
+
+    try:
+        starter = scaffold.write_starter(folder, sandbox_port=sandbox_port)
+    except TidingsError as exc:
+        console.print(f"[red]error:[/red] {exc}", soft_wrap=True)
+        raise typer.Exit(2) from None
+    if as_json:
+        _emit(True, {"folder": str(starter.folder.resolve()),
+                     "files": [str(f) for f in starter.files],
+                     "commands": list(starter.commands)})
+        return
+    typer.echo(scaffold.describe(starter, cwd=Path.cwd()))
+
+
 @db_app.command("migrate")
 def db_migrate(config: ConfigOpt = None, store: StoreOpt = None, as_json: JsonOpt = False) -> None:
     """Create or upgrade the schema to this version of tidings."""
@@ -132,7 +187,9 @@ def db_migrate(config: ConfigOpt = None, store: StoreOpt = None, as_json: JsonOp
         finally:
             await transport.close()
             await st.close()
-    _emit(as_json, _run(work))
+    result = _run(work)
+    _emit(as_json, result, textout.migrated(result["store"], result["applied"],
+                                            result["version"]))
 
 
 def _switch(paused: bool, campaign: str | None, channel: str | None, reason: str | None,
@@ -157,7 +214,8 @@ def _switch(paused: bool, campaign: str | None, channel: str | None, reason: str
                                                 now=runtime.clock.now(), reason=reason)
         return dict(switch.__dict__) | {"was": None if before is None else dict(
             before.__dict__)}
-    _emit(as_json, _with_runtime(config, store, go))
+    result = _with_runtime(config, store, go)
+    _emit(as_json, result, textout.switched(result))
 
 
 CampaignOpt = Annotated[str | None, typer.Option(help="The campaign to switch.")]
@@ -210,7 +268,9 @@ def _serve_worker(config: Path | None, store: str | None, channel: str, reconcil
     # A --processes child starts here, not in the callback: set its logs up again.
     logs.configure_logging(*logs.from_env(os.environ))
 
-    _with_runtime(config, store, lambda rt: serve_worker(rt, channel, reconcile=reconcile))
+    # The processes that own the database create a new one's schema on first use.
+    _with_runtime(config, store, lambda rt: serve_worker(rt, channel, reconcile=reconcile),
+                  migrate="new", channel=channel)
 
 
 @app.command()
@@ -220,7 +280,7 @@ def scheduler(config: ConfigOpt = None, store: StoreOpt = None,
     """Admit due campaign occurrences and publish due intents, pass after pass."""
     from tidings.service import serve_scheduler
 
-    _with_runtime(config, store, lambda rt: serve_scheduler(rt, once=once))
+    _with_runtime(config, store, lambda rt: serve_scheduler(rt, once=once), migrate="new")
 
 
 @app.command()
@@ -233,7 +293,8 @@ def reconcile(config: ConfigOpt = None, store: StoreOpt = None, as_json: JsonOpt
         result = await runtime.reconciler().run_pass(
             now=runtime.clock.now(), paused_channels=switches.paused_channels())
         return dict(result.__dict__)
-    _emit(as_json, _with_runtime(config, store, go))
+    result = _with_runtime(config, store, go)
+    _emit(as_json, result, textout.reconciled(result))
 
 
 @app.command()
@@ -276,7 +337,8 @@ def replay(campaign: str, date: Annotated[str, typer.Argument(help="Logical date
         return answer | {"members": result.members, "admitted": result.admitted,
                          "skipped": result.skipped, "published": result.published,
                          "sendable": result.sendable}
-    _emit(as_json, _with_runtime(config, store, go))
+    result = _with_runtime(config, store, go)
+    _emit(as_json, result, textout.replayed(result))
 
 
 @app.command()
@@ -285,7 +347,8 @@ def cancel(key: str, config: ConfigOpt = None, store: StoreOpt = None,
     """Cancel an intent (or every channel of a notify key) before its send starts."""
     async def go(runtime: Runtime) -> dict[str, Any]:
         return {k: (v.value if v else None) for k, v in (await runtime.cancel(key)).items()}
-    _emit(as_json, _with_runtime(config, store, go))
+    result = _with_runtime(config, store, go)
+    _emit(as_json, result, textout.cancelled(result))
 
 
 @app.command()
@@ -316,19 +379,9 @@ def inspect(
         return
     out = Console()
     for delivery in result["deliveries"]:
-        a = delivery["answers"]
-        out.print(f"[bold]{delivery['key']}[/bold]  state {a['state']}  "
-                  f"selected {_yes(a['selected_at'])}  enqueued {_yes(a['enqueued_at'])}  "
-                  f"accepted {_yes(a['accepted_at'])}", soft_wrap=True)
-        table = Table("at", "event", "state", "attempt", "worker", "detail")
-        for e in delivery["events"]:
-            table.add_row(f"{e['at']:.3f}", e["type"], e["state"] or "",
-                          str(e["attempt"] or ""), e["worker"] or "", e["detail"] or "")
-        out.print(table)
-
-
-def _yes(at: float | None) -> str:
-    return "no" if at is None else f"yes ({at:.3f})"
+        lines, events = textout.inspected(delivery)
+        out.print("\n".join(lines), soft_wrap=True, highlight=False, markup=False)
+        out.print(events)
 
 
 @app.command()
@@ -354,9 +407,9 @@ def status(config: ConfigOpt = None, store: StoreOpt = None, as_json: JsonOpt = 
         out.print(f"[bold red]admission paused by a guardrail[/]: {trip['scope']} "
                   f"{trip['name']!r} since {_when(trip['since'])}: {trip['reason']}",
                   markup=True, highlight=False)
-    table = Table("channel", "backlog", "oldest (s)", "in flight", "rate/s", "accepted", "429s",
-                  "retries", "dead letters", "duplicates", "SLI", "drain (s)", "paused",
-                  title="tidings status: channels")
+    table = textout.table("channel", "backlog", "oldest (s)", "in flight", "rate/s",
+                          "accepted", "429s", "retries", "dead letters", "duplicates", "SLI",
+                          "drain (s)", "paused", title="tidings status: channels")
     for name, c in result["channels"].items():
         drain = (c.get("drain") or {}).get("drain_s")
         table.add_row(name, str(c["backlog"]), f"{c['oldest_age_s']:.1f}", str(c["in_flight"]),
@@ -365,8 +418,8 @@ def status(config: ConfigOpt = None, store: StoreOpt = None, as_json: JsonOpt = 
                       str(c["duplicates_suppressed"]), _pct(c["sli"]), _num(drain),
                       _yes_no(c["paused"]))
     out.print(table)
-    table = Table("campaign", "latest occurrence", "backlog", "oldest (s)", "accepted",
-                  "expired", "dead", "SLI", "paused", title="campaigns")
+    table = textout.table("campaign", "latest occurrence", "backlog", "oldest (s)",
+                          "accepted", "expired", "dead", "SLI", "paused", title="campaigns")
     for name, c in result["campaigns"].items():
         occ = c["latest_occurrence"]
         table.add_row(name, "" if occ is None else f"{occ['logical_date']} {occ['status']}",
@@ -400,9 +453,9 @@ def plan(config: ConfigOpt = None, store: StoreOpt = None, as_json: JsonOpt = Fa
                                 freshness={c.name: c.expires_after_s for c in runtime.campaigns})
         return {"now": snap.now, "window_s": snap.window_s, "lines": [asdict(x) for x in lines]}
     result = _with_runtime(config, store, go)
-    table = Table("channel", "campaign", "backlog", "channel backlog", "rate/s", "rate from",
-                  "drain (s)", "deadline in (s)", "freshness (s)", "late", "verdict",
-                  title=f"tidings plan (rate window {result['window_s']:.0f} s)")
+    table = textout.table("channel", "campaign", "backlog", "channel backlog", "rate/s",
+                          "rate from", "drain (s)", "deadline in (s)", "freshness (s)", "late",
+                          "verdict", title=f"tidings plan (rate window {result['window_s']:.0f} s)")
     for x in result["lines"]:
         table.add_row(x["channel"], x["campaign"] or "(all)", str(x["backlog"]),
                       str(x["channel_backlog"]), _num(x["rate_per_s"]), x["rate_source"],
@@ -428,7 +481,7 @@ def api_command(
     def go(runtime: Runtime) -> Awaitable[None]:
         s = runtime.settings.api
         return serve_api(runtime, host=host or s.host, port=s.port if port is None else port)
-    _with_runtime(config, store, go)
+    _with_runtime(config, store, go, migrate="new")
 
 
 # ---------------------------------------------------------------- tokens
@@ -485,7 +538,8 @@ def token_revoke(token_id: Annotated[str, typer.Argument(
         if row is None:
             raise typer.BadParameter(f"no token has id {ident!r}", param_hint="ID")
         return _token_row(row, now)
-    _emit(as_json, _with_runtime(config, store, go))
+    result = _with_runtime(config, store, go)
+    _emit(as_json, result, textout.revoked(result))
 
 
 @token_app.command("list")
@@ -496,7 +550,8 @@ def token_list(config: ConfigOpt = None, store: StoreOpt = None, as_json: JsonOp
         now = runtime.clock.now()
         return [_token_row(row, now) for row in await runtime.store.api_token_list()]
     rows = _with_runtime(config, store, go)
-    table = Table("id", "name", "scopes", "created", "expires", "revoked", title="API tokens")
+    table = textout.table("id", "name", "scopes", "created", "expires", "revoked",
+                          title="API tokens")
     for r in rows:
         expires = _when(r["expires_at"]) + (" (expired)" if r["expired"] else "")
         table.add_row(r["id"], r["name"], ", ".join(r["scopes"]), _when(r["created_at"]),
@@ -514,9 +569,7 @@ def _token_row(row: Any, now: float) -> dict[str, Any]:
 
 
 def _when(at: float | None) -> str:
-    from datetime import UTC, datetime
-
-    return "" if at is None else datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    return textout.when(at)  # local ISO 8601, as inspect shows times
 
 
 # ---------------------------------------------------------------- dead letters
@@ -531,7 +584,7 @@ def _known_channel(runtime: Runtime, channel: str) -> None:
 
 
 def _preference_table(rows: list[dict[str, Any]]) -> Table:
-    table = Table("recipient", "channel", "opted out", "quiet hours", "time zone")
+    table = textout.table("recipient", "channel", "opted out", "quiet hours", "time zone")
     for r in rows:
         quiet = f"{r['quiet_start']}-{r['quiet_end']}" if r["quiet_start"] else "-"
         table.add_row(r["recipient_id"], r["channel"], _yes_no(r["opted_out"]), quiet,
@@ -575,7 +628,9 @@ def preference_delete(recipient: Annotated[str, typer.Argument(help="The recipie
     async def go(runtime: Runtime) -> bool:
         return await runtime.delete_preference(recipient, channel)
     deleted = _with_runtime(config, store, go)
-    _emit(as_json, {"recipient_id": recipient, "channel": channel, "deleted": deleted})
+    _emit(as_json, {"recipient_id": recipient, "channel": channel, "deleted": deleted},
+          f"{'deleted' if deleted else 'there were no'} preferences of {recipient!r} on "
+          f"{channel}")
 
 
 @preference_app.command("show")
@@ -603,8 +658,8 @@ def dlq_list(channel: DlqChannelOpt,
         return await operations.dead_letters(runtime.store, runtime.transport, channel,
                                              limit=limit)
     rows = _with_runtime(config, store, go)
-    table = Table("id", "key", "reason", "receives", "dead at", "intent now",
-                  title=f"dead letters: {channel}")
+    table = textout.table("id", "key", "reason", "receives", "dead at", "intent now",
+                          title=f"dead letters: {channel}", whole=("dead at",))
     for r in rows:
         table.add_row(r["id"], r["key"] or "(not a tidings message)", r["reason"],
                       str(r["receive_count"]), _when(r["dead_at"]), r["intent_state"] or "-")
@@ -632,7 +687,7 @@ def dlq_redrive(channel: DlqChannelOpt,
                                           limit=limit)
         return asdict(result)
     result = _with_runtime(config, store, go)
-    table = Table("id", "key", "state before", "reopened", title=f"redriven: {channel}")
+    table = textout.table("id", "key", "state before", "reopened", title=f"redriven: {channel}")
     for r in result["redriven"]:
         table.add_row(r["id"], r["key"], r["state_before"], _yes_no(r["reopened"]))
     _emit(as_json, result, table)
@@ -666,6 +721,10 @@ def demo(
     reset: Annotated[bool, typer.Option(
         "--reset", help="With --store: drop the database's tidings tables first (all their "
                         "data is lost); the demo then migrates a fresh schema.")] = False,
+    keep: Annotated[bool, typer.Option(
+        "--keep", help="Keep the work folder (database, settings, logs, sandbox counts); "
+                       "it is removed at the end otherwise. --db always keeps its folder.")
+    ] = False,
     as_json: JsonOpt = False,
     seed: Annotated[int, typer.Option(help="Seed for data and faults.")] = 7,
 ) -> None:
@@ -686,7 +745,7 @@ def demo(
         raise typer.BadParameter("--reset only applies with --store", param_hint="--reset")
     try:
         report = run_demo(recipients=recipients, db=db, seed=seed, as_json=as_json,
-                          store=store, reset=reset)
+                          store=store, reset=reset, keep=keep)
     except (DemoStoreError, TidingsError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None

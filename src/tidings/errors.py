@@ -58,13 +58,23 @@ class StoreError(TidingsError):
 
 
 class SchemaOutOfDate(StoreError):
-    """The database schema is older than this version of tidings: run `tidings db migrate`."""
+    """The database schema is older than this version of tidings: run `tidings db migrate`.
 
-    def __init__(self, where: str, pending: tuple[int, ...]) -> None:
+    ``new`` says the database holds no tidings schema at all (a brand-new file or
+    database), which is told apart from one that really is older.
+    """
+
+    def __init__(self, where: str, pending: tuple[int, ...], *, new: bool = False) -> None:
         self.pending = pending
+        self.new = new
+        self.where = where
         names = ", ".join(f"{v:04d}" for v in pending)
-        super().__init__(f"{where}: schema is out of date, pending migrations {names}; "
-                         "run `tidings db migrate`")
+        if new:
+            message = f"{where}: new database, no tidings schema yet; run `tidings db migrate`"
+        else:
+            message = (f"{where}: schema is out of date, pending migrations {names}; "
+                       "run `tidings db migrate`")
+        super().__init__(message)
 
 
 class TransportError(TidingsError):

@@ -36,12 +36,14 @@ from __future__ import annotations
 import logging
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from typing import Any, Final, Literal, TextIO, cast, get_args
 
 import structlog
 from structlog.typing import EventDict, Processor, WrappedLogger
 
+from tidings.clock import Clock, SystemClock
 from tidings.errors import ConfigurationError
 from tidings.providers.redaction import scrub
 
@@ -129,6 +131,35 @@ def _tidy(logger: WrappedLogger, method_name: str, event_dict: EventDict) -> Eve
     return ordered
 
 
+def log_time(at: float) -> str:
+    """Epoch seconds as log lines write times: UTC ISO 8601 (``2026-08-14T09:00:00Z``)."""
+    return datetime.fromtimestamp(at, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+class _Timestamper:
+    """Stamps each event with the process's clock: the real one, or the runtime's when
+    it simulates another time (``clock_offset_s``), so log times agree with the ledger."""
+
+    def __init__(self) -> None:
+        self.now: Callable[[], float] = SystemClock().now
+
+    def __call__(self, logger: WrappedLogger, method_name: str,
+                 event_dict: EventDict) -> EventDict:
+        at = datetime.fromtimestamp(self.now(), UTC)
+        event_dict["timestamp"] = at.isoformat(timespec="microseconds").replace("+00:00", "Z")
+        return event_dict
+
+
+_STAMPER: Final = _Timestamper()
+
+
+def use_clock(clock: Clock | None) -> None:
+    """Stamp this process's log lines with ``clock`` from now on (the CLI passes its
+    runtime's, which is shifted when the settings simulate another time); None: the
+    real clock again."""
+    _STAMPER.now = (clock or SystemClock()).now
+
+
 class _Handler(logging.StreamHandler[TextIO]):
     """The one handler ``configure_logging`` puts on the root logger (and replaces)."""
 
@@ -175,7 +206,7 @@ def configure_logging(format: LogFormat | None = None,
     out = sys.stderr if stream is None else stream
     chosen = default_format(out) if format is None else _one_of("log_format", format, FORMATS)
     number = level_number(level)
-    timestamp = structlog.processors.TimeStamper(fmt="iso", utc=True)
+    timestamp = _STAMPER
     shared: list[Processor] = [
         structlog.contextvars.merge_contextvars,
         structlog.stdlib.add_log_level,

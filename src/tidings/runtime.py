@@ -12,7 +12,7 @@ import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from tidings.audience import audience_from_spec
 from tidings.campaign import Campaign
@@ -348,11 +348,14 @@ async def build_runtime(
     clock: Clock | None = None,
     providers: Mapping[str, Provider] | None = None,
     campaigns: Sequence[Campaign] | None = None,
-    migrate: bool = True,
+    migrate: bool | Literal["new"] = True,
     rng: random.Random | None = None,
 ) -> Runtime:
     """Build a runtime from settings; ``providers``/``campaigns`` override the declared ones
-    (tests pass a twin sandbox; Python users pass their own audience generators)."""
+    (tests pass a twin sandbox; Python users pass their own audience generators).
+
+    ``migrate``: True applies pending migrations; ``"new"`` creates the schema of a new
+    database but refuses (SchemaOutOfDate) one that is older; False only checks."""
     the_clock = clock or SystemClock(settings.clock_offset_s)
     # Everything that can refuse the settings runs before the store is opened.
     chosen_campaigns = list(campaigns) if campaigns is not None else campaigns_from(settings)
@@ -360,6 +363,10 @@ async def build_runtime(
     templates = load_templates(settings)
     store, transport = await open_store(settings.store)
     try:
+        if migrate == "new":
+            # Only a database with no schema at all; migrating is safe beside other
+            # processes doing the same at the same time.
+            migrate = await store.schema_version() == 0
         if migrate:
             await store.migrate(now=the_clock.now())
         else:

@@ -17,6 +17,7 @@ from datetime import date, datetime, timedelta
 from tidings.campaign import Campaign
 from tidings.errors import InvalidInput, unknown_name
 from tidings.keys import campaign_key, campaign_key_parts, check_recipient_ids, template_ref
+from tidings.logs import log_time
 from tidings.model import DraftPage, Event, Recipient, encode_data
 from tidings.relay import RelayConfig, publish, relay_pass
 from tidings.schedule import OccurrenceTime
@@ -367,8 +368,14 @@ class Scheduler:
         while writes:
             await writes.pop(0)
         await self.store.occurrence_finish(occurrence, now=now)
+        done = await self.store.occurrence_get(occurrence)
+        upcoming = self.campaigns[campaign].schedule.next_after(now)
         log.info("occurrence finished", extra={
-            "occurrence": occurrence, "campaign": campaign, "kind": kind})
+            "occurrence": occurrence, "campaign": campaign, "kind": kind,
+            "members": None if done is None else done.members,
+            "admitted": None if done is None else done.admitted,
+            "skipped": None if done is None else done.skipped,
+            "next_occurrence": upcoming.logical_date, "next_at": log_time(upcoming.logical_at)})
 
     async def _skip(self, campaign: Campaign, due: OccurrenceTime, now: float,
                     reason: str) -> None:

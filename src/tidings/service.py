@@ -6,11 +6,13 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
+from tidings import progress
 from tidings.guardrails import enforce
 from tidings.runtime import Runtime
-from tidings.scheduler import Switches
+from tidings.scheduler import PassResult, Switches
 
 log = logging.getLogger("tidings.service")
 
@@ -45,11 +47,41 @@ async def reconcile_loop(runtime: Runtime, every_s: float, stopping: asyncio.Eve
             await asyncio.wait_for(stopping.wait(), timeout=every_s)
 
 
+async def report_loop(totals: Callable[[], dict[str, int]], stopping: asyncio.Event, *,
+                      every_s: float = progress.PROGRESS_EVERY_S,
+                      extra: Callable[[], Awaitable[dict[str, Any]]] | None = None) -> None:
+    """Every ``every_s`` while there is work, one ``progress`` line with the counts since
+    the last; one ``idle`` line (with the totals) when work stops; silence while idle."""
+    tally = progress.Tally(last=totals())
+    while not stopping.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stopping.wait(), timeout=every_s)
+        step = tally.step(totals())
+        if step is None:
+            continue
+        event, counts = step
+        fields: dict[str, Any] = dict(counts)
+        if extra is not None:
+            try:
+                fields |= await extra()
+            except Exception:
+                # A progress line without its backlog beats none.
+                log.debug("progress detail failed", exc_info=True)
+        log.info(event, extra=fields)
+
+
 async def serve_worker(runtime: Runtime, channel: str, *, worker_id: str | None = None,
                        reconcile: bool = True) -> None:
     """Serve one channel until SIGTERM, running the reconciler beside it."""
     worker = runtime.worker(channel, worker_id)
     stopping = asyncio.Event()
+    progress.log_lines(progress.startup(runtime, "worker", channel=channel,
+                                        worker=worker.worker_id))
+
+    async def backlog() -> dict[str, Any]:
+        depth = await runtime.transport.depth(channel, now=runtime.clock.now())
+        return {"channel": channel, "backlog": depth.ready + depth.delayed,
+                "in_flight": depth.in_flight}
 
     def stop() -> None:
         stopping.set()
@@ -59,12 +91,17 @@ async def serve_worker(runtime: Runtime, channel: str, *, worker_id: str | None 
     sweeper = (asyncio.create_task(reconcile_loop(runtime, runtime.settings.worker
                                                   .reconcile_every_s, stopping))
                if reconcile else None)
+    reporter = asyncio.create_task(report_loop(lambda: progress.worker_totals(worker.stats),
+                                               stopping, extra=backlog))
     try:
         await worker.run()
     finally:
         stopping.set()
         if sweeper is not None:
             await sweeper
+        await reporter
+        log.info("stopped", extra={"role": "worker", "channel": channel,
+                                   **progress.worker_totals(worker.stats)})
 
 
 async def serve_scheduler(runtime: Runtime, *, once: bool = False) -> None:
@@ -72,11 +109,30 @@ async def serve_scheduler(runtime: Runtime, *, once: bool = False) -> None:
     scheduler = runtime.scheduler()
     stopping = asyncio.Event()
     on_signals(stopping.set)
-    while not stopping.is_set():
-        result = await scheduler.run_pass(now=runtime.clock.now())
-        if once:
-            return
-        if result.more:
-            continue
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stopping.wait(), timeout=runtime.settings.scheduler.interval_s)
+    progress.log_lines(progress.startup(runtime, "scheduler"))
+    totals = {"passes": 0, "members": 0, "admitted": 0, "published": 0}
+    reporter = asyncio.create_task(report_loop(lambda: dict(totals), stopping))
+    try:
+        while not stopping.is_set():
+            result = await scheduler.run_pass(now=runtime.clock.now())
+            _count(totals, result)
+            if once:
+                return
+            if result.more:
+                continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stopping.wait(),
+                                       timeout=runtime.settings.scheduler.interval_s)
+    finally:
+        stopping.set()
+        await reporter
+        log.info("stopped", extra={"role": "scheduler", **totals})
+
+
+def _count(totals: dict[str, int], result: PassResult) -> None:
+    # Passes are counted only when they did something: an idle pass is not progress.
+    if result.members or result.published:
+        totals["passes"] += 1
+    totals["members"] += result.members
+    totals["admitted"] += result.admitted
+    totals["published"] += result.published

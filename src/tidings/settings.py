@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -174,10 +175,13 @@ class GuardrailSettings(GuardrailLimits):
     campaign; ``channels.<name>`` and ``campaigns.<name>`` override them one by one."""
 
     window_s: Seconds = 300.0
+    """The sliding window every rate is measured over."""
     min_sends: int = Field(default=20, ge=1)
     """Sends in the window below which no rate is judged."""
     channels: dict[str, GuardrailLimits] = Field(default_factory=dict)
+    """Per channel, thresholds that replace the ones above (``[guardrails.channels.sms]``)."""
     campaigns: dict[str, GuardrailLimits] = Field(default_factory=dict)
+    """Per campaign, thresholds that replace the ones above (no ``oldest_message_age_s``)."""
 
 
 class QueueSettings(_Model):
@@ -211,7 +215,9 @@ class ApiSettings(_Model):
     """Intake limit for publishes across every API process, e.g. ``"200/s"``; none by default."""
     publish_burst: int = Field(default=0, ge=0)
     """Publishes allowed at once above the rate; 0 means one second's worth."""
-    paused_retry_after_s: Seconds = 60.0
+    paused_retry_after_s: Seconds = 5.0
+    """The ``Retry-After`` a publisher gets while admission is paused for its campaign or
+    channel: a few seconds, so common retrying clients keep waiting through a short pause."""
     idempotency_ttl_s: Seconds = 7 * 86400.0
     metrics_cache_s: SecondsOrZero = 5.0
     rate_window_s: Seconds = 300.0
@@ -286,6 +292,8 @@ class Settings(_Model):
     scheduler: SchedulerSettings = SchedulerSettings()
     reconciler: ReconcilerSettings = ReconcilerSettings()
     guardrails: GuardrailSettings = GuardrailSettings()
+    """Thresholds that pause a campaign's or channel's admission when its sends go wrong
+    (all off until set)."""
     api: ApiSettings = ApiSettings()
     webhooks: WebhookSettings = WebhookSettings()
 
@@ -332,9 +340,13 @@ class Settings(_Model):
         return settings
 
     @classmethod
-    def load(cls, path: str | Path | None = None, *, env: dict[str, str] | None = None
+    def load(cls, path: str | Path | None = None, *, env: Mapping[str, str] | None = None
              ) -> Settings:
-        """Read ``path`` (TOML) if given, then apply ``TIDINGS_STORE`` from the environment."""
+        """Read ``path`` (TOML) if given, then apply ``TIDINGS_STORE`` from the environment.
+
+        Relative paths in the file (a SQLite store or audience database, template
+        folders) are relative to the file's folder, not the working directory.
+        """
         data: dict[str, Any] = {}
         if path is not None:
             try:
@@ -343,13 +355,54 @@ class Settings(_Model):
                 raise ConfigurationError("config", f"{path} does not exist") from None
             except tomllib.TOMLDecodeError as exc:
                 raise ConfigurationError("config", f"{path} is not valid TOML: {exc}") from None
-        if path is not None:
-            # Template folders are relative to the settings file, not the working directory.
-            for channel in (data.get("channels") or {}).values():
-                folder = channel.get("templates") if isinstance(channel, dict) else None
-                if isinstance(folder, str) and not Path(folder).is_absolute():
-                    channel["templates"] = str(Path(path).parent / folder)
+            resolve_relative_paths(data, Path(path).resolve().parent)
         environ = os.environ if env is None else env
         if environ.get("TIDINGS_STORE"):
             data["store"] = environ["TIDINGS_STORE"]
         return cls.parse(data)
+
+
+CONFIG_ENV = "TIDINGS_CONFIG"
+DEFAULT_CONFIG = "tidings.toml"
+SQLITE_PREFIX = "sqlite:///"
+
+
+def find_settings_file(explicit: str | Path | None = None, *,
+                       env: Mapping[str, str] | None = None,
+                       cwd: Path | None = None) -> Path | None:
+    """The settings file to read: ``explicit`` (``--config``), else ``TIDINGS_CONFIG``,
+    else ``tidings.toml`` in the working directory if there is one, else None (defaults)."""
+    if explicit is not None:
+        return Path(explicit)
+    environ = os.environ if env is None else env
+    if environ.get(CONFIG_ENV):
+        return Path(environ[CONFIG_ENV])
+    candidate = (Path.cwd() if cwd is None else cwd) / DEFAULT_CONFIG
+    return candidate if candidate.is_file() else None
+
+
+def _relative_sqlite(url: Any, base: Path) -> Any:
+    """``sqlite:///x.db`` relative to ``base``; absolute and in-memory ones unchanged."""
+    if not isinstance(url, str) or not url.startswith(SQLITE_PREFIX):
+        return url
+    path = url[len(SQLITE_PREFIX):]
+    if not path or path == ":memory:" or Path(path).is_absolute():
+        return url
+    return SQLITE_PREFIX + str(base / path)
+
+
+def resolve_relative_paths(data: dict[str, Any], base: Path) -> None:
+    """Make the file's relative paths (store, audience databases, templates) absolute
+    against ``base``, the settings file's folder, in place."""
+    data_store = data.get("store")
+    if data_store is not None:
+        data["store"] = _relative_sqlite(data_store, base)
+    for channel in (data.get("channels") or {}).values():
+        folder = channel.get("templates") if isinstance(channel, dict) else None
+        if isinstance(folder, str) and not Path(folder).is_absolute():
+            channel["templates"] = str(base / folder)
+    for campaign in (data.get("campaigns") or {}).values():
+        audience = campaign.get("audience") if isinstance(campaign, dict) else None
+        sql = audience.get("sql") if isinstance(audience, dict) else None
+        if isinstance(sql, dict) and "url" in sql:
+            sql["url"] = _relative_sqlite(sql["url"], base)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,15 +16,16 @@ TIDINGS = [sys.executable, "-m", "tidings"]
 TERMINAL = ("accepted", "rejected", "dead", "cancelled", "expired")
 
 
-def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def run(*args: str, timeout: float = 60, cwd: Path | None = None
+        ) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*TIDINGS, *args], capture_output=True, text=True, timeout=timeout,
-                          check=False)
+                          check=False, cwd=cwd)
 
 
 def test_help_lists_every_command() -> None:
     result = run("--help")
     assert result.returncode == 0
-    for command in ("demo", "db", "scheduler", "worker", "reconcile", "replay", "cancel",
+    for command in ("init", "demo", "db", "scheduler", "worker", "reconcile", "replay", "cancel",
                     "inspect", "status", "sandbox"):
         assert command in result.stdout
 
@@ -83,7 +85,8 @@ def test_admission_pause_and_resume_a_channel(tmp_path: Path) -> None:
     config = tmp_path / "tidings.toml"
     config.write_text(f'store = "sqlite:///{tmp_path / "s.db"}"\n[channels.email]\n')
     stale = run("admission", "pause", "--channel", "email", "--config", str(config))
-    assert stale.returncode == 2 and "run `tidings db migrate`" in stale.stderr
+    assert stale.returncode == 2 and "new database" in stale.stderr
+    assert f"run `tidings db migrate --config {config}`" in stale.stderr
     assert run("db", "migrate", "--config", str(config)).returncode == 0
     paused = run("admission", "pause", "--channel", "email", "--reason", "provider incident",
                  "--config", str(config), "--json")
@@ -93,3 +96,38 @@ def test_admission_pause_and_resume_a_channel(tmp_path: Path) -> None:
     assert json.loads(resumed.stdout)["paused"] is False
     unknown = run("admission", "pause", "--channel", "fax", "--config", str(config))
     assert unknown.returncode == 2 and "unknown channel 'fax'" in unknown.stderr
+
+
+def test_settings_are_found_and_their_paths_are_relative_to_their_folder(tmp_path: Path) -> None:
+    home, elsewhere = tmp_path / "home", tmp_path / "elsewhere"
+    home.mkdir()
+    elsewhere.mkdir()
+    config = home / "tidings.toml"
+    config.write_text('store = "sqlite:///tidings.db"\n[channels.email]\n')
+
+    new = run("status", "--config", str(config), cwd=elsewhere)
+    assert new.returncode == 2
+    assert "new database" in new.stderr and "out of date" not in new.stderr
+    assert f"run `tidings db migrate --config {config}`" in new.stderr
+    assert not (elsewhere / "tidings.db").exists()
+
+    # Beside the file, no option at all: ./tidings.toml is read, and the scheduler (a
+    # process that owns the database) creates the schema of a new one.
+    once = run("scheduler", "--once", cwd=home)
+    assert once.returncode == 0, once.stderr
+    status = run("status", "--json", cwd=home)
+    assert status.returncode == 0, status.stderr
+    assert list(json.loads(status.stdout)["channels"]) == ["email"]
+    from_env = subprocess.run([*TIDINGS, "status", "--json"], capture_output=True, text=True,
+                              timeout=60, check=False, cwd=elsewhere,
+                              env={**os.environ, "TIDINGS_CONFIG": str(config)})
+    assert from_env.returncode == 0, from_env.stderr
+
+
+def test_a_worker_without_settings_says_none_were_read_and_creates_nothing(
+        tmp_path: Path) -> None:
+    result = run("worker", "--channel", "email", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "unknown channel 'email'; declared: none" in result.stderr
+    assert "no settings file was read" in result.stderr
+    assert list(tmp_path.iterdir()) == []

@@ -1,10 +1,11 @@
 """The operator's command line as an on-call engineer runs it: real processes on a real
-file, every command with ``--json``."""
+file, every command with ``--json``, and what each prints without it."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sqlite3
 import subprocess
 import sys
@@ -189,3 +190,48 @@ def test_replay_of_a_date_outside_the_supported_range_is_a_clean_refusal(
     assert "Traceback" not in result.stderr
     assert f"date: '{date}' is outside the supported dates (1970-01-02 to 9998-12-31)" \
         in result.stderr
+
+
+def text(*args: str) -> str:
+    """A command's default output, on an 80-column pipe."""
+    result = subprocess.run([*TIDINGS, *args], capture_output=True, text=True, timeout=60,
+                            check=False, env={**os.environ, "COLUMNS": "80"})
+    assert result.returncode == 0, result.stderr
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(result.stdout)  # text unless --json is given
+    assert "…" not in result.stdout
+    return result.stdout
+
+
+def test_every_command_prints_text_unless_asked_for_json(config: Path) -> None:
+    c = ("--config", str(config))
+    assert "schema is current" in text("db", "migrate", *c)
+    assert "admission paused for campaign 'digest'" in text(
+        "admission", "pause", "--campaign", "digest", "--reason", "incident", *c)
+    assert "admission resumed" in text("admission", "resume", "--campaign", "digest", *c)
+    refused = run("replay", "digest", "2026-08-11", *c)
+    assert refused.returncode == 2 and "freshness deadline passed" in refused.stderr
+    assert text("replay", "digest", "2026-08-11", "--expires-in", "6h", *c).startswith(
+        "replayed digest 2026-08-11: 3 members, 4 intents admitted (4 sendable)")
+    assert text("cancel", "digest/2026-08-11/cust_2/email/v1", *c) == (
+        "digest/2026-08-11/cust_2/email/v1: cancelled\n")
+    assert text("reconcile", *c).startswith("reconciled: ")
+    token = ok_json("token", "create", "--scope", "viewer", *c)
+    assert text("token", "revoke", token["id"], *c).startswith(f"revoked token {token['id']}")
+
+
+def test_inspect_and_dlq_list_show_the_same_local_times(config: Path) -> None:
+    from tidings.textout import when
+
+    key = given_a_dead_letter(config)
+    [letter] = ok_json("dlq", "list", "--channel", "email", "--config", str(config))[
+        "dead_letters"]
+    [delivery] = ok_json("inspect", key, "--config", str(config))["deliveries"]
+    dead_event = delivery["events"][-1]
+
+    listed = text("dlq", "list", "--channel", "email", "--config", str(config))
+    inspected = text("inspect", key, "--config", str(config))
+    assert when(letter["dead_at"]) in listed
+    assert when(dead_event["at"]) in inspected
+    assert "reason     retry budget spent" in inspected
+    assert f"recipient  {delivery['intent']['recipient_surrogate']}" in inspected

@@ -83,6 +83,8 @@ async def test_migrate_from_zero_applies_every_migration_in_order(
     with pytest.raises(SchemaOutOfDate) as raised:
         await db.check_schema()
     assert raised.value.pending == tuple(migrated.known)
+    assert raised.value.new is True
+    assert "new database" in str(raised.value) and "out of date" not in str(raised.value)
 
     applied = await db.migrate(now=NOW)
 
@@ -124,7 +126,8 @@ async def test_check_schema_names_only_the_versions_not_yet_applied(
         await db.check_schema()
 
     assert raised.value.pending == (extra,)
-    assert f"pending migrations {extra:04d};" in str(raised.value)
+    assert raised.value.new is False
+    assert f"schema is out of date, pending migrations {extra:04d};" in str(raised.value)
     assert await db.migrate(now=NOW) == [extra]
     await db.check_schema()
 
@@ -168,3 +171,22 @@ async def test_tokens_made_before_expiries_existed_never_expire(
         await new.close()
 
     assert rows == [("0123456789ab", None, None)]
+
+
+async def test_an_owning_process_creates_a_new_database_but_refuses_an_older_one(
+        migrated: Migrated, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tidings.runtime import build_runtime
+    from tidings.settings import Settings
+
+    settings = Settings.parse({"store": migrated.url})
+    with pytest.raises(SchemaOutOfDate) as checked:
+        await build_runtime(settings, migrate=False)
+    assert checked.value.new is True
+
+    async with await build_runtime(settings, migrate="new") as runtime:
+        assert await runtime.store.schema_version() == migrated.known[-1]
+
+    extra = migrated.with_extra_migration(monkeypatch, "CREATE TABLE later (id integer);")
+    with pytest.raises(SchemaOutOfDate) as refused:
+        await build_runtime(settings, migrate="new")
+    assert refused.value.pending == (extra,) and refused.value.new is False

@@ -16,6 +16,7 @@ import pytest
 from support.logcapture import json_logs, lines, restored_logging
 from tidings.audience import GeneratorAudience
 from tidings.campaign import Campaign
+from tidings.logs import log_time
 from tidings.model import Recipient
 from tidings.schedule import Schedule
 from tidings.surrogate import surrogate
@@ -125,5 +126,8 @@ async def test_the_scheduler_logs_the_occurrence_and_its_pages(
     assert [x["event"] for x in logged] == ["occurrence opened", "page admitted",
                                             "page admitted", "occurrence finished"]
     assert [x["admitted"] for x in logged if x["event"] == "page admitted"] == [5, 2]
+    finished = logged[-1]
+    assert (finished["members"], finished["admitted"], finished["skipped"]) == (7, 7, 0)
+    assert finished["next_at"] == log_time(campaign.schedule.next_after(h.clock.now()).logical_at)
     assert logged[0]["occurrence"].startswith("digest/") and logged[0]["kind"] == "scheduled"
     assert "@example.com" not in stream.getvalue()

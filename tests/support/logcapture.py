@@ -13,7 +13,7 @@ from typing import Any
 
 import structlog
 
-from tidings.logs import configure_logging
+from tidings.logs import configure_logging, use_clock
 
 
 @contextmanager
@@ -32,6 +32,7 @@ def restored_logging() -> Iterator[None]:
         for name, was in quiet.items():
             logging.getLogger(name).setLevel(was)
         structlog.reset_defaults()
+        use_clock(None)
 
 
 def json_logs(level: str = "debug") -> io.StringIO:

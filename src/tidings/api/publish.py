@@ -151,7 +151,7 @@ def campaign_drafts(campaign: Campaign, payload: PublishPayload, recipient: Reci
     expires_at = None if campaign.expires_after_s is None else due_at + campaign.expires_after_s
     if expires_at is not None and expires_at <= now:
         raise ApiError(422, "body.payload.schedule_day",
-                       f"{day} is past campaign {campaign.name!r}'s freshness deadline "
+                       f"{day} is past the freshness deadline of campaign {campaign.name!r} "
                        f"({campaign.expires_after_s:g} s after it is due)")
     if not recipient.active:
         return [], {ch: "recipient is not active" for ch in campaign.channels}
@@ -294,8 +294,8 @@ async def _resolve(c: ApiContext, body: PublishRequest, now: float
             member = await find_member(campaign.audience, payload.customer_id)
             if member is None:
                 raise ApiError(422, "body.payload.customer_id",
-                               f"{payload.customer_id!r} is not in campaign "
-                               f"{campaign.name!r}'s audience; send email or phone in the "
+                               f"{payload.customer_id!r} is not in the audience of "
+                               f"campaign {campaign.name!r}; send email or phone in the "
                                "payload")
             recipient = member
         drafts, skipped = campaign_drafts(campaign, payload, recipient, queue=body.queue,

@@ -108,4 +108,9 @@ def render_report(report: dict[str, Any], console: Console) -> None:
                   f"{report['recipients']:,} customers in {report['elapsed_s']} s")
     for what, value in report.get("injected", {}).items():
         console.print(f"  injected {what}: {value}")
-    console.print(f"  work dir: {report.get('workdir')}")
+    if report.get("workdir"):
+        console.print(f"  kept in {report['workdir']}: {', '.join(report.get('kept') or [])} "
+                      "(tidings.db for `tidings inspect --config "
+                      f"{report['workdir']}/tidings.toml`, each process's log)", soft_wrap=True)
+    else:
+        console.print("  work folder removed (--keep or --db keeps it)")

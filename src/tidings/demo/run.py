@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import random
+import shutil
 import signal
 import sys
 import tempfile
@@ -57,6 +58,18 @@ SANDBOX = {
     "dedupe": False,
     "hang_s": 10,
 }
+
+
+#: Injected 429s the demo expects at least, whatever its size: a small run must still
+#: show the channel pausing (at 8 expected, none at all has odds of about 1 in 3,000).
+MIN_EXPECTED_429 = 8
+
+
+def sandbox_config(sends: int) -> dict[str, Any]:
+    """The sandbox's faults for a run of about ``sends`` requests: the injected 429 share
+    is raised for a small run so that some 429s happen."""
+    share = max(float(SANDBOX["rate_limit"]), MIN_EXPECTED_429 / max(1, sends))  # type: ignore[arg-type]
+    return {**SANDBOX, "rate_limit": round(share, 6)}
 
 
 def simulated_offset(now: float) -> float:
@@ -216,17 +229,30 @@ async def retried_pass(runtime: Runtime) -> int:
     return result.admitted + len(again)
 
 
-async def _progress_loop(runtime: Runtime, progress: Progress | None, tasks: dict[str, Any],
+def expected_intents(customers: Customers) -> dict[str, int]:
+    """Intents per channel the demo will create, known before admission starts: a digest
+    for every active customer (each has an email address), and a shipment update by email
+    and by SMS for every ``SHIPMENT_EVERY``-th of them (each has a phone number)."""
+    shipments = len(customers.active[::SHIPMENT_EVERY])
+    return {"email": len(customers.active) + shipments, "sms": shipments}
+
+
+async def _progress_loop(runtime: Runtime, progress: Progress | None, totals: dict[str, int],
                          done: asyncio.Event) -> dict[str, dict[str, int]]:
+    # The bars' totals are fixed up front, so a bar never goes backwards while admission
+    # is still writing intents.
+    tasks = {} if progress is None else {
+        channel: progress.add_task(channel, total=total) for channel, total in totals.items()}
     counts: dict[str, dict[str, int]] = {}
     while True:
         counts = await runtime.store.intent_counts()
         if progress is not None:
             for channel, by_state in counts.items():
-                total = sum(by_state.values())
                 finished = sum(n for s, n in by_state.items() if s in TERMINAL)
                 if channel not in tasks:
-                    tasks[channel] = progress.add_task(channel, total=total)
+                    tasks[channel] = progress.add_task(channel, total=sum(by_state.values()))
+                task = progress.tasks[tasks[channel]]
+                total = max(task.total or 0, sum(by_state.values()))
                 progress.update(tasks[channel], total=total, completed=finished)
         if done.is_set():
             return counts
@@ -237,6 +263,15 @@ def all_terminal(counts: dict[str, dict[str, int]]) -> bool:
     return bool(counts) and all(s in TERMINAL for by in counts.values() for s in by)
 
 
+def clean_up(workdir: Path, *, keep: bool) -> list[str]:
+    """Remove the demo's own temporary work folder unless ``keep``; returns the names of
+    what was kept (nothing once removed)."""
+    if not keep:
+        shutil.rmtree(workdir, ignore_errors=True)
+        return []
+    return sorted(p.name for p in workdir.iterdir())
+
+
 def prepare(db: Path | None, recipients: int, seed: int) -> tuple[Path, Path, Customers]:
     """A fresh work dir (or the one ``--db`` names), an empty ledger, seeded customers."""
     workdir = Path(db).parent if db else Path(tempfile.mkdtemp(prefix="tidings-demo-"))
@@ -244,8 +279,10 @@ def prepare(db: Path | None, recipients: int, seed: int) -> tuple[Path, Path, Cu
     db_path = Path(db) if db else workdir / "tidings.db"
     for suffix in ("", "-wal", "-shm"):
         Path(f"{db_path}{suffix}").unlink(missing_ok=True)
-    (workdir / "sandbox.json").write_text(json.dumps(SANDBOX))
-    return workdir, db_path, seed_customers(workdir / "customers.db", recipients, seed)
+    customers = seed_customers(workdir / "customers.db", recipients, seed)
+    sends = sum(expected_intents(customers).values())
+    (workdir / "sandbox.json").write_text(json.dumps(sandbox_config(sends)))
+    return workdir, db_path, customers
 
 
 #: Every table the PostgreSQL migrations create: what ``--reset`` drops.
@@ -305,8 +342,10 @@ def prepare_postgres(url: str, *, reset: bool) -> str:
 
 
 async def demo(*, recipients: int, db: Path | None, seed: int, as_json: bool,
-               started: float, store: str | None = None, reset: bool = False
-               ) -> dict[str, Any]:
+               started: float, store: str | None = None, reset: bool = False,
+               keep: bool = False) -> dict[str, Any]:
+    """Run the demo and report. Its work folder is a temporary one, removed at the end
+    unless ``keep``; with ``db`` it is that file's folder, always kept."""
     console = Console(stderr=True)
     quiet = as_json or not console.is_terminal
     rng = random.Random(seed)
@@ -318,7 +357,9 @@ async def demo(*, recipients: int, db: Path | None, seed: int, as_json: bool,
     prepared = await asyncio.to_thread(prepare_postgres, store, reset=reset) if store else None
     workdir, db_path, customers = await asyncio.to_thread(prepare, db, recipients, seed)
     store_url = store or f"sqlite:///{db_path}"
-    say(f"[bold]tidings demo[/bold]: {recipients:,} customers, work dir {workdir}")
+    keep = keep or db is not None
+    say(f"[bold]tidings demo[/bold]: {recipients:,} customers, work dir {workdir}"
+        + ("" if keep else " (removed at the end; --keep keeps it)"))
     if store:
         from tidings.stores.postgres_db import redact
 
@@ -345,13 +386,13 @@ async def demo(*, recipients: int, db: Path | None, seed: int, as_json: bool,
         say(f"{len(shipments):,} shipment-update intents created "
             f"({CANCELLED_SHIPMENTS} shipments cancelled)")
         done = asyncio.Event()
-        tasks: dict[str, Any] = {}
         progress = None if quiet else Progress(
             TextColumn("{task.description:>6}"), BarColumn(), MofNCompleteColumn(),
             TimeElapsedColumn(), console=console)
         if progress is not None:
             progress.start()
-        watcher = asyncio.create_task(_progress_loop(runtime, progress, tasks, done))
+        watcher = asyncio.create_task(_progress_loop(runtime, progress,
+                                                     expected_intents(customers), done))
         killed = duplicated = retried = False
         phases["started_s"] = round(time.monotonic() - started, 2)
         deadline = time.monotonic() + DEADLINE_S
@@ -400,7 +441,9 @@ async def demo(*, recipients: int, db: Path | None, seed: int, as_json: bool,
         await runtime.close()
     phases["stopped_s"] = round(time.monotonic() - started, 2)
     report["phases"] = phases
-    report["workdir"] = str(workdir)
+    kept = await asyncio.to_thread(clean_up, workdir, keep=keep)
+    report["workdir"] = str(workdir) if keep else None
+    report["kept"] = kept
     if store:
         from tidings.stores.postgres_db import redact
 
@@ -428,7 +471,8 @@ async def _sandbox_stats(url: str) -> dict[str, Any]:
 
 
 def run_demo(*, recipients: int, db: Path | None, seed: int, as_json: bool,
-             store: str | None = None, reset: bool = False) -> dict[str, Any]:
+             store: str | None = None, reset: bool = False, keep: bool = False
+             ) -> dict[str, Any]:
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     return asyncio.run(demo(recipients=recipients, db=db, seed=seed, as_json=as_json,
-                            started=time.monotonic(), store=store, reset=reset))
+                            started=time.monotonic(), store=store, reset=reset, keep=keep))

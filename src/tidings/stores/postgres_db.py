@@ -272,10 +272,11 @@ class PostgresDatabase(SharedDatabase):
         return max(await self.applied_migrations(), default=0)
 
     async def check_schema(self) -> None:
-        """Raise SchemaOutOfDate naming the pending versions, if any."""
+        """Raise SchemaOutOfDate naming the pending versions (``new`` when none is applied)."""
         pending = await self.pending_migrations()
         if pending:
-            raise SchemaOutOfDate(self.safe_url, tuple(pending))
+            new = await self.schema_version() == 0
+            raise SchemaOutOfDate(self.safe_url, tuple(pending), new=new)
 
 
 async def insert_messages(conn: Conn, sql: Mapping[str, str], queue: str,

@@ -215,10 +215,11 @@ class SqliteDatabase(SharedDatabase):
         return max(await self.applied_migrations(), default=0)
 
     async def check_schema(self) -> None:
-        """Raise SchemaOutOfDate naming the pending versions, if any."""
+        """Raise SchemaOutOfDate naming the pending versions (``new`` when none is applied)."""
         pending = await self.pending_migrations()
         if pending:
-            raise SchemaOutOfDate(self.url, tuple(pending))
+            new = await self.schema_version() == 0
+            raise SchemaOutOfDate(self.url, tuple(pending), new=new)
 
 
 def insert_messages(conn: sqlite3.Connection, sql: Mapping[str, str], queue: str,
