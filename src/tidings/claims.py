@@ -6,7 +6,7 @@ lease only for ``CLAIMED``; everything else is a verdict the worker acts on.
 
 from __future__ import annotations
 
-from tidings.states import CLAIMABLE, DONE, State
+from tidings.states import CLAIMABLE, DONE, UNSETTLED, State
 from tidings.stores.base import ClaimKind
 
 
@@ -19,7 +19,7 @@ def claim_kind(state: State, *, next_attempt_at: float | None,
         return ClaimKind.CLAIMED, None
     if state in DONE:
         return ClaimKind.DONE, None
-    if state is State.UNCERTAIN:
+    if state in UNSETTLED:
         return ClaimKind.HELD, None
     if state is State.CLAIMED:
         # Live or expired, a lease is the reconciler's to end, not a claimer's.

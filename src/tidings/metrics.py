@@ -12,8 +12,9 @@ refusals) is counted in-process; Prometheus sums those across API instances.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -36,6 +37,7 @@ class _Reading:
     triggers: dict[str, int]
     plan: tuple[operations.PlanLine, ...]
     provider_events: tuple[ProviderEventCount, ...] = ()
+    uncertain: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
 
 class _StoreCollector(Collector):
@@ -144,6 +146,16 @@ class _StoreCollector(Collector):
         yield deadline
         yield from provider_event_families(r.provider_events)
 
+        unsettled = GaugeMetricFamily(
+            "tidings_uncertain",
+            "Sends whose answer was lost, not yet settled: uncertain (being settled by the "
+            "channel's policy), held (waiting for evidence), awaiting_operator (held past "
+            "hold_s).", labels=["channel", "state"])
+        for channel, row in sorted(r.uncertain.items()):
+            for state in ("uncertain", "held", "awaiting_operator"):
+                unsettled.add_metric([channel, state], row.get(state, 0))
+        yield unsettled
+
 
 class ApiMetrics:
     """The metrics of one API app: in-process counters plus store-derived readings."""
@@ -180,9 +192,12 @@ class ApiMetrics:
         provider_events = await rt.store.provider_event_counts()
         plan = operations.plan(snap, limits=rt.limits,
                                freshness={c.name: c.expires_after_s for c in rt.campaigns})
+        uncertain = await operations.uncertain_counts(rt.store, rt.uncertain_policies(),
+                                                      now=now)
         self._store.reading = _Reading(snap=snap, histograms=tuple(histograms),
                                        triggers=triggers, plan=tuple(plan),
-                                       provider_events=tuple(provider_events))
+                                       provider_events=tuple(provider_events),
+                                       uncertain=uncertain)
         self._read_at = now
 
     def render(self) -> bytes:

@@ -31,8 +31,15 @@ class State(StrEnum):
     """A try failed in a way worth retrying, or a lease expired. Out: a worker claims
     it again once ``next_attempt_at`` passes, or it is republished."""
     UNCERTAIN = "uncertain"
-    """The provider may have accepted it. Out: the reconciler resolves it (accepted by
-    lookup, else retryable under the same idempotency key)."""
+    """The provider may have accepted it (an answer lost, or a lease expired). Out: the
+    reconciler settles it by the channel's policy (``tidings.uncertain``): accepted or
+    dead by lookup or webhook evidence, retryable when the lookup cannot find it or the
+    policy is ``resend``, held otherwise."""
+    HELD = "held"
+    """Uncertain, and nothing may resend it: no lookup settled it, so it waits for
+    evidence (a provider webhook naming its key) and, past the channel's ``hold_s``, for
+    an operator's audited decision. Out: evidence (accepted, dead) or an operator
+    (accepted, retryable, dead); never by itself."""
     ACCEPTED = "accepted"
     """The provider accepted it; the receipt is stored. Out: provider webhooks only."""
     DELIVERED = "delivered"
@@ -60,7 +67,8 @@ TRANSITIONS: dict[State, frozenset[State]] = {
         {S.ACCEPTED, S.RETRYABLE, S.UNCERTAIN, S.REJECTED, S.DEAD, S.CANCELLED, S.EXPIRED}
     ),
     S.RETRYABLE: frozenset({S.ENQUEUED, S.CLAIMED, S.CANCELLED, S.EXPIRED, S.DEAD}),
-    S.UNCERTAIN: frozenset({S.ACCEPTED, S.RETRYABLE}),
+    S.UNCERTAIN: frozenset({S.ACCEPTED, S.RETRYABLE, S.HELD, S.DEAD}),
+    S.HELD: frozenset({S.ACCEPTED, S.RETRYABLE, S.DEAD}),
     S.ACCEPTED: frozenset({S.DELIVERED, S.BOUNCED, S.COMPLAINED}),
     S.DELIVERED: frozenset({S.BOUNCED, S.COMPLAINED}),
     S.BOUNCED: frozenset(),
@@ -79,6 +87,8 @@ DONE: frozenset[State] = frozenset(
 CLAIMABLE: frozenset[State] = frozenset({S.SELECTED, S.ENQUEUED, S.RETRYABLE})
 #: States counted as accepted by the channel (provider events keep accepted_at).
 ACCEPTED_FAMILY: frozenset[State] = frozenset({S.ACCEPTED, S.DELIVERED, S.BOUNCED, S.COMPLAINED})
+#: States the reconciler settles by evidence or policy, never a worker.
+UNSETTLED: frozenset[State] = frozenset({S.UNCERTAIN, S.HELD})
 #: Terminal dispositions reported per channel.
 TERMINAL: frozenset[State] = DONE
 
