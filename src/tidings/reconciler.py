@@ -35,6 +35,7 @@ from tidings.uncertain import (
     on_policy,
     policy_for,
 )
+from tidings.webhooks.evidence import early_evidence
 from tidings.webhooks.record import adopt_orphans
 
 log = logging.getLogger("tidings.reconciler")
@@ -151,14 +152,19 @@ class Reconciler:
         pending = await self.store.intent_find(
             states=[State.UNCERTAIN], updated_before=now - self.config.uncertain_after_s,
             limit=self.config.limit)
-        asks = [i for i in pending if self.policy(i.channel).mode is Policy.LOOKUP]
+        # A webhook that came while the send was in flight already settled it.
+        seen = {i.key: early_evidence(await self.store.events_for(i.key)) for i in pending}
+        asks = [i for i in pending
+                if seen[i.key] is None and self.policy(i.channel).mode is Policy.LOOKUP]
         answers = dict(zip((i.key for i in asks), await self._lookups(asks), strict=True))
         changes: list[Change] = []
         for intent in pending:
             policy = self.policy(intent.channel)
             found = answers.get(intent.key)
-            verdict: Verdict | None
-            if found is not None:
+            verdict: Verdict | None = seen[intent.key]
+            if verdict is not None:
+                pass
+            elif found is not None:
                 verdict = after_lookup(intent, policy, found, now=now)
             else:
                 verdict = on_policy(intent, policy, now=now, lease_s=self.config.lease_s)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,11 +14,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from support.lost_answers import LostAnswers
 from tidings import operations
 from tidings.clock import FakeClock
 from tidings.errors import ConfigurationError, InvalidInput
 from tidings.intake import NotifyRequest
-from tidings.model import Intent, Lookup, LookupStatus, SendRequest, Uncertain
+from tidings.model import Intent, Lookup, LookupStatus
 from tidings.runtime import Runtime, build_runtime
 from tidings.settings import Settings
 from tidings.states import TRANSITIONS, State
@@ -34,36 +35,6 @@ from tidings.uncertain import (
 )
 
 T0 = 1_780_000_000.0
-
-
-@dataclass
-class LostAnswers:
-    """A provider whose every answer is lost; it counts the requests it received.
-
-    ``answers`` are what its lookup says per key (``raises`` makes the lookup fail)."""
-
-    supports_lookup: bool = False
-    deduplicates: bool = False
-    dedupe_window_s: float | None = None
-    lookup_settle_s: float = 0.0
-    raises: bool = False
-    answers: dict[str, Lookup] = field(default_factory=dict)
-    sent: list[str] = field(default_factory=list)
-    asked: list[str] = field(default_factory=list)
-    name: str = "lost-answers"
-
-    async def send(self, request: SendRequest) -> Uncertain:
-        self.sent.append(request.key)
-        return Uncertain(reason="no answer: timed out")
-
-    async def lookup(self, key: str) -> Lookup:
-        self.asked.append(key)
-        if self.raises:
-            raise ConnectionError("provider read API unreachable")
-        return self.answers.get(key, Lookup.of_not_found())
-
-    async def close(self) -> None:
-        return None
 
 
 @dataclass
