@@ -411,6 +411,16 @@ class Uncertain:
 Outcome = Accepted | RateLimited | Transient | Permanent | Uncertain
 
 
+@dataclass(frozen=True, kw_only=True)
+class LookupHint:
+    """What a provider that cannot be searched by our key needs to find a send: the
+    recipient and the window the request left in (Unix seconds)."""
+
+    to: str
+    sent_after: float
+    sent_before: float
+
+
 class LookupStatus(StrEnum):
     """The four answers a lookup by key can give."""
 

@@ -18,8 +18,9 @@ import logging
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, cast
 
-from tidings.model import Event, Intent, Lookup
+from tidings.model import Event, Intent, Lookup, LookupHint
 from tidings.providers.base import Provider
 from tidings.providers.http_outcomes import describe
 from tidings.relay import RelayConfig, publish, relay_pass
@@ -32,6 +33,7 @@ from tidings.uncertain import (
     Verdict,
     after_lookup,
     awaiting_operator,
+    hint_for,
     on_policy,
     policy_for,
 )
@@ -152,11 +154,15 @@ class Reconciler:
         pending = await self.store.intent_find(
             states=[State.UNCERTAIN], updated_before=now - self.config.uncertain_after_s,
             limit=self.config.limit)
+        timelines = {i.key: await self.store.events_for(i.key) for i in pending}
         # A webhook that came while the send was in flight already settled it.
-        seen = {i.key: early_evidence(await self.store.events_for(i.key)) for i in pending}
+        seen = {key: early_evidence(events) for key, events in timelines.items()}
         asks = [i for i in pending
                 if seen[i.key] is None and self.policy(i.channel).mode is Policy.LOOKUP]
-        answers = dict(zip((i.key for i in asks), await self._lookups(asks), strict=True))
+        hints = {i.key: hint_for(i, timelines[i.key], lease_s=self.config.lease_s)
+                 for i in asks}
+        answers = dict(zip((i.key for i in asks), await self._lookups(asks, hints),
+                           strict=True))
         changes: list[Change] = []
         for intent in pending:
             policy = self.policy(intent.channel)
@@ -195,9 +201,11 @@ class Reconciler:
             await publish(self.transport, retry, now=now)
         result.uncertain_retried = len(retry)
 
-    async def _lookups(self, intents: Sequence[Intent]) -> list[Lookup]:
-        """Ask each intent's provider by key, a few at a time; a lookup that raises is
-        unknown (asked again later), never not-found."""
+    async def _lookups(self, intents: Sequence[Intent], hints: Mapping[str, LookupHint]
+                       ) -> list[Lookup]:
+        """Ask each intent's provider by key (with the recipient and send window where
+        the provider needs them), a few at a time; a lookup that raises is unknown
+        (asked again later), never not-found."""
         gate = asyncio.Semaphore(self.config.lookups_in_flight)
 
         async def one(intent: Intent) -> Lookup:
@@ -206,6 +214,10 @@ class Reconciler:
                 return Lookup.of_unknown("no provider for the channel here")
             async with gate:
                 try:
+                    if getattr(provider, "lookup_needs_hint", False):
+                        found: Lookup = await cast(Any, provider).lookup(intent.key,
+                                                                         hints[intent.key])
+                        return found
                     return await provider.lookup(intent.key)
                 except Exception as exc:  # any failure of the lookup means "ask later"
                     return Lookup.of_unknown(describe(exc))

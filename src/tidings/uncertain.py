@@ -29,12 +29,13 @@ each an audit event naming who decided. Dead intents can be redriven like any ot
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
 from tidings.errors import ConfigurationError, InvalidInput
-from tidings.model import Intent, Lookup, LookupStatus
+from tidings.model import Event, Intent, Lookup, LookupHint, LookupStatus
 from tidings.states import State
 
 
@@ -221,6 +222,20 @@ def on_operator(decision: OperatorDecision, *, who: str, note: str | None = None
     to = {OperatorDecision.ACCEPTED: State.ACCEPTED, OperatorDecision.RESEND: State.RETRYABLE,
           OperatorDecision.FAILED: State.DEAD}[decision]
     return Verdict(to=to, event=f"operator_{decision.value}", reason=reason)
+
+
+#: Clock difference allowed between us and the provider when matching send times.
+CLOCK_SKEW_S = 60.0
+
+
+def hint_for(intent: Intent, events: Sequence[Event], *, lease_s: float) -> LookupHint:
+    """Where a send of ``intent`` can be found without our key: its recipient, and the
+    window from its last claim (the request left after it) to when it turned
+    uncertain, widened by the clock skew allowed."""
+    claims = [e.at for e in events if e.type == "claimed"]
+    start = max(claims) if claims else intent.updated_at - lease_s
+    return LookupHint(to=intent.address, sent_after=start - CLOCK_SKEW_S,
+                      sent_before=intent.updated_at + CLOCK_SKEW_S)
 
 
 def awaiting_operator(intent: Intent, policy: UncertainPolicy, now: float) -> bool:
