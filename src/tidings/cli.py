@@ -696,11 +696,36 @@ def sandbox(
     config: Annotated[Path | None, typer.Option(
         "--config", help="Sandbox fault and quota settings (JSON).")] = None,
     seed: Annotated[int, typer.Option(help="Seed for injected faults.")] = 0,
+    dialect: Annotated[list[str] | None, typer.Option(
+        "--dialect", help="Also speak this provider's API: postmark, sendgrid, twilio "
+                          "(repeat for several).")] = None,
+    postmark_webhook: Annotated[str | None, typer.Option(
+        help="With --dialect postmark: post Delivery records here "
+             "(http://user:pass@host/v1/webhooks/postmark).")] = None,
+    twilio_auth_token_env: Annotated[str | None, typer.Option(
+        help="With --dialect twilio: the variable holding the auth token that signs "
+             "status callbacks (none: no callbacks).")] = None,
+    clock_offset: Annotated[float, typer.Option(
+        help="Seconds added to the clock (a simulated time, as tidings' clock_offset_s).")
+    ] = 0.0,
 ) -> None:
     """Run the sandbox provider: an HTTP email/SMS provider that fails like real ones."""
+    from tidings.sandbox.dialects import DIALECTS, DialectSettings
     from tidings.sandbox.server import main_sandbox
 
-    main_sandbox(host, port, str(config) if config else None, seed)
+    for name in dialect or ():
+        if name not in DIALECTS:
+            raise typer.BadParameter(f"{name!r}: one of {', '.join(DIALECTS)}",
+                                     param_hint="--dialect")
+    token = os.environ.get(twilio_auth_token_env) if twilio_auth_token_env else None
+    if twilio_auth_token_env and not token:
+        raise typer.BadParameter(f"environment variable {twilio_auth_token_env} is not set",
+                                 param_hint="--twilio-auth-token-env")
+    main_sandbox(host, port, str(config) if config else None, seed,
+                 dialects=DialectSettings(dialects=tuple(dialect or ()),
+                                          postmark_webhook=postmark_webhook,
+                                          twilio_auth_token=token),
+                 clock_offset_s=clock_offset)
 
 
 @app.command()
