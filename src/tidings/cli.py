@@ -742,6 +742,10 @@ def demo(
                         "data is lost); the demo then migrates a fresh schema.")] = False,
     as_json: JsonOpt = False,
     seed: Annotated[int, typer.Option(help="Seed for data and faults.")] = 7,
+    real_providers: Annotated[bool, typer.Option(
+        "--real-providers", help="Email through the Postmark adapter and SMS through the "
+        "Twilio adapter, against the sandbox speaking their dialects (lost responses on, "
+        "dedupe off), webhooks to tidings api.")] = False,
 ) -> None:
     """Run the whole pipeline against the sandbox with faults on, then report.
 
@@ -760,7 +764,7 @@ def demo(
         raise typer.BadParameter("--reset only applies with --store", param_hint="--reset")
     try:
         report = run_demo(recipients=recipients, db=db, seed=seed, as_json=as_json,
-                          store=store, reset=reset)
+                          store=store, reset=reset, real_providers=real_providers)
     except (DemoStoreError, TidingsError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None

@@ -589,8 +589,11 @@ async def uncertain_resolve(store: Store, transport: Transport, *,
     verdict = on_operator(chosen, who=who, note=note)
     assert verdict.to is not None
     resend = verdict.to is State.RETRYABLE
+    # The lease token pins the decision to the send the operator saw: one resent and
+    # uncertain again meanwhile is a new question, skipped as settled meanwhile.
     changes = [Change(key=i.key, from_state=i.state, to_state=verdict.to, event=verdict.event,
                       reason=verdict.reason, worker=f"operator:{who}",
+                      lease_token=i.lease_token,
                       next_attempt_at=now if resend else None, reset_failures=resend)
                for i in intents]
     applied = set(await store.intent_apply_many(changes, now=now)) if changes else set()

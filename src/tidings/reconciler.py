@@ -177,10 +177,13 @@ class Reconciler:
             if verdict is None or verdict.to is None:
                 result.uncertain_waiting += 1
                 continue
+            # Guarded by the lease token too: the verdict is about this uncertain episode.
+            # Another sweep may have resent it meanwhile and it may be uncertain again, with
+            # a new token, about a send this lookup could not have seen.
             changes.append(Change(
                 key=intent.key, from_state=State.UNCERTAIN, to_state=verdict.to,
                 event=verdict.event, receipt=verdict.receipt, worker=self.worker_id,
-                reason=verdict.reason,
+                reason=verdict.reason, lease_token=intent.lease_token,
                 next_attempt_at=now if verdict.to is State.RETRYABLE else None))
         applied = set(await self.store.intent_apply_many(changes, now=now)) if changes else set()
         retry: list[tuple[str, str, float]] = []

@@ -23,6 +23,7 @@ from tidings.model import Intent, Lookup, LookupStatus
 from tidings.runtime import Runtime, build_runtime
 from tidings.settings import Settings
 from tidings.states import TRANSITIONS, State
+from tidings.stores.base import Change
 from tidings.uncertain import (
     OperatorDecision,
     Policy,
@@ -407,3 +408,35 @@ async def test_status_and_plan_show_the_policy_and_the_counts(world: World) -> N
 
     assert counts["email"] == {"policy": "hold", "default": True, "hold_s": 3600.0,
                                "uncertain": 1, "held": 2, "awaiting_operator": 2}
+
+
+async def test_a_stale_verdict_never_settles_a_newer_uncertain_send(make: Make) -> None:
+    # given a send whose answer was lost, on a provider that can be asked
+    world = await make(provider={"supports_lookup": True})
+    await world.send_all("s")
+    key = "s:email"
+    store = world.rt.store
+    world.clock.advance(2)
+    asked = world.provider.lookup
+
+    async def slow_lookup(k: str) -> Lookup:
+        # while this sweep waits for its lookup, another sweep resent the intent and the
+        # resend's answer was lost too: it is uncertain again, about a newer send
+        now = world.clock.now()
+        assert await store.intent_apply_many([Change(
+            key=key, from_state=State.UNCERTAIN, to_state=State.RETRYABLE,
+            event="resolved_retry", next_attempt_at=now)], now=now) == [key]
+        [claim] = await store.intent_claim_many([key], owner="w9", lease_s=30, now=now)
+        assert await store.intent_apply_many([Change(
+            key=key, from_state=State.CLAIMED, to_state=State.UNCERTAIN, event="uncertain",
+            lease_token=claim.token)], now=now) == [key]
+        return await asked(k)  # not found: it says nothing of the newer send
+
+    world.provider.lookup = slow_lookup  # type: ignore[method-assign]
+
+    # when the first sweep comes back with "not found"
+    result = await world.reconcile()
+
+    # then its verdict is not applied to the newer send: nothing is resent
+    assert result.uncertain_retried == 0 and await world.queued() == 0
+    assert await world.state("s") is State.UNCERTAIN
