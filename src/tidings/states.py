@@ -26,10 +26,11 @@ class State(StrEnum):
     """A message for it is on its channel queue. Out: a worker claims it."""
     CLAIMED = "claimed"
     """A worker holds a lease on it. Out: the worker records the outcome, or the
-    reconciler finds the lease expired (retryable)."""
+    reconciler finds the lease expired (uncertain: the holder may have sent)."""
     RETRYABLE = "retryable"
-    """A try failed in a way worth retrying, or a lease expired. Out: a worker claims
-    it again once ``next_attempt_at`` passes, or it is republished."""
+    """A try failed in a way worth retrying, or an uncertain send was found not
+    accepted (or resent by policy or an operator). Out: a worker claims it again once
+    ``next_attempt_at`` passes, or it is republished."""
     UNCERTAIN = "uncertain"
     """The provider may have accepted it (an answer lost, or a lease expired). Out: the
     reconciler settles it by the channel's policy (``tidings.uncertain``): accepted or

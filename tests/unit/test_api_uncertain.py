@@ -118,9 +118,12 @@ async def test_status_plan_and_metrics_count_held_sends(api: Api) -> None:
     status = (await api.client.get("/v1/status", headers=api.auth("viewer"))).json()
     plan = (await api.client.get("/v1/plan", headers=api.auth("viewer"))).json()
     metrics = (await api.client.get("/metrics", headers=api.auth("viewer"))).text
+    dashboard = (await api.client.get("/ui", headers=api.auth("viewer"))).text
 
     assert status["channels"]["email"]["uncertain_sends"]["held"] == 1
     assert plan["uncertain"]["email"]["policy"] == "lookup"
     assert 'tidings_uncertain{channel="email",state="held"} 1.0' in metrics
     assert 'tidings_uncertain{channel="email",state="awaiting_operator"} 1.0' in metrics
     assert 'tidings_uncertain{channel="sms",state="uncertain"} 0.0' in metrics
+    email_card = dashboard.split('data-channel="email"')[1].split("</article>")[0]
+    assert 'data-metric="held" class="warn"' in email_card
