@@ -705,12 +705,17 @@ def sandbox(
     twilio_auth_token_env: Annotated[str | None, typer.Option(
         help="With --dialect twilio: the variable holding the auth token that signs "
              "status callbacks (none: no callbacks).")] = None,
+    sendgrid_webhook: Annotated[str | None, typer.Option(
+        help="With --dialect sendgrid: post signed event batches here.")] = None,
+    sendgrid_signing_key_env: Annotated[str | None, typer.Option(
+        help="With --sendgrid-webhook: the variable holding the ECDSA P-256 private key "
+             "(PEM) that signs them.")] = None,
     clock_offset: Annotated[float, typer.Option(
         help="Seconds added to the clock (a simulated time, as tidings' clock_offset_s).")
     ] = 0.0,
 ) -> None:
     """Run the sandbox provider: an HTTP email/SMS provider that fails like real ones."""
-    from tidings.sandbox.dialects import DIALECTS, DialectSettings
+    from tidings.sandbox.dialects import DIALECTS, DialectSettings, signing_key_from
     from tidings.sandbox.server import main_sandbox
 
     for name in dialect or ():
@@ -721,10 +726,19 @@ def sandbox(
     if twilio_auth_token_env and not token:
         raise typer.BadParameter(f"environment variable {twilio_auth_token_env} is not set",
                                  param_hint="--twilio-auth-token-env")
+    signing_key = None
+    if sendgrid_signing_key_env:
+        try:
+            signing_key = signing_key_from(os.environ.get(sendgrid_signing_key_env, ""))
+        except ValueError as exc:
+            raise typer.BadParameter(f"{sendgrid_signing_key_env}: {exc}",
+                                     param_hint="--sendgrid-signing-key-env") from None
     main_sandbox(host, port, str(config) if config else None, seed,
                  dialects=DialectSettings(dialects=tuple(dialect or ()),
                                           postmark_webhook=postmark_webhook,
-                                          twilio_auth_token=token),
+                                          twilio_auth_token=token,
+                                          sendgrid_webhook=sendgrid_webhook,
+                                          sendgrid_signing_key=signing_key),
                  clock_offset_s=clock_offset)
 
 

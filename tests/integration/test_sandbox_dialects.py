@@ -229,3 +229,58 @@ async def test_lost_answers_settle_with_no_key_accepted_twice(
     assert stats["lost_responses"] > 0  # the fault happened
     assert stats["accepted_keys"] == n
     assert stats["keys_accepted_twice"] == 0, stats["keys_accepted_twice_sample"]
+
+
+async def test_the_sendgrid_dialect_signs_its_event_webhook(hooks: Hooks) -> None:
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    from tidings.clock import SystemClock
+    from tidings.providers.config import SendGridProviderSettings, build_provider_from
+    from tidings.webhooks.parse import parse_sendgrid
+    from tidings.webhooks.verify import SendGridVerifier
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    server = await serve(SandboxConfig(dedupe=False, lost_response=1.0, quotas=QUOTAS),
+                         dialects=DialectSettings(dialects=("sendgrid",),
+                                                  sendgrid_webhook=f"{hooks.url}/sg",
+                                                  sendgrid_signing_key=key,
+                                                  webhook_delay_s=0.0))
+    settings = SendGridProviderSettings.model_validate(provider_settings("sendgrid",
+                                                                         server.url))
+    provider = build_provider_from(settings, channel="email", clock=SystemClock(), env=ENV)
+    try:
+        outcome = await provider.send(SendRequest(
+            key="order-1", channel="email", to="ada@example.com", template="t/v1",
+            data="{}", recipient_id="r1", content=CONTENT))
+        for _ in range(100):
+            if hooks.received:
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        await provider.close()
+        await server.close()
+
+    assert isinstance(outcome, Uncertain)
+    [(url, headers, body)] = hooks.received
+    SendGridVerifier([key.public_key()], clock=SystemClock()).verify(
+        WebhookRequest(url=url, headers=headers, body=body))
+    [evidence] = parse_sendgrid(body, now=0.0).evidence
+    assert (evidence.key, evidence.accepted) == ("order-1", True)
+
+
+def test_the_sendgrid_signing_key_must_be_a_p256_private_key() -> None:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    from tidings.sandbox.dialects import signing_key_from
+
+    def pem(key: ec.EllipticCurvePrivateKey) -> str:
+        return key.private_bytes(serialization.Encoding.PEM,
+                                 serialization.PrivateFormat.PKCS8,
+                                 serialization.NoEncryption()).decode()
+
+    good = ec.generate_private_key(ec.SECP256R1())
+    assert signing_key_from(pem(good)).public_key() == good.public_key()
+    for bad in ("", "not a key", pem(ec.generate_private_key(ec.SECP384R1()))):
+        with pytest.raises(ValueError):
+            signing_key_from(bad)

@@ -21,9 +21,11 @@ twilio     ``POST /2010-04-01/Accounts/{sid}/           ``GET`` of the same path
 
 Webhooks: after a message is accepted (its reply lost or not), Postmark's dialect posts
 a ``Delivery`` record with its Metadata to ``postmark_webhook`` (basic auth from the
-URL's credentials), and Twilio's posts a ``delivered`` status callback to the send's
+URL's credentials); Twilio's posts a ``delivered`` status callback to the send's
 ``StatusCallback`` URL, signed with ``twilio_auth_token`` as Twilio signs
-(``X-Twilio-Signature``). SendGrid's event webhook (ECDSA-signed) is not served.
+(``X-Twilio-Signature``); SendGrid's posts a ``delivered`` event, with the custom args,
+to ``sendgrid_webhook``, signed with ``sendgrid_signing_key`` (ECDSA P-256 over the
+timestamp and the body, as SendGrid's signed event webhook is).
 """
 
 from __future__ import annotations
@@ -45,9 +47,15 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 import aiohttp
 import yarl
 from aiohttp import web
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec
 
 from tidings.sandbox.core import AnswerKind, SandboxAnswer, SandboxCore
-from tidings.webhooks.verify import twilio_signature
+from tidings.webhooks.verify import (
+    SENDGRID_SIGNATURE_HEADER,
+    SENDGRID_TIMESTAMP_HEADER,
+    twilio_signature,
+)
 
 log = logging.getLogger("tidings.sandbox.dialects")
 
@@ -66,6 +74,10 @@ class DialectSettings:
     """Where Postmark's Delivery records go (``http://user:pass@host/v1/webhooks/postmark``)."""
     twilio_auth_token: str | None = None
     """Signs Twilio's status callbacks; none: no callbacks."""
+    sendgrid_webhook: str | None = None
+    """Where SendGrid's event batches go (``http://host/v1/webhooks/sendgrid``)."""
+    sendgrid_signing_key: ec.EllipticCurvePrivateKey | None = None
+    """Signs SendGrid's event batches; none: no events."""
     webhook_delay_s: float = 0.2
 
 
@@ -269,8 +281,11 @@ async def _sendgrid_send(request: web.Request) -> web.StreamResponse:
         problem = "personalizations.0.to.0.email: required"
     answer = state.core.handle("email", key, to, problem=problem)
     if _accepted(answer) and key and to:
-        state.record(Sent(key=key, receipt=str(answer.receipt), channel="email", to=to,
-                          at=state.now()))
+        sent = Sent(key=key, receipt=str(answer.receipt), channel="email", to=to,
+                    at=state.now(), metadata={KEY_FIELD: key})
+        state.record(sent)
+        if state.settings.sendgrid_webhook and state.settings.sendgrid_signing_key:
+            state.later(lambda: _sendgrid_event(state, sent))
 
     def reply(a: SandboxAnswer) -> web.Response:
         if a.receipt is not None:
@@ -280,6 +295,19 @@ async def _sendgrid_send(request: web.Request) -> web.StreamResponse:
                                                    "field": None}]}, headers)
 
     return await _act(request, answer, reply)
+
+
+async def _sendgrid_event(state: DialectState, sent: Sent) -> None:
+    url, key = state.settings.sendgrid_webhook, state.settings.sendgrid_signing_key
+    assert url is not None and key is not None
+    timestamp = str(int(state.now()))
+    body = json.dumps([{"email": sent.to, "timestamp": int(state.now()), "event": "delivered",
+                        "sg_message_id": f"{sent.receipt}.filter0001.1.1.0",
+                        "response": "250 OK", **sent.metadata}]).encode()
+    signature = key.sign(timestamp.encode() + body, ec.ECDSA(hashes.SHA256()))
+    await state.post(url, data=body, headers={
+        "Content-Type": "application/json", SENDGRID_TIMESTAMP_HEADER: timestamp,
+        SENDGRID_SIGNATURE_HEADER: base64.b64encode(signature).decode()})
 
 
 async def _sendgrid_activity(request: web.Request) -> web.Response:
@@ -351,6 +379,19 @@ async def _twilio_list(request: web.Request) -> web.Response:
         "sid": s.receipt, "to": s.to, "from": s.sender, "status": "delivered",
         "date_created": formatdate(s.at, usegmt=True), "error_code": None} for s in found],
         "page_size": size})
+
+
+def signing_key_from(pem: str) -> ec.EllipticCurvePrivateKey:
+    """An ECDSA P-256 private key from PEM text; ValueError saying what is wrong."""
+    from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
+    try:
+        key = load_pem_private_key(pem.encode(), password=None)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"not a PEM private key ({type(exc).__name__})") from None
+    if not isinstance(key, ec.EllipticCurvePrivateKey) or key.curve.name != "secp256r1":
+        raise ValueError("not an ECDSA P-256 private key")
+    return key
 
 
 def _iso(at: float) -> str:
