@@ -647,7 +647,7 @@ def uncertain_resolve(
     decision: Annotated[Decision, typer.Option(
         "--as", case_sensitive=False,
         help="accepted: the provider has it (no send); resend: send again under the same "
-             "key (a copy is possible); failed: dead, redrivable.")] = Decision.failed,
+             "key (a copy is possible); failed: dead (terminal).")] = Decision.failed,
     channel: UncertainChannelOpt = None, older_than: OlderThanOpt = None,
     by: Annotated[str | None, typer.Option(
         "--by", help="Who decides (recorded in the audit event). Default: the login name.")

@@ -551,8 +551,8 @@ async def uncertain_resolve(store: Store, transport: Transport, *,
     selected by ``channel`` / ``older_than_s`` (not both ways at once).
 
     ``accepted`` records them accepted (no send); ``resend`` makes them retryable and
-    publishes them (sent again under the same key); ``failed`` makes them dead (a
-    redrive can still reopen them). Each is a guarded change with an audit event naming
+    publishes them (sent again under the same key); ``failed`` makes them dead
+    (terminal, with the reason). Each is a guarded change with an audit event naming
     ``who``; one settled meanwhile (by a webhook, or another operator) is skipped.
     """
     try:

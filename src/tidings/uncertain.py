@@ -24,7 +24,7 @@ A held intent is never resent on its own. A provider webhook naming the key sett
 an uncertain or held intent (``on_evidence``): a report that the provider took the
 message (processed, sent, delivered, bounced, complained) → accepted, a report that it
 failed → dead. An operator settles one (``on_operator``): accepted, resend or failed,
-each an audit event naming who decided. Dead intents can be redriven like any other.
+each an audit event naming who decided. Dead is terminal: its reason says why.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ class OperatorDecision(StrEnum):
     RESEND = "resend"
     """Send it again under the same key: the operator accepts the risk of a copy."""
     FAILED = "failed"
-    """It was not delivered and must not be sent again now: dead (redrivable)."""
+    """It was not delivered and must not be sent again: dead (terminal)."""
 
 
 @dataclass(frozen=True, kw_only=True)

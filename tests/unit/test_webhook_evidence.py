@@ -195,7 +195,7 @@ async def test_a_delivery_report_naming_the_key_settles_a_held_send(hooks: Hooks
     assert again.json()["settled"] == 0 and again.json()["duplicates"] == 1
 
 
-async def test_a_failed_report_makes_the_send_dead_and_redrivable(hooks: Hooks) -> None:
+async def test_a_failed_report_makes_the_send_dead_with_the_reason(hooks: Hooks) -> None:
     await hooks.lost("shipment-4821:customer-73")
     await hooks.reconcile()
 

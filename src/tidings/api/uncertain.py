@@ -80,7 +80,7 @@ class ResolveBody(BaseModel):
         default=None, max_length=10_000, description="Intent keys; or a selection instead.")
     decision: Literal["accepted", "resend", "failed"] = Field(
         alias="as", description="accepted: the provider has it (no send); resend: send "
-                                "again under the same key; failed: dead, redrivable.")
+                                "again under the same key; failed: dead (terminal).")
     channel: str | None = Field(default=None, min_length=1, max_length=200)
     older_than: str | None = Field(default=None, max_length=20,
                                    description="Unsettled at least this long (15m, 2h, …).")
