@@ -440,3 +440,22 @@ async def test_a_stale_verdict_never_settles_a_newer_uncertain_send(make: Make) 
     # then its verdict is not applied to the newer send: nothing is resent
     assert result.uncertain_retried == 0 and await world.queued() == 0
     assert await world.state("s") is State.UNCERTAIN
+
+
+async def test_a_message_for_a_held_intent_is_acked_without_a_send(world: World) -> None:
+    await world.send_all("m")
+    world.clock.advance(2)
+    await world.reconcile()
+    assert await world.state("m") is State.HELD
+
+    # a stray copy of its message (a duplicate publication, a redelivery)
+    from tidings.relay import publish
+
+    await publish(world.rt.transport, [("m:email", "email", world.clock.now())],
+                  now=world.clock.now())
+    worker = world.rt.worker("email", "w3")
+    while await worker.run_once():
+        pass
+
+    assert world.provider.sent == ["m:email"] and await world.queued() == 0
+    assert await world.state("m") is State.HELD
