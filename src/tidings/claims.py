@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from tidings.model import Event, Intent
-from tidings.states import CLAIMABLE, DONE, State
+from tidings.states import CLAIMABLE, DONE, UNSETTLED, State
 from tidings.stores.base import Claim, ClaimKind
 
 #: How soon a claimer looks again at a key whose row another transaction holds right
@@ -30,7 +30,7 @@ def claim_kind(state: State, *, next_attempt_at: float | None,
         return ClaimKind.CLAIMED, None
     if state in DONE:
         return ClaimKind.DONE, None
-    if state is State.UNCERTAIN:
+    if state in UNSETTLED:
         return ClaimKind.HELD, None
     if state is State.CLAIMED:
         # Live or expired, a lease is the reconciler's to end, not a claimer's.

@@ -394,10 +394,13 @@ def status(config: ConfigOpt = None, store: StoreOpt = None, as_json: JsonOpt = 
         snap = await operations.snapshot(
             runtime.store, runtime.transport, channels=runtime.channels,
             now=runtime.clock.now(), window_s=runtime.settings.api.rate_window_s)
+        uncertain = await operations.uncertain_counts(
+            runtime.store, runtime.uncertain_policies(), now=snap.now)
         return operations.status(
             snap, campaigns={c.name: c.channels for c in runtime.campaigns},
             channels=runtime.channels, limits=runtime.limits,
-            freshness={c.name: c.expires_after_s for c in runtime.campaigns})
+            freshness={c.name: c.expires_after_s for c in runtime.campaigns},
+            uncertain=uncertain)
     result = _with_runtime(config, store, go)
     if as_json:
         _emit(True, result)
@@ -418,6 +421,9 @@ def status(config: ConfigOpt = None, store: StoreOpt = None, as_json: JsonOpt = 
                       str(c["duplicates_suppressed"]), _pct(c["sli"]), _num(drain),
                       _yes_no(c["paused"]))
     out.print(table)
+    out.print(_uncertain_table({name: c["uncertain_sends"]
+                                for name, c in result["channels"].items()
+                                if c.get("uncertain_sends")}))
     table = textout.table("campaign", "latest occurrence", "backlog", "oldest (s)",
                           "accepted", "expired", "dead", "SLI", "paused", title="campaigns")
     for name, c in result["campaigns"].items():
@@ -451,7 +457,9 @@ def plan(config: ConfigOpt = None, store: StoreOpt = None, as_json: JsonOpt = Fa
             occurrences=False)
         lines = operations.plan(snap, limits=runtime.limits,
                                 freshness={c.name: c.expires_after_s for c in runtime.campaigns})
-        return {"now": snap.now, "window_s": snap.window_s, "lines": [asdict(x) for x in lines]}
+        return {"now": snap.now, "window_s": snap.window_s, "lines": [asdict(x) for x in lines],
+                "uncertain": await operations.uncertain_counts(
+                    runtime.store, runtime.uncertain_policies(), now=snap.now)}
     result = _with_runtime(config, store, go)
     table = textout.table("channel", "campaign", "backlog", "channel backlog", "rate/s",
                           "rate from", "drain (s)", "deadline in (s)", "freshness (s)", "late",
@@ -462,6 +470,8 @@ def plan(config: ConfigOpt = None, store: StoreOpt = None, as_json: JsonOpt = Fa
                       _num(x["drain_s"]), _num(x["deadline_in_s"]),
                       _num(x["freshness_deadline_s"]), str(x["expected_late"]), x["verdict"])
     _emit(as_json, result, table)
+    if not as_json:
+        Console().print(_uncertain_table(result["uncertain"]))
 
 
 def _num(value: float | None) -> str:
@@ -695,6 +705,107 @@ def dlq_redrive(channel: DlqChannelOpt,
         console.print(f"kept {kept['id']}: {kept['why']}", soft_wrap=True)
 
 
+uncertain_app = typer.Typer(
+    help="Uncertain sends (the answer was lost): list them, and settle held ones by an "
+         "audited decision.", no_args_is_help=True)
+app.add_typer(uncertain_app, name="uncertain")
+UncertainChannelOpt = Annotated[str | None, typer.Option(
+    "--channel", help="Only this channel's intents.")]
+OlderThanOpt = Annotated[str | None, typer.Option(
+    "--older-than", help="Only intents unsettled at least this long: 90, 90s, 15m, 2h, 1d.")]
+
+
+def _uncertain_table(rows: dict[str, Any]) -> Table:
+    table = Table("channel", "policy", "hold (s)", "uncertain", "held", "awaiting operator",
+                  title="uncertain sends")
+    for name, u in rows.items():
+        table.add_row(name, u["policy"] + ("" if u["default"] else " (set)"),
+                      _num(u["hold_s"]), str(u["uncertain"]), str(u["held"]),
+                      str(u["awaiting_operator"]))
+    return table
+
+
+@uncertain_app.command("list")
+def uncertain_list(channel: UncertainChannelOpt = None, older_than: OlderThanOpt = None,
+                   limit: Annotated[int, typer.Option(min=1, max=10_000)] = 100,
+                   config: ConfigOpt = None, store: StoreOpt = None,
+                   as_json: JsonOpt = False) -> None:
+    """Uncertain and held intents, oldest first, each with its channel's policy and
+    whether it awaits an operator's decision."""
+    from tidings import operations
+    from tidings.uncertain import parse_age
+
+    async def go(runtime: Runtime) -> list[dict[str, Any]]:
+        age = parse_age(older_than, "--older-than") if older_than is not None else None
+        if channel is not None:
+            _known_channel(runtime, channel)
+        return await operations.uncertain_list(
+            runtime.store, runtime.uncertain_policies(), now=runtime.clock.now(),
+            channel=channel, older_than_s=age, limit=limit)
+    rows = _with_runtime(config, store, go)
+    table = Table("key", "channel", "state", "age (s)", "policy", "awaiting operator",
+                  "reason", title="uncertain sends")
+    for r in rows:
+        table.add_row(r["key"], r["channel"], r["state"], _num(r["age_s"]), r["policy"],
+                      _yes_no(r["awaiting_operator"]), r["reason"] or "")
+    _emit(as_json, {"uncertain": rows}, table)
+
+
+class Decision(StrEnum):
+    accepted = "accepted"
+    resend = "resend"
+    failed = "failed"
+
+
+@uncertain_app.command("resolve")
+def uncertain_resolve(
+    keys: Annotated[list[str] | None, typer.Argument(
+        help="Intent keys; or none, with --channel and/or --older-than.")] = None,
+    decision: Annotated[Decision, typer.Option(
+        "--as", case_sensitive=False,
+        help="accepted: the provider has it (no send); resend: send again under the same "
+             "key (a copy is possible); failed: dead (terminal).")] = Decision.failed,
+    channel: UncertainChannelOpt = None, older_than: OlderThanOpt = None,
+    by: Annotated[str | None, typer.Option(
+        "--by", help="Who decides (recorded in the audit event). Default: the login name.")
+    ] = None,
+    note: Annotated[str | None, typer.Option(help="Why, for the audit event.")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=10_000,
+                                       help="With a selection: at most this many.")] = 1000,
+    config: ConfigOpt = None, store: StoreOpt = None, as_json: JsonOpt = False,
+) -> None:
+    """Settle uncertain or held intents by an operator's decision; each is an audit event
+    naming who decided."""
+    import getpass
+    from dataclasses import asdict
+
+    from tidings import operations
+    from tidings.uncertain import parse_age
+
+    if not keys and channel is None and older_than is None:
+        raise typer.BadParameter("give KEY..., or --channel and/or --older-than",
+                                 param_hint="KEY")
+    who = by or f"cli:{getpass.getuser()}"
+
+    async def go(runtime: Runtime) -> dict[str, Any]:
+        age = parse_age(older_than, "--older-than") if older_than is not None else None
+        if channel is not None:
+            _known_channel(runtime, channel)
+        result = await operations.uncertain_resolve(
+            runtime.store, runtime.transport, decision=decision.value, who=who,
+            now=runtime.clock.now(), keys=keys or None, channel=channel, older_than_s=age,
+            note=note, limit=limit)
+        return asdict(result)
+    result = _with_runtime(config, store, go)
+    table = Table("key", "channel", "before", "now", title=f"resolved as {decision.value} "
+                  f"by {who}")
+    for r in result["resolved"]:
+        table.add_row(r["key"], r["channel"], r["state_before"], r["state"])
+    _emit(as_json, result, table)
+    for skipped in result["skipped"]:
+        console.print(f"skipped {skipped['key']}: {skipped['why']}", soft_wrap=True)
+
+
 @app.command()
 def sandbox(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
@@ -702,11 +813,50 @@ def sandbox(
     config: Annotated[Path | None, typer.Option(
         "--config", help="Sandbox fault and quota settings (JSON).")] = None,
     seed: Annotated[int, typer.Option(help="Seed for injected faults.")] = 0,
+    dialect: Annotated[list[str] | None, typer.Option(
+        "--dialect", help="Also speak this provider's API: postmark, sendgrid, twilio "
+                          "(repeat for several).")] = None,
+    postmark_webhook: Annotated[str | None, typer.Option(
+        help="With --dialect postmark: post Delivery records here "
+             "(http://user:pass@host/v1/webhooks/postmark).")] = None,
+    twilio_auth_token_env: Annotated[str | None, typer.Option(
+        help="With --dialect twilio: the variable holding the auth token that signs "
+             "status callbacks (none: no callbacks).")] = None,
+    sendgrid_webhook: Annotated[str | None, typer.Option(
+        help="With --dialect sendgrid: post signed event batches here.")] = None,
+    sendgrid_signing_key_env: Annotated[str | None, typer.Option(
+        help="With --sendgrid-webhook: the variable holding the ECDSA P-256 private key "
+             "(PEM) that signs them.")] = None,
+    clock_offset: Annotated[float, typer.Option(
+        help="Seconds added to the clock (a simulated time, as tidings' clock_offset_s).")
+    ] = 0.0,
 ) -> None:
     """Run the sandbox provider: an HTTP email/SMS provider that fails like real ones."""
+    from tidings.sandbox.dialects import DIALECTS, DialectSettings, signing_key_from
     from tidings.sandbox.server import main_sandbox
 
-    main_sandbox(host, port, str(config) if config else None, seed)
+    for name in dialect or ():
+        if name not in DIALECTS:
+            raise typer.BadParameter(f"{name!r}: one of {', '.join(DIALECTS)}",
+                                     param_hint="--dialect")
+    token = os.environ.get(twilio_auth_token_env) if twilio_auth_token_env else None
+    if twilio_auth_token_env and not token:
+        raise typer.BadParameter(f"environment variable {twilio_auth_token_env} is not set",
+                                 param_hint="--twilio-auth-token-env")
+    signing_key = None
+    if sendgrid_signing_key_env:
+        try:
+            signing_key = signing_key_from(os.environ.get(sendgrid_signing_key_env, ""))
+        except ValueError as exc:
+            raise typer.BadParameter(f"{sendgrid_signing_key_env}: {exc}",
+                                     param_hint="--sendgrid-signing-key-env") from None
+    main_sandbox(host, port, str(config) if config else None, seed,
+                 dialects=DialectSettings(dialects=tuple(dialect or ()),
+                                          postmark_webhook=postmark_webhook,
+                                          twilio_auth_token=token,
+                                          sendgrid_webhook=sendgrid_webhook,
+                                          sendgrid_signing_key=signing_key),
+                 clock_offset_s=clock_offset)
 
 
 @app.command()
@@ -727,6 +877,10 @@ def demo(
     ] = False,
     as_json: JsonOpt = False,
     seed: Annotated[int, typer.Option(help="Seed for data and faults.")] = 7,
+    real_providers: Annotated[bool, typer.Option(
+        "--real-providers", help="Email through the Postmark adapter and SMS through the "
+        "Twilio adapter, against the sandbox speaking their dialects (lost responses on, "
+        "dedupe off), webhooks to tidings api.")] = False,
 ) -> None:
     """Run the whole pipeline against the sandbox with faults on, then report.
 
@@ -745,7 +899,7 @@ def demo(
         raise typer.BadParameter("--reset only applies with --store", param_hint="--reset")
     try:
         report = run_demo(recipients=recipients, db=db, seed=seed, as_json=as_json,
-                          store=store, reset=reset, keep=keep)
+                          store=store, reset=reset, keep=keep, real_providers=real_providers)
     except (DemoStoreError, TidingsError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None

@@ -12,8 +12,9 @@ refusals) is counted in-process; Prometheus sums those across API instances.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -37,6 +38,7 @@ class _Reading:
     plan: tuple[operations.PlanLine, ...]
     provider_events: tuple[ProviderEventCount, ...] = ()
     guardrails: tuple[guardrails.Reading, ...] = ()
+    uncertain: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
 
 class _StoreCollector(Collector):
@@ -147,6 +149,15 @@ class _StoreCollector(Collector):
         yield drain
         yield deadline
         yield from provider_event_families(r.provider_events)
+        unsettled = GaugeMetricFamily(
+            "tidings_uncertain",
+            "Sends whose answer was lost, not yet settled: uncertain (being settled by the "
+            "channel's policy), held (waiting for evidence), awaiting_operator (held past "
+            "hold_s).", labels=["channel", "state"])
+        for channel, row in sorted(r.uncertain.items()):
+            for state in ("uncertain", "held", "awaiting_operator"):
+                unsettled.add_metric([channel, state], row.get(state, 0))
+        yield unsettled
         yield from _guardrail_families(snap, r.guardrails)
 
 
@@ -174,6 +185,7 @@ def _guardrail_families(snap: operations.Snapshot, readings: Sequence[guardrails
             threshold.add_metric(labels, reading.threshold)
     yield value
     yield threshold
+
 
 
 class ApiMetrics:
@@ -214,10 +226,13 @@ class ApiMetrics:
             if config.active() else []
         plan = operations.plan(snap, limits=rt.limits,
                                freshness={c.name: c.expires_after_s for c in rt.campaigns})
+        uncertain = await operations.uncertain_counts(rt.store, rt.uncertain_policies(),
+                                                      now=now)
         self._store.reading = _Reading(snap=snap, histograms=tuple(histograms),
                                        triggers=triggers, plan=tuple(plan),
                                        provider_events=tuple(provider_events),
-                                       guardrails=tuple(readings))
+                                       guardrails=tuple(readings),
+                                       uncertain=uncertain)
         self._read_at = now
 
     def render(self) -> bytes:

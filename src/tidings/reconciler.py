@@ -1,11 +1,11 @@
 """The reconciler: a periodic, idempotent sweep that repairs what crashes leave behind.
 
-1. Claimed intents whose lease expired become uncertain (resolved like any other
-   uncertain send) or, where the provider has no lookup, retryable.
+1. Claimed intents whose lease expired become uncertain: the holder may have sent.
 2. Selected intents whose publisher died are published again (the relay).
 3. Enqueued or retryable intents whose message vanished are published again.
-4. Uncertain intents are resolved: accepted if the provider's lookup finds the key,
-   else retryable and republished, to be retried under the same idempotency key.
+4. Uncertain intents are settled by their channel's policy (``tidings.uncertain``):
+   looked up by key, held for evidence and an operator, or (an explicit choice)
+   resent under the same key. Nothing is resent because a provider has no lookup.
 
 Every action leaves an audit event. Running it twice, or in two processes at once,
 is safe: every change is a compare-and-set.
@@ -13,17 +13,31 @@ is safe: every change is a compare-and-set.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, cast
 
-from tidings.model import Event
+from tidings.model import Event, Intent, Lookup, LookupHint
 from tidings.providers.base import Provider
+from tidings.providers.http_outcomes import describe
 from tidings.relay import RelayConfig, publish, relay_pass
 from tidings.states import State
 from tidings.stores.base import Change, Store
 from tidings.transports.base import Transport
+from tidings.uncertain import (
+    Policy,
+    UncertainPolicy,
+    Verdict,
+    after_lookup,
+    awaiting_operator,
+    hint_for,
+    on_policy,
+    policy_for,
+)
+from tidings.webhooks.evidence import early_evidence
 from tidings.webhooks.record import adopt_orphans
 
 log = logging.getLogger("tidings.reconciler")
@@ -34,6 +48,9 @@ class ReconcilerConfig:
     lost_after_s: float = 60.0
     uncertain_after_s: float = 1.0
     limit: int = 2000
+    lease_s: float = 30.0
+    """The workers' lease: a send began at most this long before it became uncertain."""
+    lookups_in_flight: int = 16
     relay: RelayConfig = field(default_factory=RelayConfig)
 
 
@@ -44,21 +61,35 @@ class ReconcileResult:
     republished_lost: int = 0
     uncertain_accepted: int = 0
     uncertain_retried: int = 0
+    uncertain_failed: int = 0
+    uncertain_held: int = 0
+    uncertain_waiting: int = 0
+    """Left uncertain this pass: a lookup unanswered, or "not found" still too fresh."""
+    awaiting_operator: int = 0
+    """Held past their channel's ``hold_s``: an operator decides (never resent alone)."""
     orphans_adopted: int = 0
 
     def total(self) -> int:
+        """Actions taken (waiting and awaiting are not actions)."""
         return (self.leases_expired + self.republished_stuck + self.republished_lost
-                + self.uncertain_accepted + self.uncertain_retried + self.orphans_adopted)
+                + self.uncertain_accepted + self.uncertain_retried + self.uncertain_failed
+                + self.uncertain_held + self.orphans_adopted)
 
 
 class Reconciler:
     def __init__(self, *, store: Store, transport: Transport, providers: Mapping[str, Provider],
-                 config: ReconcilerConfig | None = None, worker_id: str = "reconciler") -> None:
+                 config: ReconcilerConfig | None = None, worker_id: str = "reconciler",
+                 policies: Mapping[str, UncertainPolicy] | None = None) -> None:
         self.store = store
         self.transport = transport
         self.providers = providers
         self.config = config or ReconcilerConfig()
         self.worker_id = worker_id
+        # A channel without a given policy takes its provider's default: lookup where
+        # the provider can be asked, else hold. Never resend by default.
+        self.policies = dict(policies or {})
+        for channel, provider in providers.items():
+            self.policies.setdefault(channel, policy_for(channel, provider))
 
     async def run_pass(self, *, now: float, paused_channels: Sequence[str] = ()
                        ) -> ReconcileResult:
@@ -68,33 +99,28 @@ class Reconciler:
             self.store, self.transport, now=now, config=self.config.relay,
             paused_channels=paused_channels)
         result.republished_lost = await self._republish_lost(now)
-        accepted, retried = await self._resolve_uncertain(now)
-        result.uncertain_accepted, result.uncertain_retried = accepted, retried
+        await self._resolve_uncertain(now, result)
+        result.awaiting_operator = await self._count_awaiting(now)
         # A provider's webhook can beat the worker's commit of "accepted": attach it now.
         result.orphans_adopted = await adopt_orphans(self.store, now, limit=self.config.limit)
         for action, count in result.__dict__.items():
             if count:
-                log.info("reconciled", extra={"action": action, "count": count,
-                                              "worker": self.worker_id})
+                log.log(logging.WARNING if action == "awaiting_operator" else logging.INFO,
+                        "reconciled", extra={"action": action, "count": count,
+                                             "worker": self.worker_id})
         return result
 
     async def _expire_leases(self, now: float) -> int:
-        """Expired leases: the holder may have sent before it died. Where the provider
-        can be asked, the intent becomes uncertain and is resolved by lookup, so a
-        send that did happen is never repeated; elsewhere it is retried under the
-        same idempotency key."""
+        """Expired leases: the holder may have sent before it died, so the intent is
+        uncertain and its channel's policy settles it; it is never simply retried."""
         expired = await self.store.intent_find(
             states=[State.CLAIMED], lease_expired_at=now, limit=self.config.limit)
-        changes = []
-        for i in expired:
-            provider = self.providers.get(i.channel)
-            ask = provider is not None and provider.supports_lookup
-            changes.append(Change(
-                key=i.key, from_state=State.CLAIMED,
-                to_state=State.UNCERTAIN if ask else State.RETRYABLE,
-                event="lease_expired", lease_token=i.lease_token, lease_expired_by=now,
-                next_attempt_at=None if ask else now, worker=self.worker_id,
-                reason=f"lease of {i.lease_owner} expired at {i.lease_expires_at or 0:.3f}"))
+        changes = [Change(
+            key=i.key, from_state=State.CLAIMED, to_state=State.UNCERTAIN,
+            event="lease_expired", lease_token=i.lease_token, lease_expired_by=now,
+            worker=self.worker_id,
+            reason=f"lease of {i.lease_owner} expired at {i.lease_expires_at or 0:.3f}")
+            for i in expired]
         return len(await self.store.intent_apply_many(changes, now=now)) if changes else 0
 
     async def _republish_lost(self, now: float) -> int:
@@ -120,37 +146,94 @@ class Reconciler:
             await self.store.event_append_many(events)
         return count
 
-    async def _resolve_uncertain(self, now: float) -> tuple[int, int]:
+    def policy(self, channel: str) -> UncertainPolicy:
+        """The channel's policy; a channel no provider serves here is held."""
+        return self.policies.get(channel) or UncertainPolicy(mode=Policy.HOLD)
+
+    async def _resolve_uncertain(self, now: float, result: ReconcileResult) -> None:
         pending = await self.store.intent_find(
             states=[State.UNCERTAIN], updated_before=now - self.config.uncertain_after_s,
             limit=self.config.limit)
+        timelines = {i.key: await self.store.events_for(i.key) for i in pending}
+        # A webhook that came while the send was in flight already settled it.
+        seen = {key: early_evidence(events) for key, events in timelines.items()}
+        asks = [i for i in pending
+                if seen[i.key] is None and self.policy(i.channel).mode is Policy.LOOKUP]
+        hints = {i.key: hint_for(i, timelines[i.key], lease_s=self.config.lease_s)
+                 for i in asks}
+        answers = dict(zip((i.key for i in asks), await self._lookups(asks, hints),
+                           strict=True))
         changes: list[Change] = []
-        retry: list[tuple[str, str, float]] = []
         for intent in pending:
-            provider = self.providers.get(intent.channel)
-            if provider is not None and provider.supports_lookup:
-                found = await provider.lookup(intent.key)
-                if found.found:
-                    changes.append(Change(
-                        key=intent.key, from_state=State.UNCERTAIN, to_state=State.ACCEPTED,
-                        event="resolved_accepted", receipt=found.receipt, worker=self.worker_id,
-                        lease_token=intent.lease_token,
-                        reason="provider lookup found the key accepted"))
-                    continue
-                reason = "provider lookup did not find the key; retry under the same key"
+            policy = self.policy(intent.channel)
+            found = answers.get(intent.key)
+            verdict: Verdict | None = seen[intent.key]
+            if verdict is not None:
+                pass
+            elif found is not None:
+                verdict = after_lookup(intent, policy, found, now=now)
             else:
-                reason = "provider has no lookup; retry under the same idempotency key"
-            # The token read with the intent: another reconciler's retry and a new send
-            # may have made it uncertain again since, and this lookup answered for the
-            # send before that one (a stale "not found" would send it a third time).
+                verdict = on_policy(intent, policy, now=now, lease_s=self.config.lease_s)
+            if verdict is None or verdict.to is None:
+                result.uncertain_waiting += 1
+                continue
+            # Guarded by the lease token too: the verdict is about this uncertain episode.
+            # Another sweep may have resent it meanwhile and it may be uncertain again, with
+            # a new token, about a send this lookup could not have seen.
             changes.append(Change(
-                key=intent.key, from_state=State.UNCERTAIN, to_state=State.RETRYABLE,
-                event="resolved_retry", next_attempt_at=now, worker=self.worker_id,
-                lease_token=intent.lease_token, reason=reason))
-            retry.append((intent.key, intent.channel, now))
+                key=intent.key, from_state=State.UNCERTAIN, to_state=verdict.to,
+                event=verdict.event, receipt=verdict.receipt, worker=self.worker_id,
+                reason=verdict.reason, lease_token=intent.lease_token,
+                next_attempt_at=now if verdict.to is State.RETRYABLE else None))
         applied = set(await self.store.intent_apply_many(changes, now=now)) if changes else set()
-        again = [item for item in retry if item[0] in applied]
-        if again:
-            await publish(self.transport, again, now=now)
-        accepted = sum(1 for c in changes if c.to_state == State.ACCEPTED and c.key in applied)
-        return accepted, len(again)
+        retry: list[tuple[str, str, float]] = []
+        by_key = {i.key: i for i in pending}
+        for change in changes:
+            if change.key not in applied:
+                continue  # settled meanwhile (a webhook, an operator, another sweep)
+            match change.to_state:
+                case State.ACCEPTED:
+                    result.uncertain_accepted += 1
+                case State.DEAD:
+                    result.uncertain_failed += 1
+                case State.HELD:
+                    result.uncertain_held += 1
+                case State.RETRYABLE:
+                    retry.append((change.key, by_key[change.key].channel, now))
+        if retry:
+            await publish(self.transport, retry, now=now)
+        result.uncertain_retried = len(retry)
+
+    async def _lookups(self, intents: Sequence[Intent], hints: Mapping[str, LookupHint]
+                       ) -> list[Lookup]:
+        """Ask each intent's provider by key (with the recipient and send window where
+        the provider needs them), a few at a time; a lookup that raises is unknown
+        (asked again later), never not-found."""
+        gate = asyncio.Semaphore(self.config.lookups_in_flight)
+
+        async def one(intent: Intent) -> Lookup:
+            provider = self.providers.get(intent.channel)
+            if provider is None:
+                return Lookup.of_unknown("no provider for the channel here")
+            async with gate:
+                try:
+                    if getattr(provider, "lookup_needs_hint", False):
+                        found: Lookup = await cast(Any, provider).lookup(intent.key,
+                                                                         hints[intent.key])
+                        return found
+                    return await provider.lookup(intent.key)
+                except Exception as exc:  # any failure of the lookup means "ask later"
+                    return Lookup.of_unknown(describe(exc))
+
+        return list(await asyncio.gather(*(one(i) for i in intents)))
+
+    async def _count_awaiting(self, now: float) -> int:
+        """Held intents past their channel's hold_s: reported, never acted on."""
+        count = 0
+        for channel in sorted(self.policies):
+            policy = self.policies[channel]
+            held = await self.store.intent_find(
+                states=[State.HELD], channel=channel, updated_before=now - policy.hold_s,
+                limit=self.config.limit)
+            count += sum(1 for i in held if awaiting_operator(i, policy, now))
+        return count

@@ -38,6 +38,7 @@ from tidings.states import State
 from tidings.stores.base import Store
 from tidings.templates import TemplateSet
 from tidings.transports.base import Transport
+from tidings.uncertain import UncertainPolicy, policy_for
 from tidings.worker import Worker, WorkerConfig
 
 
@@ -234,12 +235,26 @@ class Runtime:
             campaigns={c.name: limits(g.campaigns.get(c.name), channel=False)
                        for c in self.campaigns})
 
+    def uncertain_policies(self) -> dict[str, UncertainPolicy]:
+        """Each channel's policy for uncertain sends (``tidings.uncertain``), from its
+        settings and its provider; a choice the provider cannot honour is a
+        ConfigurationError naming the field."""
+        policies: dict[str, UncertainPolicy] = {}
+        for name, provider in sorted(self.providers.items()):
+            spec = self.settings.channels.get(name) or ChannelSettings()
+            policies[name] = policy_for(
+                name, provider, mode=spec.uncertain, hold_s=spec.hold_s,
+                dedupe_window_s=spec.dedupe_window_s, lookup_settle_s=spec.lookup_settle_s)
+        return policies
+
     def reconciler(self) -> Reconciler:
         r = self.settings.reconciler
         return Reconciler(store=self.store, transport=self.transport, providers=self.providers,
                           config=ReconcilerConfig(lost_after_s=r.lost_after_s,
                                                   uncertain_after_s=r.uncertain_after_s,
-                                                  relay=self.relay_config()))
+                                                  lease_s=self.settings.worker.lease_s,
+                                                  relay=self.relay_config()),
+                          policies=self.uncertain_policies())
 
     async def notify(self, *, key: str, recipient: Recipient | Mapping[str, Any],
                      channels: Sequence[str], template: str,
@@ -385,7 +400,7 @@ async def build_runtime(
         await store.close()
         raise
     r = settings.retry
-    return Runtime(
+    runtime = Runtime(
         settings=settings, clock=the_clock, store=store, transport=transport, providers=chosen,
         limits=limits, campaigns=chosen_campaigns, templates=templates,
         policy=RetryPolicy(max_failures=r.max_failures, base_s=r.base_s, cap_s=r.cap_s,
@@ -393,3 +408,9 @@ async def build_runtime(
                            rate_limit_cap_s=r.rate_limit_cap_s),
         rng=rng or random.Random(),
     )
+    try:
+        runtime.uncertain_policies()  # an impossible policy refuses the settings now
+    except BaseException:
+        await runtime.close()
+        raise
+    return runtime

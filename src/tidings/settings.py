@@ -105,6 +105,20 @@ class ChannelSettings(_Model):
     max_sms_segments: int = Field(default=4, ge=1, le=20)
     accept_test_domains: bool = False
     """Accept ``*.test`` and single-label email domains (test set-ups only)."""
+    uncertain: Literal["lookup", "hold", "resend"] | None = None
+    """What settles a send whose answer was lost (``tidings.uncertain``): ``lookup`` asks
+    the provider by key (the default where the adapter has a lookup), ``hold`` waits
+    for webhook evidence, then an operator (the default otherwise), ``resend`` sends
+    again under the same key: at-least-once, an explicit choice only."""
+    hold_s: Seconds = 3600.0
+    """How long an unsettled send waits for evidence before it is an operator's to
+    decide (it is never resent on its own)."""
+    dedupe_window_s: Seconds | None = None
+    """With ``uncertain = "resend"``: how long the provider deduplicates on our key
+    (default: the adapter's own figure); past it a resend is held instead."""
+    lookup_settle_s: SecondsOrZero | None = None
+    """With ``lookup``: how old a send must be before the provider's "not found" is
+    believed (its read API lags its send API); default: the adapter's own figure."""
 
     _quota = field_validator("quota")(_valid_quota)
 

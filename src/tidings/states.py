@@ -26,19 +26,21 @@ class State(StrEnum):
     """A message for it is on its channel queue. Out: a worker claims it."""
     CLAIMED = "claimed"
     """A worker holds a lease on it. Out: the worker records the outcome, or the
-    reconciler finds the lease expired: uncertain (the holder may have sent before it
-    died, so the send is looked up, never repeated), or retryable under the same
-    idempotency key where the provider has no lookup. Until then, live or expired, the
-    lease is the reconciler's to end: a claimer reads it as busy."""
+    reconciler finds the lease expired (uncertain: the holder may have sent)."""
     RETRYABLE = "retryable"
-    """A try failed in a way worth retrying, or a lease expired on a channel whose
-    provider has no lookup. Out: a worker claims it again once ``next_attempt_at``
-    passes, or it is republished."""
+    """A try failed in a way worth retrying, or an uncertain send was found not
+    accepted (or resent by policy or an operator). Out: a worker claims it again once
+    ``next_attempt_at`` passes, or it is republished."""
     UNCERTAIN = "uncertain"
-    """The provider may have accepted it (a timeout, a lost answer, or an adapter that
-    raised during the send). Out: the reconciler resolves it (accepted by lookup, else
-    retryable under the same idempotency key; a worker then dead-letters it unsent if
-    its retry budget is spent)."""
+    """The provider may have accepted it (an answer lost, or a lease expired). Out: the
+    reconciler settles it by the channel's policy (``tidings.uncertain``): accepted or
+    dead by lookup or webhook evidence, retryable when the lookup cannot find it or the
+    policy is ``resend``, held otherwise."""
+    HELD = "held"
+    """Uncertain, and nothing may resend it: no lookup settled it, so it waits for
+    evidence (a provider webhook naming its key) and, past the channel's ``hold_s``, for
+    an operator's audited decision. Out: evidence (accepted, dead) or an operator
+    (accepted, retryable, dead); never by itself."""
     ACCEPTED = "accepted"
     """The provider accepted it; the receipt is stored. Out: provider webhooks only."""
     DELIVERED = "delivered"
@@ -66,7 +68,8 @@ TRANSITIONS: dict[State, frozenset[State]] = {
         {S.ACCEPTED, S.RETRYABLE, S.UNCERTAIN, S.REJECTED, S.DEAD, S.CANCELLED, S.EXPIRED}
     ),
     S.RETRYABLE: frozenset({S.ENQUEUED, S.CLAIMED, S.CANCELLED, S.EXPIRED, S.DEAD}),
-    S.UNCERTAIN: frozenset({S.ACCEPTED, S.RETRYABLE}),
+    S.UNCERTAIN: frozenset({S.ACCEPTED, S.RETRYABLE, S.HELD, S.DEAD}),
+    S.HELD: frozenset({S.ACCEPTED, S.RETRYABLE, S.DEAD}),
     S.ACCEPTED: frozenset({S.DELIVERED, S.BOUNCED, S.COMPLAINED}),
     S.DELIVERED: frozenset({S.BOUNCED, S.COMPLAINED}),
     S.BOUNCED: frozenset(),
@@ -85,6 +88,8 @@ DONE: frozenset[State] = frozenset(
 CLAIMABLE: frozenset[State] = frozenset({S.SELECTED, S.ENQUEUED, S.RETRYABLE})
 #: States counted as accepted by the channel (provider events keep accepted_at).
 ACCEPTED_FAMILY: frozenset[State] = frozenset({S.ACCEPTED, S.DELIVERED, S.BOUNCED, S.COMPLAINED})
+#: States the reconciler settles by evidence or policy, never a worker.
+UNSETTLED: frozenset[State] = frozenset({S.UNCERTAIN, S.HELD})
 #: Terminal dispositions reported per channel.
 TERMINAL: frozenset[State] = DONE
 

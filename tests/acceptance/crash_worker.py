@@ -12,12 +12,17 @@ wraps the store and the provider in small proxies that end the process with
 - ``after_commit`` ``intent_apply_many`` committed outcomes; nothing was acked.
 
 Exit status 137 means it died where asked; anything else is a failure of the test.
+
+``--channel-json`` replaces the channel's settings (a real adapter against the
+sandbox speaking its dialect, with its templates): its credentials come from the
+environment, as the CLI's do.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import sys
 from collections.abc import Sequence
@@ -91,18 +96,22 @@ async def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--visibility-s", type=float, default=1.5)
     parser.add_argument("--exit-after-ms", type=float, default=50.0)
     parser.add_argument("--give-up-s", type=float, default=10.0)
+    parser.add_argument("--channel", default="email")
+    parser.add_argument("--channel-json", help="the channel's settings, as JSON")
     args = parser.parse_args(argv)
 
+    channel = (json.loads(args.channel_json) if args.channel_json
+               else {"provider": {"kind": "sandbox", "url": args.url}})
     settings = Settings.parse({
         "store": f"sqlite:///{args.db}",
-        "channels": {"email": {"provider": {"kind": "sandbox", "url": args.url}}},
+        "channels": {args.channel: channel},
         "worker": {"lease_s": args.lease_s, "visibility_s": args.visibility_s},
     })
     rt = await build_runtime(settings, migrate=False)
     rt.store = CrashingStore(rt.store, args.crash_at)
-    rt.providers["email"] = CrashingProvider(rt.providers["email"], args.crash_at,
-                                             args.exit_after_ms / 1000.0)
-    worker = rt.worker("email", f"crash-worker-{os.getpid()}")
+    rt.providers[args.channel] = CrashingProvider(rt.providers[args.channel], args.crash_at,
+                                                  args.exit_after_ms / 1000.0)
+    worker = rt.worker(args.channel, f"crash-worker-{os.getpid()}")
     loop = asyncio.get_running_loop()
     deadline = loop.time() + args.give_up_s
     try:

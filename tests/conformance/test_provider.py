@@ -39,6 +39,9 @@ from tidings.clock import FakeClock
 from tidings.model import (
     Accepted,
     Content,
+    Lookup,
+    LookupHint,
+    LookupStatus,
     Outcome,
     Permanent,
     RateLimited,
@@ -282,6 +285,7 @@ def mailer_settings(base: str, timeout_s: float) -> HttpProviderSettings:
               "tags.key": "key"},
         static={"from": "news@tidings.test"}, idempotency_header="Idempotency-Key",
         deduplicates=True, message_id_path="data.id", request_id_header="X-Request-Id",
+        lookup_url=f"{base}/emails/by-ref/{{key}}", lookup_status_path="data.status",
         timeout_s=timeout_s)
 
 
@@ -328,6 +332,17 @@ CASES: dict[str, Callable[[], Case]] = {
 @pytest.fixture(params=sorted(CASES))
 async def case(request: pytest.FixtureRequest) -> AsyncIterator[Case]:
     made = CASES[request.param]()
+    try:
+        yield made
+    finally:
+        await made.close()
+
+
+@pytest.fixture(params=sorted(k for k in CASES if k.endswith(("-live", "-mock"))))
+async def http_case(request: pytest.FixtureRequest) -> AsyncIterator[HttpCase]:
+    """Every HTTP-shaped adapter against its provider's fake, with its read API."""
+    made = CASES[request.param]()
+    assert isinstance(made, HttpCase)
     try:
         yield made
     finally:
@@ -449,7 +464,12 @@ async def test_lookup_where_supported(case: Case) -> None:
     outcome = await provider.send(message(case))
     assert isinstance(outcome, Accepted)
     if provider.supports_lookup:
-        found = await provider.lookup(KEY)
+        if getattr(provider, "lookup_needs_hint", False):
+            now = case.clock.now()
+            hint = LookupHint(to=case.to, sent_after=now - 600, sent_before=now + 600)
+            found = await provider.lookup(KEY, hint)  # type: ignore[call-arg]
+        else:
+            found = await provider.lookup(KEY)
         assert (found.found, found.receipt) == (True, outcome.receipt)
     else:
         with pytest.raises(NotImplementedError):
@@ -468,3 +488,71 @@ async def test_no_credential_in_repr(case: Case) -> None:
     for secret in case.secrets:
         assert secret not in repr(provider)
         assert secret not in str(vars(provider))
+
+
+# ---------------------------------------------------------------- lookup by key
+
+
+async def ask(case: Case, provider: Provider, key: str = KEY) -> Lookup:
+    """The adapter's lookup of ``key``, with the recipient and window where it needs them."""
+    if getattr(provider, "lookup_needs_hint", False):
+        now = case.clock.now()
+        hint = LookupHint(to=case.to, sent_after=now - 600, sent_before=now + 600)
+        found: Lookup = await provider.lookup(key, hint)  # type: ignore[call-arg]
+        return found
+    return await provider.lookup(key)
+
+
+async def test_a_lost_answer_is_found_accepted_by_the_providers_read_api(
+        http_case: HttpCase) -> None:
+    provider = await http_case.start(Scenario.ACCEPT_THEN_DROP)
+    outcome = await provider.send(message(http_case))
+    assert isinstance(outcome, Uncertain)
+
+    found = await ask(http_case, provider)
+
+    assert found.status is LookupStatus.ACCEPTED
+    assert found.receipt == http_case.side.receipt_of(KEY)
+    assert http_case.side.lookups, "the adapter asked the provider's read API"
+
+
+async def test_a_send_that_never_arrived_is_not_found(http_case: HttpCase) -> None:
+    provider = await http_case.start(Scenario.DROP_AFTER_SEND)
+    assert isinstance(await provider.send(message(http_case)), Uncertain)
+
+    assert (await ask(http_case, provider)).status is LookupStatus.NOT_FOUND
+
+
+async def test_a_message_the_provider_reports_failed_is_found_failed(
+        http_case: HttpCase) -> None:
+    provider = await http_case.start(Scenario.ACCEPT)
+    assert isinstance(await provider.send(message(http_case)), Accepted)
+    http_case.side.failed.add(KEY)
+
+    found = await ask(http_case, provider)
+
+    # Postmark's search reports no failed state (a bounce comes by webhook)
+    expected = (LookupStatus.ACCEPTED if isinstance(http_case.side, FakePostmark)
+                else LookupStatus.FAILED)
+    assert found.status is expected and found.receipt == http_case.side.receipt_of(KEY)
+
+
+@pytest.mark.parametrize("trouble", [Scenario.TRY_LATER, Scenario.RATE_LIMITED_SECONDS,
+                                     Scenario.DROP_AFTER_SEND])
+async def test_a_failing_read_api_is_unknown_never_not_found(
+        http_case: HttpCase, trouble: Scenario) -> None:
+    provider = await http_case.start(Scenario.ACCEPT)
+    assert isinstance(await provider.send(message(http_case)), Accepted)
+    http_case.side.lookup_scenario = trouble
+
+    found = await ask(http_case, provider)
+
+    assert found.status is LookupStatus.UNKNOWN and found.detail
+    for secret in http_case.secrets:
+        assert secret not in found.detail
+    assert http_case.to not in found.detail
+
+
+async def test_an_unreachable_read_api_is_unknown(http_case: HttpCase) -> None:
+    provider = await http_case.start(Scenario.UNREACHABLE)
+    assert (await ask(http_case, provider)).status is LookupStatus.UNKNOWN

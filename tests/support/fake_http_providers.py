@@ -7,12 +7,20 @@ provider does: its success body and headers, its error JSON (echoing the recipie
 as real providers do), a 429 with Retry-After, or no answer at all. The same fake
 serves over ``httpx.MockTransport`` (``mock_transport``) or a real local aiohttp
 server (``serve_api``), so both paths are held to the same expectations.
+
+Each fake also serves its provider's read API the way the provider documents it
+(Postmark's outbound message search by metadata, SendGrid's Email Activity by
+unique_args, Twilio's Messages list by recipient, the generic mailer's message by
+key), over what it accepted (``messages``); ``lookup_scenario`` makes the read API
+fail (TRY_LATER, RATE_LIMITED_SECONDS, DROP_AFTER_SEND) and ``failed`` names keys the
+provider reports failed. ``ACCEPT_THEN_DROP`` accepts a send and drops its answer.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -36,6 +44,7 @@ class Scenario(StrEnum):
     TRY_LATER = "try_later"
     REFUSE = "refuse"
     DROP_AFTER_SEND = "drop_after_send"
+    ACCEPT_THEN_DROP = "accept_then_drop"
     HANG_AFTER_SEND = "hang_after_send"
     UNREACHABLE = "unreachable"
 
@@ -48,6 +57,10 @@ class Received:
     path: str
     headers: Mapping[str, str]
     body: bytes
+    query: str = ""
+
+    def params(self) -> dict[str, str]:
+        return {k: v[0] for k, v in parse_qs(self.query, keep_blank_values=True).items()}
 
     def json(self) -> Any:
         return json.loads(self.body)
@@ -80,11 +93,34 @@ class FakeApi(ABC):
 
     def __init__(self, now: Callable[[], float]) -> None:
         self.scenario = Scenario.ACCEPT
+        self.lookup_scenario = Scenario.ACCEPT
         self.received: list[Received] = []
         self.receipts: dict[str, str] = {}
+        self.messages: list[Stored] = []
+        self.failed: set[str] = set()
         self.request_ids: list[str] = []
         self._now = now
         self._seq = 0
+
+    @property
+    def lookups(self) -> list[Received]:
+        """The read-API requests this provider received."""
+        return [r for r in self.received if r.method == "GET"]
+
+    def lookup(self, received: Received) -> Reply:
+        """This provider's read API (404 where it has none)."""
+        return Reply.of_json(404, {"message": f"no route {received.path}"})
+
+    def _store(self, received: Received) -> str:
+        key = self.key_of(received)
+        assert key is not None, "the adapter sent no delivery key"
+        receipt = self.receipts.setdefault(key, f"{self.name}-msg-{self._seq}")
+        self.messages.append(Stored(key=key, receipt=receipt, to=self.to_of(received),
+                                    at=self._now(), received=received))
+        return receipt
+
+    def status_of(self, key: str, ok: str, failed: str) -> str:
+        return failed if key in self.failed else ok
 
     # -- what the adapter sent
 
@@ -133,6 +169,15 @@ class FakeApi(ABC):
 
     def handle(self, received: Received) -> Reply:
         self.received.append(received)
+        if received.method == "GET":
+            match self.lookup_scenario:
+                case Scenario.TRY_LATER:
+                    return self.unavailable("RQ-lookup")
+                case Scenario.RATE_LIMITED_SECONDS:
+                    return self.rate_limited(str(RETRY_AFTER_S), "RQ-lookup")
+                case Scenario.DROP_AFTER_SEND:
+                    return Reply(fate="drop")
+            return self.lookup(received)
         if received.path != self.path:
             return Reply.of_json(404, {"message": f"no route {received.path}"})
         self._seq += 1
@@ -142,10 +187,10 @@ class FakeApi(ABC):
             self.request_ids.append(request_id)
         match self.scenario:
             case Scenario.ACCEPT:
-                key = self.key_of(received)
-                assert key is not None, "the adapter sent no delivery key"
-                receipt = self.receipts.setdefault(key, f"{self.name}-msg-{self._seq}")
-                return self.accepted(receipt, request_id, received)
+                return self.accepted(self._store(received), request_id, received)
+            case Scenario.ACCEPT_THEN_DROP:
+                self._store(received)
+                return Reply(fate="drop")
             case Scenario.RATE_LIMITED_SECONDS:
                 return self.rate_limited(str(RETRY_AFTER_S), request_id)
             case Scenario.RATE_LIMITED_DATE:
@@ -160,6 +205,17 @@ class FakeApi(ABC):
             case Scenario.HANG_AFTER_SEND:
                 return Reply(fate="hang")
         raise AssertionError(f"the provider side cannot act out {self.scenario}")
+
+
+@dataclass(frozen=True)
+class Stored:
+    """A message the provider accepted."""
+
+    key: str
+    receipt: str
+    to: str
+    at: float
+    received: Received
 
 
 class FakeTwilio(FakeApi):
@@ -198,6 +254,21 @@ class FakeTwilio(FakeApi):
             "more_info": "https://www.twilio.com/docs/errors/21211", "status": 400,
         }, **{"Twilio-Request-Id": request_id})
 
+    def lookup(self, received: Received) -> Reply:
+        """The Messages list: filtered by To (and From), newest first, PageSize a page."""
+        if received.path != self.path:
+            return super().lookup(received)
+        params = received.params()
+        size = int(params.get("PageSize", "50"))
+        found = [m for m in reversed(self.messages) if m.to == params.get("To")
+                 and ("From" not in params
+                      or m.received.form().get("From") == params["From"])][:size]
+        return Reply.of_json(200, {"messages": [{
+            "sid": m.receipt, "to": m.to, "status": self.status_of(m.key, "sent", "failed"),
+            "date_created": formatdate(m.at, usegmt=True), "date_sent": None,
+            "error_code": 30003 if m.key in self.failed else None} for m in found],
+            "page_size": size})
+
 
 class FakeSendGrid(FakeApi):
     name = "sendgrid"
@@ -227,6 +298,20 @@ class FakeSendGrid(FakeApi):
             "message": f"Does not contain a valid address: {to}",
             "field": "personalizations.0.to.0.email", "help": None}]})
 
+    def lookup(self, received: Received) -> Reply:
+        """Email Activity: ``query=unique_args['tidings_key']="…"``."""
+        if received.path != "/v3/messages":
+            return super().lookup(received)
+        match = re.fullmatch(r"unique_args\['tidings_key'\]=\"(.*)\"",
+                             received.params().get("query", ""))
+        if match is None:
+            return Reply.of_json(400, {"errors": [{"message": "invalid query"}]})
+        found = [m for m in self.messages if m.key == match.group(1)]
+        return Reply.of_json(200, {"messages": [{
+            "msg_id": f"{m.receipt}.filter0001.16648.5515E0B88.0", "to_email": m.to,
+            "status": self.status_of(m.key, "delivered", "not_delivered"),
+            "opens_count": 0, "clicks_count": 0} for m in found[:1]]})
+
 
 class FakePostmark(FakeApi):
     name = "postmark"
@@ -235,7 +320,11 @@ class FakePostmark(FakeApi):
     path = "/email"
 
     def key_of(self, received: Received) -> str | None:
-        key = received.json().get("Metadata", {}).get("tidings_key")
+        body = received.json()
+        key = body.get("Metadata", {}).get("tidings_key")
+        if key is None:  # a long key: its digest is the metadata, the key a header
+            key = next((h.get("Value") for h in body.get("Headers", [])
+                        if h.get("Name") == "X-Tidings-Key"), None)
         return key if isinstance(key, str) else None
 
     def to_of(self, received: Received) -> str:
@@ -252,6 +341,22 @@ class FakePostmark(FakeApi):
 
     def unavailable(self, request_id: str) -> Reply:
         return Reply(503, b"<html>Service Unavailable</html>", {"Content-Type": "text/html"})
+
+    def lookup(self, received: Received) -> Reply:
+        """Outbound message search: ``metadata_<name>=<value>`` filters on Metadata."""
+        if received.path != "/messages/outbound":
+            return super().lookup(received)
+        params = received.params()
+        if "count" not in params or "offset" not in params:
+            return Reply.of_json(422, {"ErrorCode": 600, "Message": "count and offset"})
+        wanted = {k.removeprefix("metadata_"): v for k, v in params.items()
+                  if k.startswith("metadata_")}
+        found = [m for m in self.messages
+                 if all(m.received.json().get("Metadata", {}).get(k) == v
+                        for k, v in wanted.items())]
+        return Reply.of_json(200, {"TotalCount": len(found), "Messages": [{
+            "MessageID": m.receipt, "Recipients": [m.to], "Status": "Sent",
+            "Metadata": m.received.json().get("Metadata", {})} for m in found]})
 
     def refused(self, to: str, request_id: str) -> Reply:
         return Reply.of_json(422, {"ErrorCode": 406, "Message": (
@@ -293,13 +398,26 @@ class FakeJsonMailer(FakeApi):
         return Reply.of_json(422, {"message": f"{to} is not a valid recipient"},
                              **{"X-Request-Id": request_id})
 
+    def lookup(self, received: Received) -> Reply:
+        """``GET /emails/by-ref/{key}``: the message, or 404."""
+        prefix = "/emails/by-ref/"
+        if not received.path.startswith(prefix):
+            return super().lookup(received)
+        key = unquote(received.path.removeprefix(prefix))
+        for m in self.messages:
+            if m.key == key:
+                return Reply.of_json(200, {"data": {
+                    "id": m.receipt, "status": self.status_of(key, "sent", "failed")}})
+        return Reply.of_json(404, {"message": "not found"})
+
 
 # ---------------------------------------------------------------- serving a fake
 
 
 def _received_from_httpx(request: httpx.Request) -> Received:
     return Received(request.method, request.url.path,
-                    {k.lower(): v for k, v in request.headers.items()}, request.content)
+                    {k.lower(): v for k, v in request.headers.items()}, request.content,
+                    request.url.query.decode())
 
 
 def mock_transport(api: FakeApi) -> httpx.MockTransport:
@@ -336,7 +454,7 @@ async def serve_api(api: FakeApi) -> LiveApi:
     async def handle(request: web.Request) -> web.StreamResponse:
         reply = api.handle(Received(request.method, request.path,
                                     {k.lower(): v for k, v in request.headers.items()},
-                                    await request.read()))
+                                    await request.read(), request.query_string))
         if reply.fate == "hang":
             # Cancelled when the client gives up (handler_cancellation below).
             await asyncio.Event().wait()

@@ -127,7 +127,7 @@ async def test_a_signed_delivery_report_lands_beside_accepted_once(hooks: Hooks)
 
     assert answer.status_code == 200, answer.text
     assert answer.json() == {"provider": "twilio", "recorded": 1, "duplicates": 0,
-                             "orphaned": 0, "ignored": 0}
+                             "orphaned": 0, "ignored": 0, "settled": 0}
     assert replay.status_code == 200
     assert replay.json()["duplicates"] == 1 and replay.json()["recorded"] == 0
     timeline = await hooks.timeline(key)
@@ -193,7 +193,7 @@ async def test_an_intermediate_status_is_ignored_and_counted(hooks: Hooks) -> No
     answer = await hooks.client.post(**twilio_post(receipt, "sent"))
 
     assert answer.json() == {"provider": "twilio", "recorded": 0, "duplicates": 0,
-                             "orphaned": 0, "ignored": 1}
+                             "orphaned": 0, "ignored": 1, "settled": 0}
     assert hooks.metric("tidings_webhook_events_total", provider="twilio",
                         result="ignored") == 1
 
@@ -233,7 +233,7 @@ async def test_a_signed_sendgrid_batch_matches_the_receipt_by_prefix(hooks: Hook
         "X-Twilio-Email-Event-Webhook-Timestamp": timestamp})
 
     assert answer.json() == {"provider": "sendgrid", "recorded": 1, "duplicates": 0,
-                             "orphaned": 0, "ignored": 1}
+                             "orphaned": 0, "ignored": 1, "settled": 0}
     report = (await hooks.runtime.store.events_for("order-10:c:email"))[-1]
     assert report.type == "provider_bounced"
     assert report.detail == "sendgrid: bounce (bounce): 550 unknown user [address]"

@@ -46,8 +46,10 @@ def test_finished_intents_are_duplicates_and_uncertain_ones_held() -> None:
     for state in DONE:
         assert claim_kind(state, next_attempt_at=None, lease_expires_at=None,
                           now=NOW)[0] is ClaimKind.DONE
-    assert claim_kind(State.UNCERTAIN, next_attempt_at=None, lease_expires_at=None,
-                      now=NOW)[0] is ClaimKind.HELD
+    # held or uncertain: the reconciler's (or an operator's) to settle, never a send
+    for state in (State.UNCERTAIN, State.HELD):
+        assert claim_kind(state, next_attempt_at=None, lease_expires_at=None,
+                          now=NOW)[0] is ClaimKind.HELD
     assert redelivery_event(State.ACCEPTED) == "duplicate_observed"
     assert redelivery_event(State.CANCELLED) == redelivery_event(State.EXPIRED) == "discarded"
 

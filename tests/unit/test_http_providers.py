@@ -10,7 +10,7 @@ import base64
 import hashlib
 import json
 from collections.abc import Callable
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, quote
 
 import httpx
 import pytest
@@ -140,7 +140,8 @@ async def test_twilio_posts_the_messages_api_form_with_basic_auth() -> None:
     assert sent.headers["I-Twilio-Idempotency-Token"] == KEY
     assert parse_qs(sent.content.decode()) == {
         "To": [PHONE], "From": ["+15550001111"], "Body": ["Three things."],
-        "StatusCallback": ["https://hooks.test/twilio"]}
+        # the status callback names the key: Twilio echoes it, signed, on every status
+        "StatusCallback": [f"https://hooks.test/twilio?tidings_key={quote(KEY, safe='')}"]}
 
 
 async def test_twilio_messaging_service_and_api_key() -> None:

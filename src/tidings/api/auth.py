@@ -107,6 +107,8 @@ def default_scope_map() -> ScopeMap:
         .route("POST", "/v1/admission/resume", Scope.OPERATOR)
         .route("POST", "/v1/replay/{campaign}/{date}", Scope.OPERATOR)
         .route("POST", "/v1/cancel", Scope.OPERATOR)
+        .route("GET", "/v1/uncertain", Scope.VIEWER)
+        .route("POST", "/v1/uncertain/resolve", Scope.OPERATOR)
         # The application that publishes owns its recipients' wishes.
         .route("PUT", "/v1/preferences/{recipient_id}/{channel}", Scope.PUBLISH)
         .route("DELETE", "/v1/preferences/{recipient_id}/{channel}", Scope.PUBLISH)

@@ -34,9 +34,12 @@ async def status_report(c: ApiContext) -> dict[str, Any]:
     rt = c.runtime
     snap = await operations.snapshot(rt.store, rt.transport, channels=rt.channels,
                                      now=rt.clock.now(), window_s=c.settings.rate_window_s)
+    uncertain = await operations.uncertain_counts(rt.store, rt.uncertain_policies(),
+                                                  now=snap.now)
     return operations.status(snap, campaigns={x.name: x.channels for x in rt.campaigns},
                              channels=rt.channels, limits=rt.limits,
-                             freshness={x.name: x.expires_after_s for x in rt.campaigns})
+                             freshness={x.name: x.expires_after_s for x in rt.campaigns},
+                             uncertain=uncertain)
 
 
 async def plan_report(c: ApiContext) -> dict[str, Any]:
@@ -47,7 +50,9 @@ async def plan_report(c: ApiContext) -> dict[str, Any]:
                                      occurrences=False)
     lines = operations.plan(snap, limits=rt.limits,
                             freshness={x.name: x.expires_after_s for x in rt.campaigns})
-    return {"now": snap.now, "window_s": snap.window_s, "lines": [asdict(x) for x in lines]}
+    return {"now": snap.now, "window_s": snap.window_s, "lines": [asdict(x) for x in lines],
+            "uncertain": await operations.uncertain_counts(rt.store, rt.uncertain_policies(),
+                                                           now=snap.now)}
 
 
 @router.get("/status", responses=_refused(), summary="Status per campaign and channel")

@@ -458,6 +458,8 @@ def _channel_view(name: str, row: Mapping[str, Any], history: History) -> dict[s
         "accepted": row["accepted"], "sli": row["sli"],
         "drain_s": drain.get("drain_s") if row["backlog"] else None,
         "spark": _spark(history.series(name)),
+        # Sends whose answer was lost and that no lookup settled: an operator's to decide.
+        "held": (row.get("uncertain_sends") or {}).get("held", 0),
     }
 
 
@@ -513,7 +515,9 @@ async def _overview(request: Request) -> dict[str, Any]:
                                      now=rt.clock.now(), window_s=c.settings.rate_window_s)
     status = operations.status(snap, campaigns={x.name: x.channels for x in rt.campaigns},
                                channels=rt.channels, limits=rt.limits,
-                               freshness={x.name: x.expires_after_s for x in rt.campaigns})
+                               freshness={x.name: x.expires_after_s for x in rt.campaigns},
+                               uncertain=await operations.uncertain_counts(
+                                   rt.store, rt.uncertain_policies(), now=snap.now))
     history = _ui(request).history
     history.record(status["now"], status["channels"])
     switches = {(s.scope, s.name): s for s in snap.switches}

@@ -47,6 +47,8 @@ class WebhookAnswer(BaseModel):
     duplicates: int
     orphaned: int
     ignored: int
+    settled: int = 0
+    """Uncertain or held sends these reports settled (they named the delivery key)."""
 
 
 _REFUSED: dict[int | str, dict[str, Any]] = {
@@ -140,13 +142,13 @@ def webhook_router(runtime: Runtime, *, env: Mapping[str, str] | None = None,
                               ("orphaned", outcome.orphaned), ("ignored", outcome.ignored)):
                 if n:
                     metrics.events.labels(provider, result).inc(n)
-        log.info("webhook: provider=%s recorded=%d duplicates=%d orphaned=%d ignored=%d%s",
-                 provider, outcome.recorded, outcome.duplicates, outcome.orphaned,
-                 outcome.ignored,
+        log.info("webhook: provider=%s recorded=%d duplicates=%d orphaned=%d ignored=%d "
+                 "settled=%d%s", provider, outcome.recorded, outcome.duplicates,
+                 outcome.orphaned, outcome.ignored, outcome.settled,
                  f" ({', '.join(k[:40] for k in outcome.ignored_kinds[:5])})"
                  if outcome.ignored_kinds else "")
         return WebhookAnswer(provider=provider, recorded=outcome.recorded,
                              duplicates=outcome.duplicates, orphaned=outcome.orphaned,
-                             ignored=outcome.ignored)
+                             ignored=outcome.ignored, settled=outcome.settled)
 
     return router

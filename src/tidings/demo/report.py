@@ -13,6 +13,7 @@ from rich.table import Table
 
 from tidings.runtime import Runtime
 from tidings.states import ACCEPTED_FAMILY, TERMINAL, State
+from tidings.uncertain import BY_EVIDENCE, BY_LOOKUP, RESENT
 
 RETRY_EVENTS = ("transient_failure", "rate_limited", "resolved_retry", "released")
 
@@ -61,6 +62,13 @@ async def build_report(runtime: Runtime, stats: dict[str, Any], *, recipients: i
             "uncertain_resolved": by_event.get("resolved_accepted", 0)
             + by_event.get("resolved_retry", 0),
             "leases_expired": by_event.get("lease_expired", 0),
+            # How each uncertain send was settled (events), and what is still held.
+            "uncertain": {
+                "resolved_by_lookup": sum(by_event.get(e, 0) for e in BY_LOOKUP),
+                "resolved_by_webhook": sum(by_event.get(e, 0) for e in BY_EVIDENCE),
+                "held": by_state.get(State.HELD.value, 0),
+                "resent": sum(by_event.get(e, 0) for e in RESENT),
+            },
             "latency_p50_s": round(percentile(latencies, 0.5), 3),
             "latency_p99_s": round(percentile(latencies, 0.99), 3),
         }
@@ -100,6 +108,9 @@ def render_report(report: dict[str, Any], console: Console) -> None:
               "quota_violations", "latency_p50_s", "latency_p99_s"]
     for f in fields:
         table.add_row(f, *(str(report["channels"][n].get(f)) for n in names))
+    for f in ("resolved_by_lookup", "resolved_by_webhook", "held", "resent"):
+        table.add_row(f"uncertain: {f}",
+                      *(str(report["channels"][n].get("uncertain", {}).get(f)) for n in names))
     console.print(table)
     inv = report["invariants"]
     verdict = "[green]OK[/green]" if report["ok"] else "[red]FAILED[/red]"

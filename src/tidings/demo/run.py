@@ -3,6 +3,12 @@
 The demo process seeds data, starts the processes, injects faults of its own (a
 duplicate publication, a retried scheduler pass, a worker killed mid-flight), shows
 progress, and ends with a report judged by the sandbox's own counts.
+
+With ``real_providers`` email goes through the Postmark adapter and SMS through the
+Twilio adapter, each against the sandbox speaking that provider's dialect (lost
+responses on, dedupe off), with templates rendered at send time, and ``tidings api``
+receiving the sandbox's Postmark and Twilio webhooks: every uncertain send is settled
+by lookup or webhook evidence, never resent blindly.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import os
 import random
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 import time
@@ -72,6 +79,52 @@ def sandbox_config(sends: int) -> dict[str, Any]:
     return {**SANDBOX, "rate_limit": round(share, 6)}
 
 
+#: Lost responses are common enough in the real-providers demo that SMS, the smaller
+#: channel, has several.
+REAL_LOST_RESPONSE = 0.05
+#: The sandbox's read APIs show a send at once: "not found" is believed after this.
+REAL_LOOKUP_SETTLE_S = 1.0
+#: Credentials the demo hands its processes (they guard nothing outside the demo).
+REAL_ENV = {"POSTMARK_SERVER_TOKEN": "demo-postmark-token",
+            "TWILIO_AUTH_TOKEN": "demo-twilio-token",
+            "POSTMARK_WEBHOOK_USERNAME": "demo-hooks",
+            "POSTMARK_WEBHOOK_PASSWORD": "demo-hooks-pw"}
+TWILIO_SID = "AC00000000000000000000000000demo"
+TEMPLATES = {
+    "weekly-digest/v3/subject.txt": "Your week, {{ recipient_id }}",
+    "weekly-digest/v3/body.txt": "Hello {{ recipient_id }}, here is your weekly digest.",
+    "shipment-update/v1/subject.txt": "Shipment {{ shipment }}",
+    "shipment-update/v1/body.txt": "Shipment {{ shipment }} is {{ status }}.",
+    "shipment-update/v1/sms.txt": "Shipment {{ shipment }}: {{ status }}",
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def real_providers(workdir: Path, sandbox_url: str, api_port: int) -> dict[str, Any]:
+    """Channel settings for the Postmark and Twilio adapters against the sandbox."""
+    for name, text in TEMPLATES.items():
+        path = workdir / "templates" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    templates = str(workdir / "templates")
+    return {
+        "email": {"kind": "email", "templates": templates,
+                  "lookup_settle_s": REAL_LOOKUP_SETTLE_S,
+                  "provider": {"kind": "postmark", "from_address": "news@example.com",
+                               "base_url": sandbox_url, "timeout_s": 2.0}},
+        "sms": {"kind": "sms", "templates": templates, "lookup_settle_s": REAL_LOOKUP_SETTLE_S,
+                "provider": {"kind": "twilio", "account_sid": TWILIO_SID,
+                             "from_number": "+15550100000", "base_url": sandbox_url,
+                             "status_callback": f"http://127.0.0.1:{api_port}/v1/webhooks/twilio",
+                             "timeout_s": 2.0}},
+    }
+
+
 def simulated_offset(now: float) -> float:
     """Seconds to add to the real clock so the demo starts just after Monday 09:00."""
     zone = ZoneInfo(ZONE)
@@ -84,20 +137,25 @@ def simulated_offset(now: float) -> float:
 
 
 def settings_for(workdir: Path, store: str, customers: Path, sandbox_url: str,
-                 offset: float) -> dict[str, Any]:
+                 offset: float, api_port: int | None = None) -> dict[str, Any]:
+    """The demo's settings; with ``api_port``, the real-providers channels."""
     provider = {"kind": "sandbox", "url": sandbox_url, "timeout_s": 2.0}
     # Six processes share two cores here: the sandbox's own event loop can stall and
     # then count a burst of requests late, in the next second. Aim lower than usual.
     safety = 0.9
+    real = real_providers(workdir, sandbox_url, api_port) if api_port is not None else {}
     return {
         "store": store,
         "clock_offset_s": offset,
         "channels": {
-            "email": {"provider": provider, "quota": f"{SANDBOX['quotas']['email']}/s",  # type: ignore[index]
+            "email": {"provider": provider, **real.get("email", {}),
+                      "quota": f"{SANDBOX['quotas']['email']}/s",  # type: ignore[index]
                       "max_in_flight": 256, "quota_safety": safety},
-            "sms": {"provider": provider, "quota": f"{SANDBOX['quotas']['sms']}/s",  # type: ignore[index]
+            "sms": {"provider": provider, **real.get("sms", {}),
+                    "quota": f"{SANDBOX['quotas']['sms']}/s",  # type: ignore[index]
                     "max_in_flight": 64, "quota_safety": safety},
         },
+        **({"api": {"host": "127.0.0.1", "port": api_port}} if api_port is not None else {}),
         "campaigns": {
             CAMPAIGN: {
                 "cron": "0 9 * * 1", "timezone": ZONE, "channels": ["email"],
@@ -157,12 +215,13 @@ class Procs:
                 await proc.wait()
 
 
-async def start_sandbox(workdir: Path, seed: int) -> tuple[asyncio.subprocess.Process, str]:
+async def start_sandbox(workdir: Path, seed: int, *extra: str
+                        ) -> tuple[asyncio.subprocess.Process, str]:
     config = workdir / "sandbox.json"
     log = open(workdir / "sandbox.log", "ab")  # noqa: SIM115, ASYNC230 - the child's
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "tidings", "sandbox", "--port", "0", "--config", str(config),
-        "--seed", str(seed), stdout=asyncio.subprocess.PIPE, stderr=log,
+        "--seed", str(seed), *extra, stdout=asyncio.subprocess.PIPE, stderr=log,
         stdin=asyncio.subprocess.DEVNULL)
     log.close()
     assert proc.stdout is not None
@@ -272,7 +331,8 @@ def clean_up(workdir: Path, *, keep: bool) -> list[str]:
     return sorted(p.name for p in workdir.iterdir())
 
 
-def prepare(db: Path | None, recipients: int, seed: int) -> tuple[Path, Path, Customers]:
+def prepare(db: Path | None, recipients: int, seed: int, *, real: bool = False
+            ) -> tuple[Path, Path, Customers]:
     """A fresh work dir (or the one ``--db`` names), an empty ledger, seeded customers."""
     workdir = Path(db).parent if db else Path(tempfile.mkdtemp(prefix="tidings-demo-"))
     workdir.mkdir(parents=True, exist_ok=True)
@@ -281,7 +341,10 @@ def prepare(db: Path | None, recipients: int, seed: int) -> tuple[Path, Path, Cu
         Path(f"{db_path}{suffix}").unlink(missing_ok=True)
     customers = seed_customers(workdir / "customers.db", recipients, seed)
     sends = sum(expected_intents(customers).values())
-    (workdir / "sandbox.json").write_text(json.dumps(sandbox_config(sends)))
+    sandbox = sandbox_config(sends)
+    if real:
+        sandbox = {**sandbox, "lost_response": REAL_LOST_RESPONSE}
+    (workdir / "sandbox.json").write_text(json.dumps(sandbox))
     return workdir, db_path, customers
 
 
@@ -343,7 +406,7 @@ def prepare_postgres(url: str, *, reset: bool) -> str:
 
 async def demo(*, recipients: int, db: Path | None, seed: int, as_json: bool,
                started: float, store: str | None = None, reset: bool = False,
-               keep: bool = False) -> dict[str, Any]:
+               keep: bool = False, real: bool = False) -> dict[str, Any]:
     """Run the demo and report. Its work folder is a temporary one, removed at the end
     unless ``keep``; with ``db`` it is that file's folder, always kept."""
     console = Console(stderr=True)
@@ -355,7 +418,8 @@ async def demo(*, recipients: int, db: Path | None, seed: int, as_json: bool,
             console.print(text)
 
     prepared = await asyncio.to_thread(prepare_postgres, store, reset=reset) if store else None
-    workdir, db_path, customers = await asyncio.to_thread(prepare, db, recipients, seed)
+    workdir, db_path, customers = await asyncio.to_thread(prepare, db, recipients, seed,
+                                                          real=real)
     store_url = store or f"sqlite:///{db_path}"
     keep = keep or db is not None
     say(f"[bold]tidings demo[/bold]: {recipients:,} customers, work dir {workdir}"
@@ -364,13 +428,25 @@ async def demo(*, recipients: int, db: Path | None, seed: int, as_json: bool,
         from tidings.stores.postgres_db import redact
 
         say(f"store {redact(store)}: {prepared}")
-    sandbox, url = await start_sandbox(workdir, seed)
+    offset = simulated_offset(time.time())
+    api_port = free_port() if real else None
+    extra: list[str] = []
+    if real:
+        os.environ.update(REAL_ENV)  # the demo's processes read their credentials here
+        hooks = (f"http://{REAL_ENV['POSTMARK_WEBHOOK_USERNAME']}:"
+                 f"{REAL_ENV['POSTMARK_WEBHOOK_PASSWORD']}@127.0.0.1:{api_port}"
+                 "/v1/webhooks/postmark")
+        extra = ["--dialect", "postmark", "--dialect", "twilio", "--postmark-webhook", hooks,
+                 "--twilio-auth-token-env", "TWILIO_AUTH_TOKEN", "--clock-offset", str(offset)]
+    sandbox, url = await start_sandbox(workdir, seed, *extra)
     say(f"sandbox provider at {url} (quota email {SANDBOX['quotas']['email']}/s, "  # type: ignore[index]
         f"sms {SANDBOX['quotas']['sms']}/s; 429s, 5xx, timeouts, lost responses on)")  # type: ignore[index]
-    offset = simulated_offset(time.time())
+    if real:
+        say("email through the Postmark adapter, SMS through the Twilio adapter, against the "
+            "sandbox speaking their dialects (dedupe off); webhooks to tidings api")
     config = workdir / "tidings.toml"
-    await asyncio.to_thread(config.write_text,
-                            _toml(settings_for(workdir, store_url, customers.path, url, offset)))
+    await asyncio.to_thread(config.write_text, _toml(settings_for(
+        workdir, store_url, customers.path, url, offset, api_port)))
     settings = await asyncio.to_thread(Settings.load, config)
     runtime = await build_runtime(settings)
     procs = Procs(workdir, config)
@@ -379,6 +455,9 @@ async def demo(*, recipients: int, db: Path | None, seed: int, as_json: bool,
     try:
         local = datetime.fromtimestamp(runtime.clock.now(), ZoneInfo(ZONE))
         say(f"simulated time {local:%a %Y-%m-%d %H:%M:%S %Z}")
+        if real:
+            await procs.start("api", "api")
+            await _wait_healthy(f"http://127.0.0.1:{api_port}/healthz")
         await procs.start("scheduler", "scheduler")
         for name, channel in (("email-1", "email"), ("email-2", "email"), ("sms-1", "sms")):
             await procs.start(name, "worker", "--channel", channel)
@@ -453,6 +532,19 @@ async def demo(*, recipients: int, db: Path | None, seed: int, as_json: bool,
     return report
 
 
+async def _wait_healthy(url: str, timeout_s: float = 30.0) -> None:
+    """Wait until ``url`` answers 200 (the API process is up)."""
+    deadline = time.monotonic() + timeout_s
+    async with httpx.AsyncClient(timeout=2) as client:
+        while True:
+            with contextlib.suppress(httpx.HTTPError):
+                if (await client.get(url)).status_code == 200:
+                    return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the API did not come up at {url}")
+            await asyncio.sleep(0.2)
+
+
 async def _queues_drained(runtime: Runtime) -> bool:
     now = runtime.clock.now()
     for channel in runtime.channels:
@@ -471,8 +563,9 @@ async def _sandbox_stats(url: str) -> dict[str, Any]:
 
 
 def run_demo(*, recipients: int, db: Path | None, seed: int, as_json: bool,
-             store: str | None = None, reset: bool = False, keep: bool = False
-             ) -> dict[str, Any]:
+             store: str | None = None, reset: bool = False, keep: bool = False,
+             real_providers: bool = False) -> dict[str, Any]:
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     return asyncio.run(demo(recipients=recipients, db=db, seed=seed, as_json=as_json,
-                            started=time.monotonic(), store=store, reset=reset, keep=keep))
+                            started=time.monotonic(), store=store, reset=reset, keep=keep,
+                            real=real_providers))

@@ -30,7 +30,7 @@ from pydantic import (
     model_validator,
 )
 
-from tidings.durations import Seconds
+from tidings.durations import Seconds, SecondsOrZero
 from tidings.errors import ConfigurationError
 
 if TYPE_CHECKING:  # the adapters (httpx, aiohttp, aiosmtplib) load when one is built
@@ -127,12 +127,39 @@ class HttpProviderSettings(_Model):
     idempotency_header: str | None = "Idempotency-Key"
     deduplicates: bool = False
     """Whether the provider honours the idempotency header (a retry is then safe)."""
+    dedupe_window_s: Seconds | None = None
+    """How long it deduplicates on the header (None: as long as it keeps the key)."""
+    lookup_url: str | None = None
+    """A read API that finds a message by our key: ``{key}`` is replaced by the key,
+    URL-encoded (``https://api.example.com/messages?ref={key}``). 404 or an empty
+    answer is not found; see ``providers.http``."""
+    lookup_status_path: str = "status"
+    """Dotted path to the message's status in the lookup answer."""
+    lookup_message_id_path: str | None = None
+    """Dotted path to the message id in the lookup answer (default: ``message_id_path``)."""
+    lookup_accepted: list[str] = Field(default_factory=lambda: [
+        "accepted", "queued", "sent", "processed", "delivered"])
+    """Statuses in the lookup answer that mean the provider accepted the message."""
+    lookup_failed: list[str] = Field(default_factory=lambda: [
+        "failed", "rejected", "dropped", "cancelled", "canceled"])
+    """Statuses in the lookup answer that mean it did not (a failed send)."""
+    lookup_settle_s: SecondsOrZero = 0.0
+    """How long the read API may lag the send API."""
     message_id_path: str | None = "id"
     message_id_header: str | None = None
     request_id_header: str | None = "X-Request-Id"
     timeout_s: Seconds = 10.0
     max_connections: int = Field(default=100, ge=1)
 
+
+    @field_validator("lookup_url")
+    @classmethod
+    def _lookup_url(cls, value: str | None) -> str | None:
+        if value is not None:
+            _http_url(value)
+            if "{key}" not in value:
+                raise ValueError("must hold {key} where the delivery key goes")
+        return value
 
 
 class TwilioProviderSettings(_Model):
@@ -206,7 +233,7 @@ def build_provider_from(kind_settings: AnyProviderSettings, *, channel: str, clo
     (default ``os.environ``). ``client`` is passed to HTTP adapters (default: their own
     aiohttp-backed transport). Errors name the field under ``field_prefix``
     (default ``channels.<channel>.provider``)."""
-    from tidings.providers.http import HttpJsonProvider
+    from tidings.providers.http import HttpJsonProvider, HttpLookup
     from tidings.providers.postmark import PostmarkProvider
     from tidings.providers.sendgrid import SendGridProvider
     from tidings.providers.smtp import SmtpProvider
@@ -247,7 +274,15 @@ def build_provider_from(kind_settings: AnyProviderSettings, *, channel: str, clo
                 return HttpJsonProvider(
                     url=h.url, channel=channel, body=h.body, static=h.static, method=h.method,
                     headers=headers, idempotency_header=h.idempotency_header,
-                    deduplicates=h.deduplicates, message_id_path=h.message_id_path,
+                    deduplicates=h.deduplicates, dedupe_window_s=h.dedupe_window_s,
+                    lookup=HttpLookup(url=h.lookup_url, status_path=h.lookup_status_path,
+                                      message_id_path=h.lookup_message_id_path
+                                      or h.message_id_path,
+                                      accepted=tuple(h.lookup_accepted),
+                                      failed=tuple(h.lookup_failed),
+                                      settle_s=h.lookup_settle_s)
+                    if h.lookup_url else None,
+                    message_id_path=h.message_id_path,
                     message_id_header=h.message_id_header,
                     request_id_header=h.request_id_header, client=client, clock=clock,
                     timeout_s=h.timeout_s, max_connections=h.max_connections)

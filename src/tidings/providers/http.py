@@ -20,6 +20,15 @@ A body that uses ``subject``, ``text`` or ``html`` needs rendered content: a sen
 without it is Permanent ("no rendered content") before any network call. Answers
 map as in ``http_outcomes``; the receipt is read from ``message_id_path`` (a dotted
 path into the response JSON) or ``message_id_header``.
+
+The key travels where the settings put it: ``idempotency_header`` and any body field
+whose source is ``key`` (``"metadata.ref": "key"``). With ``lookup`` (settings
+``lookup_url`` and its companions) the provider's read API is asked by key:
+``GET lookup_url`` with ``{key}`` filled in. 404, or 200 with an empty body, an empty
+list or ``null``, is not found; 200 with a message (the object, or the first of a
+list) reads its status at ``status_path``: one of ``accepted`` is found accepted, one
+of ``failed`` found failed, anything else unknown; every other answer, and any
+transport failure, is unknown.
 """
 
 from __future__ import annotations
@@ -27,14 +36,16 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Final
+from urllib.parse import quote
 
 import httpx
 from pydantic import SecretStr
 
 from tidings.clock import Clock
 from tidings.errors import ConfigurationError
-from tidings.model import Outcome, Permanent, SendRequest
+from tidings.model import Lookup, Outcome, Permanent, SendRequest
 from tidings.providers.config import SOURCES
 from tidings.providers.http_outcomes import (
     NO_CONTENT,
@@ -46,6 +57,18 @@ from tidings.providers.http_outcomes import (
 )
 
 CONTENT_SOURCES: Final = frozenset({"subject", "text", "html"})
+
+
+@dataclass(frozen=True, kw_only=True)
+class HttpLookup:
+    """How the generic adapter asks its provider by key (see the module docstring)."""
+
+    url: str
+    status_path: str = "status"
+    message_id_path: str | None = "id"
+    accepted: tuple[str, ...] = ("accepted", "queued", "sent", "processed", "delivered")
+    failed: tuple[str, ...] = ("failed", "rejected", "dropped", "cancelled", "canceled")
+    settle_s: float = 0.0
 
 
 class HttpJsonProvider(HttpAdapter):
@@ -60,7 +83,8 @@ class HttpJsonProvider(HttpAdapter):
                  static: Mapping[str, Any] | None = None, method: str = "POST",
                  headers: Mapping[str, str | SecretStr] | None = None,
                  idempotency_header: str | None = "Idempotency-Key",
-                 deduplicates: bool = False,
+                 deduplicates: bool = False, dedupe_window_s: float | None = None,
+                 lookup: HttpLookup | None = None,
                  message_id_path: str | None = "id", message_id_header: str | None = None,
                  request_id_header: str | None = "X-Request-Id",
                  client: httpx.AsyncClient | None = None, clock: Clock | None = None,
@@ -77,6 +101,10 @@ class HttpJsonProvider(HttpAdapter):
         # Checked once here: a conflict ("a" and "a.b") is a settings error, not a send error.
         _nest({**copy.deepcopy(dict(static or {})), **dict.fromkeys(body, "")})
         self.deduplicates = deduplicates
+        self.dedupe_window_s = dedupe_window_s
+        self.supports_lookup = lookup is not None
+        self.lookup_settle_s = lookup.settle_s if lookup is not None else 0.0
+        self._lookup = lookup
         self._url = httpx.URL(url)
         self._method = method.upper()
         self._body = dict(body)
@@ -131,6 +159,32 @@ class HttpJsonProvider(HttpAdapter):
         return self._outcome(answer, request,
                              receipt=str(receipt) if receipt not in (None, "") else None,
                              request_id=request_id, reason=error_text(answer, body))
+
+
+    async def lookup(self, key: str) -> Lookup:
+        """Ask the configured read API for ``key``; never raises."""
+        if self._lookup is None:
+            raise NotImplementedError(f"{self.name} has no lookup_url")
+        spec = self._lookup
+        headers = {name: value.get_secret_value() if isinstance(value, SecretStr) else value
+                   for name, value in self._headers.items()}
+        url = httpx.URL(spec.url.replace("{key}", quote(key, safe="")))
+        answer = await self._read(url, headers=headers, not_found=True)
+        if isinstance(answer, Lookup):
+            return answer
+        body = json_of(answer)
+        if isinstance(body, list):
+            body = body[0] if body else None
+        if body in (None, {}, ""):
+            return Lookup.of_not_found()
+        status = dotted(body, spec.status_path)
+        message_id = dotted(body, spec.message_id_path) if spec.message_id_path else None
+        receipt = str(message_id) if message_id not in (None, "") else None
+        if isinstance(status, str) and status.lower() in spec.accepted:
+            return Lookup.of_accepted(receipt, detail=f"status {status}")
+        if isinstance(status, str) and status.lower() in spec.failed:
+            return Lookup.of_failed(receipt, detail=f"status {status}")
+        return Lookup.of_unknown(f"status {str(status)[:40]!r} is neither accepted nor failed")
 
 
 def _nest(fields: Mapping[str, Any]) -> dict[str, Any]:

@@ -145,6 +145,9 @@ class HttpAdapter:
 
     supports_lookup = False
     deduplicates = False
+    dedupe_window_s: float | None = None
+    lookup_settle_s = 0.0
+    lookup_needs_hint = False
 
     def __init__(self, *, name: str, channel: str, client: httpx.AsyncClient | None,
                  clock: Clock | None, timeout_s: float, max_connections: int,
@@ -200,6 +203,31 @@ class HttpAdapter:
     async def lookup(self, key: str) -> Lookup:
         """Not offered: ``supports_lookup`` is False, so the reconciler never asks."""
         raise NotImplementedError(f"{self.name} has no lookup by idempotency key")
+
+    async def _read(self, url: httpx.URL, *, headers: dict[str, str],
+                    address: str | None = None, not_found: bool = False
+                    ) -> httpx.Response | Lookup:
+        """GET one of the provider's read APIs. A transport failure, a 429, a 5xx or any
+        other refusal is ``unknown`` (ask again later: never read as not found); a 404
+        is not found only where ``not_found`` says the API means it so."""
+        try:
+            response = await self._http.send(httpx.Request(
+                "GET", url, headers={"Accept": "application/json", **headers},
+                extensions=self._http.extensions))
+        except httpx.RequestError as exc:
+            return Lookup.of_unknown(f"lookup failed: {self._redact_text(describe(exc), address)}")
+        if response.status_code == 404 and not_found:
+            return Lookup.of_not_found()
+        if not response.is_success:
+            reason = error_text(response, json_of(response))
+            text = f"lookup answered HTTP {response.status_code}"
+            return Lookup.of_unknown(
+                f"{text}: {self._redact_text(reason, address)}" if reason else text)
+        return response
+
+    def _redact_text(self, text: str, address: str | None) -> str:
+        return redact(text, address=address,
+                      secrets=[s.get_secret_value() for s in self._secrets])
 
     async def close(self) -> None:
         """Close the owned transport (an injected client is left open); safe to repeat."""

@@ -6,6 +6,17 @@ key travels in ``Metadata`` (searchable in Postmark and echoed by its webhooks) 
 as an ``X-Tidings-Key`` message header. Postmark has no idempotency header, so
 ``deduplicates`` is False. The receipt is ``MessageID``.
 
+Lookup by key: Postmark's Messages API, outbound message search
+(https://postmarkapp.com/developer/api/messages-api#outbound-message-search),
+``GET {base}/messages/outbound?count=…&offset=0&metadata_tidings_key=<key>`` (a
+``metadata_<name>`` parameter filters on that Metadata value; the official
+postmark.js ``OutboundMessagesFilteringParameters`` passes them through), with the
+server token. It answers ``{"TotalCount", "Messages": [{"MessageID", "Status",
+"Metadata", …}]}``: a message whose Metadata carries our key is found accepted
+(Postmark's statuses are Queued, Sent and Processed; a bounce comes later, by
+webhook), none is not found, and any failure of the search is unknown. Search results
+lag the send by seconds, so "not found" is believed only after ``lookup_settle_s``.
+
 Postmark refuses with HTTP 422 and an ``ErrorCode``; the code decides:
 
 ==================================  =============================================
@@ -32,7 +43,7 @@ import httpx
 from pydantic import SecretStr
 
 from tidings.clock import Clock
-from tidings.model import Outcome, Permanent, RateLimited, SendRequest, Transient
+from tidings.model import Lookup, Outcome, Permanent, RateLimited, SendRequest, Transient
 from tidings.policy import parse_retry_after
 from tidings.providers.config import POSTMARK_BASE_URL
 from tidings.providers.http_outcomes import NO_CONTENT, HttpAdapter, error_text, json_of
@@ -54,7 +65,12 @@ def metadata_for(key: str) -> dict[str, str]:
 
 
 class PostmarkProvider(HttpAdapter):
-    """Send one email per message; never raises for an answer."""
+    """Send one email per message; never raises for an answer. Looks a key up by its
+    Metadata in the outbound message search."""
+
+    supports_lookup = True
+    lookup_settle_s = 60.0
+    SEARCH_COUNT = 50
 
     def __init__(self, *, server_token: str | SecretStr, from_address: str, channel: str,
                  from_name: str | None = None, reply_to: str | None = None,
@@ -67,6 +83,7 @@ class PostmarkProvider(HttpAdapter):
                          timeout_s=timeout_s, max_connections=max_connections,
                          secrets=[token])
         self._url = httpx.URL(f"{base_url.rstrip('/')}/email")
+        self._search_url = httpx.URL(f"{base_url.rstrip('/')}/messages/outbound")
         self._token = token
         self._from = formataddr((from_name, from_address)) if from_name else from_address
         self._reply_to = reply_to
@@ -114,6 +131,30 @@ class PostmarkProvider(HttpAdapter):
         return self._outcome(answer, request,
                              receipt=message_id if isinstance(message_id, str) else None,
                              request_id=None, reason=words or error_text(answer, body))
+
+
+    async def lookup(self, key: str) -> Lookup:
+        """Search the outbound messages by our Metadata; never raises."""
+        wanted = metadata_for(key)
+        params = {"count": str(self.SEARCH_COUNT), "offset": "0", "messagestream": self._stream,
+                  **{f"metadata_{name}": value for name, value in wanted.items()}}
+        answer = await self._read(self._search_url.copy_merge_params(params),
+                                  headers={TOKEN_HEADER: self._token.get_secret_value()})
+        if isinstance(answer, Lookup):
+            return answer
+        body = json_of(answer)
+        messages = body.get("Messages") if isinstance(body, dict) else None
+        if not isinstance(messages, list):
+            return Lookup.of_unknown("the message search answered without a Messages list")
+        for message in messages:
+            metadata = message.get("Metadata") if isinstance(message, dict) else None
+            # Checked here too: a search that ignored the filter must not match others.
+            if isinstance(metadata, dict) and all(metadata.get(k) == v
+                                                  for k, v in wanted.items()):
+                receipt = message.get("MessageID")
+                return Lookup.of_accepted(receipt if isinstance(receipt, str) else None,
+                                          detail=f"Postmark status {message.get('Status')}")
+        return Lookup.of_not_found()
 
 
 def _postmark_error(body: Any) -> tuple[int, str | None]:

@@ -6,7 +6,11 @@ Each send builds a MIME message from the rendered ``Content`` (text, and HTML as
 ``X-Tidings-Key`` header and, hashed, in a stable ``Message-ID``
 (``<sha256(key)@domain>``), so a retried send carries the same Message-ID and a
 receiving system can tell it is the same message. SMTP has no idempotency key and
-no lookup: ``supports_lookup`` and ``deduplicates`` are False.
+no lookup: ``supports_lookup`` and ``deduplicates`` are False, so an uncertain send
+(the connection lost once DATA was sent) is held by default (``tidings.uncertain``):
+it waits for an operator, who can search the relay's logs or the recipient's mailbox
+for the Message-ID or the ``X-Tidings-Key`` header. ``resend`` is the explicit
+at-least-once choice: a second copy is then possible.
 
 Replies map to outcomes by code, and by stage where the stage decides:
 

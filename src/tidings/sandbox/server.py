@@ -10,6 +10,9 @@ Routes::
     POST /v1/reset                forget counts and accepted keys
     GET  /healthz
 
+With dialects (``tidings sandbox --dialect postmark``), the providers' own routes are
+served too, over the same core (``sandbox.dialects``).
+
 aiohttp is used because a fault must be able to hold a request open and to drop a
 connection after accepting a message without sending a byte of the reply.
 """
@@ -32,6 +35,7 @@ from aiohttp import web
 from tidings.clock import SystemClock
 from tidings.errors import ConfigurationError
 from tidings.sandbox.core import AnswerKind, SandboxAnswer, SandboxConfig, SandboxCore
+from tidings.sandbox.dialects import DialectSettings, install
 
 CORE_KEY = web.AppKey("sandbox_core", SandboxCore)
 _JSON = "application/json"
@@ -142,10 +146,13 @@ async def _health(request: web.Request) -> web.Response:
     return _json(200, {"status": "ok"})
 
 
-def create_app(core: SandboxCore) -> web.Application:
-    """The aiohttp application serving ``core``."""
+def create_app(core: SandboxCore, dialects: DialectSettings | None = None, *,
+               now: Callable[[], float] | None = None) -> web.Application:
+    """The aiohttp application serving ``core`` (and the routes of ``dialects``)."""
     app = web.Application()
     app[CORE_KEY] = core
+    if dialects is not None and dialects.dialects:
+        install(app, core, dialects, now or SystemClock().now)
     app.router.add_post("/v1/{channel}/messages", _send)
     app.router.add_get("/v1/messages/{key:.+}", _lookup)
     app.router.add_get("/v1/stats", _stats)
@@ -180,20 +187,24 @@ class SandboxServer:
 
 
 async def serve(config: SandboxConfig | None = None, host: str = "127.0.0.1", port: int = 0, *,
-                seed: int = 0, core: SandboxCore | None = None) -> SandboxServer:
+                seed: int = 0, core: SandboxCore | None = None,
+                dialects: DialectSettings | None = None,
+                clock_offset_s: float = 0.0) -> SandboxServer:
     """Start serving on ``host:port`` (port 0 picks a free one) and return at once.
 
     Pass ``core`` to share or control one (e.g. with an injected ``now``); otherwise
-    a core is built from ``config`` on the system clock.
+    a core is built from ``config`` on the system clock, shifted by ``clock_offset_s``
+    (the demo's simulated time). ``dialects`` adds the providers' own routes.
     """
+    clock = SystemClock(clock_offset_s)
     if core is None:
-        core = SandboxCore(config, now=SystemClock().now, seed=seed)
+        core = SandboxCore(config, now=clock.now, seed=seed)
     elif config is not None:
         core.configure(config)
     # No access log: at thousands of requests per second it costs more than the handler.
     # A short shutdown_timeout: requests held by a timeout fault must not delay a stop.
-    runner = web.AppRunner(create_app(core), access_log=None, handler_cancellation=True,
-                           shutdown_timeout=1.0)
+    runner = web.AppRunner(create_app(core, dialects, now=clock.now), access_log=None,
+                           handler_cancellation=True, shutdown_timeout=1.0)
     await runner.setup()
     site = web.TCPSite(runner, host, port, backlog=1024)
     await site.start()
@@ -202,14 +213,17 @@ async def serve(config: SandboxConfig | None = None, host: str = "127.0.0.1", po
 
 
 async def run_forever(host: str, port: int, config: SandboxConfig | None = None, *,
-                      seed: int = 0, ready: Callable[[SandboxServer], None] | None = None) -> None:
+                      seed: int = 0, ready: Callable[[SandboxServer], None] | None = None,
+                      dialects: DialectSettings | None = None,
+                      clock_offset_s: float = 0.0) -> None:
     """Serve until SIGTERM or SIGINT, calling ``ready`` once listening."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError):  # not on Windows event loops
             loop.add_signal_handler(signum, stop.set)
-    server = await serve(config, host, port, seed=seed)
+    server = await serve(config, host, port, seed=seed, dialects=dialects,
+                         clock_offset_s=clock_offset_s)
     try:
         if ready is not None:
             ready(server)
@@ -235,7 +249,8 @@ def load_config(path: str | None) -> SandboxConfig:
     return SandboxConfig.from_json(text)
 
 
-def main_sandbox(host: str, port: int, config_path: str | None, seed: int) -> None:
+def main_sandbox(host: str, port: int, config_path: str | None, seed: int, *,
+                 dialects: DialectSettings | None = None, clock_offset_s: float = 0.0) -> None:
     """The ``tidings sandbox`` command: print the listening URL, serve until signalled."""
     config = load_config(config_path)
 
@@ -243,5 +258,6 @@ def main_sandbox(host: str, port: int, config_path: str | None, seed: int) -> No
         print(f"sandbox listening on {server.url}", flush=True)
 
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(run_forever(host, port, config, seed=seed, ready=announce))
+        asyncio.run(run_forever(host, port, config, seed=seed, ready=announce,
+                                dialects=dialects, clock_offset_s=clock_offset_s))
     sys.stdout.flush()

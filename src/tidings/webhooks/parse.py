@@ -23,6 +23,17 @@ SendGrid's ``sg_message_id`` is the ``X-Message-Id`` it answered the send with (
 intent's receipt) followed by routing suffixes (``.filter0001.16648.5515E0B88.0``,
 ``.recvd-…``): the message id is the part before them. Details never carry an address
 or a phone number: provider text goes through ``tidings.providers.redaction.redact``.
+
+Evidence. A report that names our delivery key, where the adapter put it, is also
+``Evidence`` that settles an uncertain or held send (``tidings.webhooks.evidence``):
+SendGrid's ``custom_args`` come back as top-level event fields (``tidings_key``),
+Postmark's ``Metadata`` as the record's ``Metadata`` (``tidings_key``, or
+``tidings_key_sha256`` for a key over 80 characters), Twilio's status callback URL
+carries ``?tidings_key=``, and the generic payload a ``key`` field. Every report of a
+message the provider took is evidence of acceptance (SendGrid ``processed``,
+``deferred``, opens and clicks included; Twilio ``queued``, ``sent`` …); SendGrid
+``dropped`` and Twilio ``failed`` are evidence that it failed. A key that is no valid
+delivery key is not evidence (the report is still recorded).
 """
 
 from __future__ import annotations
@@ -34,9 +45,10 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 from tidings.errors import InvalidInput
-from tidings.keys import check_text, make_storable
+from tidings.keys import check_text, make_storable, validate_key
 from tidings.providers.redaction import redact
 from tidings.schedule import check_instant
 from tidings.stores.base import ProviderEvent, ProviderEventType
@@ -55,6 +67,27 @@ SENDGRID_TYPES = {"delivered": T.DELIVERED, "bounce": T.BOUNCED, "dropped": T.FA
 POSTMARK_TYPES = {"Delivery": (T.DELIVERED, "DeliveredAt"), "Bounce": (T.BOUNCED, "BouncedAt"),
                   "SpamComplaint": (T.COMPLAINED, "BouncedAt")}
 GENERIC_TYPES = {t.value: t for t in ProviderEventType}
+#: Where the adapters put the delivery key (SendGrid custom_args, Postmark Metadata, the
+#: Twilio status callback's query), and its SHA-256 when too long for Postmark.
+KEY_FIELD = "tidings_key"
+KEY_SHA256_FIELD = "tidings_key_sha256"
+#: Reports that say the provider did not take the message (evidence of failure).
+SENDGRID_FAILED = frozenset({"dropped"})
+TWILIO_FAILED = frozenset({"failed"})
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Evidence:
+    """A report naming our key (or its SHA-256): the provider took the message
+    (``accepted``), or says it failed."""
+
+    provider: str
+    accepted: bool
+    message_id: str | None = None
+    key: str | None = None
+    key_sha256: str | None = None
+    detail: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,16 +98,57 @@ class Parsed:
     ignored: int = 0
     ignored_kinds: tuple[str, ...] = ()
     """The distinct kinds ignored (``open``, ``queued``, …), for logs and counters."""
+    evidence: tuple[Evidence, ...] = ()
+    """Reports that name our key, ignored ones included (see the module docstring)."""
 
 
 class _Collector:
-    def __init__(self) -> None:
+    def __init__(self, provider: str) -> None:
+        self.provider = provider
         self.events: list[ProviderEvent] = []
         self.ignored: list[str] = []
+        self.evidence: list[Evidence] = []
+
+    def witness(self, *, key: Any, key_sha256: Any = None, accepted: bool,
+                message_id: str | None, detail: str | None) -> None:
+        """Keep the report as evidence when it names a valid key (or a SHA-256 of one)."""
+        digest = key_sha256.strip().lower() if isinstance(key_sha256, str) else None
+        if isinstance(key, str):
+            try:
+                valid: str | None = validate_key(key.strip(), KEY_FIELD)
+            except InvalidInput:
+                valid = None
+        else:
+            valid = None
+        if valid is None and not (digest and _SHA256.match(digest)):
+            return
+        self.evidence.append(Evidence(
+            provider=self.provider, accepted=accepted, message_id=message_id, key=valid,
+            key_sha256=None if valid is not None else digest, detail=detail))
 
     def parsed(self) -> Parsed:
         return Parsed(events=tuple(self.events), ignored=len(self.ignored),
-                      ignored_kinds=tuple(sorted(set(self.ignored))))
+                      ignored_kinds=tuple(sorted(set(self.ignored))),
+                      evidence=tuple(self.evidence))
+
+
+def _optional_id(obj: Mapping[str, Any], name: str) -> str | None:
+    """``obj[name]`` as a message id when it is one, else None (evidence only)."""
+    value = obj.get(name)
+    if isinstance(value, str) and value.strip() and len(value) <= MAX_MESSAGE_ID \
+            and not any(c.isspace() for c in value.strip()):
+        return value.strip()
+    return None
+
+
+def key_from_url(url: str | None) -> str | None:
+    """The ``tidings_key`` query parameter of a callback URL, if any."""
+    if not url:
+        return None
+    for name, value in parse_qsl(urlsplit(url).query, keep_blank_values=False):
+        if name == KEY_FIELD:
+            return value
+    return None
 
 
 def _json(body: bytes) -> Any:
@@ -150,9 +224,10 @@ def _objects(payload: Any, where: str) -> Iterator[tuple[str, Mapping[str, Any]]
 # ---------------------------------------------------------------- twilio
 
 
-def parse_twilio(body: bytes, *, now: float) -> Parsed:
+def parse_twilio(body: bytes, *, now: float, url: str | None = None) -> Parsed:
     """A Twilio status callback: one message's status; times are ``now`` (Twilio sends
-    none)."""
+    none). ``url`` is the callback URL Twilio called (and signed): its ``tidings_key``
+    names the delivery."""
     fields: Mapping[str, Any]
     if body.lstrip().startswith(b"{"):
         fields = _json(body)  # JSON text opening with "{" is an object
@@ -161,18 +236,22 @@ def parse_twilio(body: bytes, *, now: float) -> Parsed:
             fields = dict(form_params(body))
         except ValueError:
             raise InvalidInput("body", "is not UTF-8 form data") from None
-    out = _Collector()
+    out = _Collector("twilio")
     # SmsSid / SmsStatus: the names older callbacks carry (newer ones carry both).
     status = _text(fields, _present(fields, "MessageStatus", "SmsStatus"), "body").lower()
     kind = TWILIO_TYPES.get(status)
+    code = str(fields.get("ErrorCode") or "").strip()
+    detail = _detail(status, f"ErrorCode {code}" if code.isdigit() else None)
     if kind is None:
         out.ignored.append(status)
+        out.witness(key=key_from_url(url), accepted=True, detail=detail,
+                    message_id=_optional_id(fields, _present(fields, "MessageSid", "SmsSid")))
         return out.parsed()
     message_id = _message_id(fields, _present(fields, "MessageSid", "SmsSid"), "body")
-    code = str(fields.get("ErrorCode") or "").strip()
     out.events.append(ProviderEvent(
-        provider="twilio", message_id=message_id, type=kind, at=now,
-        detail=_detail(status, f"ErrorCode {code}" if code.isdigit() else None)))
+        provider="twilio", message_id=message_id, type=kind, at=now, detail=detail))
+    out.witness(key=key_from_url(url), accepted=status not in TWILIO_FAILED,
+                message_id=message_id, detail=detail)
     return out.parsed()
 
 
@@ -190,12 +269,15 @@ def parse_sendgrid(body: bytes, *, now: float) -> Parsed:
     payload = _json(body)
     if not isinstance(payload, list):
         raise InvalidInput("body", "must be a JSON array of events")
-    out = _Collector()
+    out = _Collector("sendgrid")
     for where, item in _objects(payload, "body"):
         name = _text(item, "event", where)
         kind = SENDGRID_TYPES.get(name)
         if kind is None:
             out.ignored.append(name)
+            raw = _optional_id(item, "sg_message_id")
+            out.witness(key=item.get(KEY_FIELD), accepted=True, detail=_detail(name),
+                        message_id=sendgrid_message_id(raw) if raw else None)
             continue
         message_id = sendgrid_message_id(_message_id(item, "sg_message_id", where))
         at = now if item.get("timestamp") is None else _unix(item["timestamp"],
@@ -209,6 +291,8 @@ def parse_sendgrid(body: bytes, *, now: float) -> Parsed:
             detail = _detail(name, item.get("response"))
         out.events.append(ProviderEvent(provider="sendgrid", message_id=message_id,
                                         type=kind, at=at, detail=detail))
+        out.witness(key=item.get(KEY_FIELD), accepted=name not in SENDGRID_FAILED,
+                    message_id=message_id, detail=detail)
     return out.parsed()
 
 
@@ -220,11 +304,17 @@ def parse_postmark(body: bytes, *, now: float) -> Parsed:
     payload = _json(body)
     if not isinstance(payload, dict):
         raise InvalidInput("body", "must be a JSON object (one Postmark record)")
-    out = _Collector()
+    out = _Collector("postmark")
     record = _text(payload, "RecordType", "body")
     known = POSTMARK_TYPES.get(record)
+    raw_metadata = payload.get("Metadata")
+    metadata: Mapping[str, Any] = raw_metadata if isinstance(raw_metadata, dict) else {}
     if known is None:
         out.ignored.append(record)
+        # Opens, clicks, subscription changes: Postmark took the message.
+        out.witness(key=metadata.get(KEY_FIELD), key_sha256=metadata.get(KEY_SHA256_FIELD),
+                    accepted=True, message_id=_optional_id(payload, "MessageID"),
+                    detail=_detail(record))
         return out.parsed()
     kind, time_field = known
     message_id = _message_id(payload, "MessageID", "body")
@@ -237,6 +327,8 @@ def parse_postmark(body: bytes, *, now: float) -> Parsed:
         detail = _detail(record, payload.get("Type"), payload.get("Description"))
     out.events.append(ProviderEvent(provider="postmark", message_id=message_id, type=kind,
                                     at=at, detail=detail))
+    out.witness(key=metadata.get(KEY_FIELD), key_sha256=metadata.get(KEY_SHA256_FIELD),
+                accepted=True, message_id=message_id, detail=detail)
     return out.parsed()
 
 
@@ -244,9 +336,10 @@ def parse_postmark(body: bytes, *, now: float) -> Parsed:
 
 
 def parse_generic(body: bytes, *, now: float) -> Parsed:
-    """``{"message_id", "event", "at", "detail"}`` or an array of them; ``at`` is Unix
-    seconds or ISO 8601 (``now`` when absent)."""
-    out = _Collector()
+    """``{"message_id", "event", "at", "detail", "key"}`` or an array of them; ``at`` is
+    Unix seconds or ISO 8601 (``now`` when absent); ``key``, when given, names the
+    delivery (evidence)."""
+    out = _Collector("generic")
     for where, item in _objects(_json(body), "body"):
         name = _text(item, "event", where)
         kind = GENERIC_TYPES.get(name)
@@ -266,6 +359,8 @@ def parse_generic(body: bytes, *, now: float) -> Parsed:
             check_text(detail, f"{where}.detail")
         out.events.append(ProviderEvent(provider="generic", message_id=message_id, type=kind,
                                         at=at, detail=_detail(detail)))
+        out.witness(key=item.get("key"), accepted=kind is not T.FAILED,
+                    message_id=message_id, detail=_detail(name, detail))
     return out.parsed()
 
 
@@ -275,10 +370,13 @@ PARSERS: Mapping[str, Callable[..., Parsed]] = {
 }
 
 
-def parse(provider: str, body: bytes, *, now: float) -> Parsed:
-    """The events of ``provider``'s payload ``body``; InvalidInput naming the field."""
+def parse(provider: str, body: bytes, *, now: float, url: str | None = None) -> Parsed:
+    """The events of ``provider``'s payload ``body`` (``url``: the URL it called, for the
+    key a Twilio status callback carries); InvalidInput naming the field."""
     parser = PARSERS.get(provider)
     if parser is None:
         raise InvalidInput("provider", f"unknown provider {provider!r}; one of: "
                                        f"{', '.join(PARSERS)}")
+    if provider == "twilio":
+        return parse_twilio(body, now=now, url=url)
     return parser(body, now=now)

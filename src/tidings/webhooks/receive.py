@@ -1,9 +1,11 @@
-"""One webhook request, start to end: verify, then parse, then record.
+"""One webhook request, start to end: verify, then parse, then settle, then record.
 
 The order is the guarantee: a request that fails verification is neither parsed nor
 recorded (SignatureError, answered 401), and a malformed one records nothing
-(InvalidInput naming the field, answered 422). Framework-free: the HTTP layer only
-reads the body and maps these errors to status codes.
+(InvalidInput naming the field, answered 422). Reports that name a delivery key settle
+its uncertain or held send (``tidings.webhooks.evidence``) before they are recorded.
+Framework-free: the HTTP layer only reads the body and maps these errors to status
+codes.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tidings.stores.base import Store
+from tidings.webhooks.evidence import settle_by_evidence
 from tidings.webhooks.parse import parse
 from tidings.webhooks.record import record_events
 from tidings.webhooks.verify import Verifier, WebhookRequest
@@ -28,14 +31,19 @@ class WebhookOutcome:
     orphaned: int
     ignored: int
     ignored_kinds: tuple[str, ...] = ()
+    settled: int = 0
+    """Uncertain or held sends this request's evidence settled (accepted or failed)."""
 
 
 async def receive(request: WebhookRequest, *, verifier: Verifier, store: Store,
                   now: float) -> WebhookOutcome:
     """Verify ``request`` as ``verifier.provider``'s, parse it, record its events."""
     verifier.verify(request)
-    parsed = parse(verifier.provider, request.body, now=now)
+    parsed = parse(verifier.provider, request.body, now=now, url=request.url)
+    # Settled first: an accepted intent then holds the receipt its reports attach to.
+    settled = await settle_by_evidence(store, parsed.evidence, now=now)
     result = await record_events(store, parsed.events, now)
     return WebhookOutcome(provider=verifier.provider, recorded=result.recorded,
                           duplicates=result.duplicates, orphaned=result.orphaned,
-                          ignored=parsed.ignored, ignored_kinds=parsed.ignored_kinds)
+                          ignored=parsed.ignored, ignored_kinds=parsed.ignored_kinds,
+                          settled=settled.accepted + settled.failed)

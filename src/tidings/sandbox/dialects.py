@@ -1,0 +1,424 @@
+"""The sandbox speaking real providers' dialects: Postmark, SendGrid and Twilio shapes.
+
+Each dialect serves its provider's send API, its read API and (for Postmark and
+Twilio) its outbound webhooks, over the same ``SandboxCore``: the same quota, faults
+(429, 5xx, timeouts, lost responses) and counts, keyed by the delivery key the adapter
+carries where that provider keeps it. The real adapters are tested against these
+routes, and the demo judges them by the core's counts.
+
+=========  ===========================================  ================================
+dialect    send (channel)                               read API
+=========  ===========================================  ================================
+postmark   ``POST /email`` (email), key in              ``GET /messages/outbound``
+           ``Metadata.tidings_key`` (or the             ``?count&offset&metadata_…``
+           ``X-Tidings-Key`` header)
+sendgrid   ``POST /v3/mail/send`` (email), key in       ``GET /v3/messages?query=``
+           ``custom_args.tidings_key``                  ``unique_args['tidings_key']="…"``
+twilio     ``POST /2010-04-01/Accounts/{sid}/           ``GET`` of the same path,
+           Messages.json`` (sms, form), key in          ``?To&From&PageSize``, newest first
+           ``I-Twilio-Idempotency-Token``
+=========  ===========================================  ================================
+
+Webhooks: after a message is accepted (its reply lost or not), Postmark's dialect posts
+a ``Delivery`` record with its Metadata to ``postmark_webhook`` (basic auth from the
+URL's credentials); Twilio's posts a ``delivered`` status callback to the send's
+``StatusCallback`` URL, signed with ``twilio_auth_token`` as Twilio signs
+(``X-Twilio-Signature``); SendGrid's posts a ``delivered`` event, with the custom args,
+to ``sendgrid_webhook``, signed with ``sendgrid_signing_key`` (ECDSA P-256 over the
+timestamp and the body, as SendGrid's signed event webhook is).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import hashlib
+import json
+import logging
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from email.utils import formatdate
+from typing import Any
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
+
+import aiohttp
+import yarl
+from aiohttp import web
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from tidings.sandbox.core import AnswerKind, SandboxAnswer, SandboxCore
+from tidings.webhooks.verify import (
+    SENDGRID_SIGNATURE_HEADER,
+    SENDGRID_TIMESTAMP_HEADER,
+    twilio_signature,
+)
+
+log = logging.getLogger("tidings.sandbox.dialects")
+
+DIALECTS = ("postmark", "sendgrid", "twilio")
+KEY_FIELD = "tidings_key"
+KEY_SHA256_FIELD = "tidings_key_sha256"
+_UNIQUE_ARG = re.compile(r"^unique_args\['tidings_key'\]=\"(.*)\"$", re.DOTALL)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DialectSettings:
+    """Which dialects to serve and where their webhooks go."""
+
+    dialects: tuple[str, ...] = ()
+    postmark_webhook: str | None = None
+    """Where Postmark's Delivery records go (``http://user:pass@host/v1/webhooks/postmark``)."""
+    twilio_auth_token: str | None = None
+    """Signs Twilio's status callbacks; none: no callbacks."""
+    sendgrid_webhook: str | None = None
+    """Where SendGrid's event batches go (``http://host/v1/webhooks/sendgrid``)."""
+    sendgrid_signing_key: ec.EllipticCurvePrivateKey | None = None
+    """Signs SendGrid's event batches; none: no events."""
+    webhook_delay_s: float = 0.2
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sent:
+    """A message the sandbox accepted through a dialect."""
+
+    key: str
+    receipt: str
+    channel: str
+    to: str
+    at: float
+    sender: str | None = None
+    metadata: dict[str, str] = field(default_factory=dict)
+
+
+class DialectState:
+    """What the dialect routes keep beside the core: each accepted message's recipient
+    and time (the core keeps key → receipt only), and the webhooks they sent."""
+
+    def __init__(self, core: SandboxCore, settings: DialectSettings,
+                 now: Callable[[], float]) -> None:
+        self.core = core
+        self.settings = settings
+        self.now = now
+        self.sent: list[Sent] = []
+        self.by_digest: dict[str, str] = {}
+        self.webhooks = {"sent": 0, "failed": 0}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._session: aiohttp.ClientSession | None = None
+
+    def record(self, sent: Sent) -> None:
+        self.sent.append(sent)
+        self.by_digest[hashlib.sha256(sent.key.encode()).hexdigest()] = sent.key
+
+    def later(self, work: Callable[[], Awaitable[None]]) -> None:
+        """Run ``work`` after the webhook delay, in the background."""
+        async def run() -> None:
+            await asyncio.sleep(self.settings.webhook_delay_s)
+            try:
+                await work()
+                self.webhooks["sent"] += 1
+            except Exception as exc:  # a webhook that fails is counted, never fatal
+                self.webhooks["failed"] += 1
+                log.warning("webhook not delivered: %s", exc)
+
+        task = asyncio.create_task(run())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def post(self, url: str, *, data: bytes, headers: dict[str, str]) -> None:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))
+        parts = urlsplit(url)
+        if parts.username:
+            pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
+            headers = {**headers, "Authorization": "Basic " + base64.b64encode(pair).decode()}
+            url = url.replace(f"{parts.username}:{parts.password}@", "", 1)
+        # Posted to the URL exactly as given (Twilio signs it so): no re-encoding.
+        async with self._session.post(yarl.URL(url, encoded=True), data=data,
+                                      headers=headers) as answer:
+            if answer.status >= 300:
+                raise aiohttp.ClientResponseError(answer.request_info, (), status=answer.status,
+                                                  message=f"webhook answered {answer.status}")
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self._session is not None:
+            await self._session.close()
+
+
+STATE_KEY = web.AppKey("sandbox_dialects", DialectState)
+Act = Callable[[SandboxAnswer], web.StreamResponse]
+
+
+def _json(status: int, payload: Any, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(status=status, body=json.dumps(payload).encode(),
+                        content_type="application/json", headers=headers or {})
+
+
+async def _act(request: web.Request, answer: SandboxAnswer, reply: Act) -> web.StreamResponse:
+    """Act out the core's decision: hang, wait, drop the reply, or answer."""
+    if answer.kind is AnswerKind.TIMEOUT:
+        await asyncio.sleep(request.app[STATE_KEY].core.config.hang_s)
+        return _drop(request)
+    if answer.latency_s > 0:
+        await asyncio.sleep(answer.latency_s)
+    if answer.status is None:
+        return _drop(request)  # lost response: accepted, the reply never leaves
+    return reply(answer)
+
+
+def _drop(request: web.Request) -> web.StreamResponse:
+    if request.transport is not None:
+        request.transport.abort()
+    return web.Response(status=499)
+
+
+def _accepted(answer: SandboxAnswer) -> bool:
+    return answer.receipt is not None and answer.kind in (
+        AnswerKind.ACCEPTED, AnswerKind.LOST_RESPONSE)
+
+
+# ---------------------------------------------------------------- postmark
+
+
+async def _postmark_send(request: web.Request) -> web.StreamResponse:
+    state = request.app[STATE_KEY]
+    if not request.headers.get("X-Postmark-Server-Token"):
+        return _json(401, {"ErrorCode": 10, "Message": "No Account or Server API tokens"})
+    try:
+        body = json.loads(await request.read())
+    except ValueError:
+        body = None
+    key = to = problem = None
+    metadata: dict[str, str] = {}
+    if not isinstance(body, dict) or not isinstance(body.get("To"), str):
+        problem = "To: required"
+    else:
+        to = body["To"]
+        raw = body.get("Metadata")
+        metadata = {str(k): str(v) for k, v in raw.items()} if isinstance(raw, dict) else {}
+        key = metadata.get(KEY_FIELD) or next(
+            (str(h.get("Value")) for h in body.get("Headers") or []
+             if isinstance(h, dict) and h.get("Name") == "X-Tidings-Key"), None)
+    answer = state.core.handle("email", key, to, problem=problem)
+    if _accepted(answer) and key and to:
+        sent = Sent(key=key, receipt=str(answer.receipt), channel="email", to=to,
+                    at=state.now(), metadata=metadata)
+        state.record(sent)
+        if state.settings.postmark_webhook:
+            state.later(lambda: _postmark_delivery(state, sent))
+
+    def reply(a: SandboxAnswer) -> web.Response:
+        if a.receipt is not None:
+            return _json(200, {"To": to, "SubmittedAt": _iso(state.now()),
+                               "MessageID": a.receipt, "ErrorCode": 0, "Message": "OK"})
+        if a.status == 429:
+            return _json(429, {"ErrorCode": 429, "Message": "Rate limit exceeded"},
+                         {"Retry-After": a.retry_after} if a.retry_after else None)
+        if a.status == 422:
+            return _json(422, {"ErrorCode": 406, "Message": "You tried to send to an "
+                               "inactive recipient."})
+        if a.status == 400:
+            return _json(422, {"ErrorCode": 300, "Message": f"Invalid request: {a.error}"})
+        return _json(a.status or 500, {"ErrorCode": 100, "Message": "Maintenance"})
+
+    return await _act(request, answer, reply)
+
+
+async def _postmark_delivery(state: DialectState, sent: Sent) -> None:
+    url = state.settings.postmark_webhook
+    assert url is not None
+    record = {"RecordType": "Delivery", "ServerID": 1, "MessageStream": "outbound",
+              "MessageID": sent.receipt, "Recipient": sent.to, "Tag": "",
+              "DeliveredAt": _iso(state.now()), "Details": "sandbox delivery",
+              "Metadata": sent.metadata}
+    await state.post(url, data=json.dumps(record).encode(),
+                     headers={"Content-Type": "application/json"})
+
+
+async def _postmark_search(request: web.Request) -> web.Response:
+    state = request.app[STATE_KEY]
+    query = request.query
+    if "count" not in query or "offset" not in query:
+        return _json(422, {"ErrorCode": 600, "Message": "count and offset are required"})
+    key = query.get(f"metadata_{KEY_FIELD}")
+    if key is None and f"metadata_{KEY_SHA256_FIELD}" in query:
+        key = state.by_digest.get(query[f"metadata_{KEY_SHA256_FIELD}"])
+    # The first acceptance of the key, as the core's lookup answers it.
+    first = state.core.lookup(key, "email") if key is not None else None
+    found = [s for s in state.sent
+             if first is not None and s.channel == "email" and s.receipt == first[1]]
+    messages = [{"MessageID": s.receipt, "Recipients": [s.to], "Status": "Sent",
+                 "ReceivedAt": _iso(s.at), "Metadata": s.metadata, "MessageStream": "outbound"}
+                for s in found[:1]]
+    return _json(200, {"TotalCount": len(messages), "Messages": messages})
+
+
+# ---------------------------------------------------------------- sendgrid
+
+
+async def _sendgrid_send(request: web.Request) -> web.StreamResponse:
+    state = request.app[STATE_KEY]
+    if not request.headers.get("Authorization", "").startswith("Bearer "):
+        return _json(401, {"errors": [{"message": "authorization required"}]})
+    try:
+        body = json.loads(await request.read())
+    except ValueError:
+        body = None
+    key = to = problem = None
+    try:
+        assert isinstance(body, dict)
+        to = str(body["personalizations"][0]["to"][0]["email"])
+        args = body.get("custom_args") or {}
+        key = str(args[KEY_FIELD]) if KEY_FIELD in args else None
+    except (AssertionError, KeyError, IndexError, TypeError):
+        problem = "personalizations.0.to.0.email: required"
+    answer = state.core.handle("email", key, to, problem=problem)
+    if _accepted(answer) and key and to:
+        sent = Sent(key=key, receipt=str(answer.receipt), channel="email", to=to,
+                    at=state.now(), metadata={KEY_FIELD: key})
+        state.record(sent)
+        if state.settings.sendgrid_webhook and state.settings.sendgrid_signing_key:
+            state.later(lambda: _sendgrid_event(state, sent))
+
+    def reply(a: SandboxAnswer) -> web.Response:
+        if a.receipt is not None:
+            return web.Response(status=202, headers={"X-Message-Id": a.receipt})
+        headers = {"Retry-After": a.retry_after} if a.status == 429 and a.retry_after else None
+        return _json(a.status or 500, {"errors": [{"message": a.error or "error",
+                                                   "field": None}]}, headers)
+
+    return await _act(request, answer, reply)
+
+
+async def _sendgrid_event(state: DialectState, sent: Sent) -> None:
+    url, key = state.settings.sendgrid_webhook, state.settings.sendgrid_signing_key
+    assert url is not None and key is not None
+    timestamp = str(int(state.now()))
+    body = json.dumps([{"email": sent.to, "timestamp": int(state.now()), "event": "delivered",
+                        "sg_message_id": f"{sent.receipt}.filter0001.1.1.0",
+                        "response": "250 OK", **sent.metadata}]).encode()
+    signature = key.sign(timestamp.encode() + body, ec.ECDSA(hashes.SHA256()))
+    await state.post(url, data=body, headers={
+        "Content-Type": "application/json", SENDGRID_TIMESTAMP_HEADER: timestamp,
+        SENDGRID_SIGNATURE_HEADER: base64.b64encode(signature).decode()})
+
+
+async def _sendgrid_activity(request: web.Request) -> web.Response:
+    state = request.app[STATE_KEY]
+    match = _UNIQUE_ARG.match(request.query.get("query", ""))
+    if match is None:
+        return _json(400, {"errors": [{"message": "invalid query"}]})
+    first = state.core.lookup(match.group(1), "email")
+    messages = [] if first is None else [{
+        "msg_id": f"{first[1]}.filter0001.1.1.0", "status": "delivered",
+        "opens_count": 0, "clicks_count": 0}]
+    return _json(200, {"messages": messages})
+
+
+# ---------------------------------------------------------------- twilio
+
+
+async def _twilio_send(request: web.Request) -> web.StreamResponse:
+    state = request.app[STATE_KEY]
+    sid = request.match_info["sid"]
+    if not request.headers.get("Authorization", "").startswith("Basic "):
+        return _json(401, {"code": 20003, "message": "Authenticate", "status": 401})
+    form = dict(parse_qsl((await request.read()).decode("utf-8", "replace"),
+                          keep_blank_values=True))
+    raw_key = request.headers.get("I-Twilio-Idempotency-Token")
+    key = unquote(raw_key) if raw_key else None
+    to = form.get("To") or None
+    answer = state.core.handle("sms", key, to,
+                               problem=None if to else "To: a 'To' phone number is required")
+    if _accepted(answer) and key and to:
+        sent = Sent(key=key, receipt=str(answer.receipt), channel="sms", to=to,
+                    at=state.now(), sender=form.get("From"))
+        state.record(sent)
+        callback = form.get("StatusCallback")
+        if callback and state.settings.twilio_auth_token:
+            state.later(lambda: _twilio_callback(state, sent, sid, callback))
+
+    def reply(a: SandboxAnswer) -> web.Response:
+        if a.receipt is not None:
+            return _json(201, {"sid": a.receipt, "status": "queued", "to": to,
+                               "date_created": formatdate(state.now(), usegmt=True),
+                               "error_code": None})
+        code = {429: 20429, 422: 21211, 400: 21604}.get(a.status or 0, 20500)
+        headers = {"Retry-After": a.retry_after} if a.status == 429 and a.retry_after else None
+        return _json(a.status or 500, {"code": code, "message": a.error or "error",
+                                       "status": a.status}, headers)
+
+    return await _act(request, answer, reply)
+
+
+async def _twilio_callback(state: DialectState, sent: Sent, sid: str, url: str) -> None:
+    token = state.settings.twilio_auth_token
+    assert token is not None
+    params = {"AccountSid": sid, "MessageSid": sent.receipt, "SmsSid": sent.receipt,
+              "MessageStatus": "delivered", "SmsStatus": "delivered", "To": sent.to,
+              "From": sent.sender or "", "ApiVersion": "2010-04-01"}
+    await state.post(url, data=urlencode(params).encode(), headers={
+        "Content-Type": "application/x-www-form-urlencoded",
+        "X-Twilio-Signature": twilio_signature(token, url, params.items())})
+
+
+async def _twilio_list(request: web.Request) -> web.Response:
+    state = request.app[STATE_KEY]
+    to, sender = request.query.get("To"), request.query.get("From")
+    size = int(request.query.get("PageSize", "50") or 50)
+    found = [s for s in reversed(state.sent) if s.channel == "sms" and s.to == to
+             and (sender is None or s.sender == sender)][:size]
+    return _json(200, {"messages": [{
+        "sid": s.receipt, "to": s.to, "from": s.sender, "status": "delivered",
+        "date_created": formatdate(s.at, usegmt=True), "error_code": None} for s in found],
+        "page_size": size})
+
+
+def signing_key_from(pem: str) -> ec.EllipticCurvePrivateKey:
+    """An ECDSA P-256 private key from PEM text; ValueError saying what is wrong."""
+    from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
+    try:
+        key = load_pem_private_key(pem.encode(), password=None)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"not a PEM private key ({type(exc).__name__})") from None
+    if not isinstance(key, ec.EllipticCurvePrivateKey) or key.curve.name != "secp256r1":
+        raise ValueError("not an ECDSA P-256 private key")
+    return key
+
+
+def _iso(at: float) -> str:
+    return datetime.fromtimestamp(at, UTC).isoformat().replace("+00:00", "Z")
+
+
+def install(app: web.Application, core: SandboxCore, settings: DialectSettings,
+            now: Callable[[], float]) -> DialectState:
+    """Add the routes of ``settings.dialects`` to a sandbox app over ``core``."""
+    unknown = sorted(set(settings.dialects) - set(DIALECTS))
+    if unknown:
+        raise ValueError(f"unknown dialect {unknown[0]!r}; one of: {', '.join(DIALECTS)}")
+    state = DialectState(core, settings, now)
+    app[STATE_KEY] = state
+    if "postmark" in settings.dialects:
+        app.router.add_post("/email", _postmark_send)
+        app.router.add_get("/messages/outbound", _postmark_search)
+    if "sendgrid" in settings.dialects:
+        app.router.add_post("/v3/mail/send", _sendgrid_send)
+        app.router.add_get("/v3/messages", _sendgrid_activity)
+    if "twilio" in settings.dialects:
+        path = "/2010-04-01/Accounts/{sid}/Messages.json"
+        app.router.add_post(path, _twilio_send)
+        app.router.add_get(path, _twilio_list)
+
+    async def stop(app: web.Application) -> None:
+        await state.close()
+
+    app.on_cleanup.append(stop)
+    return state
