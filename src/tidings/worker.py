@@ -45,6 +45,11 @@ class WorkerConfig:
 
     ``max_held`` bounds the messages a worker holds at once (claimed, waiting for
     the pacer, in flight, or waiting for their commit).
+
+    ``max_receives`` is the poison limit: how many receives may fail on the message
+    itself (``Received.failures``) before it is dead-lettered. Redeliveries after a
+    receiver died, its visibility ran out or it released the message are the weather,
+    not the message: they grow ``receive_count`` and never dead-letter on their own.
     """
 
     batch_size: int = 200
@@ -140,6 +145,10 @@ class Worker:
         self._acks: list[str] = []
         self._nacks: list[tuple[str, float]] = []
         self._dead: list[tuple[str, str]] = []
+        # Nacks that count a failure on the message itself (see ``_fault_of_message``),
+        # and the receipts whose outcome, once committed, is such a nack.
+        self._failed: list[tuple[str, float]] = []
+        self._faulted: set[str] = set()
         # Leases held: key -> (token, message, lease expiry as last renewed).
         self._held: dict[str, tuple[int, Received, float]] = {}
         self._sends: set[asyncio.Task[None]] = set()
@@ -282,6 +291,7 @@ class Worker:
                 self._start_send(intent, token, received, result.request)
                 continue
             if isinstance(result, Exception):
+                self._fault_of_message(received)
                 self._queue_decision(
                     self._raised(result, intent, may_have_left=False), intent, token, received)
                 continue
@@ -318,12 +328,10 @@ class Worker:
             self.stats.duplicates += kind == ClaimKind.DONE
             self._acks.append(received.receipt)
         elif kind in (ClaimKind.BUSY, ClaimKind.NOT_DUE):
-            if received.receive_count > self.config.max_receives:
-                self._dead_letter(received,
-                                  f"received {received.receive_count} times without progress",
-                                  "received too often without progress", key=claim.key)
-            else:
-                self._nacks.append((received.receipt, max(0.0, (claim.retry_at or now) - now)))
+            # Someone else's live lease, or a retry not yet due: the ledger moves it on
+            # (the lease runs out, the retry falls due), so this is no failure of the
+            # message however often it happens.
+            self._nacks.append((received.receipt, max(0.0, (claim.retry_at or now) - now)))
         elif kind == ClaimKind.MISSING:
             self.stats.poison += 1
             self._dead_letter(received, f"unknown intent key {claim.key!r}",
@@ -342,10 +350,11 @@ class Worker:
     def _instead_of_send(self, received: Received, intent: Intent, token: int,
                          now: float) -> Change | None:
         """A poison message, a cancellation or an expiry settles the intent unsent."""
-        if received.receive_count > self.config.max_receives:
+        if received.failures >= self.config.max_receives:
             self.stats.poison += 1
             to_state, event = State.DEAD, "dead"
-            reason = f"poison: received {received.receive_count} times without completing"
+            reason = (f"poison: failed {received.failures} times on the message itself "
+                      f"(received {received.receive_count} times)")
         elif self.policy.spent(intent.failures):
             # Back from uncertain (a send that raised, settled as not accepted) with the
             # budget spent: it is not sent again.
@@ -430,6 +439,18 @@ class Worker:
             "recipient": surrogate(intent.recipient_id), "outcome": decision.event,
             "reason": decision.reason, "worker": self.worker_id})
         return decision
+
+    def _fault_of_message(self, received: Received) -> None:
+        """Count this receive as failed on the message itself, toward the poison limit.
+
+        Which failures are the message's: an undecodable body, an unknown version and an
+        unknown intent key (each dead-lettered at its first receive), and a composer
+        fault narrowed to this message's intent (composed alone, it raised: its data or
+        template cannot be sent, where the rest of its batch could). Everything else is
+        the weather and never counts: a store, pacer or provider that raised (it would
+        have raised for any message), a release, a lost lease, a busy or not-due intent,
+        a receiver that died."""
+        self._faulted.add(received.receipt)
 
     def _dead_letter(self, received: Received, reason: str, summary: str, *,
                      key: str | None = None) -> None:
@@ -589,6 +610,7 @@ class Worker:
                     raise
             acks, self._acks = self._acks, []
             nacks, self._nacks = self._nacks, []
+            failed, self._failed = self._failed, []
             dead, self._dead = self._dead, []
             now = self.clock.now()
             try:
@@ -598,12 +620,16 @@ class Worker:
                 if nacks:
                     await self.transport.nack(self.channel, nacks, now=now)
                     nacks = []
+                if failed:
+                    await self.transport.nack(self.channel, failed, now=now, failed=True)
+                    failed = []
                 if dead:
                     await self.transport.dead_letter(self.channel, dead, now=now)
                     dead = []
             finally:
                 # What did not go through is tried again with the next flush.
                 self._acks[:0], self._nacks[:0], self._dead[:0] = acks, nacks, dead
+                self._failed[:0] = failed
             if outcomes:
                 self._room.set()
 
@@ -614,6 +640,8 @@ class Worker:
         lost: list[Event] = []
         for change, received in outcomes:
             self._held.pop(change.key, None)
+            faulted = received.receipt in self._faulted
+            self._faulted.discard(received.receipt)
             if change.key not in applied:
                 # The lease moved on (it expired and the reconciler took the intent):
                 # leave the message to come back rather than ack work we no longer own.
@@ -631,7 +659,7 @@ class Worker:
                     "moved on; the message comes back", "worker": self.worker_id})
             elif change.to_state == State.RETRYABLE:
                 delay = max(0.0, (change.next_attempt_at or now) - now)
-                self._nacks.append((received.receipt, delay))
+                (self._failed if faulted else self._nacks).append((received.receipt, delay))
             elif change.to_state == State.DEAD:
                 self._dead.append((received.receipt, change.reason or "dead"))
             else:
