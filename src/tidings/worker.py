@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import random
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -46,6 +47,14 @@ class WorkerConfig:
     ``max_held`` bounds the messages a worker holds at once (claimed, waiting for
     the pacer, in flight, or waiting for their commit).
 
+    On a paced channel a worker also claims no further ahead than it can send: the
+    claims it holds cover at most what its share of the pacer starts in
+    ``claim_ahead_s`` (never more than the lease), so a crash expires only what was
+    about to be sent. Its share is the pacer's rate over the channel's live workers
+    (``Pacer.share_per_s``: those heard from by the shared pacer state within a lease),
+    looked at again every ``claim_depth_every_s``. Beyond that depth it receives no
+    more. An unpaced channel is bounded by ``max_held`` alone.
+
     ``max_receives`` is the poison limit: how many receives may fail on the message
     itself (``Received.failures``) before it is dead-lettered. Redeliveries after a
     receiver died, its visibility ran out or it released the message are the weather,
@@ -64,6 +73,11 @@ class WorkerConfig:
     max_idle_poll_s: float = 0.5
     max_idle_wait_s: float = 5.0
     """The longest idle wait on a transport that wakes consumers when a publish commits."""
+    claim_ahead_s: float = 1.0
+    """Seconds of this worker's pacer share its claims cover: enough to keep the pacer
+    fed while the next batch is received and claimed, little enough that a crash
+    expires only what was about to go."""
+    claim_depth_every_s: float = 1.0
 
 
 def request_for(intent: Intent) -> SendRequest:
@@ -155,6 +169,10 @@ class Worker:
         self._flush_lock = asyncio.Lock()
         self._wake = asyncio.Event()
         self._room = asyncio.Event()
+        # Claims this worker may hold on a paced channel (None: unpaced, or not yet
+        # known), and when that was last worked out.
+        self._claim_depth: int | None = None
+        self._depth_at = float("-inf")
 
     def stop(self) -> None:
         """Stop taking messages; work in hand is finished or released."""
@@ -174,8 +192,10 @@ class Worker:
         idle = self.config.idle_poll_s
         try:
             while not self._stopping.is_set():
-                room = self.config.max_held - len(self._held) - len(self._sends)
-                if room < min(self.config.batch_size, self.config.max_held) // 2:
+                await self._refresh_claim_depth()
+                room = self._room_for_claims()
+                limit = self.config.max_held if self._claim_depth is None else self._claim_depth
+                if room < max(1, min(self.config.batch_size, limit) // 2):
                     self._room.clear()
                     await self._room.wait()
                     continue
@@ -200,6 +220,39 @@ class Worker:
                     await task
             await self.flush()
             await self.pacer.flush()
+
+    @property
+    def claim_depth(self) -> int | None:
+        """The claims this worker holds at most on a paced channel (None: unpaced)."""
+        return self._claim_depth
+
+    def _room_for_claims(self) -> int:
+        """How many more messages to receive (and claim) now."""
+        room = self.config.max_held - len(self._held) - len(self._sends)
+        if self._claim_depth is None:
+            return room
+        return min(room, self._claim_depth - len(self._held))
+
+    async def _refresh_claim_depth(self) -> None:
+        """Work out again, now and then, how many claims this worker's pacer share
+        sends within ``claim_ahead_s`` (see ``WorkerConfig``)."""
+        now = self.clock.now()
+        if now - self._depth_at < self.config.claim_depth_every_s:
+            return
+        self._depth_at = now
+        try:
+            share = await self.pacer.share_per_s(heard_within_s=self.config.lease_s)
+        except Exception:
+            # The last depth stands (at first, max_held alone): the pacer state is read
+            # again at the next look.
+            log.warning("pacer state unreadable; claim depth unchanged", exc_info=True,
+                        extra={"channel": self.channel, "worker": self.worker_id})
+            return
+        if share is None:
+            self._claim_depth = None
+            return
+        ahead = min(self.config.claim_ahead_s, self.config.lease_s)
+        self._claim_depth = max(1, min(self.config.max_held, math.ceil(share * ahead)))
 
     async def _idle(self, timeout_s: float) -> None:
         """Wait for the queue (see ``Transport.wait``), or for ``stop()``."""
