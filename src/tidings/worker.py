@@ -51,9 +51,10 @@ class WorkerConfig:
     claims it holds cover at most what its share of the pacer starts in
     ``claim_ahead_s`` (never more than the lease), so a crash expires only what was
     about to be sent. Its share is the pacer's rate over the channel's live workers
-    (``Pacer.share_per_s``: those heard from by the shared pacer state within a lease),
-    looked at again every ``claim_depth_every_s``. Beyond that depth it receives no
-    more. An unpaced channel is bounded by ``max_held`` alone.
+    (``Pacer.share_per_s``: those heard from by the shared pacer state within a lease;
+    one that died a moment ago still counts, which errs on the small side), looked at
+    again every ``claim_depth_every_s``. Beyond that depth it receives no more. An
+    unpaced channel is bounded by ``max_held`` alone.
 
     ``max_receives`` is the poison limit: how many receives may fail on the message
     itself (``Received.failures``) before it is dead-lettered. Redeliveries after a
@@ -189,6 +190,7 @@ class Worker:
         """Serve the channel until ``stop()``, then finish or release what is held."""
         committer = asyncio.create_task(self._commit_loop())
         renewer = asyncio.create_task(self._renew_loop())
+        await self._pacer_call("announce this worker", self.pacer.announce)
         idle = self.config.idle_poll_s
         try:
             while not self._stopping.is_set():
@@ -252,7 +254,14 @@ class Worker:
             self._claim_depth = None
             return
         ahead = min(self.config.claim_ahead_s, self.config.lease_s)
-        self._claim_depth = max(1, min(self.config.max_held, math.ceil(share * ahead)))
+        target = max(1, min(self.config.max_held, math.ceil(share * ahead)))
+        if self._claim_depth is None:
+            # Just started: peers that started with it may not be in the pacer state
+            # yet, so the first look can see this worker alone and overrate its share.
+            # Start at a quarter of it and at most double per look (falling at once).
+            self._claim_depth = max(1, math.ceil(target / 4))
+        else:
+            self._claim_depth = min(target, 2 * self._claim_depth)
 
     async def _idle(self, timeout_s: float) -> None:
         """Wait for the queue (see ``Transport.wait``), or for ``stop()``."""

@@ -25,9 +25,24 @@ EMAIL = "email"
 QUOTA = 20  # per second: the pacer aims at 18/s (2 below the quota)
 PACED = 18.0
 LEASE_S = 10.0
-INTENTS = 60
+INTENTS = 120
 SETTINGS = {"channels": {EMAIL: {"quota": f"{QUOTA}/s"}},
             "worker": {"lease_s": LEASE_S, "visibility_s": 2 * LEASE_S}}
+
+
+def record_receives(h: Harness) -> list[int]:
+    """The ``max_messages`` of every receive from now on."""
+    asked: list[int] = []
+    receive = h.rt.transport.receive
+
+    async def recording(queue: str, *, max_messages: int, visibility_s: float,
+                        now: float) -> list[Received]:
+        asked.append(max_messages)
+        return await receive(queue, max_messages=max_messages, visibility_s=visibility_s,
+                             now=now)
+
+    h.rt.transport.receive = recording  # type: ignore[method-assign]
+    return asked
 
 
 async def drive_until_accepted(h: Harness, w: Worker, keys: list[str], *,
@@ -50,11 +65,12 @@ async def drive_until_accepted(h: Harness, w: Worker, keys: list[str], *,
 
 async def test_a_paced_worker_holds_only_what_its_share_starts_in_a_second(
         make_harness: HarnessFactory) -> None:
-    # given sixty intents on a channel paced at 18/s and one worker
+    # given a hundred and twenty intents on a channel paced at 18/s and one worker
     h: Harness = await make_harness(settings=SETTINGS)
     keys = [await h.notify(f"weekly:c{i:02d}") for i in range(INTENTS)]
     w = h.worker()
     depth = math.ceil(PACED * w.config.claim_ahead_s)
+    asked = record_receives(h)
 
     # when it serves the channel
     running = asyncio.create_task(w.run())
@@ -68,6 +84,8 @@ async def test_a_paced_worker_holds_only_what_its_share_starts_in_a_second(
     # many (the pacer was never starved), and every key was accepted once
     assert w.claim_depth == depth
     assert most == depth
+    # and, just started (its peers may not have been heard yet), it began at a quarter
+    assert asked[0] == math.ceil(depth / 4)
     stats = h.stats()
     assert (stats["accepted_keys"], stats["keys_accepted_twice"]) == (INTENTS, 0)
     assert all(i.state is State.ACCEPTED for i in await h.all_intents())
@@ -104,16 +122,7 @@ async def test_an_unpaced_channel_keeps_max_held(make_harness: HarnessFactory) -
     h: Harness = await make_harness(settings={"worker": {"batch_size": 150}})
     keys = [await h.notify(f"weekly:e{i:03d}") for i in range(300)]
     w = h.worker()
-    asked: list[int] = []
-    receive = h.rt.transport.receive
-
-    async def recording(queue: str, *, max_messages: int, visibility_s: float,
-                        now: float) -> list[Received]:
-        asked.append(max_messages)
-        return await receive(queue, max_messages=max_messages, visibility_s=visibility_s,
-                             now=now)
-
-    w.transport.receive = recording  # type: ignore[method-assign]
+    asked = record_receives(h)
 
     # when a worker serves it
     running = asyncio.create_task(w.run())

@@ -131,6 +131,13 @@ class Pacer:
                 self._to_release += count  # not given back: kept for the next transaction
                 raise
 
+    async def announce(self) -> None:
+        """Let the channel's other workers hear of this one now (``share_per_s``), before
+        its first reservation."""
+        await self._backend.pacer_transact(
+            self.channel, partial(algorithm.give_back, worker=self._worker, release=0,
+                                  now=self._clock.now()))
+
     async def share_per_s(self, *, heard_within_s: float) -> float | None:
         """This process's share of the channel's start rate: the rate the pacer aims at,
         split evenly over the workers heard from within ``heard_within_s`` (see
