@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from tidings.errors import StoreError
 from tidings.model import Received
 from tidings.states import State
 from tidings.worker import Worker
@@ -137,3 +138,38 @@ async def test_an_unpaced_channel_keeps_max_held(make_harness: HarnessFactory) -
     assert asked[0] == 150
     stats = h.stats()
     assert (stats["accepted_keys"], stats["keys_accepted_twice"]) == (300, 0)
+
+
+class ShareUnreadable:
+    """The worker's pacer, but the shared state cannot be read for the worker's share."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def share_per_s(self, *, heard_within_s: float) -> float | None:
+        raise StoreError("database is locked")
+
+
+async def test_a_share_that_cannot_be_read_leaves_the_worker_on_max_held(
+        make_harness: HarnessFactory) -> None:
+    # given a paced channel whose pacer state cannot be read for the share
+    h: Harness = await make_harness(settings=SETTINGS)
+    keys = [await h.notify(f"weekly:f{i:02d}") for i in range(30)]
+    w = h.worker()
+    w.pacer = ShareUnreadable(w.pacer)  # type: ignore[assignment]
+
+    # when the worker serves the channel
+    running = asyncio.create_task(w.run())
+    try:
+        await h.guard(drive_until_accepted(h, w, keys, bound=None))
+    finally:
+        w.stop()
+        await h.guard(running)
+
+    # then it went on as an unpaced worker would, bounded by max_held, and sent each once
+    assert w.claim_depth is None
+    stats = h.stats()
+    assert (stats["accepted_keys"], stats["keys_accepted_twice"]) == (30, 0)

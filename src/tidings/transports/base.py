@@ -4,7 +4,9 @@ A received message stays invisible for ``visibility_s``; unacked it comes back w
 ``receive_count`` grown by one. ``nack`` makes it visible again after a delay, and
 with ``failed`` also grows the message's ``failures``: the receives that failed on the
 message itself, which the consumer (never the transport) weighs against its poison
-limit. A dead-lettered message leaves the queue for its dead-letter list with a reason.
+limit (a broker keeps the count with the message: a header on the copy it puts back,
+a field beside the stream entry). A dead-lettered message leaves the queue for its
+dead-letter list with a reason.
 ``now`` always comes from the caller.
 """
 
