@@ -132,8 +132,6 @@ class WorkerSettings(_Model):
     lease_s: Seconds = 30.0
     visibility_s: Seconds = 60.0
     max_receives: int = Field(default=50, ge=1)
-    """The poison limit: receives that failed on the message itself (redeliveries after
-    a worker died or released never count; see ``WorkerConfig``)."""
     reconcile_every_s: Seconds = 5.0
 
 
