@@ -262,7 +262,11 @@ class Received:
     """Text, or the raw bytes where the queue holds a body that is not UTF-8 (poison)."""
     receipt: str
     receive_count: int
+    """Every receive, this one included: redeliveries after a receiver died or released
+    drive it up as much as failures do, so it never makes a message poison on its own."""
     enqueued_at: float
+    failures: int = 0
+    """Receives that failed on the message itself (``Transport.nack`` with ``failed``)."""
 
 
 @dataclass(frozen=True, kw_only=True)

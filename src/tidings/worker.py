@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import random
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -47,6 +48,20 @@ class WorkerConfig:
 
     ``max_held`` bounds the messages a worker holds at once (claimed, waiting for
     the pacer, in flight, or waiting for their commit).
+
+    On a paced channel a worker also claims no further ahead than it can send: the
+    claims it holds cover at most what its share of the pacer starts in
+    ``claim_ahead_s`` (never more than the lease), so a crash expires only what was
+    about to be sent. Its share is the pacer's rate over the channel's live workers
+    (``Pacer.share_per_s``: those heard from by the shared pacer state within a lease;
+    one that died a moment ago still counts, which errs on the small side), looked at
+    again every ``claim_depth_every_s``. Beyond that depth it receives no more. An
+    unpaced channel is bounded by ``max_held`` alone.
+
+    ``max_receives`` is the poison limit: how many receives may fail on the message
+    itself (``Received.failures``) before it is dead-lettered. Redeliveries after a
+    receiver died, its visibility ran out or it released the message are the weather,
+    not the message: they grow ``receive_count`` and never dead-letter on their own.
     """
 
     batch_size: int = 200
@@ -61,6 +76,11 @@ class WorkerConfig:
     max_idle_poll_s: float = 0.5
     max_idle_wait_s: float = 5.0
     """The longest idle wait on a transport that wakes consumers when a publish commits."""
+    claim_ahead_s: float = 1.0
+    """Seconds of this worker's pacer share its claims cover: enough to keep the pacer
+    fed while the next batch is received and claimed, little enough that a crash
+    expires only what was about to go."""
+    claim_depth_every_s: float = 1.0
 
 
 def request_for(intent: Intent) -> SendRequest:
@@ -142,12 +162,20 @@ class Worker:
         self._acks: list[str] = []
         self._nacks: list[tuple[str, float]] = []
         self._dead: list[tuple[str, str]] = []
+        # Nacks that count a failure on the message itself (see ``_fault_of_message``),
+        # and the receipts whose outcome, once committed, is such a nack.
+        self._failed: list[tuple[str, float]] = []
+        self._faulted: set[str] = set()
         # Leases held: key -> (token, message, lease expiry as last renewed).
         self._held: dict[str, tuple[int, Received, float]] = {}
         self._sends: set[asyncio.Task[None]] = set()
         self._flush_lock = asyncio.Lock()
         self._wake = asyncio.Event()
         self._room = asyncio.Event()
+        # Claims this worker may hold on a paced channel (None: unpaced, or not yet
+        # known), and when that was last worked out.
+        self._claim_depth: int | None = None
+        self._depth_at = float("-inf")
 
     def stop(self) -> None:
         """Stop taking messages; work in hand is finished or released."""
@@ -164,11 +192,14 @@ class Worker:
         """Serve the channel until ``stop()``, then finish or release what is held."""
         committer = asyncio.create_task(self._commit_loop())
         renewer = asyncio.create_task(self._renew_loop())
+        await self._pacer_call("announce this worker", self.pacer.announce)
         idle = self.config.idle_poll_s
         try:
             while not self._stopping.is_set():
-                room = self.config.max_held - len(self._held) - len(self._sends)
-                if room < min(self.config.batch_size, self.config.max_held) // 2:
+                await self._refresh_claim_depth()
+                room = self._room_for_claims()
+                limit = self.config.max_held if self._claim_depth is None else self._claim_depth
+                if room < max(1, min(self.config.batch_size, limit) // 2):
                     self._room.clear()
                     await self._room.wait()
                     continue
@@ -193,6 +224,46 @@ class Worker:
                     await task
             await self.flush()
             await self.pacer.flush()
+
+    @property
+    def claim_depth(self) -> int | None:
+        """The claims this worker holds at most on a paced channel (None: unpaced)."""
+        return self._claim_depth
+
+    def _room_for_claims(self) -> int:
+        """How many more messages to receive (and claim) now."""
+        room = self.config.max_held - len(self._held) - len(self._sends)
+        if self._claim_depth is None:
+            return room
+        return min(room, self._claim_depth - len(self._held))
+
+    async def _refresh_claim_depth(self) -> None:
+        """Work out again, now and then, how many claims this worker's pacer share
+        sends within ``claim_ahead_s`` (see ``WorkerConfig``)."""
+        now = self.clock.now()
+        if now - self._depth_at < self.config.claim_depth_every_s:
+            return
+        self._depth_at = now
+        try:
+            share = await self.pacer.share_per_s(heard_within_s=self.config.lease_s)
+        except Exception:
+            # The last depth stands (at first, max_held alone): the pacer state is read
+            # again at the next look.
+            log.warning("pacer state unreadable; claim depth unchanged", exc_info=True,
+                        extra={"channel": self.channel, "worker": self.worker_id})
+            return
+        if share is None:
+            self._claim_depth = None
+            return
+        ahead = min(self.config.claim_ahead_s, self.config.lease_s)
+        target = max(1, min(self.config.max_held, math.ceil(share * ahead)))
+        if self._claim_depth is None:
+            # Just started: peers that started with it may not be in the pacer state
+            # yet, so the first look can see this worker alone and overrate its share.
+            # Start at a quarter of it and at most double per look (falling at once).
+            self._claim_depth = max(1, math.ceil(target / 4))
+        else:
+            self._claim_depth = min(target, 2 * self._claim_depth)
 
     async def _idle(self, timeout_s: float) -> None:
         """Wait for the queue (see ``Transport.wait``), or for ``stop()``."""
@@ -284,6 +355,7 @@ class Worker:
                 self._start_send(intent, token, received, result.request)
                 continue
             if isinstance(result, Exception):
+                self._fault_of_message(received)
                 self._queue_decision(
                     self._raised(result, intent, may_have_left=False), intent, token, received)
                 continue
@@ -320,12 +392,10 @@ class Worker:
             self.stats.duplicates += kind == ClaimKind.DONE
             self._acks.append(received.receipt)
         elif kind in (ClaimKind.BUSY, ClaimKind.NOT_DUE):
-            if received.receive_count > self.config.max_receives:
-                self._dead_letter(received,
-                                  f"received {received.receive_count} times without progress",
-                                  "received too often without progress", key=claim.key)
-            else:
-                self._nacks.append((received.receipt, max(0.0, (claim.retry_at or now) - now)))
+            # Someone else's live lease, or a retry not yet due: the ledger moves it on
+            # (the lease runs out, the retry falls due), so this is no failure of the
+            # message however often it happens.
+            self._nacks.append((received.receipt, max(0.0, (claim.retry_at or now) - now)))
         elif kind == ClaimKind.MISSING:
             self.stats.poison += 1
             self._dead_letter(received, f"unknown intent key {claim.key!r}",
@@ -344,10 +414,11 @@ class Worker:
     def _instead_of_send(self, received: Received, intent: Intent, token: int,
                          now: float) -> Change | None:
         """A poison message, a cancellation or an expiry settles the intent unsent."""
-        if received.receive_count > self.config.max_receives:
+        if received.failures >= self.config.max_receives:
             self.stats.poison += 1
             to_state, event = State.DEAD, "dead"
-            reason = f"poison: received {received.receive_count} times without completing"
+            reason = (f"poison: failed {received.failures} times on the message itself "
+                      f"(received {received.receive_count} times)")
         elif self.policy.spent(intent.failures):
             # Back from uncertain (a send that raised, settled as not accepted) with the
             # budget spent: it is not sent again.
@@ -432,6 +503,18 @@ class Worker:
             "recipient": surrogate(intent.recipient_id), "outcome": decision.event,
             "reason": decision.reason, "worker": self.worker_id})
         return decision
+
+    def _fault_of_message(self, received: Received) -> None:
+        """Count this receive as failed on the message itself, toward the poison limit.
+
+        Which failures are the message's: an undecodable body, an unknown version and an
+        unknown intent key (each dead-lettered at its first receive), and a composer
+        fault narrowed to this message's intent (composed alone, it raised: its data or
+        template cannot be sent, where the rest of its batch could). Everything else is
+        the weather and never counts: a store, pacer or provider that raised (it would
+        have raised for any message), a release, a lost lease, a busy or not-due intent,
+        a receiver that died."""
+        self._faulted.add(received.receipt)
 
     def _dead_letter(self, received: Received, reason: str, summary: str, *,
                      key: str | None = None) -> None:
@@ -591,6 +674,7 @@ class Worker:
                     raise
             acks, self._acks = self._acks, []
             nacks, self._nacks = self._nacks, []
+            failed, self._failed = self._failed, []
             dead, self._dead = self._dead, []
             now = self.clock.now()
             try:
@@ -600,12 +684,16 @@ class Worker:
                 if nacks:
                     await self.transport.nack(self.channel, nacks, now=now)
                     nacks = []
+                if failed:
+                    await self.transport.nack(self.channel, failed, now=now, failed=True)
+                    failed = []
                 if dead:
                     await self.transport.dead_letter(self.channel, dead, now=now)
                     dead = []
             finally:
                 # What did not go through is tried again with the next flush.
                 self._acks[:0], self._nacks[:0], self._dead[:0] = acks, nacks, dead
+                self._failed[:0] = failed
             if outcomes:
                 self._room.set()
 
@@ -616,6 +704,8 @@ class Worker:
         lost: list[Event] = []
         for change, received in outcomes:
             self._held.pop(change.key, None)
+            faulted = received.receipt in self._faulted
+            self._faulted.discard(received.receipt)
             if change.key not in applied:
                 # The lease moved on (it expired and the reconciler took the intent):
                 # leave the message to come back rather than ack work we no longer own.
@@ -633,7 +723,7 @@ class Worker:
                     "moved on; the message comes back", "worker": self.worker_id})
             elif change.to_state == State.RETRYABLE:
                 delay = max(0.0, (change.next_attempt_at or now) - now)
-                self._nacks.append((received.receipt, delay))
+                (self._failed if faulted else self._nacks).append((received.receipt, delay))
             elif change.to_state == State.DEAD:
                 self._dead.append((received.receipt, change.reason or "dead"))
             else:

@@ -101,6 +101,55 @@ async def test_nack_makes_a_message_visible_again_after_its_delay(transport: Tra
     assert (a2.message_id, a2.receive_count) == ("a", 2)
 
 
+async def test_a_failed_nack_counts_a_failure_apart_from_receives(transport: Transport) -> None:
+    # given a message received, released, received again after its timeout, then failed
+    await transport.publish("email", [msg("a"), msg("b")], now=T0)
+    a1, b1 = await receive(transport, T0)
+    assert (a1.failures, b1.failures) == (0, 0)
+    await transport.nack("email", [(a1.receipt, 0.0)], now=T0 + 1)  # released: no failure
+    [a2] = await receive(transport, T0 + 1)
+    [a3, b2] = await receive(transport, T0 + 1 + VIS)  # the receiver died: no failure
+    assert (a2.failures, a3.failures, b2.failures) == (0, 0, 0)
+
+    # when a receive fails on each message itself (a batch in one call)
+    await transport.nack("email", [(a3.receipt, 0.0), (b2.receipt, 5.0)],
+                         now=T0 + 2 + VIS, failed=True)
+
+    # then each counts one failure, its receive count every receive, and the delay holds
+    [a4] = await receive(transport, T0 + 2 + VIS)
+    assert (a4.message_id, a4.receive_count, a4.failures) == ("a", 4, 1)
+    await transport.nack("email", [(a4.receipt, 0.0)], now=T0 + 3 + VIS, failed=True)
+    a5, b3 = await receive(transport, T0 + 7 + VIS)
+    assert [(r.message_id, r.receive_count, r.failures) for r in (a5, b3)] == [
+        ("a", 5, 2), ("b", 3, 1)]
+
+
+async def test_a_failed_nack_under_a_stale_receipt_counts_nothing(transport: Transport) -> None:
+    await transport.publish("email", [msg("a")], now=T0)
+    [old] = await receive(transport, T0)
+    [current] = await receive(transport, T0 + VIS)
+
+    await transport.nack("email", [(old.receipt, 0.0)], now=T0 + VIS + 1, failed=True)
+    await transport.nack("email", [(current.receipt, 0.0)], now=T0 + VIS + 1)
+
+    [back] = await receive(transport, T0 + VIS + 1)
+    assert (back.receive_count, back.failures) == (3, 0)
+
+
+async def test_a_redriven_dead_letter_starts_with_no_failures(transport: Transport) -> None:
+    await transport.publish("email", [msg("a")], now=T0)
+    [a] = await receive(transport, T0)
+    await transport.nack("email", [(a.receipt, 0.0)], now=T0, failed=True)
+    [again] = await receive(transport, T0)
+    await transport.dead_letter("email", [(again.receipt, "poison")], now=T0)
+    [dead] = await transport.dead_letters("email")
+
+    assert await transport.redrive("email", [dead.id], now=T0 + 1) == 1
+
+    [fresh] = await receive(transport, T0 + 1)
+    assert (fresh.receive_count, fresh.failures) == (1, 0)
+
+
 async def test_extend_pushes_the_visibility_timeout(transport: Transport) -> None:
     await transport.publish("email", [msg("a")], now=T0)
     [a] = await receive(transport, T0)

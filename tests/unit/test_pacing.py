@@ -5,6 +5,8 @@ import itertools
 from functools import partial
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tidings.clock import FakeClock
 from tidings.errors import ConfigurationError
@@ -179,3 +181,59 @@ async def test_slots_whose_return_failed_in_a_reservation_are_kept() -> None:
     with pytest.raises(OSError):
         await pacer._refill()
     assert pacer._to_release == 7
+
+
+# ---------------------------------------------------------------- a worker's share
+
+
+@given(heartbeats=st.dictionaries(st.sampled_from("abcdefgh"),
+                                  st.floats(min_value=0, max_value=100), max_size=8),
+       within=st.floats(min_value=0, max_value=100))
+def test_live_workers_count_those_heard_within_the_window_and_the_asker(
+        heartbeats: dict[str, float], within: float) -> None:
+    state = {"inflight": {name: [1, at] for name, at in heartbeats.items()}}
+    live = algorithm.live_workers(state, worker="me", now=100.0, within_s=within)
+    assert live == 1 + sum(1 for at in heartbeats.values() if at >= 100.0 - within)
+    # the asker counts once whether or not the state has heard from it yet
+    state["inflight"]["me"] = [0, 0.0]
+    assert algorithm.live_workers(state, worker="me", now=100.0, within_s=within) == live
+    assert algorithm.live_workers(None, worker="me", now=100.0, within_s=within) == 1
+
+
+async def test_a_workers_share_is_the_paced_rate_over_the_live_workers() -> None:
+    # given a channel paced at 100/s (safety 1) and three workers of it (a pacer's waits
+    # move the fake clock)
+    clock = FakeClock(1000.0, auto_advance=True)
+    backend = MemoryPacerBackend()
+    limits = PaceLimits(quota_per_s=100, safety=1.0)
+    pacers = [Pacer(channel="email", limits=limits, backend=backend, clock=clock, worker=name)
+              for name in ("a", "b", "c")]
+
+    # when only one has talked to the shared state, then it counts itself alone
+    assert await pacers[0].share_per_s(heard_within_s=5) == pytest.approx(100)
+
+    # when all three have reserved and returned a slot
+    for pacer in pacers:
+        await pacer.acquire()
+        await pacer.release()
+        await pacer.flush()
+
+    # then each one's share is a third of the rate
+    assert [await p.share_per_s(heard_within_s=5) for p in pacers] == [
+        pytest.approx(100 / 3)] * 3
+
+    # and once two have been silent beyond the window (dead, or idle), the third has it all
+    clock.advance(6)
+    await pacers[2].acquire()
+    await pacers[2].release()
+    await pacers[2].flush()
+    assert await pacers[2].share_per_s(heard_within_s=5) == pytest.approx(100)
+
+
+async def test_an_unpaced_channel_has_no_share() -> None:
+    pacer = Pacer(channel="email", limits=PaceLimits(max_in_flight=8),
+                  backend=MemoryPacerBackend(), clock=FakeClock(), worker="a")
+    assert await pacer.share_per_s(heard_within_s=5) is None
+    interval_only = Pacer(channel="email", limits=PaceLimits(min_interval_s=0.5),
+                          backend=MemoryPacerBackend(), clock=FakeClock(), worker="a")
+    assert await interval_only.share_per_s(heard_within_s=5) == pytest.approx(2.0)

@@ -150,6 +150,16 @@ def reserve(
                       streak=streak)
 
 
+def live_workers(state: dict[str, Any] | None, *, worker: str, now: float,
+                 within_s: float) -> int:
+    """How many workers share the channel: those heard from (a reservation or a return
+    of slots) within ``within_s`` of ``now``, ``worker`` itself always counted."""
+    table = (state or {}).get("inflight", {})
+    others = sum(1 for name, (_, heartbeat) in table.items()
+                 if name != worker and float(heartbeat) >= now - within_s)
+    return others + 1
+
+
 def give_back(
     state: dict[str, Any] | None, *, worker: str, release: int, now: float
 ) -> tuple[dict[str, Any], None]:

@@ -131,6 +131,26 @@ class Pacer:
                 self._to_release += count  # not given back: kept for the next transaction
                 raise
 
+    async def announce(self) -> None:
+        """Let the channel's other workers hear of this one now (``share_per_s``), before
+        its first reservation."""
+        await self._backend.pacer_transact(
+            self.channel, partial(algorithm.give_back, worker=self._worker, release=0,
+                                  now=self._clock.now()))
+
+    async def share_per_s(self, *, heard_within_s: float) -> float | None:
+        """This process's share of the channel's start rate: the rate the pacer aims at,
+        split evenly over the workers heard from within ``heard_within_s`` (see
+        ``algorithm.live_workers``); None for a channel with no rate (no quota and no
+        minimum interval)."""
+        interval = self.limits.interval_s
+        if interval <= 0:
+            return None
+        state = await self._backend.pacer_read(self.channel)
+        workers = algorithm.live_workers(state, worker=self._worker, now=self._clock.now(),
+                                         within_s=heard_within_s)
+        return 1.0 / interval / workers
+
     async def pause(self, until: float) -> int:
         """Pause the whole channel (every process) until ``until``; return the 429 streak."""
         self._paused_until = max(self._paused_until, until)

@@ -1,8 +1,12 @@
 """The Transport port: per-channel queues, at-least-once, with a visibility timeout.
 
 A received message stays invisible for ``visibility_s``; unacked it comes back with
-``receive_count`` grown by one. ``nack`` makes it visible again after a delay. A
-dead-lettered message leaves the queue for its dead-letter list with a reason.
+``receive_count`` grown by one. ``nack`` makes it visible again after a delay, and
+with ``failed`` also grows the message's ``failures``: the receives that failed on the
+message itself, which the consumer (never the transport) weighs against its poison
+limit (a broker keeps the count with the message: a header on the copy it puts back,
+a field beside the stream entry). A dead-lettered message leaves the queue for its
+dead-letter list with a reason.
 ``now`` always comes from the caller.
 """
 
@@ -35,8 +39,11 @@ class Transport(Protocol):
         """Remove messages for good. Acking an unknown or already acked receipt is a no-op."""
         ...
 
-    async def nack(self, queue: str, receipts: Sequence[tuple[str, float]], *, now: float) -> None:
-        """Make messages visible again after the paired delay (seconds)."""
+    async def nack(self, queue: str, receipts: Sequence[tuple[str, float]], *, now: float,
+                   failed: bool = False) -> None:
+        """Make messages visible again after the paired delay (seconds); with ``failed``,
+        count one more failure on each message (``Received.failures``). Stale receipts
+        are ignored."""
         ...
 
     async def extend(

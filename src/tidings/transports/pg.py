@@ -110,8 +110,8 @@ class PgTransport:
         return [
             Received(queue=queue, message_id=message_id, body=body,
                      receipt=f"{row_id}:{token}", receive_count=count,
-                     enqueued_at=float(enqueued_at))
-            for row_id, message_id, body, count, token, enqueued_at in rows
+                     enqueued_at=float(enqueued_at), failures=failures)
+            for row_id, message_id, body, count, token, enqueued_at, failures in rows
         ]
 
     async def ack(self, queue: str, receipts: Sequence[str]) -> None:
@@ -120,12 +120,15 @@ class PgTransport:
             ids = sorted({parse_receipt(r)[0] for r in receipts})
             await self._execute("message_ack", {"queue": queue, "ids": ids})
 
-    async def nack(self, queue: str, receipts: Sequence[tuple[str, float]], *, now: float) -> None:
-        """Make messages visible again after the paired delay; stale receipts are ignored."""
+    async def nack(self, queue: str, receipts: Sequence[tuple[str, float]], *, now: float,
+                   failed: bool = False) -> None:
+        """Make messages visible again after the paired delay, counting a failure on each
+        with ``failed``; stale receipts are ignored."""
         if not receipts:
             return
         parsed = [(*parse_receipt(receipt), now + max(0.0, delay)) for receipt, delay in receipts]
-        await self._execute_and_notify("message_nack", queue, {
+        query = "message_nack_failed" if failed else "message_nack"
+        await self._execute_and_notify(query, queue, {
             "queue": queue, "ids": [p[0] for p in parsed], "tokens": [p[1] for p in parsed],
             "available": [p[2] for p in parsed]})
 

@@ -94,7 +94,7 @@ class SqlTransport:
         params = {"queue": queue, "now": now, "visible_at": now + visibility_s,
                   "limit": max_messages}
 
-        def fn(conn: sqlite3.Connection) -> list[tuple[int, bytes, bytes, int, int, float]]:
+        def fn(conn: sqlite3.Connection) -> list[tuple[int, bytes, bytes, int, int, float, int]]:
             return conn.execute(self._sql["message_receive"], params).fetchall()
 
         rows = await self._write(fn)
@@ -104,8 +104,8 @@ class SqlTransport:
         return [
             Received(queue=queue, message_id=shown(message_id), body=body_of(body),
                      receipt=f"{row_id}:{token}", receive_count=count,
-                     enqueued_at=float(enqueued_at))
-            for row_id, message_id, body, count, token, enqueued_at in rows
+                     enqueued_at=float(enqueued_at), failures=failures)
+            for row_id, message_id, body, count, token, enqueued_at, failures in rows
         ]
 
     async def ack(self, queue: str, receipts: Sequence[str]) -> None:
@@ -116,12 +116,15 @@ class SqlTransport:
                   "ids": json.dumps(sorted({parse_receipt(r)[0] for r in receipts}))}
         await self._write(lambda conn: conn.execute(self._sql["message_ack"], params))
 
-    async def nack(self, queue: str, receipts: Sequence[tuple[str, float]], *, now: float) -> None:
-        """Make messages visible again after the paired delay; stale receipts are ignored."""
+    async def nack(self, queue: str, receipts: Sequence[tuple[str, float]], *, now: float,
+                   failed: bool = False) -> None:
+        """Make messages visible again after the paired delay, counting a failure on each
+        with ``failed``; stale receipts are ignored."""
         rows = [(now + max(0.0, delay), queue, *parse_receipt(receipt))
                 for receipt, delay in receipts]
+        query = self._sql["message_nack_failed" if failed else "message_nack"]
         if rows:
-            await self._write(lambda conn: conn.executemany(self._sql["message_nack"], rows))
+            await self._write(lambda conn: conn.executemany(query, rows))
             self._wakeups.wake(queue)
 
     async def extend(

@@ -44,7 +44,7 @@ WHERE id IN (
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 )
-RETURNING id, message_id, body, receive_count, receive_token, enqueued_at
+RETURNING id, message_id, body, receive_count, receive_token, enqueued_at, failures
 
 -- name: message_ack
 -- By id alone: whoever acks has finished the work, even under a stale receipt.
@@ -52,6 +52,14 @@ DELETE FROM messages WHERE queue = %(queue)s AND id = ANY(%(ids)s::bigint[])
 
 -- name: message_nack
 UPDATE messages SET available_at = r.available_at, leased = false
+FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(available)s::float8[])
+     AS r(id, token, available_at)
+WHERE messages.queue = %(queue)s AND messages.id = r.id AND messages.receive_token = r.token
+
+-- name: message_nack_failed
+-- A nack that counts a failure on the message itself (see messages.failures).
+UPDATE messages SET available_at = r.available_at, leased = false,
+    failures = messages.failures + 1
 FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(available)s::float8[])
      AS r(id, token, available_at)
 WHERE messages.queue = %(queue)s AND messages.id = r.id AND messages.receive_token = r.token

@@ -25,7 +25,7 @@ WHERE id IN (
     LIMIT :limit
 )
 RETURNING id, CAST(message_id AS BLOB), CAST(body AS BLOB), receive_count, receive_token,
-    enqueued_at
+    enqueued_at, failures
 
 -- name: message_ack
 -- By id alone: whoever acks has finished the work, even under a stale receipt.
@@ -35,6 +35,11 @@ DELETE FROM messages WHERE +queue = :queue AND id IN (SELECT value FROM json_eac
 
 -- name: message_nack
 UPDATE messages SET available_at = ?, leased = 0
+WHERE queue = ? AND id = ? AND receive_token = ?
+
+-- name: message_nack_failed
+-- A nack that counts a failure on the message itself (see messages.failures).
+UPDATE messages SET available_at = ?, leased = 0, failures = failures + 1
 WHERE queue = ? AND id = ? AND receive_token = ?
 
 -- name: message_extend

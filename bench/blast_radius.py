@@ -1,0 +1,303 @@
+"""Blast radius of a crash: lease expiries per SIGKILL of a `tidings worker`, before/after.
+
+    python bench/blast_radius.py [--intents 3000] [--workers 3] [--quota 200]
+        [--lease-s 5] [--visibility-s 5] [--kill-every-s 2] [--drop 0.02]
+        [--before REV] [--only before|after] [--json]
+
+The kill loop: a SQLite store, ``--intents`` intents on one email channel paced at
+``--quota``/s, ``--workers`` real ``tidings worker`` processes (each running the
+reconciler beside it), the sandbox HTTP server in this process as the witness (dedupe
+off: a second send of a key counts twice; ``--drop`` of its replies lost after the
+acceptance), and every ``--kill-every-s`` one worker SIGKILLed and started again, in
+turn, until every intent is terminal and the queue is empty.
+
+It runs twice: *before*, with the code of ``--before`` (default ``main``, taken out
+with ``git archive`` into a temporary folder and put first on ``PYTHONPATH`` of every
+process of that run), and *after*, with this checkout. For each it prints the kills,
+the ``lease_expired`` events per kill (mean, and the most one kill cost: events are
+told apart by the dead process's lease owner), what one worker could start in one
+lease at its share of the pacer, dead letters and dead intents by the poison limit,
+and the sandbox's counts (keys accepted, keys accepted twice).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+_OWNER = re.compile(r"^lease of (\S+) expired")
+
+Report = dict[str, Any]
+
+
+def config_text(*, db: Path, url: str, quota: int, lease_s: float, visibility_s: float) -> str:
+    """The settings of the run (every worker reads the same file)."""
+    return f"""store = "sqlite:///{db}"
+
+[channels.email]
+quota = "{quota}/s"
+
+[channels.email.provider]
+kind = "sandbox"
+url = "{url}"
+timeout_s = 1.0
+
+[worker]
+lease_s = {lease_s}
+visibility_s = {visibility_s}
+reconcile_every_s = 0.5
+
+[reconciler]
+uncertain_after_s = 0.2
+lost_after_s = 10.0
+
+[retry]
+max_failures = 12
+base_s = 0.05
+cap_s = 0.5
+"""
+
+
+class Fleet:
+    """``tidings worker`` processes, each one restartable after a SIGKILL."""
+
+    def __init__(self, config: Path, folder: Path, count: int, env: dict[str, str]) -> None:
+        self.config = config
+        self.folder = folder
+        self.env = env
+        self.procs: list[subprocess.Popen[bytes]] = [self._start(n) for n in range(count)]
+        self.killed: list[int] = []
+        self.starts = count
+
+    def _start(self, n: int) -> subprocess.Popen[bytes]:
+        log = (self.folder / f"worker-{n}.log").open("ab")
+        try:
+            return subprocess.Popen(
+                [sys.executable, "-m", "tidings", "worker", "--channel", "email",
+                 "--config", str(self.config)],
+                stdout=log, stderr=log, env=self.env, cwd=self.folder)
+        finally:
+            log.close()
+
+    def kill_and_restart(self, n: int) -> None:
+        proc = self.procs[n]
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            self.killed.append(proc.pid)
+        self.procs[n] = self._start(n)
+        self.starts += 1
+
+    def exited(self) -> list[int]:
+        return [p.returncode for p in self.procs if p.poll() is not None]
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _settled(db: Path, n: int) -> bool:
+    with sqlite3.connect(db, timeout=30) as conn:
+        open_intents = conn.execute(
+            "SELECT count(*) FROM intents WHERE state NOT IN "
+            "('accepted', 'delivered', 'bounced', 'complained', 'rejected', 'dead', "
+            "'cancelled', 'expired')").fetchone()[0]
+        total = conn.execute("SELECT count(*) FROM intents").fetchone()[0]
+        queued = conn.execute("SELECT count(*) FROM messages").fetchone()[0]
+    return bool(total == n and open_intents == 0 and queued == 0)
+
+
+def _ledger(db: Path, killed: list[int]) -> Report:
+    with sqlite3.connect(db, timeout=30) as conn:
+        expired = [detail for (detail,) in conn.execute(
+            "SELECT detail FROM events WHERE type = 'lease_expired'")]
+        states = dict(conn.execute("SELECT state, count(*) FROM intents GROUP BY state"))
+        dead_reasons = [r for (r,) in conn.execute(
+            "SELECT reason FROM intents WHERE state = 'dead'")]
+        letters = [r for (r,) in conn.execute("SELECT reason FROM dead_letters")]
+    owners = Counter(m.group(1) for d in expired if d and (m := _OWNER.match(d)))
+    per_kill = [sum(c for owner, c in owners.items() if f":{pid}:" in owner) for pid in killed]
+    poison = [r for r in dead_reasons + letters if r and r.startswith("poison")]
+    by_receives = [r for r in poison + letters if re.search(r"received \d+ times without", r)]
+    return {"lease_expired": len(expired), "per_kill": per_kill, "states": states,
+            "dead_intents": len(dead_reasons), "dead_letters": len(letters),
+            "poison": len(poison), "dead_by_receive_count": len(set(by_receives)),
+            "poison_sample": sorted(set(poison))[:3]}
+
+
+async def _seed(config: Path, n: int) -> None:
+    from tidings.intake import NotifyRequest
+    from tidings.runtime import build_runtime
+    from tidings.settings import Settings
+
+    rt = await build_runtime(Settings.load(config))
+    try:
+        for start in range(0, n, 1000):
+            await rt.notify_many([
+                NotifyRequest(key=f"blast-{i:05d}", template="t", channels=["email"],
+                              recipient={"id": f"c{i:05d}", "email": f"c{i:05d}@example.com"})
+                for i in range(start, min(n, start + 1000))])
+    finally:
+        await rt.close()
+
+
+async def kill_loop(folder: Path, *, intents: int, workers: int, quota: int, lease_s: float,
+                    visibility_s: float, kill_every_s: float, drop: float,
+                    guard_s: float = 600.0, env: dict[str, str] | None = None) -> Report:
+    """One kill loop in ``folder``; the figures, the sandbox's counts and the ledger's."""
+    from tidings.sandbox import LatencySpec, SandboxConfig, serve
+
+    sandbox = await serve(SandboxConfig(
+        dedupe=False, quotas={"email": quota}, lost_response=drop,
+        latency={"email": LatencySpec(median_ms=3, p99_ms=15)}), "127.0.0.1", 0)
+    db = folder / "blast.db"
+    config = folder / "tidings.toml"
+    config.write_text(config_text(db=db, url=sandbox.url, quota=quota, lease_s=lease_s,
+                                  visibility_s=visibility_s))
+    fleet: Fleet | None = None
+    try:
+        await _seed(config, intents)
+        began = time.monotonic()
+        fleet = Fleet(config, folder, workers, dict(env or os.environ))
+        next_kill, victim = began + kill_every_s, 0
+        while not await asyncio.to_thread(_settled, db, intents):
+            if fleet.exited():
+                raise RuntimeError(f"a worker exited on its own: {fleet.exited()}")
+            if time.monotonic() > began + guard_s:
+                raise RuntimeError(f"not settled after {guard_s:.0f} s")
+            if time.monotonic() >= next_kill:
+                fleet.kill_and_restart(victim)
+                victim = (victim + 1) % workers
+                next_kill += kill_every_s
+            await asyncio.sleep(0.05)
+        elapsed = time.monotonic() - began
+        fleet.stop()
+        exits = [p.returncode for p in fleet.procs]
+        stats: dict[str, Any] = sandbox.core.stats()["channels"].get("email", {})
+        ledger = _ledger(db, fleet.killed)
+    finally:
+        if fleet is not None:
+            fleet.stop()
+        await sandbox.close()
+    from tidings.pacing import PaceLimits
+
+    paced = PaceLimits(quota_per_s=quota).paced_per_s or float(quota)
+    per_kill = ledger["per_kill"]
+    return {
+        "intents": intents, "workers": workers, "quota": quota, "lease_s": lease_s,
+        "kills": len(fleet.killed), "elapsed_s": round(elapsed, 1), "worker_exits": exits,
+        "lease_expired": ledger["lease_expired"],
+        "expired_per_kill_mean": round(sum(per_kill) / len(per_kill), 1) if per_kill else 0.0,
+        "expired_per_kill_max": max(per_kill, default=0), "expired_per_kill": per_kill,
+        "one_worker_one_lease": math.ceil(paced / workers * lease_s),
+        "accepted_keys": stats.get("accepted_keys", 0),
+        "keys_accepted_twice": stats.get("keys_accepted_twice", 0),
+        "lost_responses": stats.get("lost_responses", 0),
+        "states": ledger["states"], "dead_intents": ledger["dead_intents"],
+        "dead_letters": ledger["dead_letters"], "poison": ledger["poison"],
+        "dead_by_receive_count": ledger["dead_by_receive_count"],
+        "poison_sample": ledger["poison_sample"],
+    }
+
+
+def _archive(rev: str, into: Path) -> Path:
+    """``rev``'s ``src`` taken out of git into ``into``; returns the folder to import from."""
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "src"], check=True,
+                             capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return into / "src"
+
+
+def _run_child(label: str, args: argparse.Namespace, src: Path | None) -> Report:
+    """One kill loop in a child process whose every import of tidings comes from ``src``."""
+    env = dict(os.environ)
+    if src is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(src), env.get("PYTHONPATH", "")]).rstrip(
+            os.pathsep)
+    argv = [sys.executable, __file__, "--child", "--intents", str(args.intents),
+            "--workers", str(args.workers), "--quota", str(args.quota),
+            "--lease-s", str(args.lease_s), "--visibility-s", str(args.visibility_s),
+            "--kill-every-s", str(args.kill_every_s), "--drop", str(args.drop)]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{label} run failed:\n{done.stderr[-4000:]}")
+    report: Report = json.loads(done.stdout.strip().splitlines()[-1])
+    report["label"] = label
+    return report
+
+
+def summary(report: Report) -> str:
+    return (f"{report['label']:>6}: {report['kills']} kills in {report['elapsed_s']} s; "
+            f"lease_expired {report['lease_expired']} = {report['expired_per_kill_mean']} "
+            f"per kill (most {report['expired_per_kill_max']}; one worker's share of one "
+            f"lease: {report['one_worker_one_lease']}); accepted keys "
+            f"{report['accepted_keys']}/{report['intents']}, twice "
+            f"{report['keys_accepted_twice']}; dead intents {report['dead_intents']}, dead "
+            f"letters {report['dead_letters']}, by receive count "
+            f"{report['dead_by_receive_count']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--intents", type=int, default=3000)
+    parser.add_argument("--workers", type=int, default=3)
+    parser.add_argument("--quota", type=int, default=200)
+    parser.add_argument("--lease-s", type=float, default=5.0)
+    parser.add_argument("--visibility-s", type=float, default=5.0)
+    parser.add_argument("--kill-every-s", type=float, default=2.0)
+    parser.add_argument("--drop", type=float, default=0.02,
+                        help="share of the sandbox's replies lost after it accepted")
+    parser.add_argument("--before", default="main", help="the git revision to compare with")
+    parser.add_argument("--only", choices=["before", "after"])
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+
+    if args.child:
+        with tempfile.TemporaryDirectory(prefix="blast-") as folder:
+            report = asyncio.run(kill_loop(
+                Path(folder), intents=args.intents, workers=args.workers, quota=args.quota,
+                lease_s=args.lease_s, visibility_s=args.visibility_s,
+                kill_every_s=args.kill_every_s, drop=args.drop))
+        print(json.dumps(report))
+        return 0
+
+    reports: list[Report] = []
+    with tempfile.TemporaryDirectory(prefix="blast-src-") as scratch:
+        if args.only != "after":
+            reports.append(_run_child(f"before ({args.before})", args,
+                                      _archive(args.before, Path(scratch))))
+            if not args.json:
+                print(summary(reports[-1]), flush=True)
+        if args.only != "before":
+            reports.append(_run_child("after", args, ROOT / "src"))
+            if not args.json:
+                print(summary(reports[-1]), flush=True)
+    if args.json:
+        print(json.dumps(reports, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
