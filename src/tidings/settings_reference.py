@@ -107,8 +107,9 @@ NOTES: dict[str, str] = {
                               "it works); an expired lease makes the intent uncertain.",
     "WorkerSettings.visibility_s": "Seconds a received message stays invisible to other "
                                    "workers before it is delivered again.",
-    "WorkerSettings.max_receives": "Receives without progress after which a message is "
-                                   "dead-lettered.",
+    "WorkerSettings.max_receives": "The poison limit: receives that failed on the message "
+                                   "itself (redeliveries after a worker died or released "
+                                   "never count).",
     "WorkerSettings.reconcile_every_s": "Seconds between the reconciler sweeps a worker "
                                         "runs beside its channel (`--no-reconcile` to "
                                         "turn off).",
