@@ -8,32 +8,21 @@ import json
 import os
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from support.cli_process import TIDINGS, ok_json, run
 from tidings.pacing.algorithm import PaceLimits
 from tidings.runtime import build_runtime
 from tidings.settings import Settings
 from tidings.states import State
 from tidings.stores.base import Change, ClaimKind
 
-TIDINGS = [sys.executable, "-m", "tidings"]
 QUERY = ("SELECT id, email, phone FROM customers"
          " WHERE (:after IS NULL OR id > :after) ORDER BY id LIMIT :limit")
 
 
-def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*TIDINGS, *args], capture_output=True, text=True, timeout=timeout,
-                          check=False)
-
-
-def ok_json(*args: str) -> Any:
-    result = run(*args, "--json")
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
 
 
 @pytest.fixture

@@ -4,32 +4,16 @@ a real file, with ``--json``."""
 from __future__ import annotations
 
 import asyncio
-import json
-import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from support.cli_process import ok_json, run
 from tidings.intake import NotifyRequest
 from tidings.runtime import build_runtime
 from tidings.settings import Settings
 from tidings.states import State
 from tidings.stores.base import Change, ClaimKind
-
-TIDINGS = [sys.executable, "-m", "tidings"]
-
-
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*TIDINGS, *args], capture_output=True, text=True, timeout=60,
-                          check=False)
-
-
-def ok_json(*args: str) -> Any:
-    result = run(*args, "--json")
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
 
 
 @pytest.fixture
