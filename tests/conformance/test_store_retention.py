@@ -1,0 +1,166 @@
+"""Retention's queries on every store: what a prune batch deletes, and what it never does.
+
+Given intents finished at chosen times (every ``now`` explicit), a batch removes only
+terminal intents finished before the cutoff, their events and finished occurrences;
+non-terminal intents, recent ones, audit events of no intent and occurrences still
+admitting stay.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tidings.model import Event, IntentDraft
+from tidings.retention import DAY_S, PruneCounts
+from tidings.states import State
+from tidings.stores.base import Change, Store
+
+#: A UTC midnight (2027-01-15), so a day of the ledger is one day partition.
+D0 = 1_799_971_200.0
+CUTOFF = D0 + 10 * DAY_S
+
+
+def draft(key: str, *, occurrence: str | None = None) -> IntentDraft:
+    return IntentDraft(key=key, channel="email", recipient_id=f"r-{key}",
+                       address=f"{key}@example.com", template="digest@v1", data="{}",
+                       due_at=D0, expires_at=None,
+                       campaign="digest" if occurrence else None, occurrence=occurrence)
+
+
+async def finished(store: Store, key: str, at: float, state: State = State.ACCEPTED) -> None:
+    """Given an intent admitted at ``at`` and moved by a worker to ``state`` a minute on."""
+    await store.intent_admit([draft(key)], now=at)
+    await store.intent_mark_enqueued([key], now=at + 1)
+    [claim] = await store.intent_claim_many([key], owner="w", lease_s=30, now=at + 2)
+    assert claim.token is not None
+    assert await store.intent_apply_many([Change(
+        key=key, from_state=State.CLAIMED, to_state=state, event=state.value,
+        lease_token=claim.token, receipt="r")], now=at + 60) == [key]
+
+
+async def pending(store: Store, key: str, at: float) -> None:
+    """Given an intent admitted and enqueued at ``at``, never sent."""
+    await store.intent_admit([draft(key)], now=at)
+    await store.intent_mark_enqueued([key], now=at + 1)
+
+
+async def occurrence(store: Store, id: str, at: float, *, finish: bool) -> None:
+    await store.occurrence_open(id=id, campaign="digest", logical_at=at,
+                                logical_date=id, kind="scheduled", now=at)
+    if finish:
+        await store.occurrence_finish(id, now=at + 60)
+
+
+async def prune_all(store: Store, *, limit: int = 100) -> PruneCounts:
+    total = PruneCounts()
+    while True:
+        batch = await store.retention_prune_batch(
+            intent_cutoff=CUTOFF, occurrence_cutoff=CUTOFF, limit=limit, events_from=None)
+        total += batch
+        if batch.intents < limit and batch.occurrences < limit:
+            return total
+
+
+async def test_a_batch_prunes_only_terminal_intents_finished_before_the_cutoff(
+        store: Store) -> None:
+    # given old finished intents of each kind of ending, old unfinished ones, new ones
+    await finished(store, "old-accepted", D0)
+    await finished(store, "old-rejected", D0 + DAY_S, State.REJECTED)
+    await finished(store, "old-dead", D0 + DAY_S, State.DEAD)
+    await pending(store, "old-pending", D0)
+    await finished(store, "old-uncertain", D0, State.UNCERTAIN)
+    await finished(store, "recent", CUTOFF + 1)
+    # ... and audit events of no intent, old too
+    await store.event_append_many([
+        Event(key="admission/channel/email", channel="email", type="guardrail_tripped",
+              at=D0, state="paused", detail="x"),
+        Event(key="old-accepted", channel="email", type="provider_delivered", at=D0 + 100)])
+
+    # when every batch runs
+    pruned = await prune_all(store)
+
+    # then the three finished ones went, with every event of theirs
+    assert pruned.intents == 3
+    assert pruned.events == 4 * 2 + 4 + 1  # selected, enqueued, claimed, outcome (+1)
+    for key in ("old-accepted", "old-rejected", "old-dead"):
+        assert await store.intent_get(key) is None
+        assert await store.events_for(key) == []
+    # and nothing else was touched
+    for key in ("old-pending", "old-uncertain", "recent"):
+        assert await store.intent_get(key) is not None
+        assert len(await store.events_for(key)) >= 2
+    assert [e.type for e in await store.events_for("admission/channel/email")] == [
+        "guardrail_tripped"]
+
+
+async def test_a_batch_is_bounded_and_takes_the_oldest_first(store: Store) -> None:
+    for i in range(5):
+        await finished(store, f"k{i}", D0 + i * 3600)
+
+    batch = await store.retention_prune_batch(intent_cutoff=CUTOFF, occurrence_cutoff=CUTOFF,
+                                              limit=2, events_from=None)
+
+    assert batch.intents == 2 and batch.events == 8
+    assert [await store.intent_get(f"k{i}") is None for i in range(5)] == [
+        True, True, False, False, False]
+
+
+async def test_an_intent_updated_after_the_cutoff_is_kept(store: Store) -> None:
+    # given an accepted intent whose provider said "delivered" after the cutoff
+    await finished(store, "late-webhook", D0)
+    await store.intent_apply_many([Change(key="late-webhook", from_state=State.ACCEPTED,
+                                          to_state=State.DELIVERED, event="delivered")],
+                                  now=CUTOFF + 5)
+
+    assert await prune_all(store) == PruneCounts()
+    assert await store.intent_get("late-webhook") is not None
+
+
+async def test_finished_occurrences_before_the_cutoff_go_and_admitting_ones_stay(
+        store: Store) -> None:
+    await occurrence(store, "digest/old-done", D0, finish=True)
+    await occurrence(store, "digest/old-admitting", D0, finish=False)
+    await occurrence(store, "digest/recent-done", CUTOFF + 1, finish=True)
+
+    pruned = await prune_all(store)
+
+    assert pruned.occurrences == 1
+    assert await store.occurrence_get("digest/old-done") is None
+    assert await store.occurrence_get("digest/old-admitting") is not None
+    assert await store.occurrence_get("digest/recent-done") is not None
+
+
+async def test_a_dry_run_counts_what_a_prune_removes_and_names_the_oldest_kept(
+        store: Store) -> None:
+    await finished(store, "old", D0)
+    await pending(store, "stuck", D0 + DAY_S)
+    await finished(store, "recent", CUTOFF + 1)
+    await occurrence(store, "digest/old", D0, finish=True)
+
+    counts, oldest_kept = await store.retention_count(intent_cutoff=CUTOFF,
+                                                      occurrence_cutoff=CUTOFF)
+
+    assert counts == PruneCounts(intents=1, events=4, occurrences=1)
+    assert oldest_kept == D0 + DAY_S
+    assert await prune_all(store) == counts
+
+
+async def test_the_age_span_is_the_oldest_and_newest_creation(store: Store) -> None:
+    assert await store.intent_age_span() is None
+    await pending(store, "b", D0 + 50)
+    await pending(store, "a", D0)
+
+    assert await store.intent_age_span() == (D0, D0 + 50)
+
+
+@pytest.mark.parametrize("limit", [1, 3])
+async def test_batches_add_up_to_one_unbounded_prune(store: Store, limit: int) -> None:
+    for i in range(4):
+        await finished(store, f"k{i}", D0 + i)
+    await occurrence(store, "digest/a", D0, finish=True)
+    await occurrence(store, "digest/b", D0, finish=True)
+
+    pruned = await prune_all(store, limit=limit)
+
+    assert pruned == PruneCounts(intents=4, events=16, occurrences=2)
+    assert await store.intent_age_span() is None
