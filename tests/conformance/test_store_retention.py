@@ -8,10 +8,20 @@ admitting stay.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from typing import Any
+
 import pytest
 
 from tidings.model import Event, IntentDraft
-from tidings.retention import DAY_S, PruneCounts
+from tidings.retention import (
+    AUDIT_KEY,
+    DAY_S,
+    PARTITIONS_AHEAD,
+    PruneCounts,
+    RetentionConfig,
+    prune,
+)
 from tidings.states import State
 from tidings.stores.base import Change, Store
 
@@ -164,3 +174,121 @@ async def test_batches_add_up_to_one_unbounded_prune(store: Store, limit: int) -
 
     assert pruned == PruneCounts(intents=4, events=16, occurrences=2)
     assert await store.intent_age_span() is None
+
+
+# ---------------------------------------------------------------- the pruner on each store
+
+CONFIG = RetentionConfig(intents_s=10 * DAY_S, occurrences_s=10 * DAY_S, batch_size=2,
+                         max_batches=50)
+
+
+async def test_a_prune_leaves_an_audit_event_with_its_counts(store: Store) -> None:
+    for i in range(3):
+        await finished(store, f"old{i}", D0 + i)
+    await pending(store, "kept", D0 + 5)
+
+    report = await prune(store, CONFIG, now=CUTOFF + 10 * DAY_S - DAY_S, worker="r1")
+
+    assert report.pruned.intents == 3 and report.batches >= 2
+    assert report.oldest_kept == D0 + 5 and report.bound_days == 10
+    [audit] = await store.events_for(AUDIT_KEY)
+    assert audit.type == "retention_pruned" and audit.worker == "r1"
+    assert audit.detail is not None and audit.detail.startswith("intents=3 events=12 ")
+
+
+async def test_a_dry_run_prunes_nothing_and_a_prune_with_nothing_old_records_nothing(
+        store: Store) -> None:
+    await finished(store, "old", D0)
+
+    dry = await prune(store, CONFIG, now=D0 + 20 * DAY_S, dry_run=True)
+    assert dry.as_dict()["pruned"]["intents"] == 1 and dry.dry_run
+    assert await store.intent_get("old") is not None
+
+    early = await prune(store, CONFIG, now=D0 + DAY_S)
+    assert not early.pruned.any()
+    assert await store.events_for(AUDIT_KEY) == []
+
+
+# ---------------------------------------------------------------- PostgreSQL partitions
+
+
+@pytest.fixture
+async def pg_store(pg_url: str) -> AsyncIterator[Any]:
+    from tidings.stores.postgres import PostgresStore
+
+    opened = await PostgresStore.open(pg_url)
+    await opened.migrate(now=D0)
+    yield opened
+    await opened.close()
+
+
+async def partition_of(store: Any, key: str) -> list[str]:
+    async def fn(conn: Any) -> list[str]:
+        cur = await conn.execute(
+            "SELECT tableoid::regclass::text FROM events WHERE key = %s ORDER BY id", (key,))
+        return [name.rsplit(".", 1)[-1] for (name,) in await cur.fetchall()]
+
+    result: list[str] = await store.db.read(fn)
+    return result
+
+
+async def test_postgres_partitions_are_created_ahead_and_dropped_once_nothing_older_is_kept(
+        pg_store: Any) -> None:
+    # given partitions made by a first prune, and a week of finished intents
+    first = await prune(pg_store, CONFIG, now=D0)
+    assert first.created_partitions == PARTITIONS_AHEAD + 1
+    for day in range(3):
+        await finished(pg_store, f"d{day}", D0 + day * DAY_S + 3600)
+    await pg_store.event_append_many([Event(
+        key="occurrence/digest/x", channel="-", type="occurrence_restarted", at=D0 + 7200)])
+    assert await partition_of(pg_store, "d1") == ["events_p20270116"] * 4
+
+    # when a prune runs after two of the days are older than the bound
+    report = await prune(pg_store, CONFIG, now=D0 + 12 * DAY_S + 1800)
+
+    # then their intents went, their partitions were dropped whole, and new ones made
+    assert report.pruned.intents == 2 and report.pruned.partitions == 2
+    assert report.pruned.events == 8  # four each, in their partitions
+    names = {p.name for p in await pg_store.event_partitions()}
+    assert "events_p20270115" not in names and "events_p20270116" not in names
+    assert "events_p20270117" in names and "events_p20270203" in names
+    assert await pg_store.events_for("d0") == [] and await pg_store.intent_get("d2")
+    # and the audit event of no intent was kept (now in the default partition)
+    assert await partition_of(pg_store, "occurrence/digest/x") == ["events_default"]
+
+
+async def test_postgres_keeps_a_non_terminal_intents_events_and_sweeps_around_it(
+        pg_store: Any) -> None:
+    await prune(pg_store, CONFIG, now=D0)
+    await pending(pg_store, "stuck", D0 + 600)  # enqueued on day 0, never sent
+    await finished(pg_store, "done0", D0 + 1200)
+    await finished(pg_store, "done1", D0 + DAY_S + 1200)
+
+    report = await prune(pg_store, CONFIG, now=D0 + 14 * DAY_S)
+
+    # nothing dropped: an intent created on day 0 is still in the ledger
+    assert report.pruned.partitions == 0
+    assert {"events_p20270115", "events_p20270116"} <= {
+        p.name for p in await pg_store.event_partitions()}
+    assert [e.type for e in await pg_store.events_for("stuck")] == ["selected", "enqueued"]
+    # the finished intents went, and their events with them (row-wise)
+    assert report.pruned.intents == 2 and report.pruned.events == 8
+    assert await pg_store.events_for("done0") == [] and await pg_store.events_for("done1") == []
+
+    # once the stuck intent finishes and ages out too, its day is dropped
+    await pg_store.intent_request_cancel("stuck", now=D0 + 14 * DAY_S, reason="old")
+    later = await prune(pg_store, CONFIG, now=D0 + 25 * DAY_S)
+    assert later.pruned.intents == 1 and later.pruned.partitions >= 2
+    assert "events_p20270115" not in {p.name for p in await pg_store.event_partitions()}
+
+
+async def test_postgres_rows_in_the_default_partition_are_pruned_by_key(pg_store: Any) -> None:
+    # given intents written before any partition existed (the default took them)
+    await finished(pg_store, "early", D0)
+    assert set(await partition_of(pg_store, "early")) == {"events_default"}
+    await prune(pg_store, CONFIG, now=D0 + DAY_S)  # makes partitions; day 0 stays default
+
+    report = await prune(pg_store, CONFIG, now=D0 + 20 * DAY_S)
+
+    assert report.pruned.intents == 1 and report.pruned.events == 4
+    assert await pg_store.events_for("early") == []
