@@ -302,12 +302,11 @@ class PruneReport:
     created_partitions: int = 0
 
     def as_dict(self) -> dict[str, Any]:
-        oldest = (None if self.oldest_kept is None
-                  else datetime.fromtimestamp(self.oldest_kept, UTC).isoformat())
+        """``{pruned, oldest_kept, bound_days, dry_run}``, JSON-ready (times in epoch s)."""
         return {"pruned": {"intents": self.pruned.intents, "events": self.pruned.events,
                            "occurrences": self.pruned.occurrences,
                            "partitions": self.pruned.partitions},
-                "oldest_kept": oldest, "bound_days": self.bound_days,
+                "oldest_kept": self.oldest_kept, "bound_days": self.bound_days,
                 "dry_run": self.dry_run}
 
 
@@ -346,7 +345,7 @@ async def prune(store: Store, config: RetentionConfig, *, now: float, dry_run: b
                          created_partitions=created)
     detail = (f"intents={total.intents} events={total.events} "
               f"occurrences={total.occurrences} partitions={total.partitions} "
-              f"bound_days={bound_days:g}")
+              f"bound_days={bound_days:g} {_CUTOFF}{plan.intent_cutoff!r}")
     if total.any():
         await store.event_append_many([Event(
             key=AUDIT_KEY, channel="-", type="retention_pruned", at=now, worker=worker,
@@ -386,6 +385,22 @@ async def _partitions(parted: PartitionedEventsT, store: Store, plan: PrunePlan,
                                                partition.upper):
             created += 1
     return total, batches, created
+
+
+_CUTOFF = "cutoff="
+
+
+async def pruned_before(store: Store) -> float | None:
+    """The cutoff of the latest prune that removed anything: terminal intents finished
+    before it may be gone, so a replay of an older date could send again (None: nothing
+    was ever pruned, every date is still whole)."""
+    audit = await store.event_last(AUDIT_KEY)
+    if audit is None or audit.detail is None:
+        return None
+    for part in audit.detail.split():
+        if part.startswith(_CUTOFF):
+            return float(part.removeprefix(_CUTOFF))
+    return None
 
 
 def retention_config(settings: Settings) -> RetentionConfig:

@@ -31,6 +31,7 @@ from tidings.preferences import Preference
 from tidings.providers.base import Provider
 from tidings.reconciler import Reconciler, ReconcilerConfig
 from tidings.relay import RelayConfig
+from tidings.retention import RetentionConfig, retention_config
 from tidings.schedule import Schedule
 from tidings.scheduler import Scheduler, SchedulerConfig, admission_shape
 from tidings.settings import ChannelSettings, GuardrailLimits, ProviderSettings, Settings
@@ -233,6 +234,10 @@ class Runtime:
             channels={c: limits(g.channels.get(c), channel=True) for c in self.channels},
             campaigns={c.name: limits(g.campaigns.get(c.name), channel=False)
                        for c in self.campaigns})
+
+    def retention(self) -> RetentionConfig:
+        """``[retention]`` as the pruner takes it."""
+        return retention_config(self.settings)
 
     def reconciler(self) -> Reconciler:
         r = self.settings.reconciler

@@ -11,6 +11,7 @@ from typing import Any
 
 from tidings import progress
 from tidings.guardrails import enforce
+from tidings.retention import prune, prune_due
 from tidings.runtime import Runtime
 from tidings.scheduler import PassResult, Switches
 
@@ -29,6 +30,8 @@ async def reconcile_loop(runtime: Runtime, every_s: float, stopping: asyncio.Eve
     """Run the reconciler every ``every_s`` seconds until ``stopping`` is set."""
     reconciler = runtime.reconciler()
     guardrails = runtime.guardrails()
+    retention = runtime.retention()
+    pruned_at: float | None = None
     while not stopping.is_set():
         try:
             # Guardrails first: a crossing pauses admission before the relay's next pass.
@@ -43,6 +46,13 @@ async def reconcile_loop(runtime: Runtime, every_s: float, stopping: asyncio.Eve
         except Exception:
             # A failed sweep is retried next interval; it must not take the worker down.
             log.exception("reconcile pass failed")
+        now = runtime.clock.now()
+        if retention.enabled and prune_due(pruned_at, now, retention.every_s):
+            pruned_at = now  # a failed prune waits for the next grid step, not the next pass
+            try:
+                await prune(runtime.store, retention, now=now, worker=reconciler.worker_id)
+            except Exception:
+                log.exception("retention prune failed")
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stopping.wait(), timeout=every_s)
 

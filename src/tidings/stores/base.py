@@ -417,6 +417,10 @@ class Store(Protocol):
 
     async def events_for(self, key: str) -> list[Event]: ...
 
+    async def event_last(self, key: str) -> Event | None:
+        """The latest event of ``key`` (None: it has none)."""
+        ...
+
     async def event_counts(self) -> dict[str, dict[str, int]]:
         """``{channel: {event type: count}}``."""
         ...

@@ -102,3 +102,11 @@ WHERE ctid = ANY(ARRAY(
     WHERE e.at < %(before)s AND e.type = ANY(%(types)s)
       AND NOT EXISTS (SELECT 1 FROM intents i WHERE i.key = e.key)
     LIMIT %(limit)s))
+
+-- name: event_last
+-- The latest event of a key (the last prune's audit event: tidings.retention).
+SELECT key, channel, type, at, state, attempt, worker, message_id, provider_request_id, detail
+FROM events
+WHERE key = %s
+ORDER BY id DESC
+LIMIT 1

@@ -43,3 +43,11 @@ WHERE NOT (state IN (SELECT value FROM json_each(:states)) AND finished_at IS NO
 
 -- name: intent_age_span
 SELECT min(created_at), max(created_at) FROM intents
+
+-- name: event_last
+-- The latest event of a key (the last prune's audit event: tidings.retention).
+SELECT key, channel, type, at, state, attempt, worker, message_id, provider_request_id, detail
+FROM events
+WHERE key = ?
+ORDER BY id DESC
+LIMIT 1
