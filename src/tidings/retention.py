@@ -35,8 +35,11 @@ that skew: every event in it then belongs to a pruned intent, or to no intent (t
 the audit events, are copied out first and kept). While an older intent is still
 kept (a held one, a future-dated one, one that took long to finish), the partition is
 not dropped; its events of intents no longer in the ledger are deleted row-wise in
-batches instead. Partitions are created ``PARTITIONS_AHEAD`` days ahead; a default
-partition takes any row no partition covers, so an insert never fails.
+batches instead. So a prune batch deletes by key only the events in the default
+partition (which takes any row no day partition covers, so an insert never fails):
+it never probes every partition's index for every key, and an event of a pruned
+intent stamped later (a late webhook) goes when its own day is dropped or swept.
+Partitions are created ``PARTITIONS_AHEAD`` days ahead.
 """
 
 from __future__ import annotations
@@ -241,13 +244,6 @@ class PartitionPlan:
     """Older than the cutoff but an older intent is kept: row-wise deletes."""
 
 
-def events_from(existing: Sequence[Partition], cutoff: float) -> float | None:
-    """Below this time the events of pruned intents are left to their partitions' drop
-    (every range partition there ends before the cutoff); None: none such."""
-    uppers = [p.upper for p in existing if p.upper <= cutoff]
-    return max(uppers) if uppers else None
-
-
 def plan_partitions(existing: Sequence[Partition], *, now: float, cutoff: float,
                     oldest_intent_at: float | None) -> PartitionPlan:
     """Which partitions to create, drop whole, or sweep row by row (see the module)."""
@@ -324,13 +320,12 @@ async def prune(store: Store, config: RetentionConfig, *, now: float, dry_run: b
 
     parted = store if isinstance(store, PartitionedEvents) else None
     partitions = await parted.event_partitions() if parted is not None else []
-    below = events_from(partitions, plan.intent_cutoff)
     total = PruneCounts()
     batches = 0
     while True:
         batch = await store.retention_prune_batch(
             intent_cutoff=plan.intent_cutoff, occurrence_cutoff=plan.occurrence_cutoff,
-            limit=plan.batch_size, events_from=below)
+            limit=plan.batch_size)
         batches += 1
         total += batch
         if not plan.more(batches, batch):

@@ -65,7 +65,7 @@ async def prune_all(store: Store, *, limit: int = 100) -> PruneCounts:
     total = PruneCounts()
     while True:
         batch = await store.retention_prune_batch(
-            intent_cutoff=CUTOFF, occurrence_cutoff=CUTOFF, limit=limit, events_from=None)
+            intent_cutoff=CUTOFF, occurrence_cutoff=CUTOFF, limit=limit)
         total += batch
         if batch.intents < limit and batch.occurrences < limit:
             return total
@@ -108,7 +108,7 @@ async def test_a_batch_is_bounded_and_takes_the_oldest_first(store: Store) -> No
         await finished(store, f"k{i}", D0 + i * 3600)
 
     batch = await store.retention_prune_batch(intent_cutoff=CUTOFF, occurrence_cutoff=CUTOFF,
-                                              limit=2, events_from=None)
+                                              limit=2)
 
     assert batch.intents == 2 and batch.events == 8
     assert [await store.intent_get(f"k{i}") is None for i in range(5)] == [

@@ -64,7 +64,6 @@ DIALECT_ONLY: dict[str, dict[str, str]] = {
         "listen_schema": "the schema LISTEN channels are named in",
         # The events table is partitioned by day on PostgreSQL only (migration 0009);
         # SQLite deletes a pruned intent's events row-wise with it.
-        "retention_prune_events_default": "the default partition's events of pruned intents",
         "event_partitions": "the events table's partitions",
         "event_partition_lock": "advisory lock: one partition change at a time",
         "event_partition_lock_timeout": "no long wait for the table's lock",

@@ -588,14 +588,14 @@ class Store(Protocol):
 
     # ---- retention (the rule is tidings.retention's; these are its queries)
     async def retention_prune_batch(self, *, intent_cutoff: float, occurrence_cutoff: float,
-                                    limit: int, events_from: float | None) -> PruneCounts:
+                                    limit: int) -> PruneCounts:
         """Delete at most ``limit`` terminal intents finished and last updated before
         ``intent_cutoff`` (oldest first), their events, and at most ``limit``
         occurrences done or skipped before ``occurrence_cutoff``, in one transaction.
 
-        ``events_from``: events before it are left to their partitions' drop (only a
-        store with partitioned events is given one; those in the default partition are
-        deleted here all the same)."""
+        A store with partitioned events (``PartitionedEvents``) deletes here only the
+        events of its default partition; those in day partitions go when their
+        partition is dropped or swept."""
         ...
 
     async def retention_count(self, *, intent_cutoff: float, occurrence_cutoff: float

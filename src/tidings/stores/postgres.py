@@ -33,7 +33,7 @@ from tidings.claims import claim_keys, plan_claims
 from tidings.errors import InvalidInput, StoreError
 from tidings.model import DraftPage, Event, IntentDraft, message_body, message_body_parts
 from tidings.preferences import Preference
-from tidings.retention import EVENT_SKEW_S, PRUNABLE_STATES, Partition, PruneCounts, parse_partition
+from tidings.retention import PRUNABLE_STATES, Partition, PruneCounts, parse_partition
 from tidings.states import CLAIMABLE, State, check
 from tidings.stores import base, rows
 from tidings.stores.lifecycle import DatabaseStore
@@ -697,30 +697,23 @@ class PostgresStore(DatabaseStore[PostgresDatabase], StoreReads):
     # ---------------------------------------------------------------- retention
 
     async def retention_prune_batch(self, *, intent_cutoff: float, occurrence_cutoff: float,
-                                    limit: int, events_from: float | None) -> PruneCounts:
-        """``Store.retention_prune_batch``: events before ``events_from`` stay for their
-        partition's drop, except those in the default partition."""
+                                    limit: int) -> PruneCounts:
+        """``Store.retention_prune_batch``: the events of the default partition go by key;
+        a day partition's go with it (dropped whole, or swept: ``retention.prune``), so
+        a batch never probes every partition's index for every key."""
         sql = self._sql
         params = {"cutoff": intent_cutoff, "states": list(PRUNABLE_STATES), "limit": limit}
 
         async def fn(conn: Conn) -> PruneCounts:
             cur = await conn.execute(sql["retention_prune_intents"], params)
-            doomed = await cur.fetchall()
+            keys = [key for (key,) in await cur.fetchall()]
             events = 0
-            if doomed:
-                keys = [key for key, _ in doomed]
-                since = min(created for _, created in doomed) - EVENT_SKEW_S
-                below = float("-inf") if events_from is None else events_from
-                cur = await conn.execute(sql["retention_prune_events"], {
-                    "keys": keys, "since": since, "events_from": below})
+            if keys:
+                cur = await conn.execute(sql["retention_prune_events"], {"keys": keys})
                 events = cur.rowcount
-                if events_from is not None:
-                    cur = await conn.execute(sql["retention_prune_events_default"], {
-                        "keys": keys, "events_from": events_from})
-                    events += cur.rowcount
             cur = await conn.execute(sql["retention_prune_occurrences"], {
                 "cutoff": occurrence_cutoff, "limit": limit})
-            return PruneCounts(intents=len(doomed), events=events, occurrences=cur.rowcount)
+            return PruneCounts(intents=len(keys), events=events, occurrences=cur.rowcount)
 
         return await self.db.write(fn)
 

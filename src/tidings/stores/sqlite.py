@@ -548,13 +548,13 @@ class SqliteStore(DatabaseStore[SqliteDatabase], StoreReads):
     # ---------------------------------------------------------------- retention
 
     async def retention_prune_batch(self, *, intent_cutoff: float, occurrence_cutoff: float,
-                                    limit: int, events_from: float | None) -> PruneCounts:
+                                    limit: int) -> PruneCounts:
         """``Store.retention_prune_batch``: events go row-wise, by key (no partitions)."""
         sql = self._sql
         states = json.dumps(PRUNABLE_STATES)
 
         def fn(conn: sqlite3.Connection) -> PruneCounts:
-            keys = [key for key, _ in conn.execute(sql["retention_prune_intents"], {
+            keys = [key for (key,) in conn.execute(sql["retention_prune_intents"], {
                 "cutoff": intent_cutoff, "states": states, "limit": limit}).fetchall()]
             events = 0
             if keys:

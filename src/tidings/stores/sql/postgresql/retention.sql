@@ -14,17 +14,13 @@ WITH doomed AS (
     FOR UPDATE SKIP LOCKED
 )
 DELETE FROM intents i USING doomed d WHERE i.key = d.key
-RETURNING i.key, i.created_at
+RETURNING i.key
 
 -- name: retention_prune_events
--- An intent's events are never older than it (less a provider's clock skew, :since),
--- and those before :events_from go with their partition's drop.
-DELETE FROM events
-WHERE key = ANY(%(keys)s) AND at >= %(since)s AND at >= %(events_from)s
-
--- name: retention_prune_events_default
--- The default partition is never dropped: its rows of pruned intents go by key.
-DELETE FROM events_default WHERE key = ANY(%(keys)s) AND at < %(events_from)s
+-- The default partition is never dropped: its rows of pruned intents go by key. Those
+-- in day partitions go with their partition (event_partition_drop, or swept by
+-- event_orphans_delete while an older intent is kept).
+DELETE FROM events_default WHERE key = ANY(%(keys)s)
 
 -- name: retention_prune_occurrences
 DELETE FROM occurrences

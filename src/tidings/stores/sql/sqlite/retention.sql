@@ -10,7 +10,7 @@ WHERE key IN (SELECT key FROM intents
                 AND finished_at < :cutoff AND updated_at < :cutoff
               ORDER BY created_at
               LIMIT :limit)
-RETURNING key, created_at
+RETURNING key
 
 -- name: retention_prune_events
 DELETE FROM events WHERE key IN (SELECT value FROM json_each(:keys))
