@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -225,3 +226,44 @@ def test_an_empty_ledger_drops_every_partition_older_than_the_cutoff_and_no_newe
                            oldest_intent_at=None)
 
     assert plan.drop == days[:2]
+
+
+# ---------------------------------------------------------------- the reconciler's prune
+
+
+async def test_the_reconciler_loop_prunes_at_its_first_pass_and_once_a_step(
+        tmp_path: Path) -> None:
+    from tidings.retention import AUDIT_KEY, retention_config
+    from tidings.runtime import build_runtime
+    from tidings.service import prune_when_due
+    from tidings.states import State
+
+    clock = FakeClock(MIDNIGHT + 60)
+    parsed = Settings.parse(settings(store=f"sqlite:///{tmp_path / 'r.db'}"))
+    async with await build_runtime(parsed, clock=clock) as rt:
+        # given a cancelled intent, 40 days old
+        await rt.notify(key="old", recipient={"id": "c1", "email": "c1@example.com"},
+                        channels=["email"], template="t")
+        await rt.cancel("old")
+        clock.advance(40 * DAY_S)
+        config = retention_config(parsed)
+
+        # when the loop passes for the first time, then again within the hour, then later
+        first = await prune_when_due(rt, config, None, worker="w")
+        assert await rt.store.intent_get("old") is None
+        [audit] = await rt.store.events_for(AUDIT_KEY)
+        assert audit.worker == "w" and audit.detail is not None
+        assert audit.detail.startswith("intents=1 events=")
+        await rt.notify(key="new", recipient={"id": "c2", "email": "c2@example.com"},
+                        channels=["email"], template="t")
+        clock.advance(60)
+        assert await prune_when_due(rt, config, first, worker="w") == first  # same step
+        clock.advance(3600)
+        assert await prune_when_due(rt, config, first, worker="w") == clock.now()
+        # (the new, unfinished intent is left alone)
+        assert [i.state for i in await rt.store.intent_find(states=list(State))] == [
+            State.ENQUEUED]
+
+        # a loop with retention.enabled = false never prunes
+        off = retention_config(Settings.parse(settings(retention={"enabled": False})))
+        assert await prune_when_due(rt, off, None, worker="w") is None

@@ -36,7 +36,8 @@ async def status_report(c: ApiContext) -> dict[str, Any]:
                                      now=rt.clock.now(), window_s=c.settings.rate_window_s)
     return operations.status(snap, campaigns={x.name: x.channels for x in rt.campaigns},
                              channels=rt.channels, limits=rt.limits,
-                             freshness={x.name: x.expires_after_s for x in rt.campaigns})
+                             freshness={x.name: x.expires_after_s for x in rt.campaigns},
+                             retention=rt.retention())
 
 
 async def plan_report(c: ApiContext) -> dict[str, Any]:

@@ -513,7 +513,8 @@ async def _overview(request: Request) -> dict[str, Any]:
                                      now=rt.clock.now(), window_s=c.settings.rate_window_s)
     status = operations.status(snap, campaigns={x.name: x.channels for x in rt.campaigns},
                                channels=rt.channels, limits=rt.limits,
-                               freshness={x.name: x.expires_after_s for x in rt.campaigns})
+                               freshness={x.name: x.expires_after_s for x in rt.campaigns},
+                               retention=rt.retention())
     history = _ui(request).history
     history.record(status["now"], status["channels"])
     switches = {(s.scope, s.name): s for s in snap.switches}
