@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from tidings.errors import ConfigurationError
+from tidings.errors import ConfigurationError, StoreError
 from tidings.model import Event
 from tidings.states import TERMINAL, State
 
@@ -361,8 +361,17 @@ async def _partitions(parted: PartitionedEventsT, store: Store, plan: PrunePlan,
     pplan = plan_partitions(partitions, now=now, cutoff=plan.intent_cutoff,
                             oldest_intent_at=None if span is None else span[0])
     types = sorted(INTENT_EVENT_TYPES)
-    for partition in pplan.drop:
-        dropped = await parted.event_partition_drop(partition.name, intent_types=types)
+    # A partition change that fails (a lock not had within its timeout, a lost
+    # connection) is logged and left for the next prune; the rest goes on.
+    leftovers = [n for n in await parted.event_partitions_detached()
+                 if n not in {p.name for p in pplan.drop}]
+    for name in [*leftovers, *(p.name for p in pplan.drop)]:
+        try:
+            dropped = await parted.event_partition_drop(name, intent_types=types)
+        except StoreError as exc:
+            log.warning("retention: partition not dropped", extra={"partition": name,
+                                                                   "error": str(exc)})
+            continue
         if dropped is not None:
             total += PruneCounts(events=dropped, partitions=1)
     for partition in pplan.sweep:
@@ -376,9 +385,14 @@ async def _partitions(parted: PartitionedEventsT, store: Store, plan: PrunePlan,
     created = 0
     for partition in pplan.create:
         assert partition.lower is not None  # day partitions have both bounds
-        if await parted.event_partition_create(partition.name, partition.lower,
-                                               partition.upper):
-            created += 1
+        try:
+            made = await parted.event_partition_create(partition.name, partition.lower,
+                                                       partition.upper)
+        except StoreError as exc:
+            log.warning("retention: partition not created", extra={
+                "partition": partition.name, "error": str(exc)})
+            continue
+        created += made
     return total, batches, created
 
 

@@ -292,3 +292,27 @@ async def test_postgres_rows_in_the_default_partition_are_pruned_by_key(pg_store
 
     assert report.pruned.intents == 1 and report.pruned.events == 4
     assert await pg_store.events_for("early") == []
+
+
+async def test_postgres_finishes_a_partition_a_stopped_prune_left_detached(
+        pg_store: Any) -> None:
+    # given day 0's partition, holding events of an intent already pruned and an audit
+    # event, detached by a prune that stopped before dropping it
+    await prune(pg_store, CONFIG, now=D0)
+    await pg_store.event_append_many([
+        *(Event(key="gone", channel="email", type=t, at=D0 + 600 + i)
+          for i, t in enumerate(["selected", "enqueued", "claimed", "accepted"])),
+        Event(key="admission/channel/email", channel="email", type="guardrail_tripped",
+              at=D0 + 700)])
+    await pg_store.db.write(lambda conn: conn.execute(
+        "ALTER TABLE events DETACH PARTITION events_p20270115"))
+    assert await pg_store.event_partitions_detached() == ["events_p20270115"]
+
+    # when the next prune runs (day 0 still within the bound: only the leftover goes)
+    report = await prune(pg_store, CONFIG, now=D0 + 2 * DAY_S)
+
+    # then it is dropped, its audit event kept in the table
+    assert await pg_store.event_partitions_detached() == []
+    assert report.pruned.partitions == 1 and report.pruned.events == 4
+    assert [e.type for e in await pg_store.events_for("admission/channel/email")] == [
+        "guardrail_tripped"]

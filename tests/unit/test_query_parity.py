@@ -65,6 +65,7 @@ DIALECT_ONLY: dict[str, dict[str, str]] = {
         # The events table is partitioned by day on PostgreSQL only (migration 0009);
         # SQLite deletes a pruned intent's events row-wise with it.
         "event_partitions": "the events table's partitions",
+        "event_partitions_detached": "tables a stopped prune detached but did not drop",
         "event_partition_lock": "advisory lock: one partition change at a time",
         "event_partition_lock_timeout": "no long wait for the table's lock",
         "event_default_has_range": "a range the default partition holds rows of",

@@ -624,11 +624,16 @@ class PartitionedEvents(Protocol):
         rows of that range (they stay there), or another process holds the lock."""
         ...
 
+    async def event_partitions_detached(self) -> list[str]:
+        """Partitions detached by a drop that did not finish (the next prune does)."""
+        ...
+
     async def event_partition_drop(self, name: str, *, intent_types: Sequence[str]
                                    ) -> int | None:
-        """Detach and drop a partition, first copying its events of a type not in
-        ``intent_types`` back into the table (they land in the default partition);
-        the number of events dropped, None if it was not (gone, or locked)."""
+        """Detach and drop a partition (attached, or left detached by an earlier drop),
+        first copying its events of a type not in ``intent_types`` back into the table
+        (they land in the default partition); the number of events dropped, None if it
+        was not (gone, or another process holds the lock)."""
         ...
 
     async def event_orphans_delete(self, name: str, *, before: float,

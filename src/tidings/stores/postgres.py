@@ -778,18 +778,34 @@ class PostgresStore(DatabaseStore[PostgresDatabase], StoreReads):
 
         return await self.db.write(fn)
 
+    async def event_partitions_detached(self) -> list[str]:
+        return [name for (name,) in await self._read_tuples("event_partitions_detached")]
+
     async def event_partition_drop(self, name: str, *, intent_types: Sequence[str]
                                    ) -> int | None:
+        """Two transactions, so the table's lock is held only for the detach itself: the
+        detach, then (with no lock on the events table) the count, the copy of events
+        of no intent and the drop. A prune that stops between them leaves a detached
+        table that the next one finishes (``event_partitions_detached``)."""
         sql = self._sql
         types = list(intent_types)
 
-        async def fn(conn: Conn) -> int | None:
+        async def detach(conn: Conn) -> bool:
+            if not await self._locked(conn):
+                return False
+            attached = {n for (n,) in await (await conn.execute(
+                sql["event_partitions"])).fetchall()}
+            if name in attached:
+                await conn.execute(self._ddl("event_partition_detach", name))
+            return True
+
+        async def drop(conn: Conn) -> int | None:
             if not await self._locked(conn):
                 return None
-            if name not in {n for (n,) in await (await conn.execute(
-                    sql["event_partitions"])).fetchall()}:
+            detached = {n for (n,) in await (await conn.execute(
+                sql["event_partitions_detached"])).fetchall()}
+            if name not in detached:
                 return None
-            await conn.execute(self._ddl("event_partition_detach", name))
             cur = await conn.execute(self._ddl("event_partition_count", name), {"types": types})
             total, kept = await cur.fetchone() or (0, 0)
             if kept:
@@ -797,7 +813,9 @@ class PostgresStore(DatabaseStore[PostgresDatabase], StoreReads):
             await conn.execute(self._ddl("event_partition_drop", name))
             return int(total) - int(kept)
 
-        return await self.db.write(fn)
+        if not await self.db.write(detach):
+            return None
+        return await self.db.write(drop)
 
     async def event_orphans_delete(self, name: str, *, before: float,
                                    intent_types: Sequence[str], limit: int) -> int:

@@ -56,6 +56,14 @@ SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
 WHERE i.inhparent = 'events'::regclass
 ORDER BY c.relname
 
+-- name: event_partitions_detached
+-- Day partitions detached by a prune that stopped before dropping them.
+SELECT c.relname FROM pg_class c
+WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind = 'r'
+  AND NOT c.relispartition
+  AND (c.relname LIKE 'events\_p%' OR c.relname LIKE 'events\_before\_%')
+ORDER BY c.relname
+
 -- name: event_partition_lock
 -- One partition change at a time across every process; the others skip theirs (the
 -- next prune does it), and none waits long for the table's lock behind a writer. Keyed
@@ -63,7 +71,7 @@ ORDER BY c.relname
 SELECT pg_try_advisory_xact_lock(1952737892, hashtext(current_schema()))
 
 -- name: event_partition_lock_timeout
-SET LOCAL lock_timeout = '5s'
+SET LOCAL lock_timeout = '1s'
 
 -- name: event_default_has_range
 SELECT EXISTS (SELECT 1 FROM events_default WHERE at >= %(lower)s AND at < %(upper)s)
