@@ -17,7 +17,9 @@ CREATE INDEX intents_created ON intents (created_at);
 -- UTC day after its newest event ("events_before_YYYYMMDD", from MINVALUE), keeping its
 -- rows and indexes (the parent's indexes adopt them: no rebuild). Its identity becomes
 -- a plain sequence default, shared by every partition; the insert names no id.
--- Attaching scans the old table once to check its range (a share lock, no rewrite).
+-- Attaching reads the old table once to check its range (no rewrite, no index build);
+-- event writers wait for this migration's transaction: on a large table, migrate at a
+-- quiet time (as for 0005).
 ALTER TABLE events RENAME TO events_unpartitioned;
 ALTER INDEX events_key RENAME TO events_unpartitioned_key;
 ALTER INDEX events_outcomes_at RENAME TO events_unpartitioned_outcomes_at;
