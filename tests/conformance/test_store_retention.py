@@ -316,3 +316,38 @@ async def test_postgres_finishes_a_partition_a_stopped_prune_left_detached(
     assert report.pruned.partitions == 1 and report.pruned.events == 4
     assert [e.type for e in await pg_store.events_for("admission/channel/email")] == [
         "guardrail_tripped"]
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+async def test_a_random_ledger_loses_exactly_its_prunable_intents_and_their_events(
+        store: Store, seed: int) -> None:
+    import random
+
+    rng = random.Random(seed)
+    # given intents of every ending (or none yet), created and finished around the cutoff
+    expected_gone: set[str] = set()
+    kept: set[str] = set()
+    endings = [State.ACCEPTED, State.REJECTED, State.DEAD, State.UNCERTAIN, State.RETRYABLE,
+               None]
+    for i in range(40):
+        key = f"k{i:02d}"
+        at = CUTOFF + rng.uniform(-3 * DAY_S, DAY_S)
+        ending = rng.choice(endings)
+        if ending is None:
+            await pending(store, key, at)
+        else:
+            await finished(store, key, at, ending)
+        finishes_at = at + 60
+        prunable = ending in (State.ACCEPTED, State.REJECTED, State.DEAD) \
+            and finishes_at < CUTOFF
+        (expected_gone if prunable else kept).add(key)
+
+    # when batches of a random size run to the end
+    pruned = await prune_all(store, limit=rng.randint(1, 7))
+
+    # then exactly the prunable intents went, each with all of its events
+    assert pruned.intents == len(expected_gone)
+    for key in expected_gone:
+        assert await store.intent_get(key) is None and await store.events_for(key) == []
+    for key in kept:
+        assert await store.intent_get(key) is not None and await store.events_for(key)
