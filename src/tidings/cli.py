@@ -44,6 +44,10 @@ app.add_typer(token_app, name="token")
 dlq_app = typer.Typer(help="Dead letters: list them, redrive them (the ledger is rechecked "
                            "before any send).", no_args_is_help=True)
 app.add_typer(dlq_app, name="dlq")
+retention_app = typer.Typer(
+    help="Ledger retention: prune terminal intents, their events and finished occurrences "
+         "older than [retention] keeps them.", no_args_is_help=True)
+app.add_typer(retention_app, name="retention")
 preference_app = typer.Typer(
     help="Recipient preferences, checked at every send: opted out -> cancelled "
          "(opted_out), quiet hours -> deferred to their end.", no_args_is_help=True)
@@ -297,6 +301,22 @@ def reconcile(config: ConfigOpt = None, store: StoreOpt = None, as_json: JsonOpt
     _emit(as_json, result, textout.reconciled(result))
 
 
+@retention_app.command("run")
+def retention_run(
+        dry_run: Annotated[bool, typer.Option(
+            "--dry-run", help="Count what would be pruned; prune nothing.")] = False,
+        config: ConfigOpt = None, store: StoreOpt = None, as_json: JsonOpt = False) -> None:
+    """One bounded prune now (the reconciler runs one every retention.every_s)."""
+    from tidings.retention import prune
+
+    async def go(runtime: Runtime) -> dict[str, Any]:
+        report = await prune(runtime.store, runtime.retention(), now=runtime.clock.now(),
+                             dry_run=dry_run, worker="cli")
+        return report.as_dict()
+    result = _with_runtime(config, store, go)
+    _emit(as_json, result, textout.pruned(result))
+
+
 @app.command()
 def replay(campaign: str, date: Annotated[str, typer.Argument(help="Logical date, YYYY-MM-DD.")],
            to: Annotated[str | None, typer.Option(
@@ -400,12 +420,14 @@ def status(config: ConfigOpt = None, store: StoreOpt = None, as_json: JsonOpt = 
             snap, campaigns={c.name: c.channels for c in runtime.campaigns},
             channels=runtime.channels, limits=runtime.limits,
             freshness={c.name: c.expires_after_s for c in runtime.campaigns},
-            uncertain=uncertain)
+            uncertain=uncertain,
+            retention=runtime.retention())
     result = _with_runtime(config, store, go)
     if as_json:
         _emit(True, result)
         return
     out = Console()
+    out.print(textout.ledger(result["ledger"]), markup=False, highlight=False, soft_wrap=True)
     for trip in result["guardrails_tripped"]:
         out.print(f"[bold red]admission paused by a guardrail[/]: {trip['scope']} "
                   f"{trip['name']!r} since {_when(trip['since'])}: {trip['reason']}",

@@ -35,6 +35,7 @@ from tidings.keys import check_text, validate_key
 from tidings.model import DeadLetter, Event, Intent, Message, QueueDepth
 from tidings.pacing.algorithm import PaceLimits
 from tidings.relay import publish
+from tidings.retention import RetentionConfig, next_prune_at
 from tidings.states import UNSETTLED, State
 from tidings.stores.base import Change, IntentSummary, Occurrence, Store, Switch
 from tidings.surrogate import surrogate
@@ -67,6 +68,8 @@ class Snapshot:
     events: Mapping[str, Mapping[str, int]]
     switches: tuple[Switch, ...]
     occurrences: tuple[Occurrence, ...] = ()
+    age_span: tuple[float, float] | None = None
+    """Creation times of the ledger's oldest and newest intent (None: none)."""
 
 
 async def snapshot(store: Store, transport: Transport, *, channels: Sequence[str], now: float,
@@ -78,7 +81,8 @@ async def snapshot(store: Store, transport: Transport, *, channels: Sequence[str
     return Snapshot(
         now=now, window_s=window_s, summaries=tuple(summaries), queues=queues,
         events=await store.event_counts(), switches=tuple(await store.switch_all()),
-        occurrences=tuple(await store.occurrence_list()) if occurrences else ())
+        occurrences=tuple(await store.occurrence_list()) if occurrences else (),
+        age_span=await store.intent_age_span())
 
 
 # ---------------------------------------------------------------- pure computations
@@ -157,7 +161,8 @@ def _paused(switches: Sequence[Switch], scope: str) -> dict[str, Switch]:
 def status(snap: Snapshot, *, campaigns: Mapping[str, Sequence[str]],
            channels: Sequence[str], limits: Mapping[str, PaceLimits] | None = None,
            freshness: Mapping[str, float | None] | None = None,
-           uncertain: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
+           uncertain: Mapping[str, Mapping[str, Any]] | None = None,
+           retention: RetentionConfig | None = None) -> dict[str, Any]:
     """Status per channel and per campaign (with its channels), JSON-ready.
 
     ``campaigns`` maps each declared campaign to its channels; ``channels`` lists the
@@ -240,6 +245,20 @@ def status(snap: Snapshot, *, campaigns: Mapping[str, Sequence[str]],
         "guardrails_tripped": [
             {"scope": s.scope, "name": s.name, "since": s.changed_at, "reason": s.reason}
             for s in snap.switches if tripped_by_guardrail(s)],
+        "ledger": ledger(snap, retention),
+    }
+
+
+def ledger(snap: Snapshot, retention: RetentionConfig | None) -> dict[str, Any]:
+    """The ledger's age span (oldest and newest intent) and its next prune."""
+    oldest, newest = snap.age_span or (None, None)
+    kept = None if retention is None else retention.intents_s
+    return {
+        "oldest_intent_at": oldest, "newest_intent_at": newest,
+        "age_s": None if oldest is None else round(snap.now - oldest, 3),
+        "retention_days": None if kept is None else kept / 86400,
+        "next_prune_at": (next_prune_at(snap.now, retention.every_s)
+                          if retention is not None and retention.enabled else None),
     }
 
 

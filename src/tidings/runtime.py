@@ -31,6 +31,7 @@ from tidings.preferences import Preference
 from tidings.providers.base import Provider
 from tidings.reconciler import Reconciler, ReconcilerConfig
 from tidings.relay import RelayConfig
+from tidings.retention import RetentionConfig, retention_config
 from tidings.schedule import Schedule
 from tidings.scheduler import Scheduler, SchedulerConfig, admission_shape
 from tidings.settings import ChannelSettings, GuardrailLimits, ProviderSettings, Settings
@@ -246,6 +247,10 @@ class Runtime:
                 name, provider, mode=spec.uncertain, hold_s=spec.hold_s,
                 dedupe_window_s=spec.dedupe_window_s, lookup_settle_s=spec.lookup_settle_s)
         return policies
+
+    def retention(self) -> RetentionConfig:
+        """``[retention]`` as the pruner takes it."""
+        return retention_config(self.settings)
 
     def reconciler(self) -> Reconciler:
         r = self.settings.reconciler

@@ -20,6 +20,7 @@ from tidings.keys import campaign_key, campaign_key_parts, check_recipient_ids, 
 from tidings.logs import log_time
 from tidings.model import DraftPage, Event, Recipient, encode_data
 from tidings.relay import RelayConfig, publish, relay_pass
+from tidings.retention import pruned_before
 from tidings.schedule import OccurrenceTime
 from tidings.stores.base import Occurrence, OccurrenceProgress, Store, Switch
 from tidings.transports.base import Transport
@@ -106,6 +107,16 @@ _CAMPAIGNS = _Deadline()
 
 def _iso(at: float, campaign: Campaign) -> str:
     return datetime.fromtimestamp(at, campaign.schedule.zone).isoformat(timespec="seconds")
+
+
+def _check_retained(campaign: Campaign, due: OccurrenceTime, horizon: float | None) -> None:
+    """InvalidInput naming the date when the ledger no longer holds all of it."""
+    if horizon is None or due.logical_at >= horizon:
+        return
+    raise InvalidInput("date", (
+        f"{due.logical_date} is older than what is retained: intents finished before "
+        f"{_iso(horizon, campaign)} have been pruned (retention.intents_s), so a replay "
+        "of it would send again to every recipient whose intent is gone"))
 
 
 def occurrence_id(campaign: str, logical_date: str) -> str:
@@ -251,7 +262,9 @@ class Scheduler:
         if expires_at is not None and not (now < expires_at < float("inf")):
             raise InvalidInput("expires_in", "a new deadline must be in the future")
         plans = []
+        horizon = await pruned_before(self.store)
         for due in self._replay_dates(campaign, logical_date, to, now):
+            _check_retained(campaign, due, horizon)
             deadline = (None if campaign.expires_after_s is None
                         else due.logical_at + campaign.expires_after_s)
             plans.append(ReplayPlan(
@@ -268,7 +281,8 @@ class Scheduler:
         """Admit a past date of a campaign (or every occurrence through ``to``: a
         backfill) explicitly, each as its own ``replay`` admission.
 
-        Refused, before anything is written, when a date's freshness deadline has passed
+        Refused, before anything is written, when a date is older than what the ledger
+        retains (``retention.pruned_before``), when a date's freshness deadline has passed
         (its intents would all expire unsent) unless ``expires_at`` gives a new one,
         and when the date was admitted under an earlier version of the campaign (the
         replay would make a second delivery per recipient) unless ``new_version``.

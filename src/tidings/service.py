@@ -11,6 +11,7 @@ from typing import Any
 
 from tidings import progress
 from tidings.guardrails import enforce
+from tidings.retention import RetentionConfig, prune, prune_due
 from tidings.runtime import Runtime
 from tidings.scheduler import PassResult, Switches
 
@@ -29,6 +30,8 @@ async def reconcile_loop(runtime: Runtime, every_s: float, stopping: asyncio.Eve
     """Run the reconciler every ``every_s`` seconds until ``stopping`` is set."""
     reconciler = runtime.reconciler()
     guardrails = runtime.guardrails()
+    retention = runtime.retention()
+    pruned_at: float | None = None
     while not stopping.is_set():
         try:
             # Guardrails first: a crossing pauses admission before the relay's next pass.
@@ -43,8 +46,25 @@ async def reconcile_loop(runtime: Runtime, every_s: float, stopping: asyncio.Eve
         except Exception:
             # A failed sweep is retried next interval; it must not take the worker down.
             log.exception("reconcile pass failed")
+        pruned_at = await prune_when_due(runtime, retention, pruned_at,
+                                         worker=reconciler.worker_id)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stopping.wait(), timeout=every_s)
+
+
+async def prune_when_due(runtime: Runtime, retention: RetentionConfig, pruned_at: float | None,
+                         *, worker: str) -> float | None:
+    """Prune if a grid step of ``retention.every_s`` passed since ``pruned_at`` (or it is
+    the first pass); returns when this loop last pruned. A failed prune waits for the
+    next step, not the next pass: it must not turn every sweep into a retry."""
+    now = runtime.clock.now()
+    if not (retention.enabled and prune_due(pruned_at, now, retention.every_s)):
+        return pruned_at
+    try:
+        await prune(runtime.store, retention, now=now, worker=worker)
+    except Exception:
+        log.exception("retention prune failed")
+    return now
 
 
 async def report_loop(totals: Callable[[], dict[str, int]], stopping: asyncio.Event, *,

@@ -35,6 +35,7 @@ from tidings.providers.config import (
     SmtpProviderSettings,
     TwilioProviderSettings,
 )
+from tidings.retention import check_retention
 from tidings.schedule import Schedule
 
 
@@ -166,6 +167,27 @@ class SchedulerSettings(_Model):
 class ReconcilerSettings(_Model):
     lost_after_s: Seconds = 60.0
     uncertain_after_s: SecondsOrZero = 1.0
+
+
+class RetentionSettings(_Model):
+    """How long the ledger keeps what is finished (see ``tidings.retention``). Each span
+    must cover the redelivery window plus the replay window the other settings allow
+    (``tidings.retention.minimum_retention``): a shorter one is refused at start-up."""
+
+    intents_s: Seconds = 30 * 86400.0
+    """How long a terminal intent (accepted, rejected, dead, cancelled, expired, …) and
+    its events are kept after it finished: 30 days."""
+    occurrences_s: Seconds = 30 * 86400.0
+    """How long a finished campaign occurrence (done or skipped) is kept: 30 days."""
+    every_s: Seconds = 3600.0
+    """How often the reconciler prunes (and, on PostgreSQL, creates partitions ahead)."""
+    batch_size: int = Field(default=2000, ge=1, le=50_000)
+    """Intents (and occurrences) deleted per statement: a prune never holds one huge
+    DELETE."""
+    max_batches: int = Field(default=50, ge=1)
+    """Batches per prune; what is left waits for the next prune."""
+    enabled: bool = True
+    """False: the reconciler never prunes (``tidings retention run`` still does)."""
 
 
 class GuardrailLimits(_Model):
@@ -310,6 +332,8 @@ class Settings(_Model):
     (all off until set)."""
     api: ApiSettings = ApiSettings()
     webhooks: WebhookSettings = WebhookSettings()
+    retention: RetentionSettings = RetentionSettings()
+    """How long finished intents, their events and finished occurrences are kept."""
 
     @classmethod
     def parse(cls, data: dict[str, Any]) -> Settings:
@@ -351,6 +375,7 @@ class Settings(_Model):
                     raise ConfigurationError(
                         f"campaigns.{name}.channels[{index}]",
                         unknown_name("channel", channel, sorted(settings.channels)))
+        check_retention(settings)
         return settings
 
     @classmethod

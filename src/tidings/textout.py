@@ -94,6 +94,33 @@ def cancelled(states: Mapping[str, str | None]) -> str:
     return "\n".join(lines)
 
 
+def pruned(result: Mapping[str, Any]) -> str:
+    """A prune's answer (or, with ``dry_run``, what it would remove)."""
+    counts = result["pruned"]
+    parts = [f"{counts[name]} {name}" for name in ("intents", "events", "occurrences")]
+    if counts.get("partitions"):
+        parts.append(f"{counts['partitions']} event partitions dropped")
+    verb = "would prune" if result.get("dry_run") else "pruned"
+    oldest = when(result["oldest_kept"], empty="none (the ledger is empty)")
+    return (f"{verb} {', '.join(parts)} (finished more than {result['bound_days']:g} days "
+            f"ago); oldest intent kept: {oldest}")
+
+
+def ledger(data: Mapping[str, Any]) -> str:
+    """``tidings status``'s line on the ledger's age span and its next prune."""
+    if data["oldest_intent_at"] is None:
+        span = "ledger: no intents"
+    else:
+        span = (f"ledger: intents from {when(data['oldest_intent_at'])} to "
+                f"{when(data['newest_intent_at'])} ({data['age_s'] / 86400:.1f} days)")
+    if data.get("retention_days") is None:
+        return span
+    nxt = ("never (retention.enabled = false)" if data["next_prune_at"] is None
+           else f"{when(data['next_prune_at'])} (by a running reconciler)")
+    return (f"{span}; finished work kept {data['retention_days']:g} days; "
+            f"next prune {nxt}")
+
+
 def reconciled(result: Mapping[str, int]) -> str:
     done = [f"{name.replace('_', ' ')} {count}" for name, count in result.items() if count]
     return "reconciled: " + (", ".join(done) if done else "nothing to repair")

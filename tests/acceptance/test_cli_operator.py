@@ -224,3 +224,24 @@ def test_inspect_and_dlq_list_show_the_same_local_times(config: Path) -> None:
     assert when(dead_event["at"]) in inspected
     assert "reason     retry budget spent" in inspected
     assert f"recipient  {delivery['intent']['recipient_surrogate']}" in inspected
+
+
+def test_retention_run_says_what_it_prunes_and_status_shows_the_ledger_span(
+        config: Path) -> None:
+    given_a_dead_letter(config)  # a dead intent and three pending ones, all from now
+    c = ("--config", str(config))
+
+    dry = ok_json("retention", "run", "--dry-run", *c)
+    assert set(dry) >= {"pruned", "oldest_kept", "bound_days"}
+    assert dry["pruned"]["intents"] == 0 and dry["bound_days"] == 30
+    assert dry["oldest_kept"] is not None
+    assert text("retention", "run", *c).startswith(
+        "pruned 0 intents, 0 events, 0 occurrences (finished more than 30 days ago); "
+        "oldest intent kept: ")
+
+    status = ok_json("status", *c)
+    ledger = status["ledger"]
+    assert ledger["oldest_intent_at"] == dry["oldest_kept"] <= ledger["newest_intent_at"]
+    assert ledger["retention_days"] == 30 and ledger["next_prune_at"] > ledger["newest_intent_at"]
+    assert "ledger: intents from " in text("status", *c)
+    assert "next prune " in text("status", *c)

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from tidings.errors import SchemaOutOfDate, StoreError
+from tidings.model import Event
 from tidings.stores import queries
 from tidings.stores.sqlite_db import SqliteDatabase
 
@@ -190,3 +191,50 @@ async def test_an_owning_process_creates_a_new_database_but_refuses_an_older_one
     with pytest.raises(SchemaOutOfDate) as refused:
         await build_runtime(settings, migrate="new")
     assert refused.value.pending == (extra,) and refused.value.new is False
+
+
+async def test_events_written_before_retention_are_kept_in_order_and_prunable(
+        migrated: Migrated, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tidings.retention import DAY_S, RetentionConfig, prune
+    from tidings.stores.postgres import PostgresStore
+    from tidings.stores.sqlite import SqliteStore
+
+    shipped = queries.migrations(migrated.dialect)
+    [retention] = [m.version for m in shipped if m.title == "retention"]
+    monkeypatch.setattr(queries, "migrations",
+                        lambda dialect: tuple(m for m in shipped if m.version < retention))
+    day = 1_799_971_200.0  # 2027-01-15 00:00 UTC
+    old = migrated.open()
+    try:
+        await old.migrate(now=day)
+        for i, key in enumerate(["a", "b", "a"]):
+            insert = ("INSERT INTO events (key, channel, type, at, state) VALUES "
+                      f"('{key}', 'email', 'selected', {day + 3600 + i}, 'selected')")
+            await old.write(lambda conn, sql=insert: conn.execute(sql))
+    finally:
+        await old.close()
+    monkeypatch.setattr(queries, "migrations", lambda dialect: shipped)
+
+    store_class = SqliteStore if migrated.dialect == "sqlite" else PostgresStore
+    store: Any = await store_class.open(migrated.url)
+    try:
+        assert await store.migrate(now=day) == [m.version for m in shipped
+                                                if m.version >= retention]
+        await store.event_append_many([Event(key="a", channel="email", type="claimed",
+                                             at=day + 7200)])
+        # the old rows are there, in the order written, and new ones follow them
+        assert [(e.type, e.at) for e in await store.events_for("a")] == [
+            ("selected", day + 3600), ("selected", day + 3602), ("claimed", day + 7200)]
+        ids = await migrated.rows(store.db, "SELECT id FROM events WHERE key = 'a' ORDER BY id")
+        assert len({i for (i,) in ids}) == 3 and ids[-1][0] > 3
+        if migrated.dialect == "postgresql":
+            # the old table is the partition of everything before the next UTC day
+            parts = await store.event_partitions()
+            assert [p.name for p in parts] == ["events_before_20270116"]
+            # and, once older than the bound with no intent left, it is dropped whole
+            report = await prune(store, RetentionConfig(intents_s=10 * DAY_S),
+                                 now=day + 20 * DAY_S)
+            assert report.pruned.partitions == 1
+            assert await store.events_for("a") == []
+    finally:
+        await store.close()

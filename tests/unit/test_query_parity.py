@@ -62,6 +62,19 @@ DIALECT_ONLY: dict[str, dict[str, str]] = {
         "queue_notify": "NOTIFY a queue's listeners",
         "listen_ready": "LISTEN for ready messages",
         "listen_schema": "the schema LISTEN channels are named in",
+        # The events table is partitioned by day on PostgreSQL only (migration 0009);
+        # SQLite deletes a pruned intent's events row-wise with it.
+        "event_partitions": "the events table's partitions",
+        "event_partitions_detached": "tables a stopped prune detached but did not drop",
+        "event_partition_lock": "advisory lock: one partition change at a time",
+        "event_partition_lock_timeout": "no long wait for the table's lock",
+        "event_default_has_range": "a range the default partition holds rows of",
+        "event_partition_create": "create a day partition ahead",
+        "event_partition_detach": "detach a partition before it is dropped",
+        "event_partition_count": "a detached partition's events, and those kept",
+        "event_partition_rescue": "keep a partition's events of no intent",
+        "event_partition_drop": "drop a detached partition",
+        "event_orphans_delete": "a kept partition's events of pruned intents, row-wise",
     },
 }
 

@@ -12,6 +12,7 @@ from apikit import T0, customers, digest, settings_for
 from tidings.clock import FakeClock
 from tidings.errors import InvalidInput
 from tidings.runtime import Runtime, build_runtime
+from tidings.states import State
 
 
 async def runtime_at(tmp_path: Path, now: float, version: int = 3) -> Runtime:
@@ -90,3 +91,37 @@ async def test_replaying_a_date_sent_under_an_earlier_version_needs_a_decision(
         assert await rt.store.intent_get(
             "weekly-digest/2026-08-13/cust_0001/email/v4") is not None
     assert len(customers(4)) == 4
+
+
+async def test_a_replay_older_than_what_is_retained_is_refused_naming_the_date(
+        tmp_path: Path) -> None:
+    from tidings.retention import prune
+
+    # given a date sent (here: cancelled, terminal too) and, 40 days on, pruned
+    async with await runtime_at(tmp_path, T0) as rt:
+        await rt.scheduler().replay("weekly-digest", "2026-08-10", now=T0,
+                                    expires_at=T0 + 6 * 3600)
+        for intent in await rt.store.intent_find(states=[State.ENQUEUED, State.SELECTED]):
+            await rt.store.intent_request_cancel(intent.key, now=T0 + 60, reason="sent")
+        later = T0 + 40 * 86400
+        # before any prune, an old date is still whole: its replay is planned as ever
+        assert await rt.scheduler().plan_replay("weekly-digest", "2026-08-10", now=later,
+                                                expires_at=later + 3600)
+        report = await prune(rt.store, rt.retention(), now=later)
+        assert report.pruned.intents == 6
+
+        # when the operator replays it
+        with pytest.raises(InvalidInput) as caught:
+            await rt.scheduler().replay("weekly-digest", "2026-08-10", now=later,
+                                        expires_at=later + 3600)
+
+        # then it is refused, naming the date and what was pruned; nothing is written
+        assert caught.value.field == "date"
+        assert caught.value.message.startswith(
+            "2026-08-10 is older than what is retained: intents finished before "
+            "2026-08-24T09:00:05+00:00 have been pruned")
+        assert await rt.store.intent_counts() == {}
+        # a date after the cutoff is still replayed
+        [plan] = await rt.scheduler().plan_replay("weekly-digest", "2026-08-25", now=later,
+                                                  expires_at=later + 3600)
+        assert plan.logical_date == "2026-08-25"

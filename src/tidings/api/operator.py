@@ -39,7 +39,8 @@ async def status_report(c: ApiContext) -> dict[str, Any]:
     return operations.status(snap, campaigns={x.name: x.channels for x in rt.campaigns},
                              channels=rt.channels, limits=rt.limits,
                              freshness={x.name: x.expires_after_s for x in rt.campaigns},
-                             uncertain=uncertain)
+                             uncertain=uncertain,
+                             retention=rt.retention())
 
 
 async def plan_report(c: ApiContext) -> dict[str, Any]:

@@ -517,7 +517,8 @@ async def _overview(request: Request) -> dict[str, Any]:
                                channels=rt.channels, limits=rt.limits,
                                freshness={x.name: x.expires_after_s for x in rt.campaigns},
                                uncertain=await operations.uncertain_counts(
-                                   rt.store, rt.uncertain_policies(), now=snap.now))
+                                   rt.store, rt.uncertain_policies(), now=snap.now),
+                               retention=rt.retention())
     history = _ui(request).history
     history.record(status["now"], status["channels"])
     switches = {(s.scope, s.name): s for s in snap.switches}

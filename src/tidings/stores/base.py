@@ -11,11 +11,14 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from tidings.model import Event, Intent, IntentDraft
 from tidings.preferences import Preference
 from tidings.states import State
+
+if TYPE_CHECKING:
+    from tidings.retention import Partition, PruneCounts
 
 T = TypeVar("T")
 
@@ -414,6 +417,10 @@ class Store(Protocol):
 
     async def events_for(self, key: str) -> list[Event]: ...
 
+    async def event_last(self, key: str) -> Event | None:
+        """The latest event of ``key`` (None: it has none)."""
+        ...
+
     async def event_counts(self) -> dict[str, dict[str, int]]:
         """``{channel: {event type: count}}``."""
         ...
@@ -577,4 +584,60 @@ class Store(Protocol):
 
     async def provider_event_counts(self) -> list[ProviderEventCount]:
         """Provider events per (provider, type), ordered by both."""
+        ...
+
+    # ---- retention (the rule is tidings.retention's; these are its queries)
+    async def retention_prune_batch(self, *, intent_cutoff: float, occurrence_cutoff: float,
+                                    limit: int) -> PruneCounts:
+        """Delete at most ``limit`` terminal intents finished and last updated before
+        ``intent_cutoff`` (oldest first), their events, and at most ``limit``
+        occurrences done or skipped before ``occurrence_cutoff``, in one transaction.
+
+        A store with partitioned events (``PartitionedEvents``) deletes here only the
+        events of its default partition; those in day partitions go when their
+        partition is dropped or swept."""
+        ...
+
+    async def retention_count(self, *, intent_cutoff: float, occurrence_cutoff: float
+                              ) -> tuple[PruneCounts, float | None]:
+        """What ``retention_prune_batch`` would delete with no limit (events counted by
+        their intents), and the creation time of the oldest intent it would keep."""
+        ...
+
+    async def intent_age_span(self) -> tuple[float, float] | None:
+        """The creation times of the oldest and newest intent (None: no intent)."""
+        ...
+
+
+@runtime_checkable
+class PartitionedEvents(Protocol):
+    """A store whose events table is range-partitioned by time (PostgreSQL). Every
+    method is safe beside another process doing the same: partition changes take
+    one advisory lock and give up (None / False) rather than wait for it."""
+
+    async def event_partitions(self) -> list[Partition]:
+        """The range partitions of the events table (not the default one)."""
+        ...
+
+    async def event_partition_create(self, name: str, lower: float, upper: float) -> bool:
+        """Create ``[lower, upper)``; False when it exists, the default partition holds
+        rows of that range (they stay there), or another process holds the lock."""
+        ...
+
+    async def event_partitions_detached(self) -> list[str]:
+        """Partitions detached by a drop that did not finish (the next prune does)."""
+        ...
+
+    async def event_partition_drop(self, name: str, *, intent_types: Sequence[str]
+                                   ) -> int | None:
+        """Detach and drop a partition (attached, or left detached by an earlier drop),
+        first copying its events of a type not in ``intent_types`` back into the table
+        (they land in the default partition); the number of events dropped, None if it
+        was not (gone, or another process holds the lock)."""
+        ...
+
+    async def event_orphans_delete(self, name: str, *, before: float,
+                                   intent_types: Sequence[str], limit: int) -> int:
+        """Delete at most ``limit`` events of partition ``name`` before ``before`` whose
+        type is in ``intent_types`` and whose intent is no longer in the ledger."""
         ...

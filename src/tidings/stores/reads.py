@@ -72,6 +72,10 @@ class StoreReads(ABC):
         """Every event of ``key``, in the order written."""
         return await self._read_all(rows.EVENT, "events_for", (key,))
 
+    async def event_last(self, key: str) -> Event | None:
+        """The latest event of ``key`` (None: it has none)."""
+        return await self._read_one(rows.EVENT, "event_last", (key,))
+
     async def event_counts(self) -> dict[str, dict[str, int]]:
         """``{channel: {event type: count}}``."""
         return await self._nested_counts("event_counts")

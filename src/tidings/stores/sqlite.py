@@ -19,6 +19,7 @@ from tidings.claims import claim_keys, plan_claims
 from tidings.errors import StoreError
 from tidings.model import Event, IntentDraft, message_body
 from tidings.preferences import Preference
+from tidings.retention import PRUNABLE_STATES, PruneCounts
 from tidings.states import CLAIMABLE, State, check
 from tidings.stores import base, rows
 from tidings.stores.lifecycle import DatabaseStore
@@ -543,3 +544,44 @@ class SqliteStore(DatabaseStore[SqliteDatabase], StoreReads):
             return len(adoptions)
 
         return await self.db.write(fn)
+
+    # ---------------------------------------------------------------- retention
+
+    async def retention_prune_batch(self, *, intent_cutoff: float, occurrence_cutoff: float,
+                                    limit: int) -> PruneCounts:
+        """``Store.retention_prune_batch``: events go row-wise, by key (no partitions)."""
+        sql = self._sql
+        states = json.dumps(PRUNABLE_STATES)
+
+        def fn(conn: sqlite3.Connection) -> PruneCounts:
+            keys = [key for (key,) in conn.execute(sql["retention_prune_intents"], {
+                "cutoff": intent_cutoff, "states": states, "limit": limit}).fetchall()]
+            events = 0
+            if keys:
+                events = conn.execute(sql["retention_prune_events"],
+                                      {"keys": json.dumps(keys)}).rowcount
+            occurrences = conn.execute(sql["retention_prune_occurrences"], {
+                "cutoff": occurrence_cutoff, "limit": limit}).rowcount
+            return PruneCounts(intents=len(keys), events=events, occurrences=occurrences)
+
+        return await self.db.write(fn)
+
+    async def retention_count(self, *, intent_cutoff: float, occurrence_cutoff: float
+                              ) -> tuple[PruneCounts, float | None]:
+        params = {"cutoff": intent_cutoff, "states": json.dumps(PRUNABLE_STATES)}
+        sql = self._sql
+
+        def fn(conn: sqlite3.Connection) -> tuple[PruneCounts, float | None]:
+            (intents,) = conn.execute(sql["retention_count_intents"], params).fetchone()
+            (events,) = conn.execute(sql["retention_count_events"], params).fetchone()
+            (occurrences,) = conn.execute(sql["retention_count_occurrences"],
+                                          {"cutoff": occurrence_cutoff}).fetchone()
+            (oldest,) = conn.execute(sql["retention_oldest_kept"], params).fetchone()
+            return (PruneCounts(intents=intents, events=events, occurrences=occurrences),
+                    oldest)
+
+        return await self.db.read(fn)
+
+    async def intent_age_span(self) -> tuple[float, float] | None:
+        ((oldest, newest),) = await self._read_tuples("intent_age_span")
+        return None if oldest is None else (float(oldest), float(newest))

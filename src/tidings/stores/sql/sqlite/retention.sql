@@ -1,0 +1,53 @@
+-- Retention (tidings.retention holds the rule): bounded prunes of terminal intents,
+-- their events and finished occurrences. SQLite deletes events row-wise, by key, in
+-- the same transaction as their intents. A prunable intent: terminal, finished and
+-- last updated before the cutoff (so created before it too: intents_created).
+
+-- name: retention_prune_intents
+DELETE FROM intents
+WHERE key IN (SELECT key FROM intents
+              WHERE created_at < :cutoff AND state IN (SELECT value FROM json_each(:states))
+                AND finished_at < :cutoff AND updated_at < :cutoff
+              ORDER BY created_at
+              LIMIT :limit)
+RETURNING key
+
+-- name: retention_prune_events
+DELETE FROM events WHERE key IN (SELECT value FROM json_each(:keys))
+
+-- name: retention_prune_occurrences
+DELETE FROM occurrences
+WHERE id IN (SELECT id FROM occurrences
+             WHERE status IN ('done', 'skipped') AND finished_at < :cutoff
+             ORDER BY finished_at
+             LIMIT :limit)
+
+-- name: retention_count_intents
+SELECT count(*) FROM intents
+WHERE created_at < :cutoff AND state IN (SELECT value FROM json_each(:states))
+  AND finished_at < :cutoff AND updated_at < :cutoff
+
+-- name: retention_count_events
+SELECT count(*) FROM intents i JOIN events e ON e.key = i.key
+WHERE i.created_at < :cutoff AND i.state IN (SELECT value FROM json_each(:states))
+  AND i.finished_at < :cutoff AND i.updated_at < :cutoff
+
+-- name: retention_count_occurrences
+SELECT count(*) FROM occurrences
+WHERE status IN ('done', 'skipped') AND finished_at < :cutoff
+
+-- name: retention_oldest_kept
+SELECT min(created_at) FROM intents
+WHERE NOT (state IN (SELECT value FROM json_each(:states)) AND finished_at IS NOT NULL
+           AND finished_at < :cutoff AND updated_at < :cutoff)
+
+-- name: intent_age_span
+SELECT min(created_at), max(created_at) FROM intents
+
+-- name: event_last
+-- The latest event of a key (the last prune's audit event: tidings.retention).
+SELECT key, channel, type, at, state, attempt, worker, message_id, provider_request_id, detail
+FROM events
+WHERE key = ?
+ORDER BY id DESC
+LIMIT 1
