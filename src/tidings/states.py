@@ -34,6 +34,11 @@ class State(StrEnum):
     """A try failed in a way worth retrying, or a lease expired on a channel whose
     provider has no lookup. Out: a worker claims it again once ``next_attempt_at``
     passes, or it is republished."""
+    PARKED = "parked"
+    """Set aside under a delivery hold (``tidings.holds``): a worker claimed it while its
+    channel, campaign or occurrence was held and parked it with no send, acking its
+    message. Out: the hold's release (enqueued and republished), the holds sweep when its
+    freshness deadline passes (expired), or an operator's bulk cancel or dead-letter."""
     UNCERTAIN = "uncertain"
     """The provider may have accepted it (a timeout, a lost answer, or an adapter that
     raised during the send). Out: the reconciler resolves it (accepted by lookup, else
@@ -59,13 +64,18 @@ class State(StrEnum):
 
 S = State
 TRANSITIONS: dict[State, frozenset[State]] = {
-    S.SELECTED: frozenset({S.ENQUEUED, S.CLAIMED, S.CANCELLED, S.EXPIRED}),
+    # selected -> dead, enqueued -> dead / retryable: an operator's bulk dead-letter or
+    # delay (tidings.bulk); retryable -> retryable: a delay moved.
+    S.SELECTED: frozenset({S.ENQUEUED, S.CLAIMED, S.CANCELLED, S.EXPIRED, S.DEAD}),
     # selected -> claimed: the relay published but died before marking it enqueued.
-    S.ENQUEUED: frozenset({S.CLAIMED, S.CANCELLED, S.EXPIRED}),
+    S.ENQUEUED: frozenset({S.CLAIMED, S.CANCELLED, S.EXPIRED, S.RETRYABLE, S.DEAD}),
     S.CLAIMED: frozenset(
-        {S.ACCEPTED, S.RETRYABLE, S.UNCERTAIN, S.REJECTED, S.DEAD, S.CANCELLED, S.EXPIRED}
+        {S.ACCEPTED, S.RETRYABLE, S.UNCERTAIN, S.REJECTED, S.DEAD, S.CANCELLED, S.EXPIRED,
+         S.PARKED}
     ),
-    S.RETRYABLE: frozenset({S.ENQUEUED, S.CLAIMED, S.CANCELLED, S.EXPIRED, S.DEAD}),
+    S.RETRYABLE: frozenset({S.ENQUEUED, S.CLAIMED, S.CANCELLED, S.EXPIRED, S.DEAD,
+                            S.RETRYABLE}),
+    S.PARKED: frozenset({S.ENQUEUED, S.CANCELLED, S.EXPIRED, S.DEAD}),
     S.UNCERTAIN: frozenset({S.ACCEPTED, S.RETRYABLE}),
     S.ACCEPTED: frozenset({S.DELIVERED, S.BOUNCED, S.COMPLAINED}),
     S.DELIVERED: frozenset({S.BOUNCED, S.COMPLAINED}),

@@ -382,6 +382,38 @@ class SqliteStore(DatabaseStore[SqliteDatabase], StoreReads):
 
         return await self.db.write(fn)
 
+    async def switch_declare(self, *, scope: str, name: str, paused: bool, now: float,
+                             reason: str | None = None) -> base.Switch | None:
+        """Create a switch in this state unless it exists; the switch if created now."""
+        params = {"scope": scope, "name": name, "paused": int(paused), "now": now,
+                  "reason": reason}
+
+        def fn(conn: sqlite3.Connection) -> base.Switch | None:
+            return _one(conn, rows.SWITCH, self._sql["switch_declare"], params)
+
+        return await self.db.write(fn)
+
+    # ---------------------------------------------------------------- delivery holds
+
+    async def hold_insert(self, *, scope: str, name: str, now: float, by: str,
+                          reason: str | None = None) -> base.Hold | None:
+        """Hold unless already held; the hold if this call made it, else None."""
+        params = {"scope": scope, "name": name, "now": now, "by": by, "reason": reason}
+
+        def fn(conn: sqlite3.Connection) -> base.Hold | None:
+            return _one(conn, rows.HOLD, self._sql["hold_insert"], params)
+
+        return await self.db.write(fn)
+
+    async def hold_delete(self, *, scope: str, name: str) -> base.Hold | None:
+        """Remove a hold; the hold removed, or None if there was none."""
+        params = {"scope": scope, "name": name}
+
+        def fn(conn: sqlite3.Connection) -> base.Hold | None:
+            return _one(conn, rows.HOLD, self._sql["hold_delete"], params)
+
+        return await self.db.write(fn)
+
     # ---------------------------------------------------------------- recipient preferences
 
     async def preference_set(self, preference: Preference, *, now: float) -> None:

@@ -1,0 +1,244 @@
+"""Delivery holds: a channel, campaign or occurrence whose work waits, untouched.
+
+A hold stops *delivery* (admission has its own switches): a worker that claims an
+intent of a held scope parks it (``parked``, no send) and acks its message, so a
+held campaign of a million queued intents costs one write per intent and then
+nothing: no message comes back, no sweep republishes it (the reconciler reads only
+enqueued and retryable intents), and oldest-message age stays honest. A release
+removes the hold and republishes the scope's parked intents in bounded batches (an
+intent another hold still covers stays parked); a release cut short is finished by
+releasing again. Expiry still applies: the holds sweep (every reconciler loop)
+expires parked intents whose freshness deadline passed, with an
+``expired_while_held`` event that ``tidings status`` counts. Nothing is deleted.
+
+Every hold and release is an audit event naming who did it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tidings.clock import Clock
+from tidings.errors import InvalidInput, unknown_name
+from tidings.model import Event, Intent, Received
+from tidings.relay import publish
+from tidings.states import State
+from tidings.stores.base import Change, Claim, ClaimKind, Hold, Selection, Store
+from tidings.transports.base import Transport
+
+log = logging.getLogger("tidings.holds")
+
+#: What a hold names: every intent of a channel, of a campaign, or of one occurrence.
+SCOPES = ("channel", "campaign", "occurrence")
+#: The event a parked intent's expiry leaves (what status counts).
+EXPIRED_WHILE_HELD = "expired_while_held"
+#: Intents per transaction of a release or a sweep.
+BATCH = 500
+#: How long a worker trusts the holds it read (a hold reaches every worker this soon).
+GATE_TTL_S = 1.0
+
+
+def check_scope(scope: str) -> str:
+    if scope not in SCOPES:
+        raise InvalidInput("scope", f"must be one of {', '.join(SCOPES)}, not {scope!r}")
+    return scope
+
+
+async def check_target(store: Store, scope: str, name: str, *, channels: Collection[str],
+                       campaigns: Collection[str]) -> None:
+    """Refuse (InvalidInput naming the scope) a hold of what is not declared or known."""
+    check_scope(scope)
+    declared = {"channel": channels, "campaign": campaigns}.get(scope)
+    if declared is not None and name not in declared:
+        raise InvalidInput(scope, unknown_name(scope, name, sorted(declared)))
+    if scope == "occurrence" and await store.occurrence_get(name) is None:
+        raise InvalidInput(scope, f"no occurrence {name!r} (its id is campaign/date, "
+                                  "as tidings status shows)")
+
+
+def covering(holds: Iterable[Hold], intent: Intent) -> Hold | None:
+    """The first hold that covers ``intent``, if any (pure)."""
+    names = {"channel": intent.channel, "campaign": intent.campaign,
+             "occurrence": intent.occurrence}
+    for hold in holds:
+        if names.get(hold.scope) == hold.name:
+            return hold
+    return None
+
+
+def parked_in(scope: str, name: str) -> Selection:
+    """The parked intents of one scope."""
+    return Selection(states=(State.PARKED,),
+                     channel=name if scope == "channel" else None,
+                     campaign=name if scope == "campaign" else None,
+                     occurrence=name if scope == "occurrence" else None)
+
+
+def _audit_key(scope: str, name: str) -> str:
+    return f"hold/{scope}/{name}"
+
+
+def _channel_of(scope: str, name: str) -> str:
+    return name if scope == "channel" else "-"
+
+
+async def hold(store: Store, *, scope: str, name: str, by: str, now: float,
+               reason: str | None = None) -> Hold | None:
+    """Hold a scope; the hold if this call made it (None: it was held already)."""
+    check_scope(scope)
+    made = await store.hold_insert(scope=scope, name=name, now=now, by=by, reason=reason)
+    if made is not None:
+        await store.event_append_many([Event(
+            key=_audit_key(scope, name), channel=_channel_of(scope, name), type="hold",
+            at=now, state="held", worker=by, detail=reason)])
+        log.warning("delivery held", extra={"scope": scope, "target": name, "by": by,
+                                            "reason": reason})
+    return made
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReleaseResult:
+    released: Hold | None
+    """The hold removed now (None: there was none; parked intents are still resumed)."""
+    republished: int
+    expired: int
+    still_held: int
+    """Parked intents of the scope that another hold still covers (left parked)."""
+
+
+async def release(store: Store, transport: Transport, *, scope: str, name: str, by: str,
+                  now: float, batch: int = BATCH) -> ReleaseResult:
+    """Remove a hold and resume its scope's parked intents, ``batch`` at a time."""
+    check_scope(scope)
+    removed = await store.hold_delete(scope=scope, name=name)
+    await store.event_append_many([Event(
+        key=_audit_key(scope, name), channel=_channel_of(scope, name), type="hold_released",
+        at=now, state="released", worker=by,
+        detail=None if removed is not None else "no hold was in place")])
+    remaining = await store.hold_all()
+    selection = parked_in(scope, name)
+    republished = expired = still_held = 0
+    after: str | None = None
+    while True:
+        page = await store.intent_select(selection, after=after, limit=batch)
+        if not page:
+            break
+        after = page[-1].key
+        changes: list[Change] = []
+        for intent in page:
+            if covering(remaining, intent) is not None:
+                still_held += 1
+            elif intent.expires_at is not None and now >= intent.expires_at:
+                changes.append(_expire(intent, by))
+            else:
+                changes.append(Change(
+                    key=intent.key, from_state=State.PARKED, to_state=State.ENQUEUED,
+                    event="released", worker=by, reason=f"{scope} {name} released"))
+        applied = set(await store.intent_apply_many(changes, now=now)) if changes else set()
+        # Enqueued first, then published: a crash between leaves an enqueued intent
+        # without its message, which the reconciler's lost-message sweep republishes.
+        again = [(c.key, i.channel, now) for c, i in zip(changes, _intents(page, changes),
+                                                          strict=True)
+                 if c.key in applied and c.to_state is State.ENQUEUED]
+        if again:
+            republished += await publish(transport, again, now=now)
+        expired += sum(1 for c in changes if c.key in applied and c.to_state is State.EXPIRED)
+        if len(page) < batch:
+            break
+    log.warning("delivery released", extra={
+        "scope": scope, "target": name, "by": by, "republished": republished,
+        "expired": expired, "still_held": still_held})
+    return ReleaseResult(released=removed, republished=republished, expired=expired,
+                         still_held=still_held)
+
+
+def _intents(page: Sequence[Intent], changes: Sequence[Change]) -> list[Intent]:
+    by_key = {i.key: i for i in page}
+    return [by_key[c.key] for c in changes]
+
+
+def _expire(intent: Intent, by: str) -> Change:
+    return Change(key=intent.key, from_state=State.PARKED, to_state=State.EXPIRED,
+                  event=EXPIRED_WHILE_HELD, worker=by,
+                  reason="its freshness deadline passed while held")
+
+
+async def report(store: Store, events: Mapping[str, Mapping[str, int]]) -> dict[str, Any]:
+    """The holds in place (each with its parked intents) and how many intents expired
+    while held, JSON-ready (``tidings status``'s ``holds``)."""
+    active = []
+    for h in await store.hold_all():
+        parked = sum((await store.intent_select_counts(parked_in(h.scope, h.name))).values())
+        active.append({"scope": h.scope, "name": h.name, "since": h.held_at,
+                       "by": h.held_by, "reason": h.reason, "parked": parked})
+    return {"active": active,
+            "expired_while_held": sum(e.get(EXPIRED_WHILE_HELD, 0) for e in events.values())}
+
+
+async def expire_parked(store: Store, *, now: float, worker: str = "holds",
+                        limit: int = BATCH) -> int:
+    """Expire parked intents whose freshness deadline passed (one bounded batch)."""
+    page = await store.intent_select(Selection(states=(State.PARKED,), expires_by=now),
+                                     limit=limit)
+    if not page:
+        return 0
+    applied = await store.intent_apply_many([_expire(i, worker) for i in page], now=now)
+    if applied:
+        log.info("expired while held", extra={"count": len(applied), "worker": worker})
+    return len(applied)
+
+
+class HoldGate:
+    """A worker's view of the holds: parks what they cover, right after the claim.
+
+    The holds are read at most every ``ttl_s`` (one small read per batch at most), so a
+    new hold reaches every worker within that time; what a worker claimed before it
+    saw the hold is sent, as any send already under way."""
+
+    def __init__(self, store: Store, clock: Clock, *, ttl_s: float = GATE_TTL_S) -> None:
+        self.store = store
+        self.clock = clock
+        self.ttl_s = ttl_s
+        self._holds: list[Hold] = []
+        self._read_at: float | None = None
+
+    async def holds(self) -> list[Hold]:
+        now = self.clock.now()
+        if self._read_at is None or now - self._read_at >= self.ttl_s:
+            self._holds = await self.store.hold_all()
+            self._read_at = now
+        return self._holds
+
+    async def park(self, received: Sequence[Received], claims: Sequence[Claim], *,
+                   worker: str, now: float) -> tuple[list[Received], list[Claim], list[str]]:
+        """Park the claimed intents a hold covers (one transaction). Returns the rest
+        of the batch, and the receipts to ack (the parked intents' messages)."""
+        holds = await self.holds()
+        if not holds:
+            return list(received), list(claims), []
+        parks: list[tuple[Change, Received]] = []
+        rest_r: list[Received] = []
+        rest_c: list[Claim] = []
+        for item, claim in zip(received, claims, strict=True):
+            intent = claim.intent
+            found = None if claim.kind is not ClaimKind.CLAIMED or intent is None \
+                else covering(holds, intent)
+            # An expired intent is not parked: the worker's own check expires it now.
+            if found is None or (intent is not None and intent.expires_at is not None
+                                 and now >= intent.expires_at):
+                rest_r.append(item)
+                rest_c.append(claim)
+                continue
+            parks.append((Change(
+                key=claim.key, from_state=State.CLAIMED, to_state=State.PARKED, event="parked",
+                lease_token=claim.token, worker=worker, message_id=item.message_id,
+                reason=f"{found.scope} {found.name} held by {found.held_by}"), item))
+        if not parks:
+            return rest_r, rest_c, []
+        applied = set(await self.store.intent_apply_many([c for c, _ in parks], now=now))
+        # A park that did not apply lost its lease meanwhile: its message is left to
+        # come back (not acked), like any outcome recorded under a lost lease.
+        return rest_r, rest_c, [item.receipt for change, item in parks if change.key in applied]
