@@ -1,0 +1,351 @@
+"""Delivery holds and bulk actions: given, when, then — judged by the sandbox's counts.
+
+A hold parks what it covers with no send and no message left to churn; a release
+delivers every parked intent once; expiry goes on while held and is reported; bulk
+actions count first, move only unsent intents, and never delete one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import pytest
+
+from tidings import bulk, holds
+from tidings.audience import GeneratorAudience
+from tidings.campaign import Campaign
+from tidings.errors import InvalidInput
+from tidings.model import IntentDraft, Recipient
+from tidings.rollout import declare_paused
+from tidings.schedule import Schedule
+
+if TYPE_CHECKING:
+    from conftest import Harness, HarnessFactory
+
+EMAIL = "email"
+OPERATOR = "cli:ada"
+
+
+async def admit(h: Harness, campaign: str | None, n: int, *, occurrence: str | None = None,
+                expires_in_s: float | None = 3600.0, prefix: str | None = None) -> list[str]:
+    """``n`` intents of ``campaign`` admitted due now, their messages on the queue."""
+    now = h.clock.now()
+    tag = prefix or campaign or "one-off"
+    drafts = [IntentDraft(
+        key=f"{tag}/{i:03d}/email", channel=EMAIL, recipient_id=f"c{i:03d}",
+        address=f"c{i:03d}@example.com", template="t", due_at=now,
+        expires_at=None if expires_in_s is None else now + expires_in_s,
+        campaign=campaign, occurrence=occurrence) for i in range(n)]
+    return await h.rt.store.intent_admit(drafts, now=now, enqueue=h.rt.enqueue_in_store)
+
+
+async def states(h: Harness, keys: Sequence[str]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for key in keys:
+        state = (await h.intent(key)).state.value
+        counts[state] = counts.get(state, 0) + 1
+    return counts
+
+
+async def drain(h: Harness, *, rounds: int = 5) -> None:
+    worker = h.worker()
+    for _ in range(rounds):
+        await h.run_once(worker)
+
+
+# ---------------------------------------------------------------- holds
+
+
+async def test_a_held_campaign_is_parked_unsent_and_release_delivers_it_once(
+    h: Harness,
+) -> None:
+    # given two campaigns queued, and one of them held
+    digest = await admit(h, "digest", 30)
+    other = await admit(h, "other", 5)
+    made = await holds.hold(h.rt.store, scope="campaign", name="digest", by=OPERATOR,
+                            now=h.clock.now(), reason="template bug")
+    assert made is not None and made.held_by == OPERATOR
+
+    # when workers run
+    await drain(h)
+
+    # then only the other campaign was sent; the held one is parked, its messages acked
+    stats = h.stats()
+    assert (stats["requests"], stats["accepted_keys"]) == (5, 5)
+    assert await states(h, digest) == {"parked": 30}
+    assert await states(h, other) == {"accepted": 5}
+    assert await h.queue_total() == 0
+
+    # and neither time nor the reconciler's lost-message sweep undoes the hold
+    h.clock.advance(h.rt.settings.reconciler.lost_after_s * 3)
+    await h.reconcile()
+    await drain(h)
+    assert await h.queue_total() == 0
+    assert h.stats()["requests"] == 5
+    assert await states(h, digest) == {"parked": 30}
+
+    # when the hold is released (in batches smaller than the campaign)
+    done = await holds.release(h.rt.store, h.rt.transport, scope="campaign", name="digest",
+                               by="cli:grace", now=h.clock.now(), batch=7)
+
+    # then every parked intent is delivered exactly once
+    assert (done.republished, done.expired, done.still_held) == (30, 0, 0)
+    await h.drive(h.worker())
+    stats = h.stats()
+    assert (stats["accepted_keys"], stats["keys_accepted_twice"]) == (35, 0)
+    assert await states(h, digest) == {"accepted": 30}
+    # and the hold and its release are audit events naming who did them
+    trail = await h.rt.store.events_for("hold/campaign/digest")
+    assert [(e.type, e.worker, e.detail) for e in trail] == [
+        ("hold", OPERATOR, "template bug"), ("hold_released", "cli:grace", None)]
+    types = await h.event_types(digest[0])
+    assert types.index("parked") < types.index("released") < types.index("accepted")
+
+
+async def test_holding_twice_is_one_hold_and_releasing_nothing_is_harmless(h: Harness) -> None:
+    first = await holds.hold(h.rt.store, scope="channel", name=EMAIL, by=OPERATOR,
+                             now=h.clock.now())
+    again = await holds.hold(h.rt.store, scope="channel", name=EMAIL, by="cli:other",
+                             now=h.clock.now() + 1)
+    assert first is not None and again is None
+    assert [x.held_by for x in await h.rt.store.hold_all()] == [OPERATOR]
+    assert [e.type for e in await h.rt.store.events_for("hold/channel/email")] == ["hold"]
+    await holds.release(h.rt.store, h.rt.transport, scope="channel", name=EMAIL, by=OPERATOR,
+                        now=h.clock.now())
+    done = await holds.release(h.rt.store, h.rt.transport, scope="channel", name=EMAIL,
+                               by=OPERATOR, now=h.clock.now())
+    assert done.released is None and done.republished == 0
+    assert await h.rt.store.hold_all() == []
+    with pytest.raises(InvalidInput) as refused:
+        await holds.hold(h.rt.store, scope="tenant", name="x", by=OPERATOR, now=h.clock.now())
+    assert refused.value.field == "scope"
+
+
+async def test_an_intent_expiring_while_held_becomes_expired_and_is_reported(
+    h: Harness,
+) -> None:
+    # given a held campaign, some of whose intents go stale in 10 minutes
+    stale = await admit(h, "digest", 4, expires_in_s=600.0, prefix="stale")
+    fresh = await admit(h, "digest", 3, expires_in_s=86_400.0, prefix="fresh")
+    await holds.hold(h.rt.store, scope="campaign", name="digest", by=OPERATOR,
+                     now=h.clock.now())
+    await drain(h)
+    assert await states(h, stale + fresh) == {"parked": 7}
+
+    # when the deadline passes while held and the holds sweep runs
+    h.clock.advance(601.0)
+    assert await holds.expire_parked(h.rt.store, now=h.clock.now(), limit=3) == 3
+    assert await holds.expire_parked(h.rt.store, now=h.clock.now()) == 1
+    assert await holds.expire_parked(h.rt.store, now=h.clock.now()) == 0
+
+    # then they are expired with their reason, and status counts them
+    assert await states(h, stale) == {"expired": 4}
+    assert (await h.intent(stale[0])).reason == "its freshness deadline passed while held"
+    report = await holds.report(h.rt.store, await h.rt.store.event_counts())
+    assert report["expired_while_held"] == 4
+    assert [(a["scope"], a["name"], a["parked"]) for a in report["active"]] == [
+        ("campaign", "digest", 3)]
+
+    # and the release delivers the fresh ones only, once
+    done = await holds.release(h.rt.store, h.rt.transport, scope="campaign", name="digest",
+                               by=OPERATOR, now=h.clock.now())
+    assert (done.republished, done.expired) == (3, 0)
+    await h.drive(h.worker())
+    assert h.stats()["accepted_keys"] == 3
+    assert sorted(k for k in stale if h.accepted_by_sandbox(k)) == []
+
+
+async def test_a_release_expires_what_went_stale_before_any_sweep(h: Harness) -> None:
+    keys = await admit(h, "digest", 2, expires_in_s=60.0)
+    await holds.hold(h.rt.store, scope="campaign", name="digest", by=OPERATOR,
+                     now=h.clock.now())
+    await drain(h)
+    h.clock.advance(61.0)
+    done = await holds.release(h.rt.store, h.rt.transport, scope="campaign", name="digest",
+                               by=OPERATOR, now=h.clock.now())
+    assert (done.republished, done.expired) == (0, 2)
+    assert await states(h, keys) == {"expired": 2}
+    assert h.stats()["requests"] == 0
+
+
+async def test_an_intent_under_two_holds_stays_parked_until_both_are_released(
+    h: Harness,
+) -> None:
+    occ = "digest/2026-06-01"
+    keys = await admit(h, "digest", 4, occurrence=occ)
+    loose = await admit(h, None, 2)
+    await holds.hold(h.rt.store, scope="occurrence", name=occ, by=OPERATOR, now=h.clock.now())
+    await drain(h)
+    assert await states(h, keys) == {"parked": 4}
+    assert await states(h, loose) == {"accepted": 2}
+    await holds.hold(h.rt.store, scope="channel", name=EMAIL, by=OPERATOR, now=h.clock.now())
+
+    done = await holds.release(h.rt.store, h.rt.transport, scope="occurrence", name=occ,
+                               by=OPERATOR, now=h.clock.now())
+    assert (done.republished, done.still_held) == (0, 4)
+    await drain(h)
+    assert await states(h, keys) == {"parked": 4}
+
+    done = await holds.release(h.rt.store, h.rt.transport, scope="channel", name=EMAIL,
+                               by=OPERATOR, now=h.clock.now())
+    assert done.republished == 4
+    await h.drive(h.worker())
+    assert (h.stats()["accepted_keys"], h.stats()["keys_accepted_twice"]) == (6, 0)
+
+
+async def test_a_hold_reaches_a_running_worker_within_the_gate_ttl(h: Harness) -> None:
+    # given a worker that read the holds (none) just now
+    worker = h.worker()
+    first = await admit(h, "digest", 1, prefix="before")
+    await h.run_once(worker)
+    assert await states(h, first) == {"accepted": 1}
+    # when a hold lands and more work arrives
+    await holds.hold(h.rt.store, scope="campaign", name="digest", by=OPERATOR,
+                     now=h.clock.now())
+    later = await admit(h, "digest", 3, prefix="after")
+    h.clock.advance(holds.GATE_TTL_S)
+    await h.run_once(worker)
+    # then the same worker parks it
+    assert await states(h, later) == {"parked": 3}
+    assert h.stats()["requests"] == 1
+
+
+# ---------------------------------------------------------------- bulk actions
+
+
+async def test_a_dry_run_counts_and_changes_nothing(h: Harness) -> None:
+    keys = await admit(h, "digest", 6)
+    result = await bulk.run(h.rt.store, bulk.BulkRequest(
+        action="dead-letter", by=OPERATOR, campaign="digest"), now=h.clock.now(),
+        dry_run=True)
+    assert (result.selected, result.changed, result.dry_run) == ({"enqueued": 6}, 0, True)
+    assert await states(h, keys) == {"enqueued": 6}
+    assert await h.rt.store.events_for("bulk/dead-letter/digest") == []
+
+
+async def test_bulk_cancel_and_dead_letter_keep_every_intent_and_name_who(h: Harness) -> None:
+    doomed = await admit(h, "digest", 5)
+    kept = await admit(h, "other", 2)
+    done = await bulk.run(h.rt.store, bulk.BulkRequest(
+        action="cancel", by=OPERATOR, campaign="digest", reason="wrong audience"),
+        now=h.clock.now(), batch=2)
+    assert (done.selected, done.changed) == ({"enqueued": 5}, 5)
+    assert await states(h, doomed) == {"cancelled": 5}
+    intent = await h.intent(doomed[0])
+    assert intent.reason == "wrong audience"
+    (summary,) = await h.rt.store.events_for("bulk/cancel/digest")
+    assert (summary.type, summary.worker, summary.state) == ("bulk_cancel", OPERATOR, "5")
+    assert summary.detail is not None and "campaign digest" in summary.detail
+    # a message left on the queue is discarded, not a duplicate, and nothing is sent
+    await h.drive(h.worker())
+    assert (h.stats()["requests"], h.stats()["accepted_keys"]) == (2, 2)
+    assert "duplicate_observed" not in await h.event_types(doomed[0])
+    assert "discarded" in await h.event_types(doomed[0])
+    assert await states(h, kept) == {"accepted": 2}
+    # a second run finds nothing left to move
+    again = await bulk.run(h.rt.store, bulk.BulkRequest(
+        action="dead-letter", by=OPERATOR, campaign="digest"), now=h.clock.now())
+    assert (again.selected, again.changed) == ({}, 0)
+
+
+async def test_bulk_dead_letter_of_a_held_campaign_reaches_its_parked_intents(
+    h: Harness,
+) -> None:
+    keys = await admit(h, "digest", 4)
+    await holds.hold(h.rt.store, scope="campaign", name="digest", by=OPERATOR,
+                     now=h.clock.now())
+    await drain(h)
+    done = await bulk.run(h.rt.store, bulk.BulkRequest(
+        action="dead-letter", by=OPERATOR, campaign="digest", states=("parked",)),
+        now=h.clock.now())
+    assert (done.selected, done.changed) == ({"parked": 4}, 4)
+    assert await states(h, keys) == {"dead": 4}
+    released = await holds.release(h.rt.store, h.rt.transport, scope="campaign",
+                                   name="digest", by=OPERATOR, now=h.clock.now())
+    assert released.republished == 0
+    assert h.stats()["requests"] == 0
+
+
+async def test_bulk_delay_holds_delivery_until_the_time_then_sends_once(h: Harness) -> None:
+    keys = await admit(h, "digest", 3, expires_in_s=86_400.0)
+    until = h.clock.now() + 3600.0
+    done = await bulk.run(h.rt.store, bulk.BulkRequest(
+        action="delay", by=OPERATOR, campaign="digest", until=until), now=h.clock.now())
+    assert done.changed == 3
+    assert {(await h.intent(k)).next_attempt_at for k in keys} == {until}
+    await drain(h)
+    h.clock.advance(1800.0)
+    await h.reconcile()
+    await drain(h)
+    assert h.stats()["requests"] == 0
+    h.clock.advance(1801.0)
+    await h.drive(h.worker())
+    assert (h.stats()["accepted_keys"], h.stats()["keys_accepted_twice"]) == (3, 0)
+
+
+async def test_bulk_selects_by_age_and_state(h: Harness) -> None:
+    old = await admit(h, "digest", 3, prefix="old")
+    h.clock.advance(7200.0)
+    new = await admit(h, "digest", 2, prefix="new")
+    done = await bulk.run(h.rt.store, bulk.BulkRequest(
+        action="cancel", by=OPERATOR, campaign="digest", older_than_s=3600.0,
+        states=("enqueued",)), now=h.clock.now())
+    assert done.changed == 3
+    assert await states(h, old) == {"cancelled": 3}
+    assert await states(h, new) == {"enqueued": 2}
+
+
+@pytest.mark.parametrize(("request_", "field"), [
+    (bulk.BulkRequest(action="purge", by=OPERATOR, campaign="d"), "action"),
+    (bulk.BulkRequest(action="cancel", by=OPERATOR), "campaign"),
+    (bulk.BulkRequest(action="cancel", by=OPERATOR, campaign="d", states=("accepted",)),
+     "state"),
+    (bulk.BulkRequest(action="delay", by=OPERATOR, campaign="d", states=("claimed",),
+                      until=2e9), "state"),
+    (bulk.BulkRequest(action="cancel", by=OPERATOR, campaign="d", states=("nope",)), "state"),
+    (bulk.BulkRequest(action="delay", by=OPERATOR, campaign="d"), "until"),
+    (bulk.BulkRequest(action="delay", by=OPERATOR, campaign="d", until=1.0), "until"),
+    (bulk.BulkRequest(action="cancel", by=OPERATOR, campaign="d", until=2e9), "until"),
+    (bulk.BulkRequest(action="cancel", by=OPERATOR, campaign="d", older_than_s=-1), "older_than"),
+], ids=["unknown-action", "no-scope", "finished-state", "delay-claimed", "not-a-state",
+        "delay-without-time", "delay-into-the-past", "time-on-a-cancel", "negative-age"])
+async def test_bulk_refuses_a_request_naming_the_field(
+    h: Harness, request_: bulk.BulkRequest, field: str,
+) -> None:
+    keys = await admit(h, "d", 2)
+    with pytest.raises(InvalidInput) as refused:
+        await bulk.run(h.rt.store, request_, now=h.clock.now())
+    assert refused.value.field == field
+    assert await states(h, keys) == {"enqueued": 2}
+
+
+# ---------------------------------------------------------------- rollout
+
+
+def _campaign(**kw: bool) -> Campaign:
+    def source() -> list[Recipient]:
+        return [Recipient(id="c1", email="c1@example.com")]
+
+    return Campaign(name="digest", schedule=Schedule("0 9 * * *", "UTC"), channels=(EMAIL,),
+                    template="digest", version=1,
+                    audience=GeneratorAudience(lambda: iter(source())), **kw)
+
+
+async def test_a_start_paused_campaign_starts_paused_once(make_harness: HarnessFactory) -> None:
+    # given a campaign declared start_paused, seen for the first time
+    h = await make_harness(campaigns=[_campaign(start_paused=True)])
+    (switch,) = await h.rt.store.switch_all()
+    assert (switch.scope, switch.name, switch.paused) == ("campaign", "digest", True)
+    assert [e.type for e in await h.rt.store.events_for("admission/campaign/digest")] == [
+        "start_paused"]
+    # when an operator resumes it and a process starts again
+    await h.rt.store.switch_set(scope="campaign", name="digest", paused=False,
+                                now=h.clock.now(), reason="rollout checks passed")
+    assert await declare_paused(h.rt.store, h.rt.campaigns, now=h.clock.now()) == []
+    # then it stays resumed
+    (switch,) = await h.rt.store.switch_all()
+    assert not switch.paused
+    # and a campaign not declared paused gets no switch at all
+    other = await make_harness(campaigns=[_campaign()])
+    assert await other.rt.store.switch_all() == []
