@@ -214,8 +214,9 @@ class HoldGate:
 
     async def park(self, received: Sequence[Received], claims: Sequence[Claim], *,
                    worker: str, now: float) -> tuple[list[Received], list[Claim], list[str]]:
-        """Park the claimed intents a hold covers (one transaction). Returns the rest
-        of the batch, and the receipts to ack (the parked intents' messages)."""
+        """Park the claimed intents a hold covers, or expire those already stale (one
+        transaction). Returns the rest of the batch, and the receipts to ack (the
+        messages of the intents parked or expired)."""
         holds = await self.holds()
         if not holds:
             return list(received), list(claims), []
@@ -226,16 +227,23 @@ class HoldGate:
             intent = claim.intent
             found = None if claim.kind is not ClaimKind.CLAIMED or intent is None \
                 else covering(holds, intent)
-            # An expired intent is not parked: the worker's own check expires it now.
-            if found is None or (intent is not None and intent.expires_at is not None
-                                 and now >= intent.expires_at):
+            if found is None:
                 rest_r.append(item)
                 rest_c.append(claim)
                 continue
-            parks.append((Change(
-                key=claim.key, from_state=State.CLAIMED, to_state=State.PARKED, event="parked",
-                lease_token=claim.token, worker=worker, message_id=item.message_id,
-                reason=f"{found.scope} {found.name} held by {found.held_by}"), item))
+            held = f"{found.scope} {found.name} held by {found.held_by}"
+            if intent is not None and intent.expires_at is not None and now >= intent.expires_at:
+                # Stale before any worker saw it under the hold: expired while held too.
+                change = Change(key=claim.key, from_state=State.CLAIMED,
+                                to_state=State.EXPIRED, event=EXPIRED_WHILE_HELD,
+                                lease_token=claim.token, worker=worker,
+                                message_id=item.message_id,
+                                reason=f"its freshness deadline passed while {held}")
+            else:
+                change = Change(key=claim.key, from_state=State.CLAIMED, to_state=State.PARKED,
+                                event="parked", lease_token=claim.token, worker=worker,
+                                message_id=item.message_id, reason=held)
+            parks.append((change, item))
         if not parks:
             return rest_r, rest_c, []
         applied = set(await self.store.intent_apply_many([c for c, _ in parks], now=now))

@@ -156,6 +156,21 @@ async def test_an_intent_expiring_while_held_becomes_expired_and_is_reported(
     assert sorted(k for k in stale if h.accepted_by_sandbox(k)) == []
 
 
+async def test_an_intent_stale_before_any_worker_saw_it_held_is_expired_while_held(
+    h: Harness,
+) -> None:
+    keys = await admit(h, "digest", 2, expires_in_s=10.0)
+    await holds.hold(h.rt.store, scope="campaign", name="digest", by=OPERATOR,
+                     now=h.clock.now())
+    h.clock.advance(11.0)
+    await drain(h)
+    assert await states(h, keys) == {"expired": 2}
+    assert "expired_while_held" in await h.event_types(keys[0])
+    assert (await h.queue_total(), h.stats()["requests"]) == (0, 0)
+    report = await holds.report(h.rt.store, await h.rt.store.event_counts())
+    assert report["expired_while_held"] == 2
+
+
 async def test_a_release_expires_what_went_stale_before_any_sweep(h: Harness) -> None:
     keys = await admit(h, "digest", 2, expires_in_s=60.0)
     await holds.hold(h.rt.store, scope="campaign", name="digest", by=OPERATOR,
