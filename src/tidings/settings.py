@@ -120,8 +120,9 @@ class CampaignSettings(_Model):
     audience: dict[str, Any]
     start_paused: bool = False
     """Start with admission paused: the first time a process sees the campaign its
-    admission switch is created paused, and an operator resumes it (``tidings resume
-    --campaign``) once the rollout checks pass. A switch that exists is never touched."""
+    admission switch is created paused, and an operator resumes it (``tidings admission
+    resume --campaign``) once the rollout checks pass. A switch that exists is never
+    touched."""
 
 
 class RetrySettings(_Model):

@@ -364,3 +364,36 @@ async def test_a_start_paused_campaign_starts_paused_once(make_harness: HarnessF
     # and a campaign not declared paused gets no switch at all
     other = await make_harness(campaigns=[_campaign()])
     assert await other.rt.store.switch_all() == []
+
+
+async def test_the_rollout_runbook_delivers_one_per_recipient(
+    make_harness: HarnessFactory,
+) -> None:
+    # given a campaign declared paused, seen for the first time
+    people = [Recipient(id=f"c{i}", email=f"c{i}@example.com") for i in range(4)]
+    campaign = Campaign(name="digest", schedule=Schedule("0 9 * * *", "UTC"),
+                        channels=(EMAIL,), template="digest", version=1,
+                        audience=GeneratorAudience(lambda: iter(people)), start_paused=True,
+                        expires_after_s=7 * 86_400.0)
+    h = await make_harness(campaigns=[campaign])
+    scheduler = h.rt.scheduler()
+    date = "2026-05-27"
+    # when the operator holds delivery and replays a date twice (a duplicate on purpose)
+    await holds.hold(h.rt.store, scope="campaign", name="digest", by=OPERATOR,
+                     now=h.clock.now(), reason="rollout check")
+    first = await scheduler.replay("digest", date, now=h.clock.now())
+    second = await scheduler.replay("digest", date, now=h.clock.now())
+    assert (first.admitted, second.admitted) == (4, 0)
+    await drain(h)
+    assert h.stats()["requests"] == 0
+    # and releases it
+    done = await holds.release(h.rt.store, h.rt.transport, scope="campaign", name="digest",
+                               by=OPERATOR, now=h.clock.now())
+    assert done.republished == 4
+    await h.drive(h.worker())
+    # then each recipient got one delivery, and the scheduled passes stay paused until
+    # the operator resumes
+    stats = h.stats()
+    assert (stats["accepted_keys"], stats["keys_accepted_twice"]) == (4, 0)
+    (switch,) = await h.rt.store.switch_all()
+    assert switch.paused

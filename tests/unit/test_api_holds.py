@@ -53,6 +53,8 @@ async def test_a_hold_over_the_api_parks_the_campaign_and_names_the_token(api: A
     assert listed.json()["active"][0]["parked"] == 5
     status = await api.client.get("/v1/status", headers=api.auth("viewer"))
     assert status.json()["holds"]["active"][0]["by"] == body["by"]
+    # parked work is backlog still to drain (the plan weighs it against its deadline)
+    assert status.json()["campaigns"]["weekly-digest"]["channels"]["email"]["backlog"] == 5
 
     # and the release republishes them all
     released = await api.client.post("/v1/holds/release", headers=api.auth("operator"),
