@@ -285,9 +285,9 @@ def hold_command(campaign: HoldCampaignOpt = None, channel: HoldChannelOpt = Non
     from tidings import holds
 
     scope, name = _one_scope(campaign, channel, occurrence)
-    who = _by(by)
 
     async def go(runtime: Runtime) -> dict[str, Any]:
+        who = _by(by)
         await holds.check_target(runtime.store, scope, name, channels=runtime.channels,
                                  campaigns=[c.name for c in runtime.campaigns])
         made = await holds.hold(runtime.store, scope=scope, name=name, by=who,
@@ -296,7 +296,7 @@ def hold_command(campaign: HoldCampaignOpt = None, channel: HoldChannelOpt = Non
                 "already_held": made is None, "by": who}
     result = _with_runtime(config, store, go)
     _emit(as_json, result, f"{scope} {name!r}: delivery "
-          + ("held" if result["held"] else "was already held") + f" (by {who})")
+          + ("held" if result["held"] else "was already held") + f" (by {result['by']})")
 
 
 @app.command("release")
@@ -309,9 +309,9 @@ def release_command(campaign: HoldCampaignOpt = None, channel: HoldChannelOpt = 
     from tidings import holds
 
     scope, name = _one_scope(campaign, channel, occurrence)
-    who = _by(by)
 
     async def go(runtime: Runtime) -> dict[str, Any]:
+        who = _by(by)
         await holds.check_target(runtime.store, scope, name, channels=runtime.channels,
                                  campaigns=[c.name for c in runtime.campaigns])
         done = await holds.release(runtime.store, runtime.transport, scope=scope, name=name,
@@ -339,17 +339,15 @@ def _bulk(action: str, *, campaign: str | None, channel: str | None, occurrence:
           states: list[str] | None, older_than: str | None, until: str | None,
           reason: str | None, by: str | None, dry_run: bool, config: Path | None,
           store: str | None, as_json: bool) -> None:
-    from tidings import bulk
+    from tidings import bulk, holds
     from tidings.durations import parse_duration
 
-    who = _by(by)
-    older = None if older_than is None else parse_duration(older_than, "older_than")
-
     async def go(runtime: Runtime) -> dict[str, Any]:
+        who = _by(by)
+        older = None if older_than is None else parse_duration(older_than, "older_than")
         now = runtime.clock.now()
         for scope, name in (("campaign", campaign), ("channel", channel)):
             if name is not None:
-                from tidings import holds
                 await holds.check_target(runtime.store, scope, name,
                                          channels=runtime.channels,
                                          campaigns=[c.name for c in runtime.campaigns])
@@ -364,7 +362,7 @@ def _bulk(action: str, *, campaign: str | None, channel: str | None, occurrence:
     counts = ", ".join(f"{n} {s}" for s, n in sorted(result["selected"].items())) or "none"
     _emit(as_json, result, f"{action}: selected {counts}; " + (
         "dry run, nothing changed" if result["dry_run"] else f"{result['changed']} changed")
-        + f" (by {who})")
+        + f" (by {result['by']})")
 
 
 def _until(text: str, now: float) -> float:

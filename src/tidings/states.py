@@ -93,6 +93,8 @@ DONE: frozenset[State] = frozenset(
 )
 #: States a worker may claim from.
 CLAIMABLE: frozenset[State] = frozenset({S.SELECTED, S.ENQUEUED, S.RETRYABLE})
+#: States a cancel ends at once (a claimed intent is flagged for its worker instead).
+CANCELLABLE: frozenset[State] = CLAIMABLE | {S.PARKED}
 #: States counted as accepted by the channel (provider events keep accepted_at).
 ACCEPTED_FAMILY: frozenset[State] = frozenset({S.ACCEPTED, S.DELIVERED, S.BOUNCED, S.COMPLAINED})
 #: Terminal dispositions reported per channel.

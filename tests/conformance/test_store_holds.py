@@ -108,3 +108,16 @@ async def test_parked_intents_move_by_guarded_changes_and_are_selected(store: St
     p2 = await store.intent_get("p2")
     assert p2 is not None and p2.state is State.ENQUEUED and p2.enqueued_at == 150.0
     assert (await store.event_counts())["email"]["expired_while_held"] == 1
+
+
+async def test_a_cancel_ends_a_parked_intent_at_once(store: Store) -> None:
+    await store.intent_admit([draft("c1")], now=0.0)
+    [claim] = await store.intent_claim_many(["c1"], owner="w", lease_s=30.0, now=1.0)
+    await store.intent_apply_many([Change(
+        key="c1", from_state=State.CLAIMED, to_state=State.PARKED, event="parked",
+        lease_token=claim.token)], now=2.0)
+    assert await store.intent_request_cancel("c1", now=3.0, reason="not wanted") is \
+        State.CANCELLED
+    intent = await store.intent_get("c1")
+    assert intent is not None and (intent.state, intent.reason) == (State.CANCELLED,
+                                                                    "not wanted")

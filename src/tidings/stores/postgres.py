@@ -32,7 +32,7 @@ from tidings.claims import claim_keys, plan_claims
 from tidings.errors import InvalidInput, StoreError
 from tidings.model import DraftPage, Event, IntentDraft, message_body, message_body_parts
 from tidings.preferences import Preference
-from tidings.states import CLAIMABLE, State, check
+from tidings.states import CANCELLABLE, State, check
 from tidings.stores import base, rows
 from tidings.stores.lifecycle import DatabaseStore
 from tidings.stores.postgres_db import Conn, PostgresDatabase
@@ -387,7 +387,7 @@ class PostgresStore(DatabaseStore[PostgresDatabase], StoreReads):
             target = await _one(conn, rows.CANCEL_TARGET, sql["intent_cancel_read"], (key,))
             if target is None:
                 return None
-            if target.state in CLAIMABLE:
+            if target.state in CANCELLABLE:
                 change = base.Change(key=key, from_state=target.state, to_state=State.CANCELLED,
                                 event="cancelled", reason=reason)
                 await conn.execute(sql["intent_apply"], rows.change_params(change, now))

@@ -19,7 +19,7 @@ from tidings.claims import claim_keys, plan_claims
 from tidings.errors import StoreError
 from tidings.model import Event, IntentDraft, message_body
 from tidings.preferences import Preference
-from tidings.states import CLAIMABLE, State, check
+from tidings.states import CANCELLABLE, State, check
 from tidings.stores import base, rows
 from tidings.stores.lifecycle import DatabaseStore
 from tidings.stores.provider_events import (
@@ -271,7 +271,7 @@ class SqliteStore(DatabaseStore[SqliteDatabase], StoreReads):
             if row is None:
                 return None
             target = rows.CANCEL_TARGET.one(cursor.description, row)
-            if target.state in CLAIMABLE:
+            if target.state in CANCELLABLE:
                 change = base.Change(key=key, from_state=target.state, to_state=State.CANCELLED,
                                 event="cancelled", reason=reason)
                 conn.execute(sql["intent_apply"], rows.change_params(change, now))
