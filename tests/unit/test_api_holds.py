@@ -56,6 +56,10 @@ async def test_a_hold_over_the_api_parks_the_campaign_and_names_the_token(api: A
     # parked work is backlog still to drain (the plan weighs it against its deadline)
     assert status.json()["campaigns"]["weekly-digest"]["channels"]["email"]["backlog"] == 5
 
+    metrics = (await api.client.get("/metrics", headers=api.auth("viewer"))).text
+    assert 'tidings_hold_parked{name="weekly-digest",scope="campaign"} 5.0' in metrics
+    assert "tidings_expired_while_held_total 0.0" in metrics
+
     # and the release republishes them all
     released = await api.client.post("/v1/holds/release", headers=api.auth("operator"),
                                       json={"campaign": "weekly-digest"})
