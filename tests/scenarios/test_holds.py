@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tidings import bulk, holds
 from tidings.audience import GeneratorAudience
@@ -397,3 +399,58 @@ async def test_the_rollout_runbook_delivers_one_per_recipient(
     assert (stats["accepted_keys"], stats["keys_accepted_twice"]) == (4, 0)
     (switch,) = await h.rt.store.switch_all()
     assert switch.paused
+
+
+# ---------------------------------------------------------------- any order of operations
+
+TARGETS = [("campaign", "a"), ("campaign", "b"), ("channel", EMAIL), ("occurrence", "a/1")]
+OPS = st.lists(st.one_of(
+    st.tuples(st.sampled_from(["hold", "release"]), st.sampled_from(TARGETS)),
+    st.tuples(st.sampled_from(["work", "sweep", "admit"]), st.none())), max_size=14)
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=OPS)
+async def test_whatever_the_order_no_held_intent_is_sent_and_each_is_sent_once(
+    make_harness: HarnessFactory, ops: list[tuple[str, tuple[str, str] | None]],
+) -> None:
+    h = await make_harness()  # one store per example
+    try:
+        keys = (await admit(h, "a", 3, occurrence="a/1", prefix="a1")
+                + await admit(h, "a", 3, occurrence="a/2", prefix="a2")
+                + await admit(h, "b", 3) + await admit(h, None, 2))
+        worker = h.worker()
+        active: set[tuple[str, str]] = set()
+        for op, target in ops:
+            if op == "hold" and target is not None:
+                await holds.hold(h.rt.store, scope=target[0], name=target[1], by=OPERATOR,
+                                 now=h.clock.now())
+                active.add(target)
+            elif op == "release" and target is not None:
+                await holds.release(h.rt.store, h.rt.transport, scope=target[0],
+                                    name=target[1], by=OPERATOR, now=h.clock.now())
+                active.discard(target)
+            elif op == "work":
+                h.clock.advance(holds.GATE_TTL_S)  # every worker has seen every hold
+                before = len(h.provider.sent)
+                await h.run_once(worker)
+                for sent in h.provider.sent[before:]:
+                    intent = await h.intent(sent.key)
+                    names = {("channel", intent.channel), ("campaign", intent.campaign),
+                             ("occurrence", intent.occurrence)}
+                    assert not names & active, (sent.key, active)
+            elif op == "sweep":
+                h.clock.advance(h.rt.settings.reconciler.lost_after_s * 2)
+                await h.reconcile()
+            elif op == "admit":
+                keys += await admit(h, "a", 1, occurrence="a/1", prefix=f"late{len(keys)}")
+        for scope, name in sorted(active):
+            await holds.release(h.rt.store, h.rt.transport, scope=scope, name=name,
+                                by=OPERATOR, now=h.clock.now())
+        await h.drive(h.worker())
+        stats = h.stats()
+        assert (stats["accepted_keys"], stats["keys_accepted_twice"]) == (len(keys), 0)
+        assert await states(h, keys) == {"accepted": len(keys)}
+    finally:
+        await h.close()
