@@ -7,9 +7,11 @@ nothing: no message comes back, no sweep republishes it (the reconciler reads on
 enqueued and retryable intents), and oldest-message age stays honest. A release
 removes the hold and republishes the scope's parked intents in bounded batches (an
 intent another hold still covers stays parked); a release cut short is finished by
-releasing again. Expiry still applies: the holds sweep (every reconciler loop)
-expires parked intents whose freshness deadline passed, with an
-``expired_while_held`` event that ``tidings status`` counts. Nothing is deleted.
+releasing again, and an intent parked as its hold was released (a worker that read
+the hold a moment before) is resumed by the holds sweep. Expiry still applies: the
+sweep (every reconciler loop) expires parked intents whose freshness deadline passed,
+with an ``expired_while_held`` event that ``tidings status`` counts. Nothing is
+deleted.
 
 Every hold and release is an audit event naming who did it.
 """
@@ -178,6 +180,17 @@ async def report(store: Store, events: Mapping[str, Mapping[str, int]]) -> dict[
             "expired_while_held": sum(e.get(EXPIRED_WHILE_HELD, 0) for e in events.values())}
 
 
+#: How far back the holds sweep looks for parked intents no hold covers (a worker that
+#: read a hold just before its release parks after it): many sweeps' worth.
+ORPHANS_WITHIN_S = 300.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class SweepResult:
+    expired: int
+    resumed: int
+
+
 async def expire_parked(store: Store, *, now: float, worker: str = "holds",
                         limit: int = BATCH) -> int:
     """Expire parked intents whose freshness deadline passed (one bounded batch)."""
@@ -191,12 +204,46 @@ async def expire_parked(store: Store, *, now: float, worker: str = "holds",
     return len(applied)
 
 
+async def resume_orphans(store: Store, transport: Transport, *, now: float,
+                         worker: str = "holds", within_s: float = ORPHANS_WITHIN_S,
+                         limit: int = BATCH) -> int:
+    """Republish intents parked in the last ``within_s`` that no hold covers: a worker
+    that read a hold just before its release, and parked after the release had read
+    the scope (one bounded batch; the store leaves out what a hold covers)."""
+    active = await store.hold_all()
+    names = {scope: tuple(h.name for h in active if h.scope == scope) for scope in SCOPES}
+    page = await store.intent_select(Selection(
+        states=(State.PARKED,), updated_after=now - within_s,
+        not_channels=names["channel"], not_campaigns=names["campaign"],
+        not_occurrences=names["occurrence"]), limit=limit)
+    changes = [Change(key=i.key, from_state=State.PARKED, to_state=State.ENQUEUED,
+                      event="released", worker=worker,
+                      reason="parked as its hold was released") for i in page
+               if covering(active, i) is None]
+    applied = set(await store.intent_apply_many(changes, now=now)) if changes else set()
+    again = [(i.key, i.channel, now) for i in page if i.key in applied]
+    if again:
+        await publish(transport, again, now=now)
+        log.warning("parked intents resumed", extra={"count": len(again), "worker": worker})
+    return len(again)
+
+
+async def sweep(store: Store, transport: Transport, *, now: float,
+                worker: str = "holds") -> SweepResult:
+    """The holds sweep of every reconciler loop: expiry while held, then orphans."""
+    expired = await expire_parked(store, now=now, worker=worker)
+    return SweepResult(expired=expired,
+                       resumed=await resume_orphans(store, transport, now=now, worker=worker))
+
+
 class HoldGate:
     """A worker's view of the holds: parks what they cover, right after the claim.
 
     The holds are read at most every ``ttl_s`` (one small read per batch at most), so a
-    new hold reaches every worker within that time; what a worker claimed before it
-    saw the hold is sent, as any send already under way."""
+    new hold reaches every worker within that time (what a worker claimed before it saw
+    the hold is sent, as any send already under way), and read again before parking, so
+    a release is seen at once. A park that still races a release is resumed by the
+    holds sweep (``resume_orphans``)."""
 
     def __init__(self, store: Store, clock: Clock, *, ttl_s: float = GATE_TTL_S) -> None:
         self.store = store
@@ -205,9 +252,9 @@ class HoldGate:
         self._holds: list[Hold] = []
         self._read_at: float | None = None
 
-    async def holds(self) -> list[Hold]:
+    async def holds(self, *, fresh: bool = False) -> list[Hold]:
         now = self.clock.now()
-        if self._read_at is None or now - self._read_at >= self.ttl_s:
+        if fresh or self._read_at is None or now - self._read_at >= self.ttl_s:
             self._holds = await self.store.hold_all()
             self._read_at = now
         return self._holds
@@ -220,6 +267,10 @@ class HoldGate:
         holds = await self.holds()
         if not holds:
             return list(received), list(claims), []
+        if any(c.intent is not None and covering(holds, c.intent) is not None
+               for c in claims):
+            # About to park: read again, so a release is seen at once, not a TTL later.
+            holds = await self.holds(fresh=True)
         parks: list[tuple[Change, Received]] = []
         rest_r: list[Received] = []
         rest_c: list[Claim] = []

@@ -11,7 +11,7 @@ from typing import Any
 
 from tidings import progress
 from tidings.guardrails import enforce
-from tidings.holds import expire_parked
+from tidings.holds import sweep as holds_sweep
 from tidings.runtime import Runtime
 from tidings.scheduler import PassResult, Switches
 
@@ -45,8 +45,8 @@ async def reconcile_loop(runtime: Runtime, every_s: float, stopping: asyncio.Eve
             # A failed sweep is retried next interval; it must not take the worker down.
             log.exception("reconcile pass failed")
         try:
-            await expire_parked(runtime.store, now=runtime.clock.now(),
-                                worker=reconciler.worker_id)
+            await holds_sweep(runtime.store, runtime.transport, now=runtime.clock.now(),
+                              worker=reconciler.worker_id)
         except Exception:
             log.exception("holds sweep failed")
         with contextlib.suppress(TimeoutError):

@@ -76,6 +76,17 @@ async def test_selections_filter_and_page_by_key(store: Store) -> None:
     assert keys(await store.intent_select(Selection(states=everything,
                                                     expires_by=100.0))) == ["a1"]
     assert keys(await store.intent_select(Selection(states=(State.ENQUEUED,)))) == []
+    assert keys(await store.intent_select(Selection(
+        states=everything, not_campaigns=("alpha",)))) == ["b1", "n1"]
+    assert keys(await store.intent_select(Selection(
+        states=everything, not_channels=("email",)))) == ["n1"]
+    assert keys(await store.intent_select(Selection(
+        states=everything, not_occurrences=("alpha/2026-08-10", "x")))) == ["b1", "n1"]
+    assert keys(await store.intent_select(Selection(
+        states=everything, not_campaigns=("beta",), not_channels=("sms",),
+        updated_after=0.0))) == ["a1", "a2", "a3"]
+    assert keys(await store.intent_select(Selection(states=everything,
+                                                    updated_after=0.5))) == []
     assert await store.intent_select_counts(alpha) == {"selected": 3}
     assert await store.intent_select_counts(Selection(states=(State.DEAD,))) == {}
 

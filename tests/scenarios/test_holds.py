@@ -21,6 +21,8 @@ from tidings.errors import InvalidInput
 from tidings.model import IntentDraft, Recipient
 from tidings.rollout import declare_paused
 from tidings.schedule import Schedule
+from tidings.states import State
+from tidings.stores.base import Change
 
 if TYPE_CHECKING:
     from conftest import Harness, HarnessFactory
@@ -209,6 +211,57 @@ async def test_an_intent_under_two_holds_stays_parked_until_both_are_released(
     assert done.republished == 4
     await h.drive(h.worker())
     assert (h.stats()["accepted_keys"], h.stats()["keys_accepted_twice"]) == (6, 0)
+
+
+async def test_an_intent_parked_as_its_hold_was_released_is_resumed_by_the_sweep(
+    h: Harness,
+) -> None:
+    # given a worker that read a hold, and a release that ran before its park landed
+    keys = await admit(h, "digest", 3)
+    covered = await admit(h, "other", 2)
+    await holds.hold(h.rt.store, scope="campaign", name="other", by=OPERATOR,
+                     now=h.clock.now())
+    claims = await h.rt.store.intent_claim_many(keys + covered, owner="w", lease_s=30.0,
+                                                now=h.clock.now())
+    await h.rt.store.intent_apply_many([Change(
+        key=c.key, from_state=State.CLAIMED, to_state=State.PARKED, event="parked",
+        lease_token=c.token) for c in claims], now=h.clock.now())
+    # when the holds sweep runs
+    h.clock.advance(5.0)
+    done = await holds.sweep(h.rt.store, h.rt.transport, now=h.clock.now(), worker="w")
+    # then what no hold covers is back on its way, and the held campaign stays parked
+    assert (done.expired, done.resumed) == (0, 3)
+    assert await states(h, keys) == {"enqueued": 3}
+    assert await states(h, covered) == {"parked": 2}
+    again = await holds.sweep(h.rt.store, h.rt.transport, now=h.clock.now(), worker="w")
+    assert again.resumed == 0
+    # and is delivered once (the claims above never acked their messages: they come back
+    # too, and are acked as held or as duplicates)
+    h.clock.advance(h.rt.settings.worker.visibility_s + 1)
+    await drain(h)
+    assert (h.stats()["accepted_keys"], h.stats()["keys_accepted_twice"]) == (3, 0)
+    assert await states(h, keys) == {"accepted": 3}
+    h.clock.advance(h.rt.settings.worker.lease_s + 1)  # a copy met in one batch waits
+    await drain(h)
+    assert await h.queue_total() == 0
+    assert h.stats()["requests"] == 3
+    assert await states(h, covered) == {"parked": 2}
+
+
+async def test_a_worker_about_to_park_reads_the_holds_again(h: Harness) -> None:
+    # given a worker whose cached holds still show a hold just released
+    await holds.hold(h.rt.store, scope="campaign", name="digest", by=OPERATOR,
+                     now=h.clock.now())
+    worker = h.worker()
+    assert worker.holds is not None
+    assert len(await worker.holds.holds()) == 1
+    await holds.release(h.rt.store, h.rt.transport, scope="campaign", name="digest",
+                        by=OPERATOR, now=h.clock.now())
+    keys = await admit(h, "digest", 2)
+    # when it claims the campaign's intents within the cache's lifetime
+    await h.run_once(worker)
+    # then it sends them: the fresh read saw the release
+    assert await states(h, keys) == {"accepted": 2}
 
 
 async def test_a_hold_reaches_a_running_worker_within_the_gate_ttl(h: Harness) -> None:
@@ -443,6 +496,7 @@ async def test_whatever_the_order_no_held_intent_is_sent_and_each_is_sent_once(
             elif op == "sweep":
                 h.clock.advance(h.rt.settings.reconciler.lost_after_s * 2)
                 await h.reconcile()
+                await holds.sweep(h.rt.store, h.rt.transport, now=h.clock.now())
             elif op == "admit":
                 keys += await admit(h, "a", 1, occurrence="a/1", prefix=f"late{len(keys)}")
         for scope, name in sorted(active):

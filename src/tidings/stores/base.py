@@ -153,9 +153,11 @@ class Hold:
 
 @dataclass(frozen=True, kw_only=True)
 class Selection:
-    """Which intents a bulk action or a release reads; a None filter is off.
+    """Which intents a bulk action, a release or a sweep reads; a None filter is off.
     ``due_before`` keeps intents due before then (their age), ``expires_by`` those whose
-    freshness deadline is at or before then."""
+    freshness deadline is at or before then, ``updated_after`` those changed at or after
+    then; the ``not_*`` lists leave out intents of those channels, campaigns and
+    occurrences."""
 
     states: tuple[State, ...]
     campaign: str | None = None
@@ -163,6 +165,10 @@ class Selection:
     channel: str | None = None
     due_before: float | None = None
     expires_by: float | None = None
+    updated_after: float | None = None
+    not_channels: tuple[str, ...] = ()
+    not_campaigns: tuple[str, ...] = ()
+    not_occurrences: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)

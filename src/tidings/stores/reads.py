@@ -108,8 +108,7 @@ class StoreReads(ABC):
         return {state: int(count) for state, count in found}
 
     def _selection(self, selection: base.Selection) -> dict[str, Any]:
-        return rows.selection_params(
-            selection, self._array([State(s).value for s in selection.states]))
+        return rows.selection_params(selection, self._array)
 
     async def outcome_counts(self, *, since: float, bucket_s: float
                              ) -> list[base.OutcomeCount]:

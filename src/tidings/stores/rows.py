@@ -161,11 +161,16 @@ def event_row(e: Event) -> EventRow:
             e.provider_request_id, e.detail)
 
 
-def selection_params(selection: Selection, array: Any) -> dict[str, Any]:
-    """A selection's filters as query parameters; ``array`` is the states bound as one."""
-    return {"states": array, "campaign": selection.campaign,
-            "occurrence": selection.occurrence, "channel": selection.channel,
-            "due_before": selection.due_before, "expires_by": selection.expires_by}
+def selection_params(selection: Selection,
+                     array: Callable[[Sequence[Any]], Any]) -> dict[str, Any]:
+    """A selection's filters as query parameters; ``array`` binds a list as one."""
+    return {"states": array([State(s).value for s in selection.states]),
+            "campaign": selection.campaign, "occurrence": selection.occurrence,
+            "channel": selection.channel, "due_before": selection.due_before,
+            "expires_by": selection.expires_by, "updated_after": selection.updated_after,
+            "not_channels": array(selection.not_channels),
+            "not_campaigns": array(selection.not_campaigns),
+            "not_occurrences": array(selection.not_occurrences)}
 
 
 def api_token_params(token: ApiToken) -> dict[str, Any]:

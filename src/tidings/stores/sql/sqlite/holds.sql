@@ -34,6 +34,11 @@ WHERE state IN (SELECT value FROM json_each(:states))
   AND (:channel IS NULL OR channel = :channel)
   AND (:due_before IS NULL OR due_at < :due_before)
   AND (:expires_by IS NULL OR expires_at <= :expires_by)
+  AND (:updated_after IS NULL OR updated_at >= :updated_after)
+  AND channel NOT IN (SELECT value FROM json_each(:not_channels))
+  AND (campaign IS NULL OR campaign NOT IN (SELECT value FROM json_each(:not_campaigns)))
+  AND (occurrence IS NULL
+       OR occurrence NOT IN (SELECT value FROM json_each(:not_occurrences)))
   AND (:after IS NULL OR key > :after)
 ORDER BY key
 LIMIT :limit
@@ -46,4 +51,9 @@ WHERE state IN (SELECT value FROM json_each(:states))
   AND (:channel IS NULL OR channel = :channel)
   AND (:due_before IS NULL OR due_at < :due_before)
   AND (:expires_by IS NULL OR expires_at <= :expires_by)
+  AND (:updated_after IS NULL OR updated_at >= :updated_after)
+  AND channel NOT IN (SELECT value FROM json_each(:not_channels))
+  AND (campaign IS NULL OR campaign NOT IN (SELECT value FROM json_each(:not_campaigns)))
+  AND (occurrence IS NULL
+       OR occurrence NOT IN (SELECT value FROM json_each(:not_occurrences)))
 GROUP BY state

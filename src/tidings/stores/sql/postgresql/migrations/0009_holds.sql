@@ -10,8 +10,10 @@ CREATE TABLE IF NOT EXISTS holds (
     reason  text,
     PRIMARY KEY (scope, name)
 );
--- Parked intents page by key (a release) and by expiry (the holds sweep) without
--- reading any other intent.
+-- Parked intents page by key (a release), by expiry and by the time they were parked
+-- (the holds sweep) without reading any other intent.
 CREATE INDEX IF NOT EXISTS intents_parked_key ON intents (key) WHERE state = 'parked';
 CREATE INDEX IF NOT EXISTS intents_parked_expiry ON intents (expires_at)
+    WHERE state = 'parked';
+CREATE INDEX IF NOT EXISTS intents_parked_updated ON intents (updated_at)
     WHERE state = 'parked';

@@ -9,7 +9,8 @@ CREATE TABLE holds (
     reason  TEXT,
     PRIMARY KEY (scope, name)
 );
--- Parked intents page by key (a release) and by expiry (the holds sweep) without
--- reading any other intent.
+-- Parked intents page by key (a release), by expiry and by the time they were parked
+-- (the holds sweep) without reading any other intent.
 CREATE INDEX intents_parked_key ON intents (key) WHERE state = 'parked';
 CREATE INDEX intents_parked_expiry ON intents (expires_at) WHERE state = 'parked';
+CREATE INDEX intents_parked_updated ON intents (updated_at) WHERE state = 'parked';
