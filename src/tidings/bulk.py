@@ -159,7 +159,7 @@ async def run(store: Store, request: BulkRequest, *, now: float, dry_run: bool =
     await store.event_append_many([Event(
         key=f"bulk/{request.action}/{target}", channel=request.channel or "-",
         type=f"bulk_{request.action.replace('-', '_')}", at=now, worker=request.by,
-        state=str(changed), detail=detail)])
+        detail=f"{changed} changed: {detail}")])
     log.warning("bulk action", extra={"action": request.action, "by": request.by,
                                       "changed": changed, "selection": detail})
     return BulkResult(action=request.action, dry_run=False, selected=counts, changed=changed)
