@@ -182,7 +182,7 @@ async def report(store: Store, events: Mapping[str, Mapping[str, int]]) -> dict[
 
 #: How far back the holds sweep looks for parked intents no hold covers (a worker that
 #: read a hold just before its release parks after it): many sweeps' worth.
-ORPHANS_WITHIN_S = 300.0
+ORPHANS_WITHIN_S = 60.0
 
 
 @dataclass(frozen=True, kw_only=True)
