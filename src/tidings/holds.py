@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from tidings.clock import Clock
@@ -79,6 +79,15 @@ def parked_in(scope: str, name: str) -> Selection:
                      occurrence=name if scope == "occurrence" else None)
 
 
+def leaving_out(selection: Selection, active: Sequence[Hold]) -> Selection:
+    """``selection`` without the intents ``active`` covers (the store filters them)."""
+    def names(scope: str) -> tuple[str, ...]:
+        return tuple(h.name for h in active if h.scope == scope)
+
+    return replace(selection, not_channels=names("channel"), not_campaigns=names("campaign"),
+                   not_occurrences=names("occurrence"))
+
+
 def _audit_key(scope: str, name: str) -> str:
     return f"hold/{scope}/{name}"
 
@@ -120,46 +129,36 @@ async def release(store: Store, transport: Transport, *, scope: str, name: str, 
         key=_audit_key(scope, name), channel=_channel_of(scope, name), type="hold_released",
         at=now, state="released", worker=by,
         detail=None if removed is not None else "no hold was in place")])
-    remaining = await store.hold_all()
-    selection = parked_in(scope, name)
-    republished = expired = still_held = 0
+    # What another hold still covers is left out by the store, so a release beside a
+    # large hold reads only what it resumes.
+    selection = leaving_out(parked_in(scope, name), await store.hold_all())
+    republished = expired = 0
     after: str | None = None
     while True:
         page = await store.intent_select(selection, after=after, limit=batch)
         if not page:
             break
         after = page[-1].key
-        changes: list[Change] = []
-        for intent in page:
-            if covering(remaining, intent) is not None:
-                still_held += 1
-            elif intent.expires_at is not None and now >= intent.expires_at:
-                changes.append(_expire(intent, by))
-            else:
-                changes.append(Change(
-                    key=intent.key, from_state=State.PARKED, to_state=State.ENQUEUED,
-                    event="released", worker=by, reason=f"{scope} {name} released"))
-        applied = set(await store.intent_apply_many(changes, now=now)) if changes else set()
+        changes = [_expire(i, by) if i.expires_at is not None and now >= i.expires_at
+                   else Change(key=i.key, from_state=State.PARKED, to_state=State.ENQUEUED,
+                               event="released", worker=by, reason=f"{scope} {name} released")
+                   for i in page]
+        applied = set(await store.intent_apply_many(changes, now=now))
         # Enqueued first, then published: a crash between leaves an enqueued intent
         # without its message, which the reconciler's lost-message sweep republishes.
-        again = [(c.key, i.channel, now) for c, i in zip(changes, _intents(page, changes),
-                                                          strict=True)
+        again = [(c.key, i.channel, now) for c, i in zip(changes, page, strict=True)
                  if c.key in applied and c.to_state is State.ENQUEUED]
         if again:
             republished += await publish(transport, again, now=now)
         expired += sum(1 for c in changes if c.key in applied and c.to_state is State.EXPIRED)
         if len(page) < batch:
             break
+    still_held = sum((await store.intent_select_counts(parked_in(scope, name))).values())
     log.warning("delivery released", extra={
         "scope": scope, "target": name, "by": by, "republished": republished,
         "expired": expired, "still_held": still_held})
     return ReleaseResult(released=removed, republished=republished, expired=expired,
                          still_held=still_held)
-
-
-def _intents(page: Sequence[Intent], changes: Sequence[Change]) -> list[Intent]:
-    by_key = {i.key: i for i in page}
-    return [by_key[c.key] for c in changes]
 
 
 def _expire(intent: Intent, by: str) -> Change:
@@ -211,11 +210,8 @@ async def resume_orphans(store: Store, transport: Transport, *, now: float,
     that read a hold just before its release, and parked after the release had read
     the scope (one bounded batch; the store leaves out what a hold covers)."""
     active = await store.hold_all()
-    names = {scope: tuple(h.name for h in active if h.scope == scope) for scope in SCOPES}
-    page = await store.intent_select(Selection(
-        states=(State.PARKED,), updated_after=now - within_s,
-        not_channels=names["channel"], not_campaigns=names["campaign"],
-        not_occurrences=names["occurrence"]), limit=limit)
+    page = await store.intent_select(leaving_out(Selection(
+        states=(State.PARKED,), updated_after=now - within_s), active), limit=limit)
     changes = [Change(key=i.key, from_state=State.PARKED, to_state=State.ENQUEUED,
                       event="released", worker=worker,
                       reason="parked as its hold was released") for i in page
