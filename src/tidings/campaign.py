@@ -26,6 +26,8 @@ class Campaign:
     audience: Audience
     expires_after_s: float | None = 24 * 3600.0
     grace_s: float = 3600.0
+    start_paused: bool = False
+    """Its admission switch starts paused (``tidings.rollout``)."""
 
     def __post_init__(self) -> None:
         if not self.name or "/" in self.name or " " in self.name:

@@ -30,7 +30,8 @@ def claim_kind(state: State, *, next_attempt_at: float | None,
         return ClaimKind.CLAIMED, None
     if state in DONE:
         return ClaimKind.DONE, None
-    if state in UNSETTLED:
+    if state in UNSETTLED or state is State.PARKED:
+        # The reconciler's to resolve, or a hold's to release (which republishes it).
         return ClaimKind.HELD, None
     if state is State.CLAIMED:
         # Live or expired, a lease is the reconciler's to end, not a claimer's.
@@ -41,9 +42,11 @@ def claim_kind(state: State, *, next_attempt_at: float | None,
 def redelivery_event(state: State) -> str:
     """The event a message for a finished intent leaves behind.
 
-    A message for a cancelled or expired intent is moot (``discarded``), not a duplicate.
+    A message for a cancelled, expired or dead-lettered intent is moot (``discarded``),
+    not a duplicate (an operator's bulk cancel or dead-letter leaves messages behind).
     """
-    return "discarded" if state in (State.CANCELLED, State.EXPIRED) else "duplicate_observed"
+    return ("discarded" if state in (State.CANCELLED, State.EXPIRED, State.DEAD)
+            else "duplicate_observed")
 
 
 class LeaseWrite(NamedTuple):

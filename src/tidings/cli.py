@@ -52,6 +52,11 @@ preference_app = typer.Typer(
     help="Recipient preferences, checked at every send: opted out -> cancelled "
          "(opted_out), quiet hours -> deferred to their end.", no_args_is_help=True)
 app.add_typer(preference_app, name="preference")
+bulk_app = typer.Typer(
+    help="Bulk actions over a selection (campaign, occurrence, channel, state, age): delay, "
+         "cancel, dead-letter. Never a purge: every intent stays in the ledger. --dry-run "
+         "counts first.", no_args_is_help=True)
+app.add_typer(bulk_app, name="bulk")
 console = Console(stderr=True)
 
 ConfigOpt = Annotated[Path | None, typer.Option(
@@ -243,6 +248,183 @@ def admission_resume(campaign: CampaignOpt = None, channel: ChannelOpt = None,
     _switch(False, campaign, channel, reason, config, store, as_json)
 
 
+HoldCampaignOpt = Annotated[str | None, typer.Option(help="A campaign.")]
+HoldChannelOpt = Annotated[str | None, typer.Option(help="A channel.")]
+HoldOccurrenceOpt = Annotated[str | None, typer.Option(
+    help="An occurrence id (campaign/date, as `tidings status` shows).")]
+ByOpt = Annotated[str | None, typer.Option(
+    "--by", help="Who does it, for the audit trail (default: the OS user).")]
+
+
+def _by(by: str | None) -> str:
+    import getpass
+
+    from tidings.keys import check_text
+
+    if by is not None:
+        return check_text(by, "by")
+    try:
+        return f"cli:{getpass.getuser()}"
+    except (KeyError, OSError):
+        return "cli:unknown"
+
+
+def _one_scope(campaign: str | None, channel: str | None,
+               occurrence: str | None) -> tuple[str, str]:
+    named = [(scope, name) for scope, name in (
+        ("campaign", campaign), ("channel", channel), ("occurrence", occurrence))
+        if name is not None]
+    if len(named) != 1:
+        raise typer.BadParameter("name exactly one of --campaign, --channel or --occurrence")
+    return named[0]
+
+
+@app.command("hold")
+def hold_command(campaign: HoldCampaignOpt = None, channel: HoldChannelOpt = None,
+                 occurrence: HoldOccurrenceOpt = None, reason: ReasonOpt = None,
+                 by: ByOpt = None, config: ConfigOpt = None, store: StoreOpt = None,
+                 as_json: JsonOpt = False) -> None:
+    """Hold delivery of a campaign, channel or occurrence: workers park its intents
+    unsent (expiry still applies) until `tidings release`. Admission is not touched."""
+    from tidings import holds
+
+    scope, name = _one_scope(campaign, channel, occurrence)
+
+    async def go(runtime: Runtime) -> dict[str, Any]:
+        who = _by(by)
+        await holds.check_target(runtime.store, scope, name, channels=runtime.channels,
+                                 campaigns=[c.name for c in runtime.campaigns])
+        made = await holds.hold(runtime.store, scope=scope, name=name, by=who,
+                                now=runtime.clock.now(), reason=reason)
+        return {"scope": scope, "name": name, "held": made is not None,
+                "already_held": made is None, "by": who}
+    result = _with_runtime(config, store, go)
+    _emit(as_json, result, f"{scope} {name!r}: delivery "
+          + ("held" if result["held"] else "was already held") + f" (by {result['by']})")
+
+
+@app.command("release")
+def release_command(campaign: HoldCampaignOpt = None, channel: HoldChannelOpt = None,
+                    occurrence: HoldOccurrenceOpt = None, by: ByOpt = None,
+                    config: ConfigOpt = None, store: StoreOpt = None,
+                    as_json: JsonOpt = False) -> None:
+    """Release a hold: its parked intents are republished in bounded batches (those
+    expired meanwhile become expired). Run again to finish a release cut short."""
+    from tidings import holds
+
+    scope, name = _one_scope(campaign, channel, occurrence)
+
+    async def go(runtime: Runtime) -> dict[str, Any]:
+        who = _by(by)
+        await holds.check_target(runtime.store, scope, name, channels=runtime.channels,
+                                 campaigns=[c.name for c in runtime.campaigns])
+        done = await holds.release(runtime.store, runtime.transport, scope=scope, name=name,
+                                   by=who, now=runtime.clock.now())
+        return {"scope": scope, "name": name, "was_held": done.released is not None,
+                "republished": done.republished, "expired": done.expired,
+                "still_held": done.still_held, "by": who}
+    result = _with_runtime(config, store, go)
+    _emit(as_json, result, (
+        f"{scope} {name!r}: " + ("released" if result["was_held"] else "was not held")
+        + f"; {result['republished']} republished, {result['expired']} expired while held"
+        + (f", {result['still_held']} still under another hold" if result["still_held"]
+           else "")))
+
+
+StatesOpt = Annotated[list[str] | None, typer.Option(
+    "--state", help="Only intents in this state (repeat for more).")]
+OlderOpt = Annotated[str | None, typer.Option(
+    "--older-than", help="Only intents due more than this long ago, e.g. 2h.")]
+DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Count the selection; change "
+                                                           "nothing.")]
+
+
+def _bulk(action: str, *, campaign: str | None, channel: str | None, occurrence: str | None,
+          states: list[str] | None, older_than: str | None, until: str | None,
+          reason: str | None, by: str | None, dry_run: bool, config: Path | None,
+          store: str | None, as_json: bool) -> None:
+    from tidings import bulk, holds
+    from tidings.durations import parse_duration
+
+    async def go(runtime: Runtime) -> dict[str, Any]:
+        who = _by(by)
+        older = None if older_than is None else parse_duration(older_than, "older_than")
+        now = runtime.clock.now()
+        for scope, name in (("campaign", campaign), ("channel", channel)):
+            if name is not None:
+                await holds.check_target(runtime.store, scope, name,
+                                         channels=runtime.channels,
+                                         campaigns=[c.name for c in runtime.campaigns])
+        at = None if until is None else _until(until, now)
+        request = bulk.BulkRequest(
+            action=action, by=who, campaign=campaign, occurrence=occurrence, channel=channel,
+            states=tuple(states or ()), older_than_s=older, until=at, reason=reason)
+        result = await bulk.run(runtime.store, request, now=now, dry_run=dry_run)
+        return {"action": result.action, "dry_run": result.dry_run,
+                "selected": result.selected, "changed": result.changed, "by": who}
+    result = _with_runtime(config, store, go)
+    counts = ", ".join(f"{n} {s}" for s, n in sorted(result["selected"].items())) or "none"
+    _emit(as_json, result, f"{action}: selected {counts}; " + (
+        "dry run, nothing changed" if result["dry_run"] else f"{result['changed']} changed")
+        + f" (by {result['by']})")
+
+
+def _until(text: str, now: float) -> float:
+    """An ISO 8601 time (UTC when it names no zone), or a duration from now (``6h``)."""
+    from datetime import UTC, datetime
+
+    from tidings.durations import parse_duration
+
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return now + parse_duration(text, "until")
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp()
+
+
+UntilOpt = Annotated[str, typer.Option(
+    "--until", help="When to deliver instead: an ISO 8601 time (UTC unless it names a "
+                    "zone) or a duration from now, e.g. 6h.")]
+
+
+@bulk_app.command("delay")
+def bulk_delay(until: UntilOpt, campaign: HoldCampaignOpt = None,
+               channel: HoldChannelOpt = None, occurrence: HoldOccurrenceOpt = None,
+               state: StatesOpt = None, older_than: OlderOpt = None, reason: ReasonOpt = None,
+               by: ByOpt = None, dry_run: DryRunOpt = False, config: ConfigOpt = None,
+               store: StoreOpt = None, as_json: JsonOpt = False) -> None:
+    """Delay enqueued and retryable intents of the selection until a time."""
+    _bulk("delay", campaign=campaign, channel=channel, occurrence=occurrence, states=state,
+          older_than=older_than, until=until, reason=reason, by=by, dry_run=dry_run,
+          config=config, store=store, as_json=as_json)
+
+
+@bulk_app.command("cancel")
+def bulk_cancel(campaign: HoldCampaignOpt = None, channel: HoldChannelOpt = None,
+                occurrence: HoldOccurrenceOpt = None, state: StatesOpt = None,
+                older_than: OlderOpt = None, reason: ReasonOpt = None, by: ByOpt = None,
+                dry_run: DryRunOpt = False, config: ConfigOpt = None, store: StoreOpt = None,
+                as_json: JsonOpt = False) -> None:
+    """Cancel the selection's unsent intents (a claimed one: before its send)."""
+    _bulk("cancel", campaign=campaign, channel=channel, occurrence=occurrence, states=state,
+          older_than=older_than, until=None, reason=reason, by=by, dry_run=dry_run,
+          config=config, store=store, as_json=as_json)
+
+
+@bulk_app.command("dead-letter")
+def bulk_dead_letter(campaign: HoldCampaignOpt = None, channel: HoldChannelOpt = None,
+                     occurrence: HoldOccurrenceOpt = None, state: StatesOpt = None,
+                     older_than: OlderOpt = None, reason: ReasonOpt = None, by: ByOpt = None,
+                     dry_run: DryRunOpt = False, config: ConfigOpt = None,
+                     store: StoreOpt = None, as_json: JsonOpt = False) -> None:
+    """Dead-letter the selection's unsent intents (kept; `tidings dlq redrive` reopens)."""
+    _bulk("dead-letter", campaign=campaign, channel=channel, occurrence=occurrence,
+          states=state, older_than=older_than, until=None, reason=reason, by=by,
+          dry_run=dry_run, config=config, store=store, as_json=as_json)
+
+
 @app.command()
 def worker(
     channel: Annotated[str, typer.Option(help="The channel to serve (one per worker).")],
@@ -428,6 +610,13 @@ def status(config: ConfigOpt = None, store: StoreOpt = None, as_json: JsonOpt = 
         return
     out = Console()
     out.print(textout.ledger(result["ledger"]), markup=False, highlight=False, soft_wrap=True)
+    for h in result["holds"]["active"]:
+        out.print(f"[bold yellow]delivery held[/]: {h['scope']} {h['name']!r} since "
+                  f"{_when(h['since'])} by {h['by']}: {h['parked']} parked"
+                  + (f" ({h['reason']})" if h["reason"] else ""), markup=True, highlight=False)
+    if result["holds"]["expired_while_held"]:
+        out.print(f"expired while held: {result['holds']['expired_while_held']}",
+                  highlight=False)
     for trip in result["guardrails_tripped"]:
         out.print(f"[bold red]admission paused by a guardrail[/]: {trip['scope']} "
                   f"{trip['name']!r} since {_when(trip['since'])}: {trip['reason']}",

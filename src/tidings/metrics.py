@@ -159,6 +159,20 @@ class _StoreCollector(Collector):
                 unsettled.add_metric([channel, state], row.get(state, 0))
         yield unsettled
         yield from _guardrail_families(snap, r.guardrails)
+        yield from _hold_families(snap)
+
+
+def _hold_families(snap: operations.Snapshot) -> Iterator[Metric]:
+    parked = GaugeMetricFamily(
+        "tidings_hold_parked", "Intents a delivery hold keeps parked, per hold in place.",
+        labels=["scope", "name"])
+    for hold in snap.holds.get("active", ()):
+        parked.add_metric([hold["scope"], hold["name"]], float(hold["parked"]))
+    yield parked
+    expired = CounterMetricFamily(
+        "tidings_expired_while_held", "Intents whose freshness deadline passed while held.")
+    expired.add_metric([], float(snap.holds.get("expired_while_held", 0)))
+    yield expired
 
 
 def _guardrail_families(snap: operations.Snapshot, readings: Sequence[guardrails.Reading]

@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from tidings import holds
 from tidings.errors import InvalidInput
 from tidings.guardrails import tripped_by_guardrail
 from tidings.keys import check_text, validate_key
@@ -70,6 +71,8 @@ class Snapshot:
     occurrences: tuple[Occurrence, ...] = ()
     age_span: tuple[float, float] | None = None
     """Creation times of the ledger's oldest and newest intent (None: none)."""
+    holds: Mapping[str, Any] = field(default_factory=dict)
+    """``tidings.holds.report``: the holds in place, and intents expired while held."""
 
 
 async def snapshot(store: Store, transport: Transport, *, channels: Sequence[str], now: float,
@@ -78,11 +81,12 @@ async def snapshot(store: Store, transport: Transport, *, channels: Sequence[str
     summaries = await store.intent_summary(now=now, since=now - window_s)
     known = sorted(set(channels) | {s.channel for s in summaries})
     queues = {channel: await transport.depth(channel, now=now) for channel in known}
+    events = await store.event_counts()
     return Snapshot(
         now=now, window_s=window_s, summaries=tuple(summaries), queues=queues,
-        events=await store.event_counts(), switches=tuple(await store.switch_all()),
+        events=events, switches=tuple(await store.switch_all()),
         occurrences=tuple(await store.occurrence_list()) if occurrences else (),
-        age_span=await store.intent_age_span())
+        age_span=await store.intent_age_span(), holds=await holds.report(store, events))
 
 
 # ---------------------------------------------------------------- pure computations
@@ -245,6 +249,7 @@ def status(snap: Snapshot, *, campaigns: Mapping[str, Sequence[str]],
         "guardrails_tripped": [
             {"scope": s.scope, "name": s.name, "since": s.changed_at, "reason": s.reason}
             for s in snap.switches if tripped_by_guardrail(s)],
+        "holds": dict(snap.holds),
         "ledger": ledger(snap, retention),
     }
 

@@ -21,6 +21,7 @@ from tidings.compose import Composer
 from tidings.errors import ConfigurationError, InvalidInput, unknown_name
 from tidings.group_commit import GroupCommit, GroupCommitConfig
 from tidings.guardrails import GuardrailConfig, Thresholds
+from tidings.holds import HoldGate
 from tidings.intake import NotifyRequest, admit_drafts, cancel, drafts_for, notify_many
 from tidings.keys import check_text
 from tidings.model import IntentDraft, Recipient
@@ -32,6 +33,7 @@ from tidings.providers.base import Provider
 from tidings.reconciler import Reconciler, ReconcilerConfig
 from tidings.relay import RelayConfig
 from tidings.retention import RetentionConfig, retention_config
+from tidings.rollout import declare_paused
 from tidings.schedule import Schedule
 from tidings.scheduler import Scheduler, SchedulerConfig, admission_shape
 from tidings.settings import ChannelSettings, GuardrailLimits, ProviderSettings, Settings
@@ -129,7 +131,8 @@ def campaigns_from(settings: Settings) -> list[Campaign]:
             campaigns.append(Campaign(
                 name=name, schedule=Schedule(c.cron, c.timezone), channels=tuple(c.channels),
                 template=c.template, version=c.version, audience=audience_from_spec(c.audience),
-                expires_after_s=c.expires_after_s, grace_s=c.grace_s))
+                expires_after_s=c.expires_after_s, grace_s=c.grace_s,
+                start_paused=c.start_paused))
         except ConfigurationError as exc:
             if exc.field.startswith("campaigns."):
                 raise
@@ -199,7 +202,7 @@ class Runtime:
             worker_id=wid, rng=random.Random(self.rng.getrandbits(64)),
             config=WorkerConfig(batch_size=w.batch_size, lease_s=w.lease_s,
                                 visibility_s=w.visibility_s, max_receives=w.max_receives),
-            composer=self.composer(),
+            composer=self.composer(), holds=HoldGate(self.store, self.clock),
         )
 
     def relay_config(self) -> RelayConfig:
@@ -391,6 +394,7 @@ async def build_runtime(
             await store.migrate(now=the_clock.now())
         else:
             await store.check_schema()
+        await declare_paused(store, chosen_campaigns, now=the_clock.now())
     except BaseException:
         await transport.close()
         await store.close()

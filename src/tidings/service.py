@@ -11,6 +11,7 @@ from typing import Any
 
 from tidings import progress
 from tidings.guardrails import enforce
+from tidings.holds import sweep as holds_sweep
 from tidings.retention import RetentionConfig, prune, prune_due
 from tidings.runtime import Runtime
 from tidings.scheduler import PassResult, Switches
@@ -46,6 +47,11 @@ async def reconcile_loop(runtime: Runtime, every_s: float, stopping: asyncio.Eve
         except Exception:
             # A failed sweep is retried next interval; it must not take the worker down.
             log.exception("reconcile pass failed")
+        try:
+            await holds_sweep(runtime.store, runtime.transport, now=runtime.clock.now(),
+                              worker=reconciler.worker_id)
+        except Exception:
+            log.exception("holds sweep failed")
         pruned_at = await prune_when_due(runtime, retention, pruned_at,
                                          worker=reconciler.worker_id)
         with contextlib.suppress(TimeoutError):

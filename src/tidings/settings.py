@@ -133,6 +133,11 @@ class CampaignSettings(_Model):
     expires_after_s: Seconds | None = 24 * 3600.0
     grace_s: SecondsOrZero = 3600.0
     audience: dict[str, Any]
+    start_paused: bool = False
+    """Start with admission paused: the first time a process sees the campaign its
+    admission switch is created paused, and an operator resumes it (``tidings admission
+    resume --campaign``) once the rollout checks pass. A switch that exists is never
+    touched."""
 
 
 class RetrySettings(_Model):

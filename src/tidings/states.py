@@ -31,6 +31,11 @@ class State(StrEnum):
     """A try failed in a way worth retrying, or an uncertain send was found not
     accepted (or resent by policy or an operator). Out: a worker claims it again once
     ``next_attempt_at`` passes, or it is republished."""
+    PARKED = "parked"
+    """Set aside under a delivery hold (``tidings.holds``): a worker claimed it while its
+    channel, campaign or occurrence was held and parked it with no send, acking its
+    message. Out: the hold's release (enqueued and republished), the holds sweep when its
+    freshness deadline passes (expired), or an operator's bulk cancel or dead-letter."""
     UNCERTAIN = "uncertain"
     """The provider may have accepted it (an answer lost, or a lease expired). Out: the
     reconciler settles it by the channel's policy (``tidings.uncertain``): accepted or
@@ -61,13 +66,18 @@ class State(StrEnum):
 
 S = State
 TRANSITIONS: dict[State, frozenset[State]] = {
-    S.SELECTED: frozenset({S.ENQUEUED, S.CLAIMED, S.CANCELLED, S.EXPIRED}),
+    # selected -> dead, enqueued -> dead / retryable: an operator's bulk dead-letter or
+    # delay (tidings.bulk); retryable -> retryable: a delay moved.
+    S.SELECTED: frozenset({S.ENQUEUED, S.CLAIMED, S.CANCELLED, S.EXPIRED, S.DEAD}),
     # selected -> claimed: the relay published but died before marking it enqueued.
-    S.ENQUEUED: frozenset({S.CLAIMED, S.CANCELLED, S.EXPIRED}),
+    S.ENQUEUED: frozenset({S.CLAIMED, S.CANCELLED, S.EXPIRED, S.RETRYABLE, S.DEAD}),
     S.CLAIMED: frozenset(
-        {S.ACCEPTED, S.RETRYABLE, S.UNCERTAIN, S.REJECTED, S.DEAD, S.CANCELLED, S.EXPIRED}
+        {S.ACCEPTED, S.RETRYABLE, S.UNCERTAIN, S.REJECTED, S.DEAD, S.CANCELLED, S.EXPIRED,
+         S.PARKED}
     ),
-    S.RETRYABLE: frozenset({S.ENQUEUED, S.CLAIMED, S.CANCELLED, S.EXPIRED, S.DEAD}),
+    S.RETRYABLE: frozenset({S.ENQUEUED, S.CLAIMED, S.CANCELLED, S.EXPIRED, S.DEAD,
+                            S.RETRYABLE}),
+    S.PARKED: frozenset({S.ENQUEUED, S.CANCELLED, S.EXPIRED, S.DEAD}),
     S.UNCERTAIN: frozenset({S.ACCEPTED, S.RETRYABLE, S.HELD, S.DEAD}),
     S.HELD: frozenset({S.ACCEPTED, S.RETRYABLE, S.DEAD}),
     S.ACCEPTED: frozenset({S.DELIVERED, S.BOUNCED, S.COMPLAINED}),
@@ -86,6 +96,8 @@ DONE: frozenset[State] = frozenset(
 )
 #: States a worker may claim from.
 CLAIMABLE: frozenset[State] = frozenset({S.SELECTED, S.ENQUEUED, S.RETRYABLE})
+#: States a cancel ends at once (a claimed intent is flagged for its worker instead).
+CANCELLABLE: frozenset[State] = CLAIMABLE | {S.PARKED}
 #: States counted as accepted by the channel (provider events keep accepted_at).
 ACCEPTED_FAMILY: frozenset[State] = frozenset({S.ACCEPTED, S.DELIVERED, S.BOUNCED, S.COMPLAINED})
 #: States the reconciler settles by evidence or policy, never a worker.

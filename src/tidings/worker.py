@@ -29,6 +29,7 @@ from functools import partial
 from tidings.clock import Clock
 from tidings.compose import Composed, Composer, Deferred, Ready
 from tidings.errors import MessageDecodeError, StoreError
+from tidings.holds import HoldGate
 from tidings.model import Event, Intent, Message, RateLimited, Received, SendRequest
 from tidings.pacing.pacer import Pacer
 from tidings.policy import RetryPolicy
@@ -138,6 +139,7 @@ class Worker:
         config: WorkerConfig | None = None,
         rng: random.Random | None = None,
         composer: Composer | None = None,
+        holds: HoldGate | None = None,
     ) -> None:
         self.channel = channel
         self.store = store
@@ -152,6 +154,8 @@ class Worker:
         # The send-time gate: preferences, address checks, rendering. Without one, the
         # provider gets the identifiers alone (the sandbox renders nothing).
         self.composer = composer
+        # Delivery holds: what a hold covers is parked right after its claim, unsent.
+        self.holds = holds
         self.stats = WorkerStats()
         self._stopping = asyncio.Event()
         # One future for every in-flight send to race its pacer wait against, instead of
@@ -321,6 +325,10 @@ class Worker:
         claims = await self.store.intent_claim_many(
             keys, owner=self.worker_id, lease_s=self.config.lease_s, now=now,
             message_ids=[r.message_id for r in decoded]) if keys else []
+        if self.holds is not None and claims:
+            decoded, claims, parked = await self.holds.park(decoded, claims,
+                                                            worker=self.worker_id, now=now)
+            self._acks.extend(parked)
         ready: list[tuple[Received, Intent, int]] = []
         for received, claim in zip(decoded, claims, strict=True):
             self.stats.by_kind[claim.kind] = self.stats.by_kind.get(claim.kind, 0) + 1

@@ -245,3 +245,36 @@ def test_retention_run_says_what_it_prunes_and_status_shows_the_ledger_span(
     assert ledger["retention_days"] == 30 and ledger["next_prune_at"] > ledger["newest_intent_at"]
     assert "ledger: intents from " in text("status", *c)
     assert "next prune " in text("status", *c)
+
+
+def test_hold_release_and_bulk_actions_from_the_command_line(config: Path) -> None:
+    c = ("--config", str(config))
+    assert ok_json("replay", "digest", "2026-08-11", "--expires-in", "6h", *c)["admitted"] == 4
+    held = ok_json("hold", "--campaign", "digest", "--reason", "incident", *c)
+    assert held["held"] and held["by"].startswith("cli:")
+    assert "was already held" in text("hold", "--campaign", "digest", "--by", "ops:bo", *c)
+    unknown = run("hold", "--campaign", "nope", *c)
+    assert unknown.returncode != 0 and "unknown campaign 'nope'" in unknown.stderr
+    status = ok_json("status", *c)
+    assert [(h["name"], h["reason"]) for h in status["holds"]["active"]] == [
+        ("digest", "incident")]
+    assert "delivery held: campaign 'digest'" in text("status", *c)
+
+    dry = ok_json("bulk", "dead-letter", "--campaign", "digest", "--channel", "sms",
+                  "--dry-run", "--by", "ops:bo", *c)
+    assert (dry["selected"], dry["changed"], dry["dry_run"]) == ({"enqueued": 1}, 0, True)
+    assert text("bulk", "delay", "--campaign", "digest", "--channel", "email", "--until",
+                "2h", "--state", "enqueued", *c).startswith("delay: selected 3 enqueued; 3 "
+                                                            "changed (by cli:")
+    refused = run("bulk", "cancel", "--campaign", "digest", "--state", "accepted", *c)
+    assert refused.returncode != 0 and "cancel moves only" in refused.stderr
+    zero = run("bulk", "cancel", "--campaign", "digest", "--older-than", "0s", *c)
+    assert zero.returncode != 0 and "older_than" in zero.stderr
+    assert "Traceback" not in zero.stderr
+    cancelled = ok_json("bulk", "cancel", "--campaign", "digest", "--older-than", "1h", *c)
+    assert (cancelled["selected"], cancelled["changed"]) == (
+        {"enqueued": 1, "retryable": 3}, 4)
+
+    released = ok_json("release", "--campaign", "digest", *c)
+    assert (released["was_held"], released["republished"]) == (True, 0)
+    assert ok_json("status", *c)["holds"]["active"] == []

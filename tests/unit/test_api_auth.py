@@ -33,7 +33,7 @@ from tidings.errors import ConfigurationError, InvalidInput
 
 #: Values for the path parameters of every route, to call each one concretely.
 PATH_VALUES = {"campaign": "weekly-digest", "channel": "email", "date": DAY,
-               "recipient_id": "cust_0001"}
+               "recipient_id": "cust_0001", "action": "cancel"}
 
 
 @pytest.fixture

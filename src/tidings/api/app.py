@@ -13,7 +13,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tidings import __version__
-from tidings.api import observe, operator, preferences, publish, trigger, ui, uncertain
+from tidings.api import holds, observe, operator, preferences, publish, trigger, ui, uncertain
 from tidings.api.access import AccessLog
 from tidings.api.admission import AdmissionRunner
 from tidings.api.auth import (
@@ -174,7 +174,7 @@ def create_app(runtime: Runtime, *, env: Mapping[str, str] | None = None,
         trigger_secrets=secrets_from(environ.get(settings.trigger_secrets_env)),
         tolerance_s=settings.trigger_tolerance_s, secrets_env=settings.trigger_secrets_env,
         sessions=sessions_from(environ))
-    for module in (observe, trigger, publish, operator, uncertain, preferences, ui):
+    for module in (observe, trigger, publish, operator, uncertain, holds, preferences, ui):
         app.include_router(module.router)
     app.include_router(webhook_router(runtime, env=environ,
                                       metrics=WebhookMetrics(context.metrics.registry)))

@@ -109,6 +109,10 @@ def default_scope_map() -> ScopeMap:
         .route("POST", "/v1/cancel", Scope.OPERATOR)
         .route("GET", "/v1/uncertain", Scope.VIEWER)
         .route("POST", "/v1/uncertain/resolve", Scope.OPERATOR)
+        .route("GET", "/v1/holds", Scope.VIEWER)
+        .route("POST", "/v1/holds", Scope.OPERATOR)
+        .route("POST", "/v1/holds/release", Scope.OPERATOR)
+        .route("POST", "/v1/bulk/{action}", Scope.OPERATOR)
         # The application that publishes owns its recipients' wishes.
         .route("PUT", "/v1/preferences/{recipient_id}/{channel}", Scope.PUBLISH)
         .route("DELETE", "/v1/preferences/{recipient_id}/{channel}", Scope.PUBLISH)
@@ -122,6 +126,9 @@ def default_scope_map() -> ScopeMap:
         .route("POST", "/ui/dead-letters/{channel}/redrive", Scope.OPERATOR)
         .route("POST", "/ui/admission/pause", Scope.OPERATOR)
         .route("POST", "/ui/admission/resume", Scope.OPERATOR)
+        .route("POST", "/ui/holds/hold", Scope.OPERATOR)
+        .route("POST", "/ui/holds/release", Scope.OPERATOR)
+        .route("POST", "/ui/bulk", Scope.OPERATOR)
     )
 
 

@@ -36,12 +36,14 @@ from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
-from tidings import operations
+from tidings import bulk, holds, operations
 from tidings.api.auth import SESSION_COOKIE, Authenticator, Principal, authorize
 from tidings.api.context import ApiContext, ctx
 from tidings.api.errors import ApiError
 from tidings.api.tokens import Scope, grants, split_token
+from tidings.durations import parse_duration
 from tidings.errors import InvalidInput, unknown_name
+from tidings.keys import check_text
 from tidings.providers import redaction
 from tidings.stores.base import Occurrence, Switch
 
@@ -534,7 +536,19 @@ async def _overview(request: Request) -> dict[str, Any]:
         "occurrences": [_occurrence_view(o) for o in occurrences[:8]],
         "admission": admission, "window_s": status["window_s"],
         "guardrails": status["guardrails_tripped"],
+        "holds": _holds_view(status["holds"], rt),
+        "expired_while_held": status["holds"]["expired_while_held"],
     }
+
+
+def _holds_view(report: Mapping[str, Any], rt: Any) -> list[dict[str, Any]]:
+    """Every declared campaign and channel, held or not, and any occurrence held."""
+    held = {(h["scope"], h["name"]): h for h in report["active"]}
+    names = ([("campaign", x.name) for x in rt.campaigns]
+             + [("channel", ch) for ch in rt.channels]
+             + sorted(k for k in held if k[0] == "occurrence"))
+    return [{"scope": scope, "name": name, "hold": held.get((scope, name))}
+            for scope, name in names]
 
 
 def _notice(request: Request, c: ApiContext) -> str | None:
@@ -546,6 +560,16 @@ def _notice(request: Request, c: ApiContext) -> str | None:
              "channel": set(c.runtime.channels)}
     if done in ("paused", "resumed") and scope in names and name in names[scope]:
         return f"Admission {done} for {scope} {name}."
+    if done in ("held", "released") and scope in names and name in names[scope]:
+        text = f"Delivery {done} for {scope} {name}."
+        if done == "released" and q.get("republished", "").isdigit():
+            text += f" {int(q['republished'])} republished."
+        return text
+    action, selected, changed = q.get("bulk"), q.get("selected", ""), q.get("changed", "")
+    if action in bulk.ACTIONS and selected.isdigit() and changed.isdigit():
+        if q.get("dry") == "1":
+            return f"Dry run of {action}: {int(selected)} intents selected; nothing changed."
+        return f"{action}: {int(selected)} intents selected, {int(changed)} changed."
     redriven, kept = q.get("redriven", ""), q.get("kept", "")
     if redriven.isdigit():
         text = f"{int(redriven)} dead letter{'s' if int(redriven) != 1 else ''} redriven."
@@ -600,6 +624,87 @@ async def pause(request: Request, who: Who) -> Response:
 @router.post("/admission/resume")
 async def resume(request: Request, who: Who) -> Response:
     return await _switch(request, who, False)
+
+
+# ---------------------------------------------------------------- holds and bulk actions
+
+
+async def _by(request: Request, who: Principal) -> str:
+    from tidings.api.holds import actor
+
+    return await actor(ctx(request), who)
+
+
+async def _hold_form(request: Request, who: Principal) -> tuple[str, str, dict[str, list[str]]]:
+    form = await _form(request)
+    _check_csrf(request, who, form)
+    c = ctx(request)
+    scope, name = _one(form, "scope"), _one(form, "name")
+    try:
+        await holds.check_target(c.runtime.store, scope, name, channels=c.runtime.channels,
+                                 campaigns=[x.name for x in c.runtime.campaigns])
+    except InvalidInput as exc:
+        raise _form_error(exc) from None
+    return scope, name, form
+
+
+def _form_error(exc: InvalidInput) -> ApiError:
+    """An unknown name is a 404 on the form's name; any other refusal a 422 on its field."""
+    if exc.field in holds.SCOPES:
+        return ApiError(404, "form.name", exc.message)
+    return ApiError(422, f"form.{exc.field}", exc.message)
+
+
+@router.post("/holds/hold")
+async def hold(request: Request, who: Who) -> Response:
+    scope, name, form = await _hold_form(request, who)
+    c = ctx(request)
+    try:
+        reason = check_text(_one(form, "reason")[:500], "reason") or None
+    except InvalidInput as exc:
+        raise _form_error(exc) from None
+    await holds.hold(c.runtime.store, scope=scope, name=name, by=await _by(request, who),
+                     now=c.runtime.clock.now(), reason=reason)
+    return _redirect("/ui?" + urlencode({"done": "held", "scope": scope, "name": name})
+                     + "#holds")
+
+
+@router.post("/holds/release")
+async def release(request: Request, who: Who) -> Response:
+    scope, name, _ = await _hold_form(request, who)
+    c = ctx(request)
+    done = await holds.release(c.runtime.store, c.runtime.transport, scope=scope, name=name,
+                               by=await _by(request, who), now=c.runtime.clock.now())
+    return _redirect("/ui?" + urlencode({"done": "released", "scope": scope, "name": name,
+                                         "republished": done.republished}) + "#holds")
+
+
+@router.post("/bulk")
+async def bulk_action(request: Request, who: Who) -> Response:
+    form = await _form(request)
+    _check_csrf(request, who, form)
+    c = ctx(request)
+    now = c.runtime.clock.now()
+    scope, name = _one(form, "scope"), _one(form, "name")
+    older, until = _one(form, "older_than"), _one(form, "until")
+    try:
+        await holds.check_target(c.runtime.store, scope, name, channels=c.runtime.channels,
+                                 campaigns=[x.name for x in c.runtime.campaigns])
+        states = tuple(x.strip() for x in _one(form, "states").split(",") if x.strip())
+        result = await bulk.run(c.runtime.store, bulk.BulkRequest(
+            action=_one(form, "action"), by=await _by(request, who),
+            campaign=name if scope == "campaign" else None,
+            channel=name if scope == "channel" else None,
+            occurrence=name if scope == "occurrence" else None, states=states,
+            older_than_s=parse_duration(older, "older_than") if older else None,
+            until=now + parse_duration(until, "until") if until else None,
+            reason=check_text(_one(form, "reason")[:500], "reason") or None),
+            now=now, dry_run=_one(form, "dry_run") == "1")
+    except InvalidInput as exc:
+        raise _form_error(exc) from None
+    return _redirect("/ui?" + urlencode({
+        "bulk": result.action, "selected": sum(result.selected.values()),
+        "changed": result.changed, "dry": "1" if result.dry_run else "0"}) + "#holds")
 
 
 # ---------------------------------------------------------------- timeline search

@@ -31,7 +31,8 @@ class ClaimKind(StrEnum):
     ``duplicate_observed`` event has been recorded (``discarded`` for a cancelled
     or expired intent, whose message is not a duplicate but moot)."""
     HELD = "held"
-    """Uncertain: the reconciler owns it; ack the message."""
+    """Uncertain (the reconciler owns it) or parked (a hold's release republishes it):
+    ack the message."""
     BUSY = "busy"
     """Another worker holds the lease, live or expired (an expired lease is the
     reconciler's to end: it becomes uncertain, or retryable without a lookup), or the
@@ -139,6 +140,38 @@ class Switch:
     paused: bool
     changed_at: float
     reason: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Hold:
+    """A delivery hold (``tidings.holds``); ``scope`` is channel, campaign or occurrence;
+    ``held_by`` says who held it (an API token, an OS user)."""
+
+    scope: str
+    name: str
+    held_at: float
+    held_by: str
+    reason: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Selection:
+    """Which intents a bulk action, a release or a sweep reads; a None filter is off.
+    ``due_before`` keeps intents due before then (their age), ``expires_by`` those whose
+    freshness deadline is at or before then, ``updated_after`` those changed at or after
+    then; the ``not_*`` lists leave out intents of those channels, campaigns and
+    occurrences."""
+
+    states: tuple[State, ...]
+    campaign: str | None = None
+    occurrence: str | None = None
+    channel: str | None = None
+    due_before: float | None = None
+    expires_by: float | None = None
+    updated_after: float | None = None
+    not_channels: tuple[str, ...] = ()
+    not_campaigns: tuple[str, ...] = ()
+    not_occurrences: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -455,6 +488,32 @@ class Store(Protocol):
     async def switch_trip(self, *, scope: str, name: str, now: float, reason: str
                           ) -> Switch | None:
         """Pause unless already paused; the switch if this call paused it, else None."""
+        ...
+
+    async def switch_declare(self, *, scope: str, name: str, paused: bool, now: float,
+                             reason: str | None = None) -> Switch | None:
+        """Create a switch in this state unless it exists; the switch if created now."""
+        ...
+
+    # ---- delivery holds and selections (tidings.holds, tidings.bulk)
+    async def hold_insert(self, *, scope: str, name: str, now: float, by: str,
+                          reason: str | None = None) -> Hold | None:
+        """Hold unless already held; the hold if this call made it, else None."""
+        ...
+
+    async def hold_delete(self, *, scope: str, name: str) -> Hold | None:
+        """Remove a hold; the hold removed, or None if there was none."""
+        ...
+
+    async def hold_all(self) -> list[Hold]: ...
+
+    async def intent_select(self, selection: Selection, *, after: str | None = None,
+                            limit: int = 500) -> list[Intent]:
+        """A page of the selection in key order, keys after ``after``."""
+        ...
+
+    async def intent_select_counts(self, selection: Selection) -> dict[str, int]:
+        """``{state: count}`` over the selection."""
         ...
 
     async def outcome_counts(self, *, since: float, bucket_s: float) -> list[OutcomeCount]:

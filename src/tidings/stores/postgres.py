@@ -34,7 +34,7 @@ from tidings.errors import InvalidInput, StoreError
 from tidings.model import DraftPage, Event, IntentDraft, message_body, message_body_parts
 from tidings.preferences import Preference
 from tidings.retention import PRUNABLE_STATES, Partition, PruneCounts, parse_partition
-from tidings.states import CLAIMABLE, State, check
+from tidings.states import CANCELLABLE, State, check
 from tidings.stores import base, rows
 from tidings.stores.lifecycle import DatabaseStore
 from tidings.stores.postgres_db import Conn, PostgresDatabase
@@ -389,7 +389,7 @@ class PostgresStore(DatabaseStore[PostgresDatabase], StoreReads):
             target = await _one(conn, rows.CANCEL_TARGET, sql["intent_cancel_read"], (key,))
             if target is None:
                 return None
-            if target.state in CLAIMABLE:
+            if target.state in CANCELLABLE:
                 change = base.Change(key=key, from_state=target.state, to_state=State.CANCELLED,
                                 event="cancelled", reason=reason)
                 await conn.execute(sql["intent_apply"], rows.change_params(change, now))
@@ -504,6 +504,38 @@ class PostgresStore(DatabaseStore[PostgresDatabase], StoreReads):
 
         async def fn(conn: Conn) -> base.Switch | None:
             return await _one(conn, rows.SWITCH, self._sql["switch_trip"], params)
+
+        return await self.db.write(fn)
+
+    async def switch_declare(self, *, scope: str, name: str, paused: bool, now: float,
+                             reason: str | None = None) -> base.Switch | None:
+        """Create a switch in this state unless it exists; the switch if created now."""
+        params = {"scope": scope, "name": name, "paused": paused, "now": now,
+                  "reason": reason}
+
+        async def fn(conn: Conn) -> base.Switch | None:
+            return await _one(conn, rows.SWITCH, self._sql["switch_declare"], params)
+
+        return await self.db.write(fn)
+
+    # ---------------------------------------------------------------- delivery holds
+
+    async def hold_insert(self, *, scope: str, name: str, now: float, by: str,
+                          reason: str | None = None) -> base.Hold | None:
+        """Hold unless already held; the hold if this call made it, else None."""
+        params = {"scope": scope, "name": name, "now": now, "by": by, "reason": reason}
+
+        async def fn(conn: Conn) -> base.Hold | None:
+            return await _one(conn, rows.HOLD, self._sql["hold_insert"], params)
+
+        return await self.db.write(fn)
+
+    async def hold_delete(self, *, scope: str, name: str) -> base.Hold | None:
+        """Remove a hold; the hold removed, or None if there was none."""
+        params = {"scope": scope, "name": name}
+
+        async def fn(conn: Conn) -> base.Hold | None:
+            return await _one(conn, rows.HOLD, self._sql["hold_delete"], params)
 
         return await self.db.write(fn)
 

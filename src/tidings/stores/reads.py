@@ -97,6 +97,23 @@ class StoreReads(ABC):
     async def switch_all(self) -> list[base.Switch]:
         return await self._read_all(rows.SWITCH, "switch_all")
 
+    async def hold_all(self) -> list[base.Hold]:
+        return await self._read_all(rows.HOLD, "hold_all")
+
+    async def intent_select(self, selection: base.Selection, *, after: str | None = None,
+                            limit: int = 500) -> list[Intent]:
+        """A page of the selection in key order, keys after ``after``."""
+        params = self._selection(selection) | {"after": after, "limit": limit}
+        return await self._read_all(rows.INTENT, "intent_select", params)
+
+    async def intent_select_counts(self, selection: base.Selection) -> dict[str, int]:
+        """``{state: count}`` over the selection."""
+        found = await self._read_tuples("intent_select_counts", self._selection(selection))
+        return {state: int(count) for state, count in found}
+
+    def _selection(self, selection: base.Selection) -> dict[str, Any]:
+        return rows.selection_params(selection, self._array)
+
     async def outcome_counts(self, *, since: float, bucket_s: float
                              ) -> list[base.OutcomeCount]:
         """Outcome events at or after ``since`` per channel, campaign, type and bucket."""

@@ -28,6 +28,7 @@ from tidings.states import TERMINAL, State
 from tidings.stores.base import (
     ApiToken,
     Change,
+    Hold,
     IdempotentResponse,
     IntentSummary,
     LatencyHistogram,
@@ -37,6 +38,7 @@ from tidings.stores.base import (
     ProviderEventCount,
     ProviderEventType,
     PublishItem,
+    Selection,
     StoredProviderEvent,
     Switch,
 )
@@ -134,6 +136,7 @@ class CancelTarget:
 INTENT = Shape(Intent, {"state": State, "cancel_requested": bool})
 OCCURRENCE = Shape(Occurrence)
 SWITCH = Shape(Switch, {"paused": bool})
+HOLD = Shape(Hold)
 OUTCOME_COUNT = Shape(OutcomeCount, {"bucket": int, "count": int})
 API_TOKEN = Shape(ApiToken, {"scopes": _scopes})
 IDEMPOTENT_RESPONSE = Shape(IdempotentResponse)
@@ -156,6 +159,18 @@ def event_row(e: Event) -> EventRow:
     """The ``event_insert`` parameters of one event."""
     return (e.key, e.channel, e.type, e.at, e.state, e.attempt, e.worker, e.message_id,
             e.provider_request_id, e.detail)
+
+
+def selection_params(selection: Selection,
+                     array: Callable[[Sequence[Any]], Any]) -> dict[str, Any]:
+    """A selection's filters as query parameters; ``array`` binds a list as one."""
+    return {"states": array([State(s).value for s in selection.states]),
+            "campaign": selection.campaign, "occurrence": selection.occurrence,
+            "channel": selection.channel, "due_before": selection.due_before,
+            "expires_by": selection.expires_by, "updated_after": selection.updated_after,
+            "not_channels": array(selection.not_channels),
+            "not_campaigns": array(selection.not_campaigns),
+            "not_occurrences": array(selection.not_occurrences)}
 
 
 def api_token_params(token: ApiToken) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from tidings.errors import StoreError
 from tidings.model import Event, IntentDraft, message_body
 from tidings.preferences import Preference
 from tidings.retention import PRUNABLE_STATES, PruneCounts
-from tidings.states import CLAIMABLE, State, check
+from tidings.states import CANCELLABLE, State, check
 from tidings.stores import base, rows
 from tidings.stores.lifecycle import DatabaseStore
 from tidings.stores.provider_events import (
@@ -272,7 +272,7 @@ class SqliteStore(DatabaseStore[SqliteDatabase], StoreReads):
             if row is None:
                 return None
             target = rows.CANCEL_TARGET.one(cursor.description, row)
-            if target.state in CLAIMABLE:
+            if target.state in CANCELLABLE:
                 change = base.Change(key=key, from_state=target.state, to_state=State.CANCELLED,
                                 event="cancelled", reason=reason)
                 conn.execute(sql["intent_apply"], rows.change_params(change, now))
@@ -380,6 +380,38 @@ class SqliteStore(DatabaseStore[SqliteDatabase], StoreReads):
 
         def fn(conn: sqlite3.Connection) -> base.Switch | None:
             return _one(conn, rows.SWITCH, self._sql["switch_trip"], params)
+
+        return await self.db.write(fn)
+
+    async def switch_declare(self, *, scope: str, name: str, paused: bool, now: float,
+                             reason: str | None = None) -> base.Switch | None:
+        """Create a switch in this state unless it exists; the switch if created now."""
+        params = {"scope": scope, "name": name, "paused": int(paused), "now": now,
+                  "reason": reason}
+
+        def fn(conn: sqlite3.Connection) -> base.Switch | None:
+            return _one(conn, rows.SWITCH, self._sql["switch_declare"], params)
+
+        return await self.db.write(fn)
+
+    # ---------------------------------------------------------------- delivery holds
+
+    async def hold_insert(self, *, scope: str, name: str, now: float, by: str,
+                          reason: str | None = None) -> base.Hold | None:
+        """Hold unless already held; the hold if this call made it, else None."""
+        params = {"scope": scope, "name": name, "now": now, "by": by, "reason": reason}
+
+        def fn(conn: sqlite3.Connection) -> base.Hold | None:
+            return _one(conn, rows.HOLD, self._sql["hold_insert"], params)
+
+        return await self.db.write(fn)
+
+    async def hold_delete(self, *, scope: str, name: str) -> base.Hold | None:
+        """Remove a hold; the hold removed, or None if there was none."""
+        params = {"scope": scope, "name": name}
+
+        def fn(conn: sqlite3.Connection) -> base.Hold | None:
+            return _one(conn, rows.HOLD, self._sql["hold_delete"], params)
 
         return await self.db.write(fn)
 

@@ -59,13 +59,14 @@ WHERE key = %(key)s AND request_hash = %(request_hash)s AND status = 0
 
 -- name: intent_summary
 -- One row per (campaign, channel); campaign is NULL for one-off intents. "Backlog" is
--- live work already due; "scheduled" is live work due later. One scan of the ledger.
+-- live work already due (parked work included: a release puts it back on the queue);
+-- "scheduled" is live work due later. One scan of the ledger.
 SELECT campaign, channel,
        count(*)::int AS total,
        (count(*) FILTER (WHERE state IN ('selected', 'enqueued', 'claimed', 'retryable',
-                                         'uncertain') AND due_at <= %(now)s))::int AS backlog,
+                                         'uncertain', 'parked') AND due_at <= %(now)s))::int AS backlog,
        (count(*) FILTER (WHERE state IN ('selected', 'enqueued', 'claimed', 'retryable',
-                                         'uncertain') AND due_at > %(now)s))::int AS scheduled,
+                                         'uncertain', 'parked') AND due_at > %(now)s))::int AS scheduled,
        (count(*) FILTER (WHERE state = 'claimed'))::int AS claimed,
        (count(*) FILTER (WHERE state = 'retryable'))::int AS retryable,
        (count(*) FILTER (WHERE state = 'uncertain'))::int AS uncertain,
@@ -80,11 +81,11 @@ SELECT campaign, channel,
        (count(*) FILTER (WHERE state = 'rejected'))::int AS rejected,
        (count(*) FILTER (WHERE state = 'cancelled'))::int AS cancelled,
        (count(*) FILTER (WHERE state IN ('selected', 'enqueued', 'claimed', 'retryable',
-                                         'uncertain') AND expires_at <= %(now)s))::int AS overdue,
+                                         'uncertain', 'parked') AND expires_at <= %(now)s))::int AS overdue,
        min(due_at) FILTER (WHERE state IN ('selected', 'enqueued', 'claimed', 'retryable',
-                                           'uncertain') AND due_at <= %(now)s) AS oldest_due_at,
+                                           'uncertain', 'parked') AND due_at <= %(now)s) AS oldest_due_at,
        min(expires_at) FILTER (WHERE state IN ('selected', 'enqueued', 'claimed',
-                                               'retryable', 'uncertain')) AS earliest_expiry
+                                               'retryable', 'uncertain', 'parked')) AS earliest_expiry
 FROM intents
 GROUP BY campaign, channel
 ORDER BY campaign NULLS FIRST, channel

@@ -58,13 +58,14 @@ WHERE key = :key AND request_hash = :request_hash AND status = 0
 
 -- name: intent_summary
 -- One row per (campaign, channel); campaign is NULL for one-off intents. "Backlog" is
--- live work already due; "scheduled" is live work due later. One scan of the ledger.
+-- live work already due (parked work included: a release puts it back on the queue);
+-- "scheduled" is live work due later. One scan of the ledger.
 SELECT campaign, channel,
        count(*) AS total,
        count(*) FILTER (WHERE state IN ('selected', 'enqueued', 'claimed', 'retryable',
-                                        'uncertain') AND due_at <= :now) AS backlog,
+                                        'uncertain', 'parked') AND due_at <= :now) AS backlog,
        count(*) FILTER (WHERE state IN ('selected', 'enqueued', 'claimed', 'retryable',
-                                        'uncertain') AND due_at > :now) AS scheduled,
+                                        'uncertain', 'parked') AND due_at > :now) AS scheduled,
        count(*) FILTER (WHERE state = 'claimed') AS claimed,
        count(*) FILTER (WHERE state = 'retryable') AS retryable,
        count(*) FILTER (WHERE state = 'uncertain') AS uncertain,
@@ -79,10 +80,12 @@ SELECT campaign, channel,
        count(*) FILTER (WHERE state = 'rejected') AS rejected,
        count(*) FILTER (WHERE state = 'cancelled') AS cancelled,
        count(*) FILTER (WHERE state IN ('selected', 'enqueued', 'claimed', 'retryable',
-                                        'uncertain') AND expires_at <= :now) AS overdue,
-       min(CASE WHEN state IN ('selected', 'enqueued', 'claimed', 'retryable', 'uncertain')
+                                        'uncertain', 'parked') AND expires_at <= :now) AS overdue,
+       min(CASE WHEN state IN ('selected', 'enqueued', 'claimed', 'retryable', 'uncertain',
+                        'parked')
                  AND due_at <= :now THEN due_at END) AS oldest_due_at,
-       min(CASE WHEN state IN ('selected', 'enqueued', 'claimed', 'retryable', 'uncertain')
+       min(CASE WHEN state IN ('selected', 'enqueued', 'claimed', 'retryable', 'uncertain',
+                        'parked')
                 THEN expires_at END) AS earliest_expiry
 FROM intents
 GROUP BY campaign, channel
