@@ -2,14 +2,24 @@
 
     python bench/blast_radius.py [--intents 3000] [--workers 3] [--quota 200]
         [--lease-s 5] [--visibility-s 5] [--kill-every-s 2] [--drop 0.02]
-        [--before REV] [--only before|after] [--json]
+        [--witness sandbox|smtp] [--seed N] [--before REV] [--only before|after] [--json]
 
 The kill loop: a SQLite store, ``--intents`` intents on one email channel paced at
 ``--quota``/s, ``--workers`` real ``tidings worker`` processes (each running the
 reconciler beside it), the sandbox HTTP server in this process as the witness (dedupe
 off: a second send of a key counts twice; ``--drop`` of its replies lost after the
 acceptance), and every ``--kill-every-s`` one worker SIGKILLed and started again, in
-turn, until every intent is terminal and the queue is empty.
+turn, until every intent is terminal (or held) and the queue is empty.
+
+``--witness smtp`` puts a real SMTP server in the sandbox's place: the aiosmtpd
+process of ``tests/support/smtp_server.py``, reached through the SMTP adapter, which
+stores every message it accepts in an inbox folder and drops the connection after
+taking the whole message for ``--drop`` of the keys (chosen by a hash of ``--seed``
+and the key), before its reply. SMTP has no lookup, so the channel's uncertain-send
+policy is ``hold``: an intent whose send may have arrived (its reply lost, or its
+worker killed holding the lease) is held for evidence and never resent. The inbox is
+then the judge: copies per ``X-Tidings-Key`` and per ``Message-ID``, every accepted
+intent in it once, every held one at most once, every dropped key held.
 
 It runs twice: *before*, with the code of ``--before`` (default ``main``, taken out
 with ``git archive`` into a temporary folder and put first on ``PYTHONPATH`` of every
@@ -17,13 +27,16 @@ process of that run), and *after*, with this checkout. For each it prints the ki
 the ``lease_expired`` events per kill (mean, and the most one kill cost: events are
 told apart by the dead process's lease owner), what one worker could start in one
 lease at its share of the pacer, dead letters and dead intents by the poison limit,
-and the sandbox's counts (keys accepted, keys accepted twice).
+and the witness's counts (keys accepted, keys accepted twice; with SMTP also the held
+intents, and which of them reached the inbox).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import email.parser
+import email.policy
 import json
 import math
 import os
@@ -39,23 +52,47 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+SMTP_SERVER = ROOT / "tests" / "support" / "smtp_server.py"
+WITNESSES = ("sandbox", "smtp")
 _OWNER = re.compile(r"^lease of (\S+) expired")
 
 Report = dict[str, Any]
 
 
-def config_text(*, db: Path, url: str, quota: int, lease_s: float, visibility_s: float) -> str:
-    """The settings of the run (every worker reads the same file)."""
-    return f"""store = "sqlite:///{db}"
-
-[channels.email]
+def config_text(*, db: Path, url: str, quota: int, lease_s: float, visibility_s: float,
+                smtp_port: int | None = None, templates: Path | None = None) -> str:
+    """The settings of the run (every worker reads the same file); with ``smtp_port`` the
+    channel sends over SMTP to that port, rendering ``templates``, and holds uncertain
+    sends."""
+    if smtp_port is None:
+        channel = f"""[channels.email]
 quota = "{quota}/s"
 
 [channels.email.provider]
 kind = "sandbox"
 url = "{url}"
 timeout_s = 1.0
+"""
+    else:
+        channel = f"""[channels.email]
+quota = "{quota}/s"
+kind = "email"
+templates = "{templates}"
+uncertain = "hold"
 
+[channels.email.provider]
+kind = "smtp"
+host = "127.0.0.1"
+port = {smtp_port}
+security = "none"
+from_address = "news@example.com"
+timeout_s = 5.0
+data_timeout_s = 5.0
+max_connections = 4
+"""
+    return f"""store = "sqlite:///{db}"
+
+{channel}
 [worker]
 lease_s = {lease_s}
 visibility_s = {visibility_s}
@@ -118,11 +155,13 @@ class Fleet:
 
 
 def _settled(db: Path, n: int) -> bool:
+    # Held is settled for the loop: the policy has decided, and only evidence or an
+    # operator moves a held intent on (it is never resent on its own).
     with sqlite3.connect(db, timeout=30) as conn:
         open_intents = conn.execute(
             "SELECT count(*) FROM intents WHERE state NOT IN "
             "('accepted', 'delivered', 'bounced', 'complained', 'rejected', 'dead', "
-            "'cancelled', 'expired')").fetchone()[0]
+            "'cancelled', 'expired', 'held')").fetchone()[0]
         total = conn.execute("SELECT count(*) FROM intents").fetchone()[0]
         queued = conn.execute("SELECT count(*) FROM messages").fetchone()[0]
     return bool(total == n and open_intents == 0 and queued == 0)
@@ -146,7 +185,7 @@ def _ledger(db: Path, killed: list[int]) -> Report:
             "poison_sample": sorted(set(poison))[:3]}
 
 
-async def _seed(config: Path, n: int) -> None:
+async def _seed(config: Path, n: int, template: str) -> None:
     from tidings.intake import NotifyRequest
     from tidings.runtime import build_runtime
     from tidings.settings import Settings
@@ -155,35 +194,117 @@ async def _seed(config: Path, n: int) -> None:
     try:
         for start in range(0, n, 1000):
             await rt.notify_many([
-                NotifyRequest(key=f"blast-{i:05d}", template="t", channels=["email"],
+                NotifyRequest(key=f"blast-{i:05d}", template=template, channels=["email"],
                               recipient={"id": f"c{i:05d}", "email": f"c{i:05d}@example.com"})
                 for i in range(start, min(n, start + 1000))])
     finally:
         await rt.close()
 
 
+class SmtpWitness:
+    """The SMTP server process of ``tests/support/smtp_server.py`` and its inbox."""
+
+    def __init__(self, process: asyncio.subprocess.Process, port: int, inbox: Path) -> None:
+        self.process = process
+        self.port = port
+        self.inbox = inbox
+
+    @classmethod
+    async def start(cls, folder: Path, *, drop: float, seed: int) -> SmtpWitness:
+        inbox = folder / "inbox"
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, str(SMTP_SERVER), "--dir", str(inbox),
+            "--drop-after-data", str(drop), "--drop-seed", str(seed),
+            stdout=asyncio.subprocess.PIPE)
+        assert process.stdout is not None
+        line = (await asyncio.wait_for(process.stdout.readline(), 30)).decode().strip()
+        if not line.startswith("listening on "):
+            process.kill()
+            await process.wait()
+            raise RuntimeError(f"the SMTP server did not start: {line!r}")
+        return cls(process, int(line.rsplit(" ", 1)[1]), inbox)
+
+    async def close(self) -> None:
+        if self.process.returncode is None:
+            self.process.terminate()
+        await self.process.wait()
+
+    def judge(self, db: Path) -> Report:
+        """The inbox's copies per key and per Message-ID, against each intent's state."""
+        parser = email.parser.BytesHeaderParser(policy=email.policy.default)
+        per_key: Counter[str] = Counter()
+        per_id: Counter[str] = Counter()
+        ids_of: dict[str, set[str]] = {}
+        for path in sorted((self.inbox / "new").glob("*.eml")):
+            headers = parser.parsebytes(path.read_bytes())
+            key, message_id = str(headers["X-Tidings-Key"]), str(headers["Message-ID"])
+            per_key[key] += 1
+            per_id[message_id] += 1
+            ids_of.setdefault(key, set()).add(message_id)
+        log_path = self.inbox / "log.jsonl"
+        entries = ([json.loads(line) for line in log_path.read_text().splitlines()]
+                   if log_path.exists() else [])
+        dropped = {e["key"] for e in entries if e.get("dropped")}
+        with sqlite3.connect(db, timeout=30) as conn:
+            state_of = dict(conn.execute("SELECT key, state FROM intents"))
+        accepted = [k for k, state in state_of.items() if state == "accepted"]
+        held = [k for k, state in state_of.items() if state == "held"]
+        return {
+            "inbox_messages": sum(per_key.values()),
+            "accepted_keys": len(per_key),
+            "keys_accepted_twice": sum(1 for c in per_key.values() if c > 1),
+            "message_ids_twice": sum(1 for c in per_id.values() if c > 1),
+            "keys_with_two_message_ids": sum(1 for ids in ids_of.values() if len(ids) > 1),
+            "log_matches_inbox": Counter(e["key"] for e in entries) == per_key,
+            "lost_responses": sum(1 for e in entries if e.get("dropped")),
+            "accepted_not_in_inbox_once": sum(1 for k in accepted if per_key[k] != 1),
+            "held": len(held),
+            "held_in_inbox": sum(1 for k in held if per_key[k] >= 1),
+            "held_twice": sum(1 for k in held if per_key[k] > 1),
+            "dropped_not_held": sum(1 for k in dropped if state_of.get(k) != "held"),
+            "inbox_keys_unknown": sum(1 for k in per_key if k not in state_of),
+        }
+
+
+def _templates(folder: Path) -> Path:
+    """One email template, ``t/v1``, for the SMTP adapter to render."""
+    version = folder / "templates" / "t" / "v1"
+    version.mkdir(parents=True)
+    (version / "subject.txt").write_text("Your notice")
+    (version / "body.txt").write_text("Hello {{ recipient_id }}, this is your notice.")
+    return folder / "templates"
+
+
 async def kill_loop(folder: Path, *, intents: int, workers: int, quota: int, lease_s: float,
                     visibility_s: float, kill_every_s: float, drop: float,
-                    guard_s: float = 600.0, env: dict[str, str] | None = None) -> Report:
-    """One kill loop in ``folder``; the figures, the sandbox's counts and the ledger's."""
+                    witness: str = "sandbox", seed: int = 0, guard_s: float = 600.0,
+                    env: dict[str, str] | None = None) -> Report:
+    """One kill loop in ``folder``; the figures, the witness's counts and the ledger's."""
     from tidings.sandbox import LatencySpec, SandboxConfig, serve
 
-    sandbox = await serve(SandboxConfig(
+    if witness not in WITNESSES:
+        raise ValueError(f"witness must be one of {WITNESSES}, not {witness!r}")
+    smtp = await SmtpWitness.start(folder, drop=drop, seed=seed) if witness == "smtp" else None
+    sandbox = None if smtp is not None else await serve(SandboxConfig(
         dedupe=False, quotas={"email": quota}, lost_response=drop,
         latency={"email": LatencySpec(median_ms=3, p99_ms=15)}), "127.0.0.1", 0)
     db = folder / "blast.db"
     config = folder / "tidings.toml"
-    config.write_text(config_text(db=db, url=sandbox.url, quota=quota, lease_s=lease_s,
-                                  visibility_s=visibility_s))
+    config.write_text(config_text(
+        db=db, url=sandbox.url if sandbox is not None else "", quota=quota, lease_s=lease_s,
+        visibility_s=visibility_s, smtp_port=smtp.port if smtp is not None else None,
+        templates=_templates(folder) if smtp is not None else None))
     fleet: Fleet | None = None
     try:
-        await _seed(config, intents)
+        await _seed(config, intents, "t/v1" if smtp is not None else "t")
         began = time.monotonic()
         fleet = Fleet(config, folder, workers, dict(env or os.environ))
         next_kill, victim = began + kill_every_s, 0
         while not await asyncio.to_thread(_settled, db, intents):
             if fleet.exited():
                 raise RuntimeError(f"a worker exited on its own: {fleet.exited()}")
+            if smtp is not None and smtp.process.returncode is not None:
+                raise RuntimeError(f"the SMTP server exited: {smtp.process.returncode}")
             if time.monotonic() > began + guard_s:
                 raise RuntimeError(f"not settled after {guard_s:.0f} s")
             if time.monotonic() >= next_kill:
@@ -194,26 +315,33 @@ async def kill_loop(folder: Path, *, intents: int, workers: int, quota: int, lea
         elapsed = time.monotonic() - began
         fleet.stop()
         exits = [p.returncode for p in fleet.procs]
-        stats: dict[str, Any] = sandbox.core.stats()["channels"].get("email", {})
         ledger = _ledger(db, fleet.killed)
+        if smtp is not None:
+            seen = await asyncio.to_thread(smtp.judge, db)
+        else:
+            assert sandbox is not None
+            stats: dict[str, Any] = sandbox.core.stats()["channels"].get("email", {})
+            seen = {k: stats.get(k, 0)
+                    for k in ("accepted_keys", "keys_accepted_twice", "lost_responses")}
     finally:
         if fleet is not None:
             fleet.stop()
-        await sandbox.close()
+        if sandbox is not None:
+            await sandbox.close()
+        if smtp is not None:
+            await smtp.close()
     from tidings.pacing import PaceLimits
 
     paced = PaceLimits(quota_per_s=quota).paced_per_s or float(quota)
     per_kill = ledger["per_kill"]
     return {
-        "intents": intents, "workers": workers, "quota": quota, "lease_s": lease_s,
-        "kills": len(fleet.killed), "elapsed_s": round(elapsed, 1), "worker_exits": exits,
-        "lease_expired": ledger["lease_expired"],
+        "witness": witness, "intents": intents, "workers": workers, "quota": quota,
+        "lease_s": lease_s, "kills": len(fleet.killed), "elapsed_s": round(elapsed, 1),
+        "worker_exits": exits, "lease_expired": ledger["lease_expired"],
         "expired_per_kill_mean": round(sum(per_kill) / len(per_kill), 1) if per_kill else 0.0,
         "expired_per_kill_max": max(per_kill, default=0), "expired_per_kill": per_kill,
         "one_worker_one_lease": math.ceil(paced / workers * lease_s),
-        "accepted_keys": stats.get("accepted_keys", 0),
-        "keys_accepted_twice": stats.get("keys_accepted_twice", 0),
-        "lost_responses": stats.get("lost_responses", 0),
+        **seen,
         "states": ledger["states"], "dead_intents": ledger["dead_intents"],
         "dead_letters": ledger["dead_letters"], "poison": ledger["poison"],
         "dead_by_receive_count": ledger["dead_by_receive_count"],
@@ -238,7 +366,8 @@ def _run_child(label: str, args: argparse.Namespace, src: Path | None) -> Report
     argv = [sys.executable, __file__, "--child", "--intents", str(args.intents),
             "--workers", str(args.workers), "--quota", str(args.quota),
             "--lease-s", str(args.lease_s), "--visibility-s", str(args.visibility_s),
-            "--kill-every-s", str(args.kill_every_s), "--drop", str(args.drop)]
+            "--kill-every-s", str(args.kill_every_s), "--drop", str(args.drop),
+            "--witness", args.witness, "--seed", str(args.seed)]
     done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"{label} run failed:\n{done.stderr[-4000:]}")
@@ -248,14 +377,19 @@ def _run_child(label: str, args: argparse.Namespace, src: Path | None) -> Report
 
 
 def summary(report: Report) -> str:
-    return (f"{report['label']:>6}: {report['kills']} kills in {report['elapsed_s']} s; "
+    held = (f"; held {report['held']} (in the inbox {report['held_in_inbox']}, twice "
+            f"{report['held_twice']}), replies dropped {report['lost_responses']}, "
+            f"Message-IDs twice {report['message_ids_twice']}"
+            if report["witness"] == "smtp" else "")
+    return (f"{report['label']:>6} [{report['witness']}]: {report['kills']} kills in "
+            f"{report['elapsed_s']} s; "
             f"lease_expired {report['lease_expired']} = {report['expired_per_kill_mean']} "
             f"per kill (most {report['expired_per_kill_max']}; one worker's share of one "
             f"lease: {report['one_worker_one_lease']}); accepted keys "
             f"{report['accepted_keys']}/{report['intents']}, twice "
             f"{report['keys_accepted_twice']}; dead intents {report['dead_intents']}, dead "
             f"letters {report['dead_letters']}, by receive count "
-            f"{report['dead_by_receive_count']}")
+            f"{report['dead_by_receive_count']}{held}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -267,7 +401,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--visibility-s", type=float, default=5.0)
     parser.add_argument("--kill-every-s", type=float, default=2.0)
     parser.add_argument("--drop", type=float, default=0.02,
-                        help="share of the sandbox's replies lost after it accepted")
+                        help="share of the witness's replies lost after it accepted")
+    parser.add_argument("--witness", choices=WITNESSES, default="sandbox",
+                        help="the sandbox HTTP server, or a real SMTP server process")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="with --witness smtp: chooses the keys whose replies are lost")
     parser.add_argument("--before", default="main", help="the git revision to compare with")
     parser.add_argument("--only", choices=["before", "after"])
     parser.add_argument("--json", action="store_true")
@@ -279,7 +417,8 @@ def main(argv: list[str] | None = None) -> int:
             report = asyncio.run(kill_loop(
                 Path(folder), intents=args.intents, workers=args.workers, quota=args.quota,
                 lease_s=args.lease_s, visibility_s=args.visibility_s,
-                kill_every_s=args.kill_every_s, drop=args.drop))
+                kill_every_s=args.kill_every_s, drop=args.drop, witness=args.witness,
+                seed=args.seed))
         print(json.dumps(report))
         return 0
 

@@ -236,6 +236,31 @@ async def test_a_server_killed_after_data_leaves_the_send_uncertain(
     assert "hang@example.com" not in outcome.reason
 
 
+async def test_a_reply_dropped_after_data_is_stored_and_uncertain_by_key(
+        start_server: StartServer) -> None:
+    # given a server that loses the reply to a third of the keys, once it stored them
+    server = await start_server("--drop-after-data", "0.33", "--drop-seed", "7")
+    provider = provider_for(server)
+    keys = [f"k-{i:03d}" for i in range(60)]
+    try:
+        first = [await provider.send(message(k)) for k in keys]
+        again = [await provider.send(message(k)) for k in keys]
+    finally:
+        await provider.close()
+
+    # then every message is in the inbox, twice (each key was sent twice) ...
+    assert Counter(str(m["X-Tidings-Key"]) for m in server.messages()) == Counter(keys * 2)
+    # ... the log names the dropped ones, and the adapter could not know they arrived
+    dropped = {e["key"] for e in server.log() if e.get("dropped")}
+    assert 0 < len(dropped) < len(keys)
+    uncertain = {k for k, o in zip(keys, first, strict=True) if isinstance(o, Uncertain)}
+    assert uncertain == dropped
+    assert all(isinstance(o, Accepted) for k, o in zip(keys, first, strict=True)
+               if k not in dropped)
+    # ... and the key alone decides: a second send of a key meets the same fate
+    assert [type(o) for o in again] == [type(o) for o in first]
+
+
 async def test_a_server_that_is_gone_is_transient(start_server: StartServer) -> None:
     server = await start_server()
     server.process.kill()

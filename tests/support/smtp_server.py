@@ -2,6 +2,7 @@
 
     python tests/support/smtp_server.py --dir INBOX [--security starttls|tls|none]
         [--cert CERT --key KEY] [--login USER:PASSWORD]
+        [--drop-after-data RATE [--drop-seed SEED]]
 
 Prints ``listening on PORT`` once it accepts connections (port 0 picks a free one),
 then serves until killed. Every accepted message is written whole to
@@ -16,6 +17,13 @@ The recipient's local part scripts the answer:
 - ``hang@…``: the message is received, ``DATA <key>`` is printed, and no answer ever
   comes (the test kills the process);
 - anything else is accepted with ``250 2.0.0 Ok: queued as <id>``.
+
+``--drop-after-data RATE`` loses the reply of that share of the accepted messages: the
+message is stored and logged (``"dropped": true``) like any other, then the connection
+is dropped before ``250`` is sent, so the client cannot know it arrived. Which keys
+are dropped is decided by the key alone (a hash of ``SEED:key``), not by arrival
+order: a run is reproducible, the same key is dropped on every send of it, and the
+log names them.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import email.policy
+import hashlib
 import itertools
 import json
 import os
@@ -47,7 +56,10 @@ REPLIES = {
 class Inbox:
     """The handler: scripted answers, and a maildir-like inbox of what was accepted."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *, drop_after_data: float = 0.0,
+                 drop_seed: int = 0) -> None:
+        self.drop_after_data = drop_after_data
+        self.drop_seed = drop_seed
         self.new = directory / "new"
         self.tmp = directory / "tmp"
         self.new.mkdir(parents=True, exist_ok=True)
@@ -78,9 +90,23 @@ class Inbox:
         (self.tmp / name).write_bytes(content)
         os.replace(self.tmp / name, self.new / name)
         peer: Any = session.peer
+        dropped = self.drops(key)
+        entry: dict[str, Any] = {"file": name, "peer": list(peer), "key": key}
+        if dropped:
+            entry["dropped"] = True
         with self.log.open("a") as log:
-            log.write(json.dumps({"file": name, "peer": list(peer), "key": key}) + "\n")
+            log.write(json.dumps(entry) + "\n")
+        if dropped and isinstance(server.transport, asyncio.Transport):
+            # Stored, and the reply never leaves: the client cannot tell it arrived.
+            server.transport.abort()
         return f"250 2.0.0 Ok: queued as MX{n:06d}"
+
+    def drops(self, key: str) -> bool:
+        """Whether the reply to ``key``'s message is lost (``--drop-after-data``)."""
+        if self.drop_after_data <= 0:
+            return False
+        digest = hashlib.sha256(f"{self.drop_seed}:{key}".encode()).digest()
+        return int.from_bytes(digest[:8], "big") / 2**64 < self.drop_after_data
 
 
 def _text(value: str | bytes) -> str:
@@ -96,6 +122,10 @@ def main() -> None:
     parser.add_argument("--cert")
     parser.add_argument("--key")
     parser.add_argument("--login", help="USER:PASSWORD that AUTH accepts")
+    parser.add_argument("--drop-after-data", type=float, default=0.0, metavar="RATE",
+                        help="share of accepted messages whose reply is lost (by key)")
+    parser.add_argument("--drop-seed", type=int, default=0,
+                        help="chooses which keys --drop-after-data drops")
     args = parser.parse_args()
     asyncio.run(serve(args))
 
@@ -115,7 +145,7 @@ async def serve(args: argparse.Namespace) -> None:
         # handled=False: aiosmtpd then answers the failure itself (535).
         return AuthResult(success=ok, handled=False)
 
-    inbox = Inbox(args.dir)
+    inbox = Inbox(args.dir, drop_after_data=args.drop_after_data, drop_seed=args.drop_seed)
     smtp_options: dict[str, Any] = {"hostname": "mx.test", "loop": loop}
     if args.security == "starttls":
         smtp_options.update(tls_context=context, require_starttls=True)
