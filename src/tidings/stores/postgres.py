@@ -757,7 +757,10 @@ class PostgresStore(DatabaseStore[PostgresDatabase], StoreReads):
         async def scalar(conn: Conn, query: str, values: Any) -> Any:
             cur = await conn.execute(sql[query], values)
             row = await cur.fetchone()
-            return None if row is None else row[0]
+            if row is None:
+                return None
+            (value,) = row  # one column: the count or the time asked for
+            return value
 
         async def fn(conn: Conn) -> tuple[PruneCounts, float | None]:
             counts = PruneCounts(
