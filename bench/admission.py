@@ -47,10 +47,10 @@ from profiling import ThreadProfiles, format_profile
 from tidings.audience import Audience, GeneratorAudience
 from tidings.campaign import Campaign
 from tidings.clock import FakeClock
+from tidings.cron import Schedule
 from tidings.keys import campaign_key
 from tidings.model import Recipient
 from tidings.runtime import build_runtime
-from tidings.schedule import Schedule
 from tidings.scheduler import admission_shape, occurrence_id
 from tidings.settings import SchedulerSettings, Settings
 from tidings.stores import queries

@@ -13,7 +13,7 @@ every 20 ms) until all N are accepted, then tells them to stop. ``rate_per_s`` =
 (time from the start signal to the poll that saw N accepted).
 
 Floor ("queue-only"): the same N messages on a fresh file, received and acked in
-batches of the worker's batch size through the bare ``SqlTransport`` by K processes,
+batches of the worker's batch size through the bare ``SqliteTransport`` by K processes,
 with no ledger work at all. ``ratio`` = floor rate / tidings rate: the cost of the
 ledger (claim, outcome, events) and of the worker's machinery.
 
@@ -412,7 +412,7 @@ def run(*, n: int, processes: int, folder: Path, store: str | None, profile_top:
                   "cores_busy": rounded(cpu_total / elapsed, 2)},
         "workers": per_process,
         "floor": {"what": "queue-only: the same N messages received and acked through the "
-                          f"bare {'PgTransport' if pg else 'SqlTransport'} by {processes} "
+                          f"bare {'PostgresTransport' if pg else 'SqliteTransport'} by {processes} "
                           "process(es), no ledger work; "
                           "mean rate of a run before and a run after the measured one",
                   "elapsed_s": [rounded(floor_s) for floor_s, _ in floors],

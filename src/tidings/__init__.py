@@ -12,6 +12,7 @@ or run workers, schedulers and the reconciler::
 from tidings.audience import Audience, GeneratorAudience, KeysetAudience, SqlAudience
 from tidings.campaign import Campaign
 from tidings.clock import Clock, FakeClock, SystemClock
+from tidings.cron import Schedule
 from tidings.errors import (
     ConfigurationError,
     InvalidInput,
@@ -25,7 +26,6 @@ from tidings.errors import (
 from tidings.intake import NotifyRequest
 from tidings.model import Recipient
 from tidings.runtime import Runtime, build_runtime
-from tidings.schedule import Schedule
 from tidings.settings import Settings
 from tidings.states import State
 

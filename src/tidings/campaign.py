@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tidings.audience import Audience
+from tidings.cron import Schedule
 from tidings.errors import ConfigurationError
-from tidings.schedule import Schedule
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -6,11 +6,11 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from tidings.cron import check_instant
 from tidings.errors import ConfigurationError, InvalidInput, unknown_name
 from tidings.keys import check_json_text, check_text, notify_key, validate_key
 from tidings.model import IntentDraft, Recipient, encode_data
 from tidings.relay import publish
-from tidings.schedule import check_instant
 from tidings.states import State
 from tidings.stores.base import Store
 from tidings.transports.base import Transport

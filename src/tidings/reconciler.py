@@ -20,7 +20,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from tidings.model import Event, Intent, Lookup, LookupHint
+from tidings.model import Event, Intent
+from tidings.outcomes import Lookup, LookupHint
 from tidings.providers.base import Provider
 from tidings.providers.http_outcomes import describe
 from tidings.relay import RelayConfig, publish, relay_pass

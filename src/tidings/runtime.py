@@ -18,6 +18,7 @@ from tidings.audience import audience_from_spec
 from tidings.campaign import Campaign
 from tidings.clock import Clock, SystemClock
 from tidings.compose import Composer
+from tidings.cron import Schedule
 from tidings.errors import ConfigurationError, InvalidInput, unknown_name
 from tidings.group_commit import GroupCommit, GroupCommitConfig
 from tidings.guardrails import GuardrailConfig, Thresholds
@@ -34,7 +35,6 @@ from tidings.reconciler import Reconciler, ReconcilerConfig
 from tidings.relay import RelayConfig
 from tidings.retention import RetentionConfig, retention_config
 from tidings.rollout import declare_paused
-from tidings.schedule import Schedule
 from tidings.scheduler import Scheduler, SchedulerConfig, admission_shape
 from tidings.settings import ChannelSettings, GuardrailLimits, ProviderSettings, Settings
 from tidings.states import State
@@ -54,23 +54,23 @@ async def open_store(url: str) -> tuple[Store, Transport]:
     if url.startswith("sqlite:"):
         from tidings.stores.sqlite import SqliteStore
         from tidings.stores.sqlite_db import SqliteDatabase
-        from tidings.transports.sql import SqlTransport
+        from tidings.transports.sqlite import SqliteTransport
 
         db = SqliteDatabase.from_url(url)
-        return SqliteStore(db), SqlTransport(db)
+        return SqliteStore(db), SqliteTransport(db)
     if url.startswith(("postgresql:", "postgres:")):
         # Imported here: psycopg is the optional extra "postgres".
         try:
             from tidings.stores.postgres import PostgresStore
             from tidings.stores.postgres_db import PostgresDatabase
-            from tidings.transports.pg import PgTransport
+            from tidings.transports.postgres import PostgresTransport
         except ImportError as exc:
             raise ConfigurationError("store", "PostgreSQL needs the extra: "
                                      "pip install 'tidings[postgres]'") from exc
 
         pg = PostgresDatabase.from_url(url)  # ConfigurationError naming the URL sans password
         await pg.open()  # StoreError at once if the server cannot be reached
-        return PostgresStore(pg), PgTransport(pg)
+        return PostgresStore(pg), PostgresTransport(pg)
     scheme = url.split(":", 1)[0] if ":" in url else url
     raise ConfigurationError("store", f"unsupported store URL scheme {scheme!r}; "
                              "use sqlite:///path/to/tidings.db or postgresql://user@host/db")

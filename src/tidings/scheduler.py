@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 
 from tidings.campaign import Campaign
+from tidings.cron import OccurrenceTime
 from tidings.errors import InvalidInput, unknown_name
 from tidings.keys import campaign_key, campaign_key_parts, check_recipient_ids, template_ref
 from tidings.logs import log_time
 from tidings.model import DraftPage, Event, Recipient, encode_data
 from tidings.relay import RelayConfig, publish, relay_pass
 from tidings.retention import pruned_before
-from tidings.schedule import OccurrenceTime
 from tidings.stores.base import Occurrence, OccurrenceProgress, Store, Switch
 from tidings.transports.base import Transport
 

@@ -24,6 +24,7 @@ from pydantic import (
     model_validator,
 )
 
+from tidings.cron import Schedule
 from tidings.durations import Seconds, SecondsOrZero
 from tidings.errors import ConfigurationError, unknown_name
 from tidings.pacing.algorithm import parse_quota
@@ -36,7 +37,6 @@ from tidings.providers.config import (
     TwilioProviderSettings,
 )
 from tidings.retention import check_retention
-from tidings.schedule import Schedule
 
 
 def _valid_quota(value: str | None) -> str | None:

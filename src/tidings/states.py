@@ -10,13 +10,10 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import TYPE_CHECKING
 
 from tidings.errors import InvalidTransition
+from tidings.outcomes import Accepted, Outcome, Permanent, RateLimited, Transient, Uncertain
 from tidings.policy import RetryPolicy, rate_limit_pause, retry_delay
-
-if TYPE_CHECKING:
-    from tidings.model import Outcome
 
 
 class State(StrEnum):
@@ -141,7 +138,6 @@ def decide(
 
     ``failures`` is the number of transient failures the intent had before this one.
     """
-    from tidings.model import Accepted, Permanent, RateLimited, Transient, Uncertain
 
     match outcome:
         case Accepted(receipt=receipt, request_id=request_id):
@@ -193,7 +189,6 @@ def decide_raised(
     the reconciler to settle by lookup like any other uncertain send. Both spend the
     budget, so an adapter that raises on every send ends dead, not retried for ever.
     """
-    from tidings.model import Transient
 
     if not may_have_left:
         failed = decide(Transient(reason=f"raised before the send: {what}"),

@@ -35,7 +35,8 @@ from enum import StrEnum
 from typing import Any
 
 from tidings.errors import ConfigurationError, InvalidInput
-from tidings.model import Event, Intent, Lookup, LookupHint, LookupStatus
+from tidings.model import Event, Intent
+from tidings.outcomes import Lookup, LookupHint, LookupStatus
 from tidings.states import State
 
 

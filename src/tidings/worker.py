@@ -30,7 +30,8 @@ from tidings.clock import Clock
 from tidings.compose import Composed, Composer, Deferred, Ready
 from tidings.errors import MessageDecodeError, StoreError
 from tidings.holds import HoldGate
-from tidings.model import Event, Intent, Message, RateLimited, Received, SendRequest
+from tidings.model import Event, Intent, Message, Received, SendRequest
+from tidings.outcomes import RateLimited
 from tidings.pacing.pacer import Pacer
 from tidings.policy import RetryPolicy
 from tidings.providers.base import Provider

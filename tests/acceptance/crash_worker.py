@@ -28,7 +28,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from tidings.model import Outcome, SendRequest
+from tidings.model import SendRequest
+from tidings.outcomes import Outcome
 from tidings.runtime import build_runtime
 from tidings.settings import Settings
 from tidings.states import State

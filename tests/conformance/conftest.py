@@ -23,7 +23,7 @@ from tidings.stores.base import Store
 from tidings.stores.sqlite import SqliteStore
 from tidings.stores.sqlite_db import SqliteDatabase
 from tidings.transports.base import Transport
-from tidings.transports.sql import SqlTransport
+from tidings.transports.sqlite import SqliteTransport
 
 #: When the conformance databases say their migrations were applied.
 MIGRATED_AT = 1_000_000.0
@@ -60,7 +60,7 @@ def _postgres_url(tmp: Path, request: pytest.FixtureRequest) -> str:
 async def _sqlite_transport(url: str) -> Transport:
     db = SqliteDatabase.from_url(url)
     await db.migrate(now=MIGRATED_AT)
-    return SqlTransport(db)
+    return SqliteTransport(db)
 
 
 async def _postgres_store(url: str) -> Store:
@@ -70,9 +70,9 @@ async def _postgres_store(url: str) -> Store:
 
 
 async def _postgres_transport(url: str) -> Transport:
-    from tidings.transports.pg import PgTransport
+    from tidings.transports.postgres import PostgresTransport
 
-    transport = await PgTransport.open(url)
+    transport = await PostgresTransport.open(url)
     await transport.db.migrate(now=MIGRATED_AT)
     return transport
 

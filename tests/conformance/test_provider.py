@@ -36,16 +36,15 @@ from support.fake_http_providers import (
 )
 from support.smtp_side import LocalSmtp, SmtpSide, serve_smtp
 from tidings.clock import FakeClock
-from tidings.model import (
+from tidings.model import Content, SendRequest
+from tidings.outcomes import (
     Accepted,
-    Content,
     Lookup,
     LookupHint,
     LookupStatus,
     Outcome,
     Permanent,
     RateLimited,
-    SendRequest,
     Transient,
     Uncertain,
 )

@@ -37,11 +37,11 @@ import pytest
 
 from tidings.audience import GeneratorAudience
 from tidings.campaign import Campaign
+from tidings.cron import Schedule
 from tidings.errors import StoreError
 from tidings.keys import campaign_key_maker
 from tidings.model import IntentDraft, Recipient
 from tidings.runtime import open_store
-from tidings.schedule import Schedule
 from tidings.scheduler import Scheduler, SchedulerConfig, occurrence_id
 from tidings.states import State
 from tidings.stores.base import Change, ClaimKind, Store

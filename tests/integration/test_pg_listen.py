@@ -16,7 +16,7 @@ import pytest
 
 from tidings.model import IntentDraft, OutgoingMessage
 from tidings.stores.postgres import PostgresStore
-from tidings.transports.pg import PgTransport
+from tidings.transports.postgres import PostgresTransport
 
 T0 = 1_000_000.0
 HOUR = 3600.0
@@ -24,8 +24,8 @@ GUARD_S = 30.0  # only against a hang
 
 
 @pytest.fixture
-async def consumer(pg_url: str) -> AsyncIterator[PgTransport]:
-    transport = await PgTransport.open(pg_url)
+async def consumer(pg_url: str) -> AsyncIterator[PostgresTransport]:
+    transport = await PostgresTransport.open(pg_url)
     await transport.db.migrate(now=T0)
     await transport.wait("email", timeout_s=0, now=T0)  # starts the listener
     assert await transport._listener.wait_connected(GUARD_S)
@@ -33,7 +33,7 @@ async def consumer(pg_url: str) -> AsyncIterator[PgTransport]:
     await transport.close()
 
 
-async def waiting(consumer: PgTransport) -> asyncio.Task[None]:
+async def waiting(consumer: PostgresTransport) -> asyncio.Task[None]:
     task = asyncio.create_task(consumer.wait("email", timeout_s=HOUR, now=T0))
     await asyncio.sleep(0.05)
     assert not task.done(), "the queue is empty: nothing should have woken the consumer"
@@ -41,9 +41,9 @@ async def waiting(consumer: PgTransport) -> asyncio.Task[None]:
 
 
 async def test_a_publish_on_another_connection_wakes_the_consumer(
-        consumer: PgTransport, pg_url: str) -> None:
+        consumer: PostgresTransport, pg_url: str) -> None:
     task = await waiting(consumer)
-    publisher = await PgTransport.open(pg_url)
+    publisher = await PostgresTransport.open(pg_url)
     try:
         await publisher.publish("email", [OutgoingMessage(message_id="m", body="{}")], now=T0)
     finally:
@@ -52,7 +52,7 @@ async def test_a_publish_on_another_connection_wakes_the_consumer(
 
 
 async def test_admission_with_its_messages_wakes_the_consumer(
-        consumer: PgTransport, pg_url: str) -> None:
+        consumer: PostgresTransport, pg_url: str) -> None:
     task = await waiting(consumer)
     store = await PostgresStore.open(pg_url)
     try:
@@ -65,9 +65,9 @@ async def test_admission_with_its_messages_wakes_the_consumer(
 
 
 async def test_a_publish_to_another_queue_does_not_wake_the_consumer(
-        consumer: PgTransport, pg_url: str) -> None:
+        consumer: PostgresTransport, pg_url: str) -> None:
     task = await waiting(consumer)
-    publisher = await PgTransport.open(pg_url)
+    publisher = await PostgresTransport.open(pg_url)
     try:
         await publisher.publish("sms", [OutgoingMessage(message_id="m", body="{}")], now=T0)
         await asyncio.sleep(0.2)
@@ -78,7 +78,7 @@ async def test_a_publish_to_another_queue_does_not_wake_the_consumer(
     await asyncio.wait_for(task, GUARD_S)
 
 
-async def test_a_rolled_back_publish_wakes_no_one(consumer: PgTransport, pg_url: str) -> None:
+async def test_a_rolled_back_publish_wakes_no_one(consumer: PostgresTransport, pg_url: str) -> None:
     task = await waiting(consumer)
     async with await psycopg.AsyncConnection.connect(pg_url) as conn:
         await conn.execute(consumer.db.sql["message_insert_many"], {
@@ -91,7 +91,7 @@ async def test_a_rolled_back_publish_wakes_no_one(consumer: PgTransport, pg_url:
 
 
 async def test_the_listener_comes_back_after_its_connection_is_killed(
-        consumer: PgTransport, pg_url: str, pg_admin_url: str) -> None:
+        consumer: PostgresTransport, pg_url: str, pg_admin_url: str) -> None:
     database = urlsplit(pg_url).path.lstrip("/")
     async with await psycopg.AsyncConnection.connect(pg_admin_url, autocommit=True) as admin:
         cur = await admin.execute(

@@ -15,7 +15,8 @@ import pytest
 from aiohttp import web
 
 from tidings.intake import NotifyRequest
-from tidings.model import Accepted, Content, LookupHint, LookupStatus, SendRequest, Uncertain
+from tidings.model import Content, SendRequest
+from tidings.outcomes import Accepted, LookupHint, LookupStatus, Uncertain
 from tidings.runtime import build_runtime
 from tidings.sandbox import SandboxConfig, serve
 from tidings.sandbox.dialects import DialectSettings

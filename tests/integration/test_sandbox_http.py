@@ -22,15 +22,8 @@ import pytest
 
 from support.crm import free_port
 from tidings.clock import FakeClock
-from tidings.model import (
-    Accepted,
-    Lookup,
-    Permanent,
-    RateLimited,
-    SendRequest,
-    Transient,
-    Uncertain,
-)
+from tidings.model import SendRequest
+from tidings.outcomes import Accepted, Lookup, Permanent, RateLimited, Transient, Uncertain
 from tidings.providers.sandbox import SandboxHttpProvider
 from tidings.sandbox import SandboxConfig, SandboxCore, SandboxServer, serve
 

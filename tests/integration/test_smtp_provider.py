@@ -26,16 +26,8 @@ from typing import Any
 import pytest
 
 from tidings.clock import FakeClock
-from tidings.model import (
-    Accepted,
-    Content,
-    Outcome,
-    Permanent,
-    RateLimited,
-    SendRequest,
-    Transient,
-    Uncertain,
-)
+from tidings.model import Content, SendRequest
+from tidings.outcomes import Accepted, Outcome, Permanent, RateLimited, Transient, Uncertain
 from tidings.providers.config import SmtpProviderSettings, build_provider_from
 from tidings.providers.smtp import SmtpProvider, message_id
 

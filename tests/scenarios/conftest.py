@@ -19,7 +19,8 @@ import pytest
 
 from tidings.campaign import Campaign
 from tidings.clock import FakeClock
-from tidings.model import Event, Intent, Lookup, Outcome, SendRequest
+from tidings.model import Event, Intent, SendRequest
+from tidings.outcomes import Lookup, Outcome
 from tidings.providers.sandbox import SandboxTwinProvider
 from tidings.runtime import Runtime, build_runtime
 from tidings.sandbox import SandboxConfig, SandboxCore

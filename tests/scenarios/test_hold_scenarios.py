@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 from tidings import bulk, holds
 from tidings.audience import GeneratorAudience
 from tidings.campaign import Campaign
+from tidings.cron import Schedule
 from tidings.errors import InvalidInput
 from tidings.model import IntentDraft, Recipient
 from tidings.rollout import declare_paused
-from tidings.schedule import Schedule
 from tidings.states import State
 from tidings.stores.base import Change
 

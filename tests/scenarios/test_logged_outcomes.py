@@ -16,9 +16,9 @@ import pytest
 from support.logcapture import json_logs, lines, restored_logging
 from tidings.audience import GeneratorAudience
 from tidings.campaign import Campaign
+from tidings.cron import Schedule
 from tidings.logs import log_time
 from tidings.model import Recipient
-from tidings.schedule import Schedule
 from tidings.surrogate import surrogate
 
 if TYPE_CHECKING:

@@ -21,6 +21,7 @@ import pytest
 
 from tidings.audience import GeneratorAudience
 from tidings.campaign import Campaign
+from tidings.cron import Schedule
 from tidings.errors import ConfigurationError, InvalidInput, StoreError
 from tidings.intake import NotifyRequest
 from tidings.model import (
@@ -28,14 +29,12 @@ from tidings.model import (
     IntentDraft,
     Message,
     OutgoingMessage,
-    RateLimited,
     Received,
     Recipient,
     SendRequest,
-    Uncertain,
 )
+from tidings.outcomes import RateLimited, Uncertain
 from tidings.runtime import build_runtime
-from tidings.schedule import Schedule
 from tidings.settings import Settings
 from tidings.states import State
 from tidings.stores.base import Change, ClaimKind

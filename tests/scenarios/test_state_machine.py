@@ -43,17 +43,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from tidings.clock import FakeClock
 from tidings.errors import TidingsError
-from tidings.model import (
-    Accepted,
-    Lookup,
-    Message,
-    Outcome,
-    Permanent,
-    RateLimited,
-    SendRequest,
-    Transient,
-    Uncertain,
-)
+from tidings.model import Message, SendRequest
+from tidings.outcomes import Accepted, Lookup, Outcome, Permanent, RateLimited, Transient, Uncertain
 from tidings.runtime import Runtime, build_runtime
 from tidings.sandbox import SandboxConfig, SandboxCore
 from tidings.settings import Settings

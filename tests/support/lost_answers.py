@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tidings.model import Lookup, SendRequest, Uncertain
+from tidings.model import SendRequest
+from tidings.outcomes import Lookup, Uncertain
 
 
 @dataclass

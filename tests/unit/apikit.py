@@ -18,9 +18,9 @@ from tidings.api.tokens import new_token
 from tidings.audience import GeneratorAudience
 from tidings.campaign import Campaign
 from tidings.clock import FakeClock
+from tidings.cron import Schedule
 from tidings.model import Recipient
 from tidings.runtime import Runtime, build_runtime
-from tidings.schedule import Schedule
 from tidings.settings import Settings
 
 #: Friday 2026-08-14 09:00:05 UTC: five seconds after the daily digest's 09:00 fire time.

@@ -7,7 +7,8 @@ import random
 import pytest
 
 from tidings.clock import FakeClock
-from tidings.model import Accepted, SendRequest
+from tidings.model import SendRequest
+from tidings.outcomes import Accepted
 from tidings.providers.faults import InjectedFault, RaisingProvider
 from tidings.providers.sandbox import SandboxTwinProvider
 from tidings.sandbox import SandboxConfig, SandboxCore

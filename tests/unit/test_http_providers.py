@@ -18,16 +18,8 @@ from pydantic import SecretStr
 
 from tidings.clock import FakeClock
 from tidings.errors import ConfigurationError
-from tidings.model import (
-    Accepted,
-    Content,
-    Outcome,
-    Permanent,
-    RateLimited,
-    SendRequest,
-    Transient,
-    Uncertain,
-)
+from tidings.model import Content, SendRequest
+from tidings.outcomes import Accepted, Outcome, Permanent, RateLimited, Transient, Uncertain
 from tidings.providers.http import HttpJsonProvider
 from tidings.providers.http_outcomes import NO_MESSAGE_ID, outcome_for_status
 from tidings.providers.postmark import PostmarkProvider

@@ -15,11 +15,11 @@ from hypothesis import strategies as st
 
 from tidings import operations
 from tidings.clock import FakeClock
+from tidings.cron import EARLIEST_DATE, LATEST_DATE, Schedule, check_instant, logical_day
 from tidings.errors import InvalidInput
 from tidings.intake import NotifyRequest, drafts_for
 from tidings.keys import check_json_text, make_storable, storable
 from tidings.runtime import build_runtime
-from tidings.schedule import EARLIEST_DATE, LATEST_DATE, Schedule, check_instant, logical_day
 from tidings.settings import Settings
 from tidings.webhooks.parse import parse
 

@@ -16,11 +16,11 @@ from support.logcapture import json_logs, lines, restored_logging
 from tidings.audience import GeneratorAudience
 from tidings.campaign import Campaign
 from tidings.clock import FakeClock
+from tidings.cron import Schedule
 from tidings.logs import log_time, use_clock
 from tidings.model import Recipient
 from tidings.progress import Tally, startup
 from tidings.runtime import build_runtime
-from tidings.schedule import Schedule
 from tidings.settings import Settings
 
 MONDAY_0830 = 1_796_632_200.0  # 2026-12-07T08:30:00Z, a Monday

@@ -10,7 +10,8 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from tidings.clock import FakeClock
 from tidings.errors import ConfigurationError
-from tidings.model import Accepted, Content, SendRequest
+from tidings.model import Content, SendRequest
+from tidings.outcomes import Accepted
 from tidings.providers.config import (
     HttpProviderSettings,
     PostmarkProviderSettings,

@@ -17,7 +17,8 @@ from support.fake_http_providers import (
     mock_transport,
 )
 from tidings.clock import FakeClock
-from tidings.model import Content, LookupHint, LookupStatus, SendRequest
+from tidings.model import Content, SendRequest
+from tidings.outcomes import LookupHint, LookupStatus
 from tidings.providers.postmark import PostmarkProvider
 from tidings.providers.sendgrid import SendGridProvider
 from tidings.providers.twilio import TwilioProvider, callback_for

@@ -81,9 +81,9 @@ DIALECT_ONLY: dict[str, dict[str, str]] = {
 #: The modules that run each dialect's queries.
 USERS = {
     "sqlite": ["stores/sqlite.py", "stores/sqlite_db.py", "stores/reads.py",
-               "transports/sql.py"],
+               "transports/sqlite.py"],
     "postgresql": ["stores/postgres.py", "stores/postgres_db.py", "stores/reads.py",
-                   "transports/pg.py", "transports/pg_listen.py"],
+                   "transports/postgres.py", "transports/postgres_listen.py"],
 }
 
 

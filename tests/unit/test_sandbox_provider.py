@@ -11,15 +11,8 @@ import httpx
 import pytest
 
 from tidings.clock import FakeClock
-from tidings.model import (
-    Accepted,
-    Lookup,
-    Permanent,
-    RateLimited,
-    SendRequest,
-    Transient,
-    Uncertain,
-)
+from tidings.model import SendRequest
+from tidings.outcomes import Accepted, Lookup, Permanent, RateLimited, Transient, Uncertain
 from tidings.providers.base import Provider
 from tidings.providers.sandbox import (
     SandboxHttpProvider,
@@ -296,7 +289,8 @@ async def test_twin_maps_errors_like_http(config: dict[str, object], to: str,
 
 async def test_twin_quota_in_settings_sizes_the_in_process_sandbox(tmp_path: Path) -> None:
     from tidings.clock import FakeClock
-    from tidings.model import Accepted, SendRequest
+    from tidings.model import SendRequest
+    from tidings.outcomes import Accepted
     from tidings.runtime import build_runtime
     from tidings.settings import Settings
 

@@ -17,15 +17,8 @@ from aiosmtpd.smtp import SMTP, AuthResult, Envelope, Session
 from support.fake_http_providers import Scenario
 from support.smtp_side import LocalSmtp, SmtpSide, serve_smtp
 from tidings.clock import FakeClock
-from tidings.model import (
-    Accepted,
-    Content,
-    Outcome,
-    Permanent,
-    RateLimited,
-    SendRequest,
-    Transient,
-)
+from tidings.model import Content, SendRequest
+from tidings.outcomes import Accepted, Outcome, Permanent, RateLimited, Transient
 from tidings.providers.smtp import SmtpProvider, message_id, reply_outcome
 
 EMAIL = "ada@example.com"

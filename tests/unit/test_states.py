@@ -5,7 +5,7 @@ import random
 import pytest
 
 from tidings.errors import InvalidTransition
-from tidings.model import Accepted, Permanent, RateLimited, Transient, Uncertain
+from tidings.outcomes import Accepted, Permanent, RateLimited, Transient, Uncertain
 from tidings.policy import RetryPolicy
 from tidings.states import (
     DONE,

@@ -19,7 +19,8 @@ from tidings import operations
 from tidings.clock import FakeClock
 from tidings.errors import ConfigurationError, InvalidInput
 from tidings.intake import NotifyRequest
-from tidings.model import Intent, Lookup, LookupStatus
+from tidings.model import Intent
+from tidings.outcomes import Lookup, LookupStatus
 from tidings.runtime import Runtime, build_runtime
 from tidings.settings import Settings
 from tidings.states import TRANSITIONS, State

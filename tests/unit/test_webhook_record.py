@@ -17,7 +17,7 @@ from tidings.reconciler import Reconciler
 from tidings.states import State
 from tidings.stores.base import Change, ProviderEvent, ProviderEventType, RecordResult
 from tidings.stores.sqlite import SqliteStore
-from tidings.transports.sql import SqlTransport
+from tidings.transports.sqlite import SqliteTransport
 from tidings.webhooks import adopt_orphans, receive, record_events
 from tidings.webhooks.verify import HmacVerifier, SignatureError, WebhookRequest, signature_header
 
@@ -133,7 +133,7 @@ async def test_the_reconciler_sweep_adopts_orphans(store: SqliteStore) -> None:
     await record_events(store, [report("SM-early")], now=T0)
     await accepted(store, "k-early", "SM-early", now=T0 + 1)
 
-    result = await Reconciler(store=store, transport=SqlTransport(store.db),
+    result = await Reconciler(store=store, transport=SqliteTransport(store.db),
                               providers={}).run_pass(now=T0 + 2)
 
     assert result.orphans_adopted == 1

@@ -38,7 +38,8 @@ import jobs
 
 from systems._producer import main
 from tidings.intake import NotifyRequest
-from tidings.model import Outcome, Recipient, SendRequest
+from tidings.model import Recipient, SendRequest
+from tidings.outcomes import Outcome
 from tidings.providers.sandbox import SandboxTwinProvider
 from tidings.runtime import build_runtime
 from tidings.sandbox.core import SandboxConfig, SandboxCore

@@ -19,9 +19,9 @@ from typing import Any
 
 from tidings.api.errors import ApiError
 from tidings.campaign import Campaign
+from tidings.cron import OccurrenceTime
 from tidings.errors import InvalidInput, unknown_name
 from tidings.runtime import Runtime
-from tidings.schedule import OccurrenceTime
 from tidings.scheduler import PassResult, Scheduler, occurrence_id
 
 log = logging.getLogger("tidings.api.admission")

@@ -36,12 +36,12 @@ from tidings.api.fields import KEY, TEXT
 from tidings.audience import Audience
 from tidings.campaign import Campaign
 from tidings.compose import Composer
+from tidings.cron import EARLIEST_DATE, LATEST_DATE, logical_day
 from tidings.errors import InvalidInput
 from tidings.keys import campaign_key, check_json_text, queue_key, template_ref, validate_key
 from tidings.model import IntentDraft, Recipient, encode_data
 from tidings.relay import publish as publish_messages
 from tidings.runtime import Runtime
-from tidings.schedule import EARLIEST_DATE, LATEST_DATE, logical_day
 from tidings.scheduler import Switches, occurrence_id
 from tidings.stores.base import IdempotentResponse
 

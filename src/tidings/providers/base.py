@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from tidings.model import Lookup, Outcome, SendRequest
+from tidings.model import SendRequest
+from tidings.outcomes import Lookup, Outcome
 
 
 class Provider(Protocol):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, get_args
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import (
@@ -32,22 +32,23 @@ from pydantic import (
 
 from tidings.durations import Seconds, SecondsOrZero
 from tidings.errors import ConfigurationError
+from tidings.providers.http import HttpJsonProvider, HttpLookup, Source
+from tidings.providers.postmark import DEFAULT_BASE_URL as POSTMARK_BASE_URL
+from tidings.providers.postmark import PostmarkProvider
+from tidings.providers.sendgrid import DEFAULT_BASE_URL as SENDGRID_BASE_URL
+from tidings.providers.sendgrid import SendGridProvider
+from tidings.providers.smtp import SmtpProvider
+from tidings.providers.twilio import DEFAULT_BASE_URL as TWILIO_BASE_URL
+from tidings.providers.twilio import TwilioProvider
 
-if TYPE_CHECKING:  # the adapters (httpx, aiohttp, aiosmtplib) load when one is built
+if TYPE_CHECKING:
     import httpx
 
     from tidings.clock import Clock
     from tidings.providers.base import Provider
 
-TWILIO_BASE_URL: Final = "https://api.twilio.com"
-SENDGRID_BASE_URL: Final = "https://api.sendgrid.com"
-POSTMARK_BASE_URL: Final = "https://api.postmarkapp.com"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _PLACEHOLDER = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-Source = Literal["key", "to", "subject", "text", "html", "template", "data", "recipient_id",
-                 "channel"]
-SOURCES: Final = frozenset(get_args(Source))
-"""What a generic HTTP body field can be filled from (see ``providers.http``)."""
 
 
 class _Model(BaseModel):
@@ -233,12 +234,6 @@ def build_provider_from(kind_settings: AnyProviderSettings, *, channel: str, clo
     (default ``os.environ``). ``client`` is passed to HTTP adapters (default: their own
     aiohttp-backed transport). Errors name the field under ``field_prefix``
     (default ``channels.<channel>.provider``)."""
-    from tidings.providers.http import HttpJsonProvider, HttpLookup
-    from tidings.providers.postmark import PostmarkProvider
-    from tidings.providers.sendgrid import SendGridProvider
-    from tidings.providers.smtp import SmtpProvider
-    from tidings.providers.twilio import TwilioProvider
-
     environ: Mapping[str, str] = os.environ if env is None else env
     prefix = field_prefix or f"channels.{channel}.provider"
 

@@ -18,7 +18,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from tidings.model import Lookup, Outcome, SendRequest
+from tidings.model import SendRequest
+from tidings.outcomes import Lookup, Outcome
 from tidings.providers.base import Provider
 
 

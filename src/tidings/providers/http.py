@@ -37,7 +37,7 @@ import copy
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Literal, get_args
 from urllib.parse import quote
 
 import httpx
@@ -45,8 +45,8 @@ from pydantic import SecretStr
 
 from tidings.clock import Clock
 from tidings.errors import ConfigurationError
-from tidings.model import Lookup, Outcome, Permanent, SendRequest
-from tidings.providers.config import SOURCES
+from tidings.model import SendRequest
+from tidings.outcomes import Lookup, Outcome, Permanent
 from tidings.providers.http_outcomes import (
     NO_CONTENT,
     HttpAdapter,
@@ -55,6 +55,11 @@ from tidings.providers.http_outcomes import (
     header_value,
     json_of,
 )
+
+Source = Literal["key", "to", "subject", "text", "html", "template", "data", "recipient_id",
+                 "channel"]
+SOURCES: Final = frozenset(get_args(Source))
+"""What a generic HTTP body field can be filled from."""
 
 CONTENT_SOURCES: Final = frozenset({"subject", "text", "html"})
 

@@ -33,16 +33,8 @@ import httpx
 from pydantic import SecretStr
 
 from tidings.clock import Clock, SystemClock
-from tidings.model import (
-    Accepted,
-    Lookup,
-    Outcome,
-    Permanent,
-    RateLimited,
-    SendRequest,
-    Transient,
-    Uncertain,
-)
+from tidings.model import SendRequest
+from tidings.outcomes import Accepted, Lookup, Outcome, Permanent, RateLimited, Transient, Uncertain
 from tidings.policy import parse_retry_after
 from tidings.providers.aiohttp_transport import HttpDispatch
 from tidings.providers.redaction import redact

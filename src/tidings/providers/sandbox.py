@@ -15,16 +15,8 @@ import httpx
 
 from tidings.clock import Clock, SystemClock
 from tidings.errors import TidingsError
-from tidings.model import (
-    Accepted,
-    Lookup,
-    Outcome,
-    Permanent,
-    RateLimited,
-    SendRequest,
-    Transient,
-    Uncertain,
-)
+from tidings.model import SendRequest
+from tidings.outcomes import Accepted, Lookup, Outcome, Permanent, RateLimited, Transient, Uncertain
 from tidings.policy import parse_retry_after
 from tidings.providers.aiohttp_transport import HttpDispatch
 from tidings.providers.http_outcomes import NOT_SENT, describe, header_value

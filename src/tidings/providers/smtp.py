@@ -60,16 +60,8 @@ import aiosmtplib
 from pydantic import SecretStr
 
 from tidings.clock import Clock, SystemClock
-from tidings.model import (
-    Accepted,
-    Lookup,
-    Outcome,
-    Permanent,
-    RateLimited,
-    SendRequest,
-    Transient,
-    Uncertain,
-)
+from tidings.model import SendRequest
+from tidings.outcomes import Accepted, Lookup, Outcome, Permanent, RateLimited, Transient, Uncertain
 from tidings.providers.http_outcomes import NO_CONTENT, describe
 from tidings.providers.redaction import redact
 

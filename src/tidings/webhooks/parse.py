@@ -47,10 +47,10 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
+from tidings.cron import check_instant
 from tidings.errors import InvalidInput
 from tidings.keys import check_text, make_storable, validate_key
 from tidings.providers.redaction import redact
-from tidings.schedule import check_instant
 from tidings.stores.base import ProviderEvent, ProviderEventType
 from tidings.webhooks.verify import form_params
 

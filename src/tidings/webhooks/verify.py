@@ -32,7 +32,7 @@ import hmac
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 from urllib.parse import parse_qs, parse_qsl, urlsplit, urlunsplit
 
 from cryptography.exceptions import InvalidSignature
@@ -42,7 +42,9 @@ from cryptography.hazmat.primitives.serialization import load_der_public_key, lo
 
 from tidings.clock import Clock
 from tidings.errors import ConfigurationError, FieldError
-from tidings.settings import WebhookSettings
+
+if TYPE_CHECKING:  # settings load the provider adapters, which use this package
+    from tidings.settings import WebhookSettings
 
 TWILIO_SIGNATURE_HEADER = "X-Twilio-Signature"
 TWILIO_BODY_HASH_PARAM = "bodySHA256"

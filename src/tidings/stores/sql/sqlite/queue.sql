@@ -1,4 +1,4 @@
--- The embedded transport (tidings.transports.sql): per-queue messages with a
+-- The embedded transport (tidings.transports.sqlite): per-queue messages with a
 -- visibility timeout, and a dead-letter table. A receipt is "<id>:<receive_token>".
 
 -- name: message_insert_many

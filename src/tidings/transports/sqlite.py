@@ -47,7 +47,7 @@ def parse_receipt(receipt: str) -> tuple[int, int]:
         raise TransportError(f"{receipt!r} is not a sql transport receipt") from None
 
 
-class SqlTransport:
+class SqliteTransport:
     """The ``Transport`` port on tables ``messages`` and ``dead_letters``."""
 
     name = "sql"

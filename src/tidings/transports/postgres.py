@@ -1,6 +1,6 @@
 """The embedded transport on PostgreSQL: per-channel queues as rows in the store's database.
 
-The twin of ``transports.sql`` (same tables, same receipts ``"<id>:<token>"``, same
+The twin of ``transports.sqlite`` (same tables, same receipts ``"<id>:<token>"``, same
 fencing): a receive hides rows by moving ``available_at`` forward and bumps a per-row
 ``receive_token``, taking its batch ``FOR UPDATE SKIP LOCKED`` so receivers in many
 processes on many machines split the ready messages instead of queueing on each
@@ -9,7 +9,7 @@ other's rows. ``ack`` deletes by id alone; identities are never reused.
 Idle consumers do not poll hard: every transaction that makes messages visible
 notifies the queue (``pg_notify``, delivered at commit), and ``wait`` sleeps until
 that notification, until the earliest hidden or delayed message is due, or until its
-timeout (see ``pg_listen``).
+timeout (see ``postgres_listen``).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from typing import Any, TypeVar
 from tidings.errors import StoreError, TransportError
 from tidings.model import DeadLetter, OutgoingMessage, QueueDepth, Received
 from tidings.stores.postgres_db import Conn, PostgresDatabase, insert_messages
-from tidings.transports.pg_listen import ReadyListener
-from tidings.transports.sql import parse_receipt
+from tidings.transports.postgres_listen import ReadyListener
+from tidings.transports.sqlite import parse_receipt
 from tidings.transports.wakeups import Wakeups
 
 T = TypeVar("T")
@@ -30,7 +30,7 @@ T = TypeVar("T")
 POLL_WITHOUT_LISTENER_S = 0.5
 
 
-class PgTransport:
+class PostgresTransport:
     """The ``Transport`` port on tables ``messages`` and ``dead_letters`` in PostgreSQL."""
 
     name = "pg"
@@ -44,7 +44,7 @@ class PgTransport:
         db.retain()
 
     @classmethod
-    async def open(cls, url: str) -> PgTransport:
+    async def open(cls, url: str) -> PostgresTransport:
         """A transport on its own connection pool, from ``postgresql://…``."""
         db = PostgresDatabase.from_url(url)
         await db.open()
