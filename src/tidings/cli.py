@@ -6,7 +6,7 @@ import asyncio
 import json
 import os
 import shlex
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
@@ -23,6 +23,7 @@ from tidings.errors import (
     TidingsError,
     unknown_name,
 )
+from tidings.readmodel import UncertainSends
 from tidings.runtime import Runtime, build_runtime
 from tidings.settings import Settings, find_settings_file
 
@@ -562,11 +563,12 @@ def inspect(
 ) -> None:
     """Was it selected, enqueued, accepted: a delivery's ledger row and timeline."""
     from tidings import operations
+    from tidings.readmodel import Delivery, as_dict
 
     if (key is None) == (recipient is None):
         raise typer.BadParameter("give KEY or --recipient (one of them)", param_hint="KEY")
 
-    async def go(runtime: Runtime) -> dict[str, Any]:
+    async def go(runtime: Runtime) -> list[Delivery]:
         found = await operations.timeline(runtime.store, key=key, recipient=recipient,
                                           channels=runtime.channels)
         if not found:
@@ -574,13 +576,13 @@ def inspect(
                 raise typer.BadParameter(f"no intent has key {key!r}", param_hint="KEY")
             raise typer.BadParameter(f"no delivery found for {recipient!r}",
                                      param_hint="--recipient")
-        return {"deliveries": found}
-    result = _with_runtime(config, store, go)
+        return found
+    deliveries = _with_runtime(config, store, go)
     if as_json:
-        _emit(True, result)
+        _emit(True, {"deliveries": [as_dict(d) for d in deliveries]})
         return
     out = Console()
-    for delivery in result["deliveries"]:
+    for delivery in deliveries:
         lines, events = textout.inspected(delivery)
         out.print("\n".join(lines), soft_wrap=True, highlight=False, markup=False)
         out.print(events)
@@ -591,8 +593,9 @@ def status(config: ConfigOpt = None, store: StoreOpt = None, as_json: JsonOpt = 
     """Backlog, age, rate, 429s, retries, dead letters, duplicates and SLI per channel and
     campaign (the same numbers as GET /v1/status)."""
     from tidings import operations
+    from tidings.readmodel import Status, as_dict
 
-    async def go(runtime: Runtime) -> dict[str, Any]:
+    async def go(runtime: Runtime) -> Status:
         snap = await operations.snapshot(
             runtime.store, runtime.transport, channels=runtime.channels,
             now=runtime.clock.now(), window_s=runtime.settings.api.rate_window_s)
@@ -606,42 +609,43 @@ def status(config: ConfigOpt = None, store: StoreOpt = None, as_json: JsonOpt = 
             retention=runtime.retention())
     result = _with_runtime(config, store, go)
     if as_json:
-        _emit(True, result)
+        _emit(True, as_dict(result))
         return
     out = Console()
-    out.print(textout.ledger(result["ledger"]), markup=False, highlight=False, soft_wrap=True)
-    for h in result["holds"]["active"]:
-        out.print(f"[bold yellow]delivery held[/]: {h['scope']} {h['name']!r} since "
-                  f"{_when(h['since'])} by {h['by']}: {h['parked']} parked"
-                  + (f" ({h['reason']})" if h["reason"] else ""), markup=True, highlight=False)
-    if result["holds"]["expired_while_held"]:
-        out.print(f"expired while held: {result['holds']['expired_while_held']}",
+    out.print(textout.ledger(result.ledger), markup=False, highlight=False, soft_wrap=True)
+    for h in result.holds.active:
+        out.print(f"[bold yellow]delivery held[/]: {h.scope} {h.name!r} since "
+                  f"{_when(h.since)} by {h.by}: {h.parked} parked"
+                  + (f" ({h.reason})" if h.reason else ""), markup=True, highlight=False)
+    if result.holds.expired_while_held:
+        out.print(f"expired while held: {result.holds.expired_while_held}",
                   highlight=False)
-    for trip in result["guardrails_tripped"]:
-        out.print(f"[bold red]admission paused by a guardrail[/]: {trip['scope']} "
-                  f"{trip['name']!r} since {_when(trip['since'])}: {trip['reason']}",
+    for trip in result.guardrails_tripped:
+        out.print(f"[bold red]admission paused by a guardrail[/]: {trip.scope} "
+                  f"{trip.name!r} since {_when(trip.since)}: {trip.reason}",
                   markup=True, highlight=False)
     table = textout.table("channel", "backlog", "oldest (s)", "in flight", "rate/s",
                           "accepted", "429s", "retries", "dead letters", "duplicates", "SLI",
                           "drain (s)", "paused", title="tidings status: channels")
-    for name, c in result["channels"].items():
-        drain = (c.get("drain") or {}).get("drain_s")
-        table.add_row(name, str(c["backlog"]), f"{c['oldest_age_s']:.1f}", str(c["in_flight"]),
-                      f"{c['send_rate_per_s']:.2f}", str(c["accepted"]), str(c["rate_limited"]),
-                      str(c["retries"]), str(c["dead_letters"]),
-                      str(c["duplicates_suppressed"]), _pct(c["sli"]), _num(drain),
-                      _yes_no(c["paused"]))
+    for name, ch in result.channels.items():
+        n = ch.counts
+        table.add_row(name, str(n.backlog), f"{n.oldest_age_s:.1f}", str(n.in_flight),
+                      f"{n.send_rate_per_s:.2f}", str(n.accepted), str(ch.rate_limited),
+                      str(ch.retries), str(ch.dead_letters),
+                      str(ch.duplicates_suppressed), _pct(n.sli),
+                      _num(None if ch.drain is None else ch.drain.drain_s),
+                      _yes_no(ch.paused))
     out.print(table)
-    out.print(_uncertain_table({name: c["uncertain_sends"]
-                                for name, c in result["channels"].items()
-                                if c.get("uncertain_sends")}))
+    out.print(_uncertain_table({name: ch.uncertain_sends
+                                for name, ch in result.channels.items()
+                                if ch.uncertain_sends is not None}))
     table = textout.table("campaign", "latest occurrence", "backlog", "oldest (s)",
                           "accepted", "expired", "dead", "SLI", "paused", title="campaigns")
-    for name, c in result["campaigns"].items():
-        occ = c["latest_occurrence"]
-        table.add_row(name, "" if occ is None else f"{occ['logical_date']} {occ['status']}",
-                      str(c["backlog"]), f"{c['oldest_age_s']:.1f}", str(c["accepted"]),
-                      str(c["expired"]), str(c["dead"]), _pct(c["sli"]), _yes_no(c["paused"]))
+    for name, cp in result.campaigns.items():
+        occ, n = cp.latest_occurrence, cp.counts
+        table.add_row(name, "" if occ is None else f"{occ.logical_date} {occ.status}",
+                      str(n.backlog), f"{n.oldest_age_s:.1f}", str(n.accepted),
+                      str(n.expired), str(n.dead), _pct(n.sli), _yes_no(cp.paused))
     out.print(table)
 
 
@@ -657,32 +661,31 @@ def _yes_no(value: bool) -> str:
 def plan(config: ConfigOpt = None, store: StoreOpt = None, as_json: JsonOpt = False) -> None:
     """Will the backlog drain before it goes stale? Drain time (backlog ÷ sustained rate)
     against the freshness deadline, with the numbers it used."""
-    from dataclasses import asdict
-
     from tidings import operations
+    from tidings.readmodel import Plan, as_dict
 
-    async def go(runtime: Runtime) -> dict[str, Any]:
+    async def go(runtime: Runtime) -> Plan:
         snap = await operations.snapshot(
             runtime.store, runtime.transport, channels=runtime.channels,
             now=runtime.clock.now(), window_s=runtime.settings.api.rate_window_s,
             occurrences=False)
-        lines = operations.plan(snap, limits=runtime.limits,
-                                freshness={c.name: c.expires_after_s for c in runtime.campaigns})
-        return {"now": snap.now, "window_s": snap.window_s, "lines": [asdict(x) for x in lines],
-                "uncertain": await operations.uncertain_counts(
-                    runtime.store, runtime.uncertain_policies(), now=snap.now)}
+        return operations.plan_report(
+            snap, limits=runtime.limits,
+            freshness={c.name: c.expires_after_s for c in runtime.campaigns},
+            uncertain=await operations.uncertain_counts(
+                runtime.store, runtime.uncertain_policies(), now=snap.now))
     result = _with_runtime(config, store, go)
     table = textout.table("channel", "campaign", "backlog", "channel backlog", "rate/s",
                           "rate from", "drain (s)", "deadline in (s)", "freshness (s)", "late",
-                          "verdict", title=f"tidings plan (rate window {result['window_s']:.0f} s)")
-    for x in result["lines"]:
-        table.add_row(x["channel"], x["campaign"] or "(all)", str(x["backlog"]),
-                      str(x["channel_backlog"]), _num(x["rate_per_s"]), x["rate_source"],
-                      _num(x["drain_s"]), _num(x["deadline_in_s"]),
-                      _num(x["freshness_deadline_s"]), str(x["expected_late"]), x["verdict"])
-    _emit(as_json, result, table)
+                          "verdict", title=f"tidings plan (rate window {result.window_s:.0f} s)")
+    for x in result.lines:
+        table.add_row(x.channel, x.campaign or "(all)", str(x.backlog),
+                      str(x.channel_backlog), _num(x.rate_per_s), x.rate_source,
+                      _num(x.drain_s), _num(x.deadline_in_s),
+                      _num(x.freshness_deadline_s), str(x.expected_late), x.verdict)
+    _emit(as_json, as_dict(result), table)
     if not as_json:
-        Console().print(_uncertain_table(result["uncertain"]))
+        Console().print(_uncertain_table(result.uncertain))
 
 
 def _num(value: float | None) -> str:
@@ -926,13 +929,13 @@ OlderThanOpt = Annotated[str | None, typer.Option(
     "--older-than", help="Only intents unsettled at least this long: 90, 90s, 15m, 2h, 1d.")]
 
 
-def _uncertain_table(rows: dict[str, Any]) -> Table:
+def _uncertain_table(rows: Mapping[str, UncertainSends]) -> Table:
     table = Table("channel", "policy", "hold (s)", "uncertain", "held", "awaiting operator",
                   title="uncertain sends")
     for name, u in rows.items():
-        table.add_row(name, u["policy"] + ("" if u["default"] else " (set)"),
-                      _num(u["hold_s"]), str(u["uncertain"]), str(u["held"]),
-                      str(u["awaiting_operator"]))
+        table.add_row(name, u.policy.mode.value + (" (set)" if u.policy.chosen else ""),
+                      _num(u.policy.hold_s), str(u.uncertain), str(u.held),
+                      str(u.awaiting_operator))
     return table
 
 

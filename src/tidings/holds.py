@@ -21,11 +21,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 from tidings.clock import Clock
 from tidings.errors import InvalidInput, unknown_name
 from tidings.model import Event, Intent, Received
+from tidings.readmodel import ActiveHold, HoldsReport
 from tidings.relay import publish
 from tidings.states import State
 from tidings.stores.base import Change, Claim, ClaimKind, Hold, Selection, Store
@@ -167,16 +167,16 @@ def _expire(intent: Intent, by: str) -> Change:
                   reason="its freshness deadline passed while held")
 
 
-async def report(store: Store, events: Mapping[str, Mapping[str, int]]) -> dict[str, Any]:
+async def report(store: Store, events: Mapping[str, Mapping[str, int]]) -> HoldsReport:
     """The holds in place (each with its parked intents) and how many intents expired
-    while held, JSON-ready (``tidings status``'s ``holds``)."""
+    while held (``tidings status``'s ``holds``)."""
     active = []
     for h in await store.hold_all():
         parked = sum((await store.intent_select_counts(parked_in(h.scope, h.name))).values())
-        active.append({"scope": h.scope, "name": h.name, "since": h.held_at,
-                       "by": h.held_by, "reason": h.reason, "parked": parked})
-    return {"active": active,
-            "expired_while_held": sum(e.get(EXPIRED_WHILE_HELD, 0) for e in events.values())}
+        active.append(ActiveHold(scope=h.scope, name=h.name, since=h.held_at, by=h.held_by,
+                                 reason=h.reason, parked=parked))
+    return HoldsReport(active=tuple(active), expired_while_held=sum(
+        e.get(EXPIRED_WHILE_HELD, 0) for e in events.values()))
 
 
 #: How far back the holds sweep looks for parked intents no hold covers (a worker that

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -22,6 +21,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from tidings import guardrails, operations
+from tidings.readmodel import PlanLine, UncertainSends
 from tidings.runtime import Runtime
 from tidings.stores.base import LatencyHistogram, ProviderEventCount
 from tidings.webhooks.metrics import provider_event_families
@@ -35,10 +35,10 @@ class _Reading:
     snap: operations.Snapshot
     histograms: tuple[LatencyHistogram, ...]
     triggers: dict[str, int]
-    plan: tuple[operations.PlanLine, ...]
+    plan: tuple[PlanLine, ...]
     provider_events: tuple[ProviderEventCount, ...] = ()
     guardrails: tuple[guardrails.Reading, ...] = ()
-    uncertain: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    uncertain: Mapping[str, UncertainSends] = field(default_factory=dict)
 
 
 class _StoreCollector(Collector):
@@ -155,8 +155,9 @@ class _StoreCollector(Collector):
             "channel's policy), held (waiting for evidence), awaiting_operator (held past "
             "hold_s).", labels=["channel", "state"])
         for channel, row in sorted(r.uncertain.items()):
-            for state in ("uncertain", "held", "awaiting_operator"):
-                unsettled.add_metric([channel, state], row.get(state, 0))
+            for state, count in (("uncertain", row.uncertain), ("held", row.held),
+                                 ("awaiting_operator", row.awaiting_operator)):
+                unsettled.add_metric([channel, state], count)
         yield unsettled
         yield from _guardrail_families(snap, r.guardrails)
         yield from _hold_families(snap)
@@ -166,12 +167,12 @@ def _hold_families(snap: operations.Snapshot) -> Iterator[Metric]:
     parked = GaugeMetricFamily(
         "tidings_hold_parked", "Intents a delivery hold keeps parked, per hold in place.",
         labels=["scope", "name"])
-    for hold in snap.holds.get("active", ()):
-        parked.add_metric([hold["scope"], hold["name"]], float(hold["parked"]))
+    for hold in snap.holds.active:
+        parked.add_metric([hold.scope, hold.name], float(hold.parked))
     yield parked
     expired = CounterMetricFamily(
         "tidings_expired_while_held", "Intents whose freshness deadline passed while held.")
-    expired.add_metric([], float(snap.holds.get("expired_while_held", 0)))
+    expired.add_metric([], float(snap.holds.expired_while_held))
     yield expired
 
 

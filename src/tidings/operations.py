@@ -4,7 +4,8 @@
 switches); everything else here is pure: status per campaign and channel, the SLI,
 send rates and the drain-time plan. Timelines, dead letters and their redrive are the
 operator actions that need the ports; they live here too so the API and the CLI share
-one implementation.
+one implementation. What status, plan and timelines answer are the frozen types of
+``tidings.readmodel``, which is also where they become JSON.
 
 Definitions (documented once, used everywhere):
 
@@ -26,15 +27,33 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
-from tidings import holds
+from tidings import holds, readmodel
 from tidings.errors import InvalidInput
 from tidings.guardrails import tripped_by_guardrail
 from tidings.keys import check_text, validate_key
-from tidings.model import DeadLetter, Event, Intent, Message, QueueDepth
+from tidings.model import DeadLetter, Intent, Message, QueueDepth
 from tidings.pacing.algorithm import PaceLimits
+from tidings.readmodel import (
+    Answers,
+    CampaignChannelStatus,
+    CampaignStatus,
+    ChannelStatus,
+    Counts,
+    Delivery,
+    GuardrailTrip,
+    HoldsReport,
+    IntentView,
+    LedgerStatus,
+    OccurrenceStatus,
+    Plan,
+    PlanLine,
+    QueueStatus,
+    Status,
+    UncertainSends,
+)
 from tidings.relay import publish
 from tidings.retention import RetentionConfig, next_prune_at
 from tidings.states import UNSETTLED, State
@@ -71,7 +90,7 @@ class Snapshot:
     occurrences: tuple[Occurrence, ...] = ()
     age_span: tuple[float, float] | None = None
     """Creation times of the ledger's oldest and newest intent (None: none)."""
-    holds: Mapping[str, Any] = field(default_factory=dict)
+    holds: HoldsReport = field(default_factory=HoldsReport)
     """``tidings.holds.report``: the holds in place, and intents expired while held."""
 
 
@@ -146,16 +165,16 @@ def _age(now: float, at: float | None) -> float:
     return 0.0 if at is None else max(0.0, now - at)
 
 
-def _counts(t: IntentSummary | Totals, now: float, window_s: float) -> dict[str, Any]:
-    return {
-        "total": t.total, "backlog": t.backlog, "scheduled": t.scheduled,
-        "oldest_age_s": round(_age(now, t.oldest_due_at), 3), "in_flight": t.claimed,
-        "retryable": t.retryable, "uncertain": t.uncertain, "accepted": t.accepted,
-        "accepted_in_time": t.accepted_in_time, "expired": t.expired, "dead": t.dead,
-        "rejected": t.rejected, "cancelled": t.cancelled, "overdue": t.overdue,
-        "send_rate_per_s": round(t.accepted_recent / window_s, 4),
-        "sli": sli(t),
-    }
+def _counts(t: IntentSummary | Totals, now: float, window_s: float) -> Counts:
+    return Counts(
+        total=t.total, backlog=t.backlog, scheduled=t.scheduled,
+        oldest_age_s=round(_age(now, t.oldest_due_at), 3), in_flight=t.claimed,
+        retryable=t.retryable, uncertain=t.uncertain, accepted=t.accepted,
+        accepted_in_time=t.accepted_in_time, expired=t.expired, dead=t.dead,
+        rejected=t.rejected, cancelled=t.cancelled, overdue=t.overdue,
+        send_rate_per_s=round(t.accepted_recent / window_s, 4),
+        sli=sli(t),
+    )
 
 
 def _paused(switches: Sequence[Switch], scope: str) -> dict[str, Switch]:
@@ -165,9 +184,9 @@ def _paused(switches: Sequence[Switch], scope: str) -> dict[str, Switch]:
 def status(snap: Snapshot, *, campaigns: Mapping[str, Sequence[str]],
            channels: Sequence[str], limits: Mapping[str, PaceLimits] | None = None,
            freshness: Mapping[str, float | None] | None = None,
-           uncertain: Mapping[str, Mapping[str, Any]] | None = None,
-           retention: RetentionConfig | None = None) -> dict[str, Any]:
-    """Status per channel and per campaign (with its channels), JSON-ready.
+           uncertain: Mapping[str, UncertainSends] | None = None,
+           retention: RetentionConfig | None = None) -> Status:
+    """Status per channel and per campaign (with its channels).
 
     ``campaigns`` maps each declared campaign to its channels; ``channels`` lists the
     declared channels. Intents of campaigns no longer declared still show. With
@@ -177,11 +196,10 @@ def status(snap: Snapshot, *, campaigns: Mapping[str, Sequence[str]],
     and how many intents are uncertain, held and awaiting an operator.
     """
     now, window = snap.now, snap.window_s
-    drains: dict[tuple[str | None, str], dict[str, Any]] = {}
+    drains: dict[tuple[str | None, str], PlanLine] = {}
     if limits is not None:
         for line in plan(snap, limits=limits, freshness=freshness or {}):
-            drains[(line.campaign, line.channel)] = {
-                k: v for k, v in asdict(line).items() if k not in ("channel", "campaign")}
+            drains[(line.campaign, line.channel)] = line
     paused_channels = _paused(snap.switches, "channel")
     paused_campaigns = _paused(snap.switches, "campaign")
     per_channel: dict[str, Totals] = {}
@@ -193,102 +211,77 @@ def status(snap: Snapshot, *, campaigns: Mapping[str, Sequence[str]],
             one_off[s.channel] = s
         else:
             per_campaign.setdefault(s.campaign, {})[s.channel] = s
-    channel_rows: dict[str, Any] = {}
+    channel_rows: dict[str, ChannelStatus] = {}
     for channel in sorted(set(channels) | set(per_channel) | set(snap.queues)):
         events = snap.events.get(channel, {})
         depth = snap.queues.get(channel)
-        row = _counts(per_channel.get(channel, Totals()), now, window)
-        row.update({
-            "paused": channel in paused_channels,
-            "paused_reason": _reason(paused_channels.get(channel)),
-            "queue": None if depth is None else {
-                "ready": depth.ready, "delayed": depth.delayed, "in_flight": depth.in_flight,
-                "dead_letters": depth.dead, "oldest_age_s": round(depth.oldest_age_s, 3)},
-            "attempts": events.get("claimed", 0),
-            "rate_limited": events.get("rate_limited", 0),
-            "retries": events.get("transient_failure", 0),
-            "duplicates_suppressed": events.get("duplicate_observed", 0),
-            "dead_letters": 0 if depth is None else depth.dead,
-        })
-        if limits is not None:
-            row["drain"] = drains.get((None, channel))
-        if uncertain is not None:
-            row["uncertain_sends"] = uncertain.get(channel)
-        channel_rows[channel] = row
+        channel_rows[channel] = ChannelStatus(
+            counts=_counts(per_channel.get(channel, Totals()), now, window),
+            paused=channel in paused_channels,
+            paused_reason=_reason(paused_channels.get(channel)),
+            queue=None if depth is None else QueueStatus(
+                ready=depth.ready, delayed=depth.delayed, in_flight=depth.in_flight,
+                dead_letters=depth.dead, oldest_age_s=round(depth.oldest_age_s, 3)),
+            attempts=events.get("claimed", 0),
+            rate_limited=events.get("rate_limited", 0),
+            retries=events.get("transient_failure", 0),
+            duplicates_suppressed=events.get("duplicate_observed", 0),
+            dead_letters=0 if depth is None else depth.dead,
+            drain=drains.get((None, channel)),
+            uncertain_sends=None if uncertain is None else uncertain.get(channel))
     latest: dict[str, Occurrence] = {}
     for one in snap.occurrences:
         if one.campaign not in latest or one.logical_at > latest[one.campaign].logical_at:
             latest[one.campaign] = one
-    campaign_rows: dict[str, Any] = {}
+    campaign_rows: dict[str, CampaignStatus] = {}
     for name in sorted(set(campaigns) | set(per_campaign)):
         by_channel = per_campaign.get(name, {})
         total = Totals()
         for s in by_channel.values():
             total.add(s)
         occ = latest.get(name)
-        campaign_rows[name] = {
-            **_counts(total, now, window),
-            "declared": name in campaigns,
-            "paused": name in paused_campaigns,
-            "paused_reason": _reason(paused_campaigns.get(name)),
-            "latest_occurrence": None if occ is None else {
-                "logical_date": occ.logical_date, "kind": occ.kind, "status": occ.status,
-                "members": occ.members, "admitted": occ.admitted, "skipped": occ.skipped,
-                "reason": occ.reason},
-            "channels": {ch: _counts(by_channel.get(ch, Totals()), now, window)
-                         for ch in sorted(set(campaigns.get(name, ())) | set(by_channel))},
-        }
-        if limits is not None:
-            for ch, row in campaign_rows[name]["channels"].items():
-                row["drain"] = drains.get((name, ch))
-    return {
-        "now": now, "window_s": window,
-        "channels": channel_rows,
-        "campaigns": campaign_rows,
-        "one_off": {ch: _counts(s, now, window) for ch, s in sorted(one_off.items())},
-        "guardrails_tripped": [
-            {"scope": s.scope, "name": s.name, "since": s.changed_at, "reason": s.reason}
-            for s in snap.switches if tripped_by_guardrail(s)],
-        "holds": dict(snap.holds),
-        "ledger": ledger(snap, retention),
-    }
+        campaign_rows[name] = CampaignStatus(
+            counts=_counts(total, now, window),
+            declared=name in campaigns,
+            paused=name in paused_campaigns,
+            paused_reason=_reason(paused_campaigns.get(name)),
+            latest_occurrence=None if occ is None else OccurrenceStatus(
+                logical_date=occ.logical_date, kind=occ.kind, status=occ.status,
+                members=occ.members, admitted=occ.admitted, skipped=occ.skipped,
+                reason=occ.reason),
+            channels={ch: CampaignChannelStatus(
+                counts=_counts(by_channel.get(ch, Totals()), now, window),
+                drain=drains.get((name, ch)))
+                for ch in sorted(set(campaigns.get(name, ())) | set(by_channel))},
+        )
+    return Status(
+        now=now, window_s=window,
+        channels=channel_rows,
+        campaigns=campaign_rows,
+        one_off={ch: _counts(s, now, window) for ch, s in sorted(one_off.items())},
+        guardrails_tripped=tuple(
+            GuardrailTrip(scope=s.scope, name=s.name, since=s.changed_at, reason=s.reason)
+            for s in snap.switches if tripped_by_guardrail(s)),
+        holds=snap.holds,
+        ledger=ledger(snap, retention),
+    )
 
 
-def ledger(snap: Snapshot, retention: RetentionConfig | None) -> dict[str, Any]:
+def ledger(snap: Snapshot, retention: RetentionConfig | None) -> LedgerStatus:
     """The ledger's age span (oldest and newest intent) and its next prune."""
     oldest, newest = snap.age_span or (None, None)
     kept = None if retention is None else retention.intents_s
-    return {
-        "oldest_intent_at": oldest, "newest_intent_at": newest,
-        "age_s": None if oldest is None else round(snap.now - oldest, 3),
-        "retention_days": None if kept is None else kept / 86400,
-        "next_prune_at": (next_prune_at(snap.now, retention.every_s)
-                          if retention is not None and retention.enabled else None),
-    }
+    return LedgerStatus(
+        oldest_intent_at=oldest, newest_intent_at=newest,
+        age_s=None if oldest is None else round(snap.now - oldest, 3),
+        retention_days=None if kept is None else kept / 86400,
+        next_prune_at=(next_prune_at(snap.now, retention.every_s)
+                       if retention is not None and retention.enabled else None),
+    )
 
 
 def _reason(switch: Switch | None) -> str | None:
     return None if switch is None else switch.reason
-
-
-@dataclass(frozen=True, kw_only=True)
-class PlanLine:
-    """Drain time against the freshness deadline, for one channel (and one campaign, or
-    every intent of the channel when ``campaign`` is None), with the numbers used."""
-
-    channel: str
-    campaign: str | None
-    backlog: int
-    channel_backlog: int
-    observed_rate_per_s: float
-    configured_rate_per_s: float | None
-    rate_per_s: float | None
-    rate_source: str
-    drain_s: float | None
-    deadline_in_s: float | None
-    freshness_deadline_s: float | None
-    expected_late: int
-    verdict: str
 
 
 def plan_line(*, channel: str, campaign: str | None, backlog: int, channel_backlog: int,
@@ -372,6 +365,16 @@ def plan(snap: Snapshot, *, limits: Mapping[str, PaceLimits],
     return lines
 
 
+def plan_report(snap: Snapshot, *, limits: Mapping[str, PaceLimits],
+                freshness: Mapping[str, float | None],
+                uncertain: Mapping[str, UncertainSends]) -> Plan:
+    """``tidings plan`` and ``GET /v1/plan``: ``plan``'s lines with the snapshot's time
+    and rate window, and each channel's uncertain sends (``uncertain_counts``)."""
+    return Plan(now=snap.now, window_s=snap.window_s,
+                lines=tuple(plan(snap, limits=limits, freshness=freshness)),
+                uncertain=uncertain)
+
+
 def _strictest(values: Any) -> float | None:
     known = [v for v in values if v is not None]
     return min(known) if known else None
@@ -380,31 +383,24 @@ def _strictest(values: Any) -> float | None:
 # ---------------------------------------------------------------- timelines
 
 
-def answers(intent: Intent) -> dict[str, Any]:
+def answers(intent: Intent) -> Answers:
     """The three questions about one delivery, and where it stands."""
-    return {
-        "selected": intent.selected_at is not None, "selected_at": intent.selected_at,
-        "enqueued": intent.enqueued_at is not None, "enqueued_at": intent.enqueued_at,
-        "accepted": intent.accepted_at is not None, "accepted_at": intent.accepted_at,
-        "state": intent.state.value, "disposition": intent.disposition,
-        "reason": intent.reason, "attempts": intent.attempts,
-    }
+    return Answers(
+        selected=intent.selected_at is not None, selected_at=intent.selected_at,
+        enqueued=intent.enqueued_at is not None, enqueued_at=intent.enqueued_at,
+        accepted=intent.accepted_at is not None, accepted_at=intent.accepted_at,
+        state=intent.state, disposition=intent.disposition,
+        reason=intent.reason, attempts=intent.attempts,
+    )
 
 
-def intent_view(intent: Intent) -> dict[str, Any]:
+def intent_view(intent: Intent) -> IntentView:
     """An intent for an operator: never the raw address; the recipient's surrogate."""
-    row = {k: (v.value if isinstance(v, State) else v) for k, v in intent.__dict__.items()}
-    row.pop("address", None)
-    row["recipient_surrogate"] = surrogate(intent.recipient_id)
-    return row
-
-
-def event_view(event: Event) -> dict[str, Any]:
-    return dict(event.__dict__)
+    return readmodel.intent_view(intent, surrogate(intent.recipient_id))
 
 
 async def timeline(store: Store, *, key: str | None = None, recipient: str | None = None,
-                   channels: Sequence[str] = (), limit: int = 50) -> list[dict[str, Any]]:
+                   channels: Sequence[str] = (), limit: int = 50) -> list[Delivery]:
     """Deliveries with their answers and events, by key or by recipient.
 
     ``key`` is a full intent key, or a ``notify`` key (every channel of it). ``recipient``
@@ -436,8 +432,8 @@ async def timeline(store: Store, *, key: str | None = None, recipient: str | Non
                     intents.append(one)
         else:
             intents = await store.intent_find_by_recipient(recipient, limit=limit)
-    return [{"key": i.key, "answers": answers(i), "intent": intent_view(i),
-             "events": [event_view(e) for e in await store.events_for(i.key)]}
+    return [Delivery(key=i.key, answers=answers(i), intent=intent_view(i),
+                     events=tuple(await store.events_for(i.key)))
             for i in intents]
 
 
@@ -549,11 +545,11 @@ async def uncertain_list(store: Store, policies: Mapping[str, UncertainPolicy], 
 
 
 async def uncertain_counts(store: Store, policies: Mapping[str, UncertainPolicy], *,
-                           now: float, limit: int = 10_000) -> dict[str, dict[str, Any]]:
+                           now: float, limit: int = 10_000) -> dict[str, UncertainSends]:
     """Per channel: its policy, and how many intents are uncertain, held, and held past
     ``hold_s`` (awaiting an operator; counted up to ``limit``)."""
     counts = await store.intent_counts()
-    rows: dict[str, dict[str, Any]] = {}
+    rows: dict[str, UncertainSends] = {}
     for channel in sorted(set(policies) | set(counts)):
         policy = _policy(policies, channel)
         by_state = counts.get(channel, {})
@@ -563,9 +559,9 @@ async def uncertain_counts(store: Store, policies: Mapping[str, UncertainPolicy]
             old = await store.intent_find(states=[State.HELD], channel=channel,
                                           updated_before=now - policy.hold_s, limit=limit)
             waiting = sum(1 for i in old if awaiting_operator(i, policy, now))
-        rows[channel] = {**policy.describe(),
-                         "uncertain": by_state.get(State.UNCERTAIN.value, 0),
-                         "held": held, "awaiting_operator": waiting}
+        rows[channel] = UncertainSends(policy=policy,
+                                       uncertain=by_state.get(State.UNCERTAIN.value, 0),
+                                       held=held, awaiting_operator=waiting)
     return rows
 
 

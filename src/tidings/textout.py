@@ -11,6 +11,7 @@ from typing import Any
 
 from rich.table import Column, Table
 
+from tidings.readmodel import Delivery, LedgerStatus
 from tidings.states import TERMINAL, State
 
 
@@ -106,18 +107,18 @@ def pruned(result: Mapping[str, Any]) -> str:
             f"ago); oldest intent kept: {oldest}")
 
 
-def ledger(data: Mapping[str, Any]) -> str:
+def ledger(data: LedgerStatus) -> str:
     """``tidings status``'s line on the ledger's age span and its next prune."""
-    if data["oldest_intent_at"] is None:
+    if data.oldest_intent_at is None:
         span = "ledger: no intents"
     else:
-        span = (f"ledger: intents from {when(data['oldest_intent_at'])} to "
-                f"{when(data['newest_intent_at'])} ({data['age_s'] / 86400:.1f} days)")
-    if data.get("retention_days") is None:
+        span = (f"ledger: intents from {when(data.oldest_intent_at)} to "
+                f"{when(data.newest_intent_at)} ({(data.age_s or 0.0) / 86400:.1f} days)")
+    if data.retention_days is None:
         return span
-    nxt = ("never (retention.enabled = false)" if data["next_prune_at"] is None
-           else f"{when(data['next_prune_at'])} (by a running reconciler)")
-    return (f"{span}; finished work kept {data['retention_days']:g} days; "
+    nxt = ("never (retention.enabled = false)" if data.next_prune_at is None
+           else f"{when(data.next_prune_at)} (by a running reconciler)")
+    return (f"{span}; finished work kept {data.retention_days:g} days; "
             f"next prune {nxt}")
 
 
@@ -131,35 +132,35 @@ def revoked(token: Mapping[str, Any]) -> str:
             f"{when(token['revoked_at'])}")
 
 
-def inspected(delivery: Mapping[str, Any]) -> tuple[list[str], Table]:
+def inspected(delivery: Delivery) -> tuple[list[str], Table]:
     """One delivery: what it is and the three answers, the provider's receipt and
     request id, why it failed and when it is tried again; then its events."""
-    a, i = delivery["answers"], delivery["intent"]
+    a, i = delivery.answers, delivery.intent
     lines = [
-        delivery["key"],
-        f"  state      {a['state']}" + (f" ({a['disposition']})" if a["disposition"]
-                                            not in (None, a["state"]) else ""),
-        f"  selected   {_at(a['selected_at'])}",
-        f"  enqueued   {_at(a['enqueued_at'])}",
-        f"  accepted   {_at(a['accepted_at'])}",
-        f"  recipient  {i['recipient_surrogate']} ({i['channel']})",
-        f"  due        {when(i['due_at'])}"
-        + (f", expires {when(i['expires_at'])}" if i["expires_at"] else ""),
-        f"  attempts   {a['attempts']} ({i['failures']} counted failures)",
+        delivery.key,
+        f"  state      {a.state.value}" + (f" ({a.disposition})" if a.disposition
+                                            not in (None, a.state.value) else ""),
+        f"  selected   {_at(a.selected_at)}",
+        f"  enqueued   {_at(a.enqueued_at)}",
+        f"  accepted   {_at(a.accepted_at)}",
+        f"  recipient  {i.recipient_surrogate} ({i.channel})",
+        f"  due        {when(i.due_at)}"
+        + (f", expires {when(i.expires_at)}" if i.expires_at else ""),
+        f"  attempts   {a.attempts} ({i.failures} counted failures)",
     ]
-    optional = [("receipt", i["receipt"]), ("request id", i["provider_request_id"]),
-                ("reason", a["reason"]),
+    optional = [("receipt", i.receipt), ("request id", i.provider_request_id),
+                ("reason", a.reason),
                 # After a 429 this is the channel's Retry-After; else the backoff's end.
-                ("retry at", when(i["next_attempt_at"]) if i["next_attempt_at"] and
-                 State(a["state"]) not in TERMINAL else None),
-                ("lease", f"{i['lease_owner']} until {when(i['lease_expires_at'])}"
-                 if i["lease_owner"] else None)]
+                ("retry at", when(i.next_attempt_at) if i.next_attempt_at and
+                 a.state not in TERMINAL else None),
+                ("lease", f"{i.lease_owner} until {when(i.lease_expires_at)}"
+                 if i.lease_owner else None)]
     lines += [f"  {label:<10} {value}" for label, value in optional if value]
     events = table("at", "event", "state", "try", "worker", "provider request id",
                    "recipient / detail", whole=("at", "event", "state"))
-    for e in delivery["events"]:
-        events.add_row(when(e["at"]), e["type"], e["state"] or "", str(e["attempt"] or ""),
-                       e["worker"] or "", e["provider_request_id"] or "", e["detail"] or "")
+    for e in delivery.events:
+        events.add_row(when(e.at), e.type, e.state or "", str(e.attempt or ""),
+                       e.worker or "", e.provider_request_id or "", e.detail or "")
     return lines, events
 
 

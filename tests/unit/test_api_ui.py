@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterator
+from dataclasses import fields
 from pathlib import Path
 
 import httpx
@@ -12,16 +13,10 @@ import pytest
 from apikit import DAY, T0, Api, open_api
 
 from tidings.api.auth import SESSION_COOKIE, Sessions, sessions_from
-from tidings.api.ui import (
-    LOGIN_COOKIE,
-    History,
-    fmt_ago,
-    fmt_duration,
-    fmt_percent,
-    fmt_rate,
-    scrub,
-    sparkline,
-)
+from tidings.api.ui.formatting import fmt_ago, fmt_duration, fmt_percent, fmt_rate, scrub
+from tidings.api.ui.history import History, sparkline
+from tidings.api.ui.session import LOGIN_COOKIE
+from tidings.readmodel import Counts
 from tidings.states import State
 from tidings.stores.base import Change, ClaimKind
 from tidings.surrogate import surrogate
@@ -599,10 +594,16 @@ def test_sparkline_points_scale_to_the_box() -> None:
     assert sparkline([0.0, 10.0, 5.0], width=100, height=12) == "0.0,11.0 50.0,1.0 100.0,6.0"
 
 
+def counts(**given: int) -> Counts:
+    """A channel's counts: zero but for ``given``."""
+    zero = {f.name: 0 for f in fields(Counts)}
+    return Counts(**{**zero, "sli": None, **given})
+
+
 def test_history_keeps_one_reading_per_interval_and_a_bounded_number() -> None:
     history = History(size=3, every_s=2.0)
     for at in (0.0, 1.0, 2.0, 4.0, 6.0, 8.0):
-        history.record(at, {"email": {"backlog": int(at), "accepted": 0}})
+        history.record(at, {"email": counts(backlog=int(at))})
 
     assert [s.at for s in history.series("email")] == [4.0, 6.0, 8.0]
     assert history.series("sms") == []

@@ -137,12 +137,13 @@ def test_status_adds_campaigns_up_per_channel_and_reads_queues_and_events() -> N
     result = operations.status(snap(a, b, queues=queues, events=events, switches=switches),
                                campaigns={"digest": ("email", "sms")}, channels=["email", "sms"])
 
-    email = result["channels"]["email"]
-    assert (email["total"], email["backlog"], email["oldest_age_s"]) == (20, 5, 90.0)
-    assert email["send_rate_per_s"] == pytest.approx(0.06)
-    assert (email["rate_limited"], email["retries"], email["duplicates_suppressed"],
-            email["attempts"], email["dead_letters"]) == (4, 2, 1, 20, 2)
-    assert email["paused"] is True and email["queue"]["ready"] == 3
-    assert result["channels"]["sms"]["total"] == 0
-    assert result["campaigns"]["digest"]["channels"]["sms"]["total"] == 0
-    assert result["campaigns"]["reminder"]["declared"] is False
+    email = result.channels["email"]
+    assert (email.counts.total, email.counts.backlog, email.counts.oldest_age_s) == \
+        (20, 5, 90.0)
+    assert email.counts.send_rate_per_s == pytest.approx(0.06)
+    assert (email.rate_limited, email.retries, email.duplicates_suppressed,
+            email.attempts, email.dead_letters) == (4, 2, 1, 20, 2)
+    assert email.paused is True and email.queue is not None and email.queue.ready == 3
+    assert result.channels["sms"].counts.total == 0
+    assert result.campaigns["digest"].channels["sms"].counts.total == 0
+    assert result.campaigns["reminder"].declared is False

@@ -11,7 +11,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from rich.console import Console
 
-from tidings import textout
+from tidings import operations, textout
+from tidings.model import Event, Intent
+from tidings.readmodel import Delivery
+from tidings.states import State
 
 
 @pytest.fixture
@@ -60,19 +63,20 @@ def test_whole_columns_stay_on_one_line() -> None:
 
 
 def test_a_rate_limited_delivery_says_why_and_when_it_is_tried_again() -> None:
-    delivery = {
-        "key": "digest/2026-12-01/cust_1/email/v1",
-        "answers": {"state": "retryable", "disposition": None, "selected_at": 1.0,
-                    "enqueued_at": 2.0, "accepted_at": None, "reason": "HTTP 429: slow down",
-                    "attempts": 1},
-        "intent": {"recipient_surrogate": "r_5d0c1b9e33a4f1c2", "channel": "email",
-                   "due_at": 0.0, "expires_at": None, "failures": 0, "receipt": None,
-                   "provider_request_id": "req_42", "next_attempt_at": 3600.0,
-                   "lease_owner": None, "lease_expires_at": None},
-        "events": [{"at": 3.0, "type": "rate_limited", "state": "retryable", "attempt": 1,
-                    "worker": "w1", "provider_request_id": "req_42",
-                    "detail": "r_5d0c1b9e33a4f1c2"}],
-    }
+    key = "digest/2026-12-01/cust_1/email/v1"
+    intent = Intent(key=key, channel="email", recipient_id="cust_1", address="c1@example.com",
+                    template="digest", data="{}", campaign="digest", occurrence=None,
+                    state=State.RETRYABLE, due_at=0.0, expires_at=None, created_at=0.0,
+                    updated_at=3.0, selected_at=1.0, enqueued_at=2.0, accepted_at=None,
+                    finished_at=None, attempts=1, failures=0, lease_owner=None, lease_token=1,
+                    lease_expires_at=None, next_attempt_at=3600.0, receipt=None,
+                    provider_request_id="req_42", disposition=None,
+                    reason="HTTP 429: slow down", cancel_requested=False)
+    delivery = Delivery(
+        key=key, answers=operations.answers(intent), intent=operations.intent_view(intent),
+        events=(Event(key=key, channel="email", type="rate_limited", at=3.0,
+                      state="retryable", attempt=1, worker="w1", provider_request_id="req_42",
+                      detail="r_5d0c1b9e33a4f1c2"),))
     lines, events = textout.inspected(delivery)
     text = "\n".join(lines)
     assert "reason     HTTP 429: slow down" in text

@@ -21,6 +21,7 @@ from tidings.errors import ConfigurationError, InvalidInput
 from tidings.intake import NotifyRequest
 from tidings.model import Intent
 from tidings.outcomes import Lookup, LookupStatus
+from tidings.readmodel import to_json
 from tidings.runtime import Runtime, build_runtime
 from tidings.settings import Settings
 from tidings.states import TRANSITIONS, State
@@ -407,8 +408,11 @@ async def test_status_and_plan_show_the_policy_and_the_counts(world: World) -> N
     counts = await operations.uncertain_counts(world.rt.store, world.rt.uncertain_policies(),
                                                now=world.clock.now())
 
-    assert counts["email"] == {"policy": "hold", "default": True, "hold_s": 3600.0,
-                               "uncertain": 1, "held": 2, "awaiting_operator": 2}
+    email = counts["email"]
+    assert (email.uncertain, email.held, email.awaiting_operator) == (1, 2, 2)
+    assert email.policy.mode is Policy.HOLD and not email.policy.chosen
+    assert to_json(email) == {"policy": "hold", "default": True, "hold_s": 3600.0,
+                              "uncertain": 1, "held": 2, "awaiting_operator": 2}
 
 
 async def test_a_stale_verdict_never_settles_a_newer_uncertain_send(make: Make) -> None:

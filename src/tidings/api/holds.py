@@ -16,6 +16,7 @@ from tidings.api.errors import ApiError
 from tidings.api.fields import KEY, TEXT
 from tidings.api.operator import _refused
 from tidings.errors import InvalidInput
+from tidings.readmodel import as_dict
 
 router = APIRouter(prefix="/v1", tags=["operator"])
 
@@ -63,7 +64,7 @@ async def _checked(c: ApiContext, scope: str, name: str) -> None:
 async def list_holds(request: Request) -> dict[str, Any]:
     """Each hold with who placed it and its parked intents; intents expired while held."""
     c = ctx(request)
-    return await holds.report(c.runtime.store, await c.runtime.store.event_counts())
+    return as_dict(await holds.report(c.runtime.store, await c.runtime.store.event_counts()))
 
 
 @router.post("/holds", responses=_refused(404, 422),

@@ -14,6 +14,7 @@ from tidings.api.context import ApiContext, ctx
 from tidings.api.errors import ApiError, ErrorBody
 from tidings.api.fields import KEY, TEXT
 from tidings.errors import InvalidInput
+from tidings.readmodel import Plan, Status, as_dict
 
 router = APIRouter(prefix="/v1", tags=["operator"])
 
@@ -29,7 +30,7 @@ def _refused(*codes: int) -> dict[int | str, dict[str, Any]]:
             for code in (401, 403, *codes)}
 
 
-async def status_report(c: ApiContext) -> dict[str, Any]:
+async def status_report(c: ApiContext) -> Status:
     """Status per campaign and channel (the CLI's ``status --json`` is the same)."""
     rt = c.runtime
     snap = await operations.snapshot(rt.store, rt.transport, channels=rt.channels,
@@ -43,30 +44,29 @@ async def status_report(c: ApiContext) -> dict[str, Any]:
                              retention=rt.retention())
 
 
-async def plan_report(c: ApiContext) -> dict[str, Any]:
+async def plan_report(c: ApiContext) -> Plan:
     """Drain time against freshness deadlines, with the numbers used."""
     rt = c.runtime
     snap = await operations.snapshot(rt.store, rt.transport, channels=rt.channels,
                                      now=rt.clock.now(), window_s=c.settings.rate_window_s,
                                      occurrences=False)
-    lines = operations.plan(snap, limits=rt.limits,
-                            freshness={x.name: x.expires_after_s for x in rt.campaigns})
-    return {"now": snap.now, "window_s": snap.window_s, "lines": [asdict(x) for x in lines],
-            "uncertain": await operations.uncertain_counts(rt.store, rt.uncertain_policies(),
-                                                           now=snap.now)}
+    return operations.plan_report(
+        snap, limits=rt.limits, freshness={x.name: x.expires_after_s for x in rt.campaigns},
+        uncertain=await operations.uncertain_counts(rt.store, rt.uncertain_policies(),
+                                                    now=snap.now))
 
 
 @router.get("/status", responses=_refused(), summary="Status per campaign and channel")
 async def status(request: Request) -> dict[str, Any]:
     """Backlog, oldest age, in flight, send rate, 429s, retries, dead letters,
     duplicates suppressed and the SLI, per channel and per campaign."""
-    return await status_report(ctx(request))
+    return as_dict(await status_report(ctx(request)))
 
 
 @router.get("/plan", responses=_refused(), summary="Drain time vs freshness deadline")
 async def plan(request: Request) -> dict[str, Any]:
     """Per channel and campaign: backlog ÷ sustained rate against the earliest expiry."""
-    return await plan_report(ctx(request))
+    return as_dict(await plan_report(ctx(request)))
 
 
 @router.get("/timeline", responses=_refused(404, 422),
@@ -88,7 +88,7 @@ async def timeline(
     if not deliveries:
         field, value = ("query.key", key) if key is not None else ("query.recipient", recipient)
         raise ApiError(404, field, f"no delivery found for {value!r}")
-    return {"deliveries": deliveries}
+    return {"deliveries": [as_dict(d) for d in deliveries]}
 
 
 @router.get("/dead-letters/{channel}", responses=_refused(404, 422),

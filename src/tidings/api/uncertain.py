@@ -20,6 +20,7 @@ from tidings.api.auth import Principal, authorize
 from tidings.api.context import ApiContext, ctx
 from tidings.api.errors import ApiError, ErrorBody
 from tidings.errors import InvalidInput
+from tidings.readmodel import to_json
 from tidings.uncertain import parse_age
 
 router = APIRouter(prefix="/v1", tags=["operator"])
@@ -67,7 +68,7 @@ async def uncertain_list(
     age = _age(older_than, "query.older_than")
     policies = rt.uncertain_policies()
     now = rt.clock.now()
-    return {"channels": await operations.uncertain_counts(rt.store, policies, now=now),
+    return {"channels": to_json(await operations.uncertain_counts(rt.store, policies, now=now)),
             "uncertain": await operations.uncertain_list(
                 rt.store, policies, now=now, channel=channel, older_than_s=age,
                 limit=limit)}
