@@ -876,8 +876,9 @@ def dlq_list(channel: DlqChannelOpt,
              config: ConfigOpt = None, store: StoreOpt = None, as_json: JsonOpt = False) -> None:
     """A channel's dead letters, oldest first, with their intents' states."""
     from tidings import operations
+    from tidings.readmodel import DeadLetterRow, as_dict
 
-    async def go(runtime: Runtime) -> list[dict[str, Any]]:
+    async def go(runtime: Runtime) -> list[DeadLetterRow]:
         _known_channel(runtime, channel)
         return await operations.dead_letters(runtime.store, runtime.transport, channel,
                                              limit=limit)
@@ -885,9 +886,9 @@ def dlq_list(channel: DlqChannelOpt,
     table = textout.table("id", "key", "reason", "receives", "dead at", "intent now",
                           title=f"dead letters: {channel}", whole=("dead at",))
     for r in rows:
-        table.add_row(r["id"], r["key"] or "(not a tidings message)", r["reason"],
-                      str(r["receive_count"]), _when(r["dead_at"]), r["intent_state"] or "-")
-    _emit(as_json, {"channel": channel, "dead_letters": rows}, table)
+        table.add_row(r.id, r.key or "(not a tidings message)", r.reason,
+                      str(r.receive_count), _when(r.dead_at), r.intent_state or "-")
+    _emit(as_json, {"channel": channel, "dead_letters": [as_dict(r) for r in rows]}, table)
 
 
 @dlq_app.command("redrive")

@@ -42,6 +42,7 @@ from tidings.readmodel import (
     CampaignStatus,
     ChannelStatus,
     Counts,
+    DeadLetterRow,
     Delivery,
     GuardrailTrip,
     HoldsReport,
@@ -448,16 +449,16 @@ def _key_of(letter: DeadLetter) -> str | None:
 
 
 async def dead_letters(store: Store, transport: Transport, channel: str, *,
-                       limit: int = 100) -> list[dict[str, Any]]:
+                       limit: int = 100) -> list[DeadLetterRow]:
     """A channel's dead letters, oldest first, each with its intent's current state."""
     rows = []
     for letter in await transport.dead_letters(channel, limit=limit):
         key = _key_of(letter)
         intent = await store.intent_get(key) if key is not None else None
-        rows.append({"id": letter.id, "channel": channel, "message_id": letter.message_id,
-                     "key": key, "reason": letter.reason,
-                     "receive_count": letter.receive_count, "dead_at": letter.dead_at,
-                     "intent_state": None if intent is None else intent.state.value})
+        rows.append(DeadLetterRow(
+            id=letter.id, channel=channel, message_id=letter.message_id, key=key,
+            reason=letter.reason, receive_count=letter.receive_count, dead_at=letter.dead_at,
+            intent_state=None if intent is None else intent.state.value))
     return rows
 
 

@@ -1,4 +1,4 @@
-"""What an operator reads, as frozen types: status, plan and timelines.
+"""What an operator reads, as frozen types: status, plan, timelines and dead letters.
 
 ``tidings.operations`` computes these; the CLI, the dashboard, ``/metrics`` and the
 JSON API read them by attribute (so a renamed field fails mypy, not a page at run
@@ -292,6 +292,24 @@ class Delivery:
     answers: Answers
     intent: IntentView
     events: tuple[Event, ...]
+
+
+# ---------------------------------------------------------------- dead letters
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeadLetterRow:
+    """A channel's dead letter, with the key its message names (None: not a tidings
+    message) and that intent's state now (None: no such intent)."""
+
+    id: str
+    channel: str
+    message_id: str
+    key: str | None
+    reason: str
+    receive_count: int
+    dead_at: float
+    intent_state: str | None
 
 
 # ---------------------------------------------------------------- JSON

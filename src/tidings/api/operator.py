@@ -99,7 +99,7 @@ async def dead_letters(request: Request, channel: _NAME,
     c = ctx(request)
     rows = await operations.dead_letters(c.runtime.store, c.runtime.transport,
                                          c.channel(channel), limit=limit)
-    return {"channel": channel, "dead_letters": rows}
+    return {"channel": channel, "dead_letters": [as_dict(r) for r in rows]}
 
 
 class RedriveBody(BaseModel):

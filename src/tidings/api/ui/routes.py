@@ -10,6 +10,7 @@ change something are CSRF-checked (``session``) and answer with a redirect
 
 from __future__ import annotations
 
+import dataclasses
 import hmac
 import inspect
 from dataclasses import dataclass, field
@@ -375,9 +376,8 @@ async def _dead_letters(request: Request, channel: str) -> dict[str, Any]:
     counts = {ch: (await rt.transport.depth(ch, now=now)).dead for ch in rt.channels}
     rows = await operations.dead_letters(rt.store, rt.transport, c.channel(channel),
                                          limit=200)
-    for row in rows:
-        row["reason"] = scrub(row["reason"])
-    return {"channel": channel, "counts": counts, "letters": rows}
+    return {"channel": channel, "counts": counts,
+            "letters": [dataclasses.replace(row, reason=scrub(row.reason)) for row in rows]}
 
 
 @router.get("/dead-letters")
