@@ -147,9 +147,8 @@ async def test_an_intent_expiring_while_held_becomes_expired_and_is_reported(
     assert await states(h, stale) == {"expired": 4}
     assert (await h.intent(stale[0])).reason == "its freshness deadline passed while held"
     report = await holds.report(h.rt.store, await h.rt.store.event_counts())
-    assert report["expired_while_held"] == 4
-    assert [(a["scope"], a["name"], a["parked"]) for a in report["active"]] == [
-        ("campaign", "digest", 3)]
+    assert report.expired_while_held == 4
+    assert [(a.scope, a.name, a.parked) for a in report.active] == [("campaign", "digest", 3)]
 
     # and the release delivers the fresh ones only, once
     done = await holds.release(h.rt.store, h.rt.transport, scope="campaign", name="digest",
@@ -172,7 +171,7 @@ async def test_an_intent_stale_before_any_worker_saw_it_held_is_expired_while_he
     assert "expired_while_held" in await h.event_types(keys[0])
     assert (await h.queue_total(), h.stats()["requests"]) == (0, 0)
     report = await holds.report(h.rt.store, await h.rt.store.event_counts())
-    assert report["expired_while_held"] == 2
+    assert report.expired_while_held == 2
 
 
 async def test_a_release_expires_what_went_stale_before_any_sweep(h: Harness) -> None:
