@@ -948,9 +948,10 @@ def uncertain_list(channel: UncertainChannelOpt = None, older_than: OlderThanOpt
     """Uncertain and held intents, oldest first, each with its channel's policy and
     whether it awaits an operator's decision."""
     from tidings import operations
+    from tidings.readmodel import UncertainRow, to_json
     from tidings.uncertain import parse_age
 
-    async def go(runtime: Runtime) -> list[dict[str, Any]]:
+    async def go(runtime: Runtime) -> list[UncertainRow]:
         age = parse_age(older_than, "--older-than") if older_than is not None else None
         if channel is not None:
             _known_channel(runtime, channel)
@@ -961,9 +962,9 @@ def uncertain_list(channel: UncertainChannelOpt = None, older_than: OlderThanOpt
     table = Table("key", "channel", "state", "age (s)", "policy", "awaiting operator",
                   "reason", title="uncertain sends")
     for r in rows:
-        table.add_row(r["key"], r["channel"], r["state"], _num(r["age_s"]), r["policy"],
-                      _yes_no(r["awaiting_operator"]), r["reason"] or "")
-    _emit(as_json, {"uncertain": rows}, table)
+        table.add_row(r.key, r.channel, r.state.value, _num(r.age_s), r.policy,
+                      _yes_no(r.awaiting_operator), r.reason or "")
+    _emit(as_json, {"uncertain": to_json(rows)}, table)
 
 
 class Decision(StrEnum):

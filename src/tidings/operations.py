@@ -53,6 +53,7 @@ from tidings.readmodel import (
     PlanLine,
     QueueStatus,
     Status,
+    UncertainRow,
     UncertainSends,
 )
 from tidings.relay import publish
@@ -519,14 +520,14 @@ async def redrive(store: Store, transport: Transport, channel: str, *, now: floa
 # ---------------------------------------------------------------- uncertain sends
 
 
-def uncertain_view(intent: Intent, policy: UncertainPolicy, now: float) -> dict[str, Any]:
+def uncertain_view(intent: Intent, policy: UncertainPolicy, now: float) -> UncertainRow:
     """An unsettled intent for an operator: where it stands and since when."""
-    return {"key": intent.key, "channel": intent.channel, "state": intent.state.value,
-            "since": intent.updated_at, "age_s": round(_age(now, intent.updated_at), 3),
-            "attempts": intent.attempts, "reason": intent.reason,
-            "policy": policy.mode.value,
-            "awaiting_operator": awaiting_operator(intent, policy, now),
-            "recipient_surrogate": surrogate(intent.recipient_id)}
+    return UncertainRow(key=intent.key, channel=intent.channel, state=intent.state,
+                        since=intent.updated_at, age_s=round(_age(now, intent.updated_at), 3),
+                        attempts=intent.attempts, reason=intent.reason,
+                        policy=policy.mode.value,
+                        awaiting_operator=awaiting_operator(intent, policy, now),
+                        recipient_surrogate=surrogate(intent.recipient_id))
 
 
 def _policy(policies: Mapping[str, UncertainPolicy], channel: str) -> UncertainPolicy:
@@ -535,7 +536,7 @@ def _policy(policies: Mapping[str, UncertainPolicy], channel: str) -> UncertainP
 
 async def uncertain_list(store: Store, policies: Mapping[str, UncertainPolicy], *, now: float,
                          channel: str | None = None, older_than_s: float | None = None,
-                         limit: int = 100) -> list[dict[str, Any]]:
+                         limit: int = 100) -> list[UncertainRow]:
     """Uncertain and held intents (of ``channel``, unsettled for at least
     ``older_than_s``), oldest first."""
     found = await store.intent_find(

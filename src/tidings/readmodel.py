@@ -1,4 +1,5 @@
-"""What an operator reads, as frozen types: status, plan, timelines and dead letters.
+"""What an operator reads, as frozen types: status, plan, timelines, uncertain sends
+and dead letters.
 
 ``tidings.operations`` computes these; the CLI, the dashboard, ``/metrics`` and the
 JSON API read them by attribute (so a renamed field fails mypy, not a page at run
@@ -292,6 +293,26 @@ class Delivery:
     answers: Answers
     intent: IntentView
     events: tuple[Event, ...]
+
+
+# ---------------------------------------------------------------- uncertain sends
+
+
+@dataclass(frozen=True, kw_only=True)
+class UncertainRow:
+    """An unsettled intent for an operator: where it stands and since when, its
+    channel's policy, and whether it awaits an operator's decision."""
+
+    key: str
+    channel: str
+    state: State
+    since: float
+    age_s: float
+    attempts: int
+    reason: str | None
+    policy: str
+    awaiting_operator: bool
+    recipient_surrogate: str
 
 
 # ---------------------------------------------------------------- dead letters

@@ -377,7 +377,7 @@ async def test_an_operator_settles_a_selection_by_channel_and_age(world: World) 
         rt.store, rt.transport, decision="failed", who="ana", now=world.clock.now(),
         channel="email", older_than_s=3600)
 
-    assert [r["key"] for r in listed] == ["g1:email"] and listed[0]["awaiting_operator"]
+    assert [r.key for r in listed] == ["g1:email"] and listed[0].awaiting_operator
     assert [r["key"] for r in result.resolved] == ["g1:email"]
     assert await world.state("g1") is State.DEAD and await world.state("g2") is State.HELD
 

@@ -69,9 +69,9 @@ async def uncertain_list(
     policies = rt.uncertain_policies()
     now = rt.clock.now()
     return {"channels": to_json(await operations.uncertain_counts(rt.store, policies, now=now)),
-            "uncertain": await operations.uncertain_list(
+            "uncertain": to_json(await operations.uncertain_list(
                 rt.store, policies, now=now, channel=channel, older_than_s=age,
-                limit=limit)}
+                limit=limit))}
 
 
 class ResolveBody(BaseModel):
