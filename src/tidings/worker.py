@@ -37,7 +37,7 @@ from tidings.policy import RetryPolicy
 from tidings.providers.base import Provider
 from tidings.raised import describe_raised
 from tidings.states import Decision, State, before_send, decide, decide_raised
-from tidings.stores.base import Change, Claim, ClaimKind, Store
+from tidings.stores.base import Change, Claim, ClaimKind, Ledger
 from tidings.surrogate import surrogate
 from tidings.transports.base import Transport
 
@@ -130,7 +130,7 @@ class Worker:
         self,
         *,
         channel: str,
-        store: Store,
+        store: Ledger,
         transport: Transport,
         provider: Provider,
         pacer: Pacer,
