@@ -49,10 +49,13 @@ class ClaimKind(StrEnum):
     """Uncertain (the reconciler owns it) or parked (a hold's release republishes it):
     ack the message."""
     BUSY = "busy"
-    """Another worker holds the lease, live or expired (an expired lease is the
-    reconciler's to end: it becomes uncertain, or retryable without a lookup), or the
-    row is being written right now; retry after ``retry_at`` (the lease's expiry, or
-    shortly)."""
+    """The intent is claimed under a lease, live or expired; or it is this batch's own
+    second copy of a key; or another transaction is writing its row right now. An
+    expired lease is not a claimer's to take over: the reconciler ends it, and the
+    intent becomes uncertain (the holder may have sent), settled by its channel's
+    policy. Retry after ``retry_at``: the lease's expiry (already past for an expired
+    lease, so the message comes back at once until the reconciler has moved the
+    intent, and then claims HELD), or shortly for a row being written."""
     NOT_DUE = "not_due"
     """Retryable but its ``next_attempt_at`` is in the future; retry after ``retry_at``."""
     MISSING = "missing"
