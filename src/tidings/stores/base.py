@@ -1,20 +1,19 @@
 """The Store port, the union of small roles, and the values that cross it.
 
-| role | what it keeps | typed against by |
-|---|---|---|
-| ``Lifecycle`` | url, migrations, close | ``runtime``, the CLI |
-| ``Ledger`` | intents and their events: admit, claim, outcome, sweeps | worker, relay,
-  intake, reconciler, webhook evidence |
-| ``Occurrences`` | occurrences and admission switches | scheduler, guardrails, rollout |
-| ``Selections`` | delivery holds, bulk selections | ``holds``, ``bulk`` |
-| ``PreferenceRecords`` | recipient preferences | ``compose`` |
-| ``PacerBackend`` (``tidings.pacing``) | pacer state and 429 pauses | the pacer, the
-  API's rate limit |
-| ``Readings`` | counts and lookups for the operator surface, guardrail counts |
-  ``operations``, guardrails, ``/metrics`` |
-| ``ApiRecords`` | tokens, signatures, triggers, idempotency | ``api/`` |
-| ``WebhookRecords`` | provider events | ``webhooks/`` |
-| ``RetentionQueries`` | what retention prunes and counts | ``retention`` |
+Its roles, each typed against by the consumers that use it (``Store`` is their union):
+
+- ``Lifecycle``: url, migrations, close (``runtime``, the CLI);
+- ``Ledger``: intents and their events, admit, claim, outcome, sweeps (worker, relay,
+  intake, reconciler, webhook evidence);
+- ``Occurrences``: occurrences and admission switches (scheduler, guardrails, rollout);
+- ``Selections``: delivery holds and bulk selections (``holds``, ``bulk``);
+- ``PreferenceRecords``: recipient preferences (``compose``);
+- ``PacerBackend`` (``tidings.pacing``): pacer state, 429 pauses (the pacer, the API's
+  rate limit);
+- ``Readings``: counts and lookups for the operator surface, guardrail counts;
+- ``ApiRecords``: tokens, signatures, triggers, idempotency (``api/``);
+- ``WebhookRecords``: provider events (``webhooks/``);
+- ``RetentionQueries``: what retention prunes and counts (``retention``).
 
 Naming follows noun-first operations (``intent_admit``, ``intent_claim_many``). Every
 method takes ``now`` from the caller; a store never reads the clock. Batch methods
