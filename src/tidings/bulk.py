@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Protocol
 
 from tidings.errors import InvalidInput
 from tidings.model import Event, Intent
 from tidings.states import State
-from tidings.stores.base import Change, Selection, Store
+from tidings.stores.base import Change, Ledger, Selection, Selections
 
 log = logging.getLogger("tidings.bulk")
 
@@ -126,7 +127,11 @@ def change_for(request: BulkRequest, intent: Intent) -> Change | None:
                   reason=reason)
 
 
-async def run(store: Store, request: BulkRequest, *, now: float, dry_run: bool = False,
+class BulkStore(Ledger, Selections, Protocol):
+    """What a bulk action reaches: the selection it reads and the ledger it changes."""
+
+
+async def run(store: BulkStore, request: BulkRequest, *, now: float, dry_run: bool = False,
               batch: int = BATCH) -> BulkResult:
     """Count the selection, then (unless ``dry_run``) act on it ``batch`` at a time."""
     chosen = selection(request, now=now)

@@ -3,7 +3,8 @@
 A store reads the rows of a batch of keys under its lock and hands them to
 ``plan_claims``, which decides every key (``claim_kind``) and says what to write: the
 guarded lease writes for the keys claimed, and the events. Everything but ``CLAIMED``
-is a verdict the worker acts on. The store only runs the plan's writes.
+is a verdict the worker acts on. The store only runs the plan's writes. A cancel
+request is decided the same way (``plan_cancel``).
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from tidings.model import Event, Intent
-from tidings.states import CLAIMABLE, DONE, UNSETTLED, State
-from tidings.stores.base import Claim, ClaimKind
+from tidings.states import CANCELLABLE, CLAIMABLE, DONE, UNSETTLED, State
+from tidings.stores.base import Change, Claim, ClaimKind
 
 #: How soon a claimer looks again at a key whose row another transaction holds right
 #: now (a claimer, a sweep, an outcome commit): the row is in flux, not long-held.
@@ -137,3 +138,30 @@ def plan_claims(
         claims.append(Claim(key=key, kind=kind, state=state, retry_at=retry_at))
     return ClaimPlan(claims=claims, leases=leases, events=events,
                      lease_expires_at=lease_expires_at)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CancelPlan:
+    """What a cancel request does to one intent: ``change`` cancels it at once (its
+    event comes with the change); ``flag`` marks a claimed one, whose worker sees the
+    request before its send, with ``events``; neither for a finished intent or one
+    already flagged. ``state`` is the state the request answers with."""
+
+    state: State
+    change: Change | None = None
+    flag: bool = False
+    events: tuple[Event, ...] = ()
+
+
+def plan_cancel(key: str, state: State, *, channel: str, attempts: int,
+                cancel_requested: bool, now: float, reason: str) -> CancelPlan:
+    """Decide a cancel request for ``key``, read in ``state``."""
+    if state in CANCELLABLE:
+        return CancelPlan(state=State.CANCELLED, change=Change(
+            key=key, from_state=state, to_state=State.CANCELLED, event="cancelled",
+            reason=reason))
+    if state is State.CLAIMED and not cancel_requested:
+        return CancelPlan(state=state, flag=True, events=(Event(
+            key=key, channel=channel, type="cancel_requested", at=now,
+            state=State.CLAIMED.value, attempt=attempts, detail=reason),))
+    return CancelPlan(state=state)

@@ -29,7 +29,7 @@ from tidings.errors import ConfigurationError
 from tidings.model import Content, Intent, SendRequest
 from tidings.preferences import Preference, verdict
 from tidings.states import State
-from tidings.stores.base import Store
+from tidings.stores.base import PreferenceRecords
 from tidings.templates import RenderError, TemplateSet
 
 
@@ -86,7 +86,7 @@ class Composer:
     email domains (test set-ups only).
     """
 
-    def __init__(self, *, store: Store, kinds: Mapping[str, str],
+    def __init__(self, *, store: PreferenceRecords, kinds: Mapping[str, str],
                  templates: Mapping[str, TemplateSet] | None = None, clock: Clock,
                  test_domains: bool = False) -> None:
         for channel, kind in kinds.items():

@@ -23,9 +23,10 @@ import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from tidings.model import Event
-from tidings.stores.base import OutcomeCount, Store, Switch
+from tidings.stores.base import Ledger, Occurrences, OutcomeCount, Readings, Switch
 from tidings.transports.base import Transport
 
 log = logging.getLogger("tidings.guardrails")
@@ -140,7 +141,12 @@ def tripped_by_guardrail(switch: Switch | None) -> bool:
         REASON_PREFIX)
 
 
-async def measure(store: Store, transport: Transport, config: GuardrailConfig, *,
+class GuardrailStore(Readings, Occurrences, Ledger, Protocol):
+    """What the guardrails reach: outcome counts, the switches they trip, and the ledger
+    for the audit event of a trip."""
+
+
+async def measure(store: GuardrailStore, transport: Transport, config: GuardrailConfig, *,
                   now: float) -> tuple[list[Reading], list[Switch]]:
     """Read the store and the queues once; every reading, and the switches as read."""
     width = config.window_s / BUCKETS
@@ -152,7 +158,7 @@ async def measure(store: Store, transport: Transport, config: GuardrailConfig, *
     return readings(counts, ages, config, switches, now), switches
 
 
-async def enforce(store: Store, transport: Transport, config: GuardrailConfig, *,
+async def enforce(store: GuardrailStore, transport: Transport, config: GuardrailConfig, *,
                   now: float, worker: str = "guardrails") -> list[Reading]:
     """Pause admission of every scope whose reading crossed its threshold; return the
     crossings this call paused (not those already paused)."""

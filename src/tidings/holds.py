@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 from tidings.clock import Clock
 from tidings.errors import InvalidInput, unknown_name
@@ -28,7 +29,16 @@ from tidings.model import Event, Intent, Received
 from tidings.readmodel import ActiveHold, HoldsReport
 from tidings.relay import publish
 from tidings.states import State
-from tidings.stores.base import Change, Claim, ClaimKind, Hold, Selection, Store
+from tidings.stores.base import (
+    Change,
+    Claim,
+    ClaimKind,
+    Hold,
+    Ledger,
+    Occurrences,
+    Selection,
+    Selections,
+)
 from tidings.transports.base import Transport
 
 log = logging.getLogger("tidings.holds")
@@ -49,7 +59,12 @@ def check_scope(scope: str) -> str:
     return scope
 
 
-async def check_target(store: Store, scope: str, name: str, *, channels: Collection[str],
+class HoldStore(Ledger, Selections, Protocol):
+    """What holds reach: the holds and the selections they cover, and the ledger that
+    parks, releases and expires."""
+
+
+async def check_target(store: Occurrences, scope: str, name: str, *, channels: Collection[str],
                        campaigns: Collection[str]) -> None:
     """Refuse (InvalidInput naming the scope) a hold of what is not declared or known."""
     check_scope(scope)
@@ -96,7 +111,7 @@ def _channel_of(scope: str, name: str) -> str:
     return name if scope == "channel" else "-"
 
 
-async def hold(store: Store, *, scope: str, name: str, by: str, now: float,
+async def hold(store: HoldStore, *, scope: str, name: str, by: str, now: float,
                reason: str | None = None) -> Hold | None:
     """Hold a scope; the hold if this call made it (None: it was held already)."""
     check_scope(scope)
@@ -120,7 +135,7 @@ class ReleaseResult:
     """Parked intents of the scope that another hold still covers (left parked)."""
 
 
-async def release(store: Store, transport: Transport, *, scope: str, name: str, by: str,
+async def release(store: HoldStore, transport: Transport, *, scope: str, name: str, by: str,
                   now: float, batch: int = BATCH) -> ReleaseResult:
     """Remove a hold and resume its scope's parked intents, ``batch`` at a time."""
     check_scope(scope)
@@ -167,7 +182,7 @@ def _expire(intent: Intent, by: str) -> Change:
                   reason="its freshness deadline passed while held")
 
 
-async def report(store: Store, events: Mapping[str, Mapping[str, int]]) -> HoldsReport:
+async def report(store: Selections, events: Mapping[str, Mapping[str, int]]) -> HoldsReport:
     """The holds in place (each with its parked intents) and how many intents expired
     while held (``tidings status``'s ``holds``)."""
     active = []
@@ -190,7 +205,7 @@ class SweepResult:
     resumed: int
 
 
-async def expire_parked(store: Store, *, now: float, worker: str = "holds",
+async def expire_parked(store: HoldStore, *, now: float, worker: str = "holds",
                         limit: int = BATCH) -> int:
     """Expire parked intents whose freshness deadline passed (one bounded batch)."""
     page = await store.intent_select(Selection(states=(State.PARKED,), expires_by=now),
@@ -203,7 +218,7 @@ async def expire_parked(store: Store, *, now: float, worker: str = "holds",
     return len(applied)
 
 
-async def resume_orphans(store: Store, transport: Transport, *, now: float,
+async def resume_orphans(store: HoldStore, transport: Transport, *, now: float,
                          worker: str = "holds", within_s: float = ORPHANS_WITHIN_S,
                          limit: int = BATCH) -> int:
     """Republish intents parked in the last ``within_s`` that no hold covers: a worker
@@ -224,7 +239,7 @@ async def resume_orphans(store: Store, transport: Transport, *, now: float,
     return len(again)
 
 
-async def sweep(store: Store, transport: Transport, *, now: float,
+async def sweep(store: HoldStore, transport: Transport, *, now: float,
                 worker: str = "holds") -> SweepResult:
     """The holds sweep of every reconciler loop: expiry while held, then orphans."""
     expired = await expire_parked(store, now=now, worker=worker)
@@ -241,7 +256,7 @@ class HoldGate:
     a release is seen at once. A park that still races a release is resumed by the
     holds sweep (``resume_orphans``)."""
 
-    def __init__(self, store: Store, clock: Clock, *, ttl_s: float = GATE_TTL_S) -> None:
+    def __init__(self, store: HoldStore, clock: Clock, *, ttl_s: float = GATE_TTL_S) -> None:
         self.store = store
         self.clock = clock
         self.ttl_s = ttl_s

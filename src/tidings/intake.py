@@ -12,7 +12,7 @@ from tidings.keys import check_json_text, check_text, notify_key, validate_key
 from tidings.model import IntentDraft, Recipient, encode_data
 from tidings.relay import publish
 from tidings.states import State
-from tidings.stores.base import Store
+from tidings.stores.base import Ledger
 from tidings.transports.base import Transport
 
 
@@ -100,7 +100,7 @@ def drafts_for(request: NotifyRequest, *, known_channels: Collection[str], now: 
 
 
 async def notify_many(
-    store: Store,
+    store: Ledger,
     transport: Transport,
     requests: Sequence[NotifyRequest],
     *,
@@ -136,7 +136,7 @@ async def notify_many(
 
 
 async def admit_drafts(
-    store: Store,
+    store: Ledger,
     transport: Transport,
     drafts: Sequence[IntentDraft],
     *,
@@ -172,7 +172,7 @@ async def admit_drafts(
             await store.intent_mark_enqueued(new, now=now)
 
 
-async def cancel(store: Store, key: str, *, channels: Collection[str], now: float,
+async def cancel(store: Ledger, key: str, *, channels: Collection[str], now: float,
                  reason: str = "cancelled by caller") -> dict[str, State | None]:
     """Cancel an intent by its full key, or every channel of a ``notify`` key."""
     validate_key(key)

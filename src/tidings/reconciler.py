@@ -18,7 +18,7 @@ import logging
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from tidings.model import Event, Intent
 from tidings.outcomes import Lookup, LookupHint
@@ -26,7 +26,7 @@ from tidings.providers.base import Provider
 from tidings.providers.http_outcomes import describe
 from tidings.relay import RelayConfig, publish, relay_pass
 from tidings.states import State
-from tidings.stores.base import Change, Store
+from tidings.stores.base import Change, Ledger, WebhookRecords
 from tidings.transports.base import Transport
 from tidings.uncertain import (
     Policy,
@@ -42,6 +42,10 @@ from tidings.webhooks.evidence import early_evidence
 from tidings.webhooks.record import adopt_orphans
 
 log = logging.getLogger("tidings.reconciler")
+
+
+class ReconcilerStore(Ledger, WebhookRecords, Protocol):
+    """What the sweeps reach: the ledger, and the provider events whose orphans they adopt."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,7 +82,8 @@ class ReconcileResult:
 
 
 class Reconciler:
-    def __init__(self, *, store: Store, transport: Transport, providers: Mapping[str, Provider],
+    def __init__(self, *, store: ReconcilerStore, transport: Transport,
+                 providers: Mapping[str, Provider],
                  config: ReconcilerConfig | None = None, worker_id: str = "reconciler",
                  policies: Mapping[str, UncertainPolicy] | None = None) -> None:
         self.store = store

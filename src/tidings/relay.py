@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from tidings.model import OutgoingMessage, message_body
-from tidings.stores.base import PublishItem, Store
+from tidings.stores.base import Ledger, PublishItem
 from tidings.transports.base import Transport
 
 
@@ -38,7 +38,7 @@ async def publish(
 
 
 async def relay_pass(
-    store: Store, transport: Transport, *, now: float, config: RelayConfig,
+    store: Ledger, transport: Transport, *, now: float, config: RelayConfig,
     paused_channels: Sequence[str] = (), max_pages: int = 20,
 ) -> int:
     """Publish due ``selected`` intents, page by page; return how many were published."""

@@ -49,7 +49,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tidings.errors import ConfigurationError, StoreError
 from tidings.model import Event
@@ -57,8 +57,11 @@ from tidings.states import TERMINAL, State
 
 if TYPE_CHECKING:
     from tidings.settings import Settings
+    from tidings.stores.base import Ledger, RetentionQueries
     from tidings.stores.base import PartitionedEvents as PartitionedEventsT
-    from tidings.stores.base import Store
+
+    class PrunableStore(Ledger, RetentionQueries, Protocol):
+        """What a prune reaches: its queries, and the ledger for its audit event."""
 
 log = logging.getLogger("tidings.retention")
 
@@ -306,7 +309,7 @@ class PruneReport:
                 "dry_run": self.dry_run}
 
 
-async def prune(store: Store, config: RetentionConfig, *, now: float, dry_run: bool = False,
+async def prune(store: PrunableStore, config: RetentionConfig, *, now: float, dry_run: bool = False,
                 worker: str | None = None) -> PruneReport:
     """One bounded prune of ``store`` (or, with ``dry_run``, its counts only)."""
     plan = plan_prune(config, now=now)
@@ -352,7 +355,7 @@ async def prune(store: Store, config: RetentionConfig, *, now: float, dry_run: b
     return report
 
 
-async def _partitions(parted: PartitionedEventsT, store: Store, plan: PrunePlan,
+async def _partitions(parted: PartitionedEventsT, store: PrunableStore, plan: PrunePlan,
                       partitions: Sequence[Partition], *, now: float, total: PruneCounts,
                       batches: int) -> tuple[PruneCounts, int, int]:
     """Drop, sweep and create partitions after the intents' batches (so the oldest
@@ -399,7 +402,7 @@ async def _partitions(parted: PartitionedEventsT, store: Store, plan: PrunePlan,
 _CUTOFF = "cutoff="
 
 
-async def pruned_before(store: Store) -> float | None:
+async def pruned_before(store: Ledger) -> float | None:
     """The cutoff of the latest prune that removed anything: terminal intents finished
     before it may be gone, so a replay of an older date could send again (None: nothing
     was ever pruned, every date is still whole)."""

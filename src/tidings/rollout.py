@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from typing import Protocol
 
 from tidings.campaign import Campaign
 from tidings.model import Event
-from tidings.stores.base import Store, Switch
+from tidings.stores.base import Ledger, Occurrences, Switch
 
 log = logging.getLogger("tidings.rollout")
 
@@ -23,7 +24,11 @@ log = logging.getLogger("tidings.rollout")
 REASON = "declared start_paused: resume once the rollout checks pass"
 
 
-async def declare_paused(store: Store, campaigns: Iterable[Campaign], *,
+class RolloutStore(Occurrences, Ledger, Protocol):
+    """The switches a rollout declares, and the ledger for their audit events."""
+
+
+async def declare_paused(store: RolloutStore, campaigns: Iterable[Campaign], *,
                          now: float) -> list[Switch]:
     """Create the paused switch of each ``start_paused`` campaign that has none yet;
     return the switches created now (each with an audit event)."""

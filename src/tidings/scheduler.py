@@ -13,6 +13,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
+from typing import Protocol
 
 from tidings.campaign import Campaign
 from tidings.cron import OccurrenceTime
@@ -22,10 +23,15 @@ from tidings.logs import log_time
 from tidings.model import DraftPage, Event, Recipient, encode_data
 from tidings.relay import RelayConfig, publish, relay_pass
 from tidings.retention import pruned_before
-from tidings.stores.base import Occurrence, OccurrenceProgress, Store, Switch
+from tidings.stores.base import Ledger, Occurrence, OccurrenceProgress, Occurrences, Switch
 from tidings.transports.base import Transport
 
 log = logging.getLogger("tidings.scheduler")
+
+
+class AdmissionStore(Ledger, Occurrences, Protocol):
+    """What admission reaches: the ledger (intents, the relay) and the occurrences and
+    switches it moves and obeys."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -146,7 +152,8 @@ class Switches:
 class Scheduler:
     """Runs admission passes for a set of campaigns."""
 
-    def __init__(self, *, store: Store, transport: Transport, campaigns: Sequence[Campaign],
+    def __init__(self, *, store: AdmissionStore, transport: Transport,
+                 campaigns: Sequence[Campaign],
                  config: SchedulerConfig | None = None) -> None:
         self.store = store
         self.transport = transport

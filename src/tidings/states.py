@@ -22,8 +22,11 @@ class State(StrEnum):
     ENQUEUED = "enqueued"
     """A message for it is on its channel queue. Out: a worker claims it."""
     CLAIMED = "claimed"
-    """A worker holds a lease on it. Out: the worker records the outcome, or the
-    reconciler finds the lease expired (uncertain: the holder may have sent)."""
+    """A worker holds a lease on it; a message for it meanwhile claims busy, even once
+    the lease has expired. Out: the worker records the outcome (accepted, retryable,
+    uncertain, rejected, dead; parked under a hold; cancelled or expired before its
+    send), or, once the lease expired, the reconciler makes it uncertain (the holder
+    may have sent) and never retryable directly: the channel's policy settles it."""
     RETRYABLE = "retryable"
     """A try failed in a way worth retrying, or an uncertain send was found not
     accepted (or resent by policy or an operator). Out: a worker claims it again once

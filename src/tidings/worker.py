@@ -5,9 +5,12 @@ while earlier sends are in flight, and outcomes are committed in batches as they
 arrive, so one slow request never holds up the rest. Every outcome and its audit
 event are committed before the message is acked, so a crash at any point leads to a
 redelivery that the ledger turns into a duplicate acked with no provider call, or,
-while the crashed worker's lease stands, a busy claim retried later: once it expires
-the reconciler makes the intent uncertain and looks the send up (retryable only where
-the provider has no lookup), so a send that happened is never repeated.
+until the reconciler has ended the crashed worker's lease, a busy claim retried later
+(an expired lease too is busy: no claimer takes it over). The reconciler makes the
+intent uncertain and its channel's policy settles it: a lookup by key (retryable only
+when the provider does not find the send), held for evidence and an operator where
+there is no lookup, or resent under the same key only where the policy is ``resend``;
+so a send that happened is never repeated blindly.
 
 No exception strands a delivery: whatever the composer, the pacer, the last checks,
 the provider or the mapping of its answer raises becomes the intent's outcome
@@ -37,7 +40,7 @@ from tidings.policy import RetryPolicy
 from tidings.providers.base import Provider
 from tidings.raised import describe_raised
 from tidings.states import Decision, State, before_send, decide, decide_raised
-from tidings.stores.base import Change, Claim, ClaimKind, Store
+from tidings.stores.base import Change, Claim, ClaimKind, Ledger
 from tidings.surrogate import surrogate
 from tidings.transports.base import Transport
 
@@ -130,7 +133,7 @@ class Worker:
         self,
         *,
         channel: str,
-        store: Store,
+        store: Ledger,
         transport: Transport,
         provider: Provider,
         pacer: Pacer,
@@ -401,9 +404,10 @@ class Worker:
             self.stats.duplicates += kind == ClaimKind.DONE
             self._acks.append(received.receipt)
         elif kind in (ClaimKind.BUSY, ClaimKind.NOT_DUE):
-            # Someone else's live lease, or a retry not yet due: the ledger moves it on
-            # (the lease runs out, the retry falls due), so this is no failure of the
-            # message however often it happens.
+            # A lease (live, or expired and awaiting the reconciler), or a retry not yet
+            # due: the ledger moves it on (the lease runs out and the reconciler ends it,
+            # the retry falls due), so this is no failure of the message however often
+            # it happens.
             self._nacks.append((received.receipt, max(0.0, (claim.retry_at or now) - now)))
         elif kind == ClaimKind.MISSING:
             self.stats.poison += 1

@@ -258,7 +258,7 @@ async def test_nothing_listening_is_transient(kind: str) -> None:
     port = free_port()
     client = httpx.AsyncClient() if kind == "httpx" else None
     provider = SandboxHttpProvider(f"http://127.0.0.1:{port}", "email", client=client,
-                                   timeout_s=1)
+                                   clock=FakeClock(), timeout_s=1)
     outcome = await provider.send(message())
     await provider.close()
     if client is not None:

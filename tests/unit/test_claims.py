@@ -13,11 +13,12 @@ from tidings.claims import (
     LeaseWrite,
     claim_keys,
     claim_kind,
+    plan_cancel,
     plan_claims,
     redelivery_event,
 )
 from tidings.model import Event, Intent
-from tidings.states import CLAIMABLE, DONE, State
+from tidings.states import CANCELLABLE, CLAIMABLE, DONE, State, check
 from tidings.stores.base import ClaimKind
 
 NOW = 100.0
@@ -162,3 +163,25 @@ def test_any_batch_gets_one_answer_per_key_and_at_most_one_lease_per_key(
     # one event per lease and per redelivery of a finished intent
     done = sum(1 for c in result.claims if c.kind is ClaimKind.DONE)
     assert len(result.events) == len(leased) + done
+
+
+@pytest.mark.parametrize("state", list(State))
+@pytest.mark.parametrize("flagged", [False, True])
+def test_a_cancel_request_is_decided_from_the_state_alone(state: State, flagged: bool) -> None:
+    # given an intent in ``state`` (its cancel already flagged or not)
+    plan = plan_cancel("k", state, channel="email", attempts=2, cancel_requested=flagged,
+                       now=NOW, reason="customer asked")
+    if state in CANCELLABLE:
+        # then an unsent intent is cancelled at once by a change the table allows
+        assert plan.change is not None and plan.state is State.CANCELLED
+        check(plan.change.from_state, plan.change.to_state)
+        assert (plan.change.key, plan.change.reason, plan.flag, plan.events) == (
+            "k", "customer asked", False, ())
+    elif state is State.CLAIMED and not flagged:
+        # then a claimed one is flagged for its worker, with the event saying so
+        assert (plan.state, plan.change, plan.flag) == (State.CLAIMED, None, True)
+        assert plan.events == (Event(key="k", channel="email", type="cancel_requested", at=NOW,
+                                     state="claimed", attempt=2, detail="customer asked"),)
+    else:
+        # then a finished or already flagged one is left as it is
+        assert (plan.state, plan.change, plan.flag, plan.events) == (state, None, False, ())

@@ -398,7 +398,7 @@ async def test_transport_errors_split_on_whether_the_request_left(
 async def test_an_injected_client_stays_open_after_close() -> None:
     async with client(Recorder()) as injected:
         provider = HttpJsonProvider(url="https://mailer.test/send", channel="email",
-                                    body={"to": "to"}, client=injected)
+                                    body={"to": "to"}, client=injected, clock=FakeClock())
         await provider.close()
         assert not injected.is_closed
         assert isinstance(await provider.send(send_request()), Accepted)

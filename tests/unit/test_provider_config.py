@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import httpx
@@ -23,6 +24,7 @@ from tidings.providers.config import (
 )
 from tidings.providers.http import HttpJsonProvider
 from tidings.providers.postmark import PostmarkProvider
+from tidings.providers.sandbox import SandboxHttpProvider
 from tidings.providers.sendgrid import SendGridProvider
 from tidings.providers.smtp import SmtpProvider
 from tidings.providers.twilio import TwilioProvider
@@ -164,3 +166,14 @@ async def test_the_injected_client_reaches_the_http_adapters() -> None:
     assert outcome == Accepted(receipt="m1")
     assert seen[0].headers["Authorization"] == f"Bearer {SECRET}"
     assert seen[0].headers["X-Team"] == "growth"
+
+
+@pytest.mark.parametrize("adapter", [SandboxHttpProvider, SmtpProvider, HttpJsonProvider,
+                                     PostmarkProvider, SendGridProvider, TwilioProvider])
+def test_every_provider_is_given_its_clock(adapter: type) -> None:
+    # A clock defaulting to the system's would hide the wall clock inside an adapter: a
+    # test forgetting it would read real time, and a simulated runtime would disagree
+    # with its providers' Retry-After and Date headers.
+    clock = inspect.signature(adapter.__init__).parameters["clock"]
+    assert clock.default is inspect.Parameter.empty
+    assert clock.kind is inspect.Parameter.KEYWORD_ONLY

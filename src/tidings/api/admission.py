@@ -23,6 +23,7 @@ from tidings.cron import OccurrenceTime
 from tidings.errors import InvalidInput, unknown_name
 from tidings.runtime import Runtime
 from tidings.scheduler import PassResult, Scheduler, occurrence_id
+from tidings.stores.base import ApiRecords
 
 log = logging.getLogger("tidings.api.admission")
 
@@ -89,7 +90,8 @@ class AdmissionRunner:
         result = await self._scheduler(campaign).run_pass(now=due.pass_at)
         occ_id = occurrence_id(name, date)
         occ = await self.runtime.store.occurrence_get(occ_id)
-        count = await self.runtime.store.api_trigger_record(name, date, now=now)
+        records: ApiRecords = self.runtime.store
+        count = await records.api_trigger_record(name, date, now=now)
         more = result.more
         if more:
             self.continue_later(campaign, date)

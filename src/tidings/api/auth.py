@@ -42,7 +42,7 @@ from fastapi import Request
 from tidings.api.errors import ApiError
 from tidings.api.tokens import Scope, grants, matches, split_token, unusable
 from tidings.clock import Clock
-from tidings.stores.base import Store
+from tidings.stores.base import ApiRecords
 
 PUBLIC: Final = "public"
 TIMESTAMP_HEADER = "X-Tidings-Timestamp"
@@ -220,7 +220,7 @@ class Authenticator:
     revocation counts at once on every API process, and an expiry at its moment by
     ``clock``)."""
 
-    store: Store
+    store: ApiRecords
     clock: Clock
     trigger_secrets: Sequence[bytes]
     tolerance_s: float

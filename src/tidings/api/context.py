@@ -15,6 +15,7 @@ from tidings.errors import unknown_name
 from tidings.metrics import ApiMetrics
 from tidings.runtime import Runtime
 from tidings.settings import ApiSettings, QueueSettings
+from tidings.stores.base import ApiRecords
 
 
 @dataclass(kw_only=True)
@@ -30,6 +31,12 @@ class ApiContext:
     def composer(self) -> Composer:
         """The workers' send-time checks (addresses, templates), for publish to run first."""
         return self.runtime.composer()
+
+    @property
+    def records(self) -> ApiRecords:
+        """The API's own records in the store (tokens, signatures, triggers,
+        idempotency): the role of the store a route's bookkeeping reaches."""
+        return self.runtime.store
 
     def channel(self, name: str, field: str = "path.channel") -> str:
         """``name`` if it is a declared channel, else a 404 naming ``field``."""

@@ -28,7 +28,7 @@ async def actor(c: ApiContext, who: Principal) -> str:
     """Who the audit trail names: the token's name and id (a session's token alike)."""
     if who.token_id is None:
         return who.kind
-    token = await c.runtime.store.api_token_get(who.token_id)
+    token = await c.records.api_token_get(who.token_id)
     name = token.name if token is not None else "?"
     return f"token {name} ({who.token_id})"
 

@@ -43,7 +43,7 @@ from tidings.model import IntentDraft, Recipient, encode_data
 from tidings.relay import publish as publish_messages
 from tidings.runtime import Runtime
 from tidings.scheduler import Switches, occurrence_id
-from tidings.stores.base import IdempotentResponse
+from tidings.stores.base import IdempotentResponse, Ledger
 
 router = APIRouter(tags=["publish"])
 
@@ -259,7 +259,7 @@ async def admit(runtime: Runtime, drafts: Sequence[IntentDraft], now: float) -> 
     if not drafts:
         return []
     s = runtime.settings.scheduler
-    store = runtime.store
+    store: Ledger = runtime.store
     soon = [d for d in drafts if d.due_at <= now + s.relay_horizon_s]
     later = [d for d in drafts if d.due_at > now + s.relay_horizon_s]
     created = await store.intent_admit(later, now=now) if later else []
@@ -376,14 +376,14 @@ async def publish(
     c = ctx(request)
     now = c.runtime.clock.now()
     digest = request_hash(await request.body())
-    stored = await c.runtime.store.api_idempotency_get(idempotency_key)
+    stored = await c.records.api_idempotency_get(idempotency_key)
     if stored is not None and stored.request_hash == digest and stored.status != 0:
         c.metrics.publish_accepted.inc()
         return _stored(stored)
     if stored is not None and stored.request_hash != digest:
         raise _conflict()
     answer, drafts, channels, campaign = await _resolve(c, body, now)
-    reserved = await c.runtime.store.api_idempotency_put(
+    reserved = await c.records.api_idempotency_put(
         IdempotentResponse(key=idempotency_key, request_hash=digest, status=0, body="",
                            created_at=now),
         expire_before=now - c.settings.idempotency_ttl_s)
@@ -395,14 +395,14 @@ async def publish(
     try:
         await _refusals(c, channels, campaign, now)
     except ApiError:
-        await c.runtime.store.api_idempotency_release(idempotency_key, digest)
+        await c.records.api_idempotency_release(idempotency_key, digest)
         raise
     created = await admit(c.runtime, drafts, now)
     text = answer.model_copy(update={"new": len(created)}).model_dump_json()
-    if not await c.runtime.store.api_idempotency_finish(idempotency_key, digest, status=202,
+    if not await c.records.api_idempotency_finish(idempotency_key, digest, status=202,
                                                         body=text):
         # The same request, processed at the same moment, answered first: give its answer.
-        again = await c.runtime.store.api_idempotency_get(idempotency_key)
+        again = await c.records.api_idempotency_get(idempotency_key)
         if again is not None and again.request_hash == digest and again.status != 0:
             c.metrics.publish_accepted.inc()
             return _stored(again)

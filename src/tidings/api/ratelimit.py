@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tidings.stores.base import Store
+from tidings.pacing import PacerBackend
 
 #: The bucket's row among the pacer states; no channel can have this name.
 BUCKET = "api:publish"
@@ -31,6 +31,6 @@ class Bucket:
         return {"tokens": tokens, "at": now}, (1.0 - tokens) / self.rate_per_s
 
 
-async def take(store: Store, bucket: Bucket, now: float) -> float:
+async def take(store: PacerBackend, bucket: Bucket, now: float) -> float:
     """Take a token from the shared bucket; 0.0 if admitted, else seconds to wait."""
     return await store.pacer_transact(BUCKET, lambda state: bucket.take(state, now))

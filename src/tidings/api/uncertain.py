@@ -45,7 +45,7 @@ async def _who(c: ApiContext, principal: Principal) -> str:
     """The decider as the audit trail names it: the token's id and name."""
     if principal.token_id is None:
         return f"api:{principal.kind}"
-    row = await c.runtime.store.api_token_get(principal.token_id)
+    row = await c.records.api_token_get(principal.token_id)
     name = f" ({row.name})" if row is not None and row.name else ""
     return f"api:tid_{principal.token_id}{name}"
 

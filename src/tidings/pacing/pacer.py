@@ -23,19 +23,26 @@ T = TypeVar("T")
 
 
 class PacerBackend(Protocol):
-    """Atomic read-modify-write of a channel's pacer state, shared by processes."""
+    """Atomic read-modify-write of a channel's pacer state, shared by processes: the
+    pacer's role of the store (every ``Store`` is one), or ``MemoryPacerBackend``."""
 
     async def pacer_transact(
         self, channel: str, fn: Callable[[dict[str, Any] | None], tuple[dict[str, Any], T]]
-    ) -> T: ...
+    ) -> T:
+        """Atomically read the channel's pacer state (None if new), apply ``fn``
+        (pure), write its new state, return its result. Shared by every process."""
+        ...
 
     async def pacer_read(self, channel: str) -> dict[str, Any] | None: ...
 
     async def pacer_pause(self, channel: str, until: float) -> None:
-        """Pause the channel until ``until`` at once: one write, no state lock."""
+        """Pause the channel until ``until`` (never shortening a pause) in one write
+        that does not wait for ``pacer_transact``: what a 429 must reach at once."""
         ...
 
-    async def pacer_paused_until(self, channel: str) -> float: ...
+    async def pacer_paused_until(self, channel: str) -> float:
+        """Until when ``pacer_pause`` paused the channel (0.0 if never)."""
+        ...
 
 
 class Pacer:

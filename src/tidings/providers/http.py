@@ -92,7 +92,7 @@ class HttpJsonProvider(HttpAdapter):
                  lookup: HttpLookup | None = None,
                  message_id_path: str | None = "id", message_id_header: str | None = None,
                  request_id_header: str | None = "X-Request-Id",
-                 client: httpx.AsyncClient | None = None, clock: Clock | None = None,
+                 client: httpx.AsyncClient | None = None, clock: Clock,
                  timeout_s: float = 10.0, max_connections: int = 100,
                  name: str = "http") -> None:
         secret_headers = {k: v for k, v in (headers or {}).items() if isinstance(v, SecretStr)}

@@ -32,7 +32,7 @@ from urllib.parse import quote
 import httpx
 from pydantic import SecretStr
 
-from tidings.clock import Clock, SystemClock
+from tidings.clock import Clock
 from tidings.model import SendRequest
 from tidings.outcomes import Accepted, Lookup, Outcome, Permanent, RateLimited, Transient, Uncertain
 from tidings.policy import parse_retry_after
@@ -142,11 +142,11 @@ class HttpAdapter:
     lookup_needs_hint = False
 
     def __init__(self, *, name: str, channel: str, client: httpx.AsyncClient | None,
-                 clock: Clock | None, timeout_s: float, max_connections: int,
+                 clock: Clock, timeout_s: float, max_connections: int,
                  secrets: Iterable[SecretStr] = ()) -> None:
         self.name = name
         self.channel = channel
-        self._clock = clock or SystemClock()
+        self._clock = clock
         self._secrets = tuple(secrets)
         self._http = HttpDispatch(client, timeout_s=timeout_s, max_connections=max_connections)
 

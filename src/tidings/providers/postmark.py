@@ -75,7 +75,7 @@ class PostmarkProvider(HttpAdapter):
     def __init__(self, *, server_token: str | SecretStr, from_address: str, channel: str,
                  from_name: str | None = None, reply_to: str | None = None,
                  message_stream: str = "outbound", base_url: str = DEFAULT_BASE_URL,
-                 client: httpx.AsyncClient | None = None, clock: Clock | None = None,
+                 client: httpx.AsyncClient | None = None, clock: Clock,
                  timeout_s: float = 10.0, max_connections: int = 100,
                  name: str = "postmark") -> None:
         token = server_token if isinstance(server_token, SecretStr) else SecretStr(server_token)

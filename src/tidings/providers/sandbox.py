@@ -13,7 +13,7 @@ from urllib.parse import quote
 
 import httpx
 
-from tidings.clock import Clock, SystemClock
+from tidings.clock import Clock
 from tidings.errors import TidingsError
 from tidings.model import SendRequest
 from tidings.outcomes import Accepted, Lookup, Outcome, Permanent, RateLimited, Transient, Uncertain
@@ -58,11 +58,11 @@ class SandboxHttpProvider:
     supports_lookup = True
 
     def __init__(self, base_url: str, channel: str, client: httpx.AsyncClient | None = None,
-                 clock: Clock | None = None, timeout_s: float = 10.0, *,
+                 *, clock: Clock, timeout_s: float = 10.0,
                  max_connections: int = 200, name: str = "sandbox") -> None:
         self.name = name
         self.channel = channel
-        self._clock = clock or SystemClock()
+        self._clock = clock
         base = base_url.rstrip("/")
         # Parsed once: httpx re-parses a str URL on every request.
         self._send_url = httpx.URL(f"{base}/v1/{quote(channel, safe='')}/messages")

@@ -51,7 +51,7 @@ class SendGridProvider(HttpAdapter):
     def __init__(self, *, api_key: str | SecretStr, from_address: str, channel: str,
                  from_name: str | None = None, reply_to: str | None = None,
                  base_url: str = DEFAULT_BASE_URL, client: httpx.AsyncClient | None = None,
-                 clock: Clock | None = None, timeout_s: float = 10.0,
+                 clock: Clock, timeout_s: float = 10.0,
                  max_connections: int = 100, name: str = "sendgrid") -> None:
         key = api_key if isinstance(api_key, SecretStr) else SecretStr(api_key)
         super().__init__(name=name, channel=channel, client=client, clock=clock,

@@ -59,7 +59,7 @@ from typing import Literal
 import aiosmtplib
 from pydantic import SecretStr
 
-from tidings.clock import Clock, SystemClock
+from tidings.clock import Clock
 from tidings.model import SendRequest
 from tidings.outcomes import Accepted, Lookup, Outcome, Permanent, RateLimited, Transient, Uncertain
 from tidings.providers.http_outcomes import NO_CONTENT, describe
@@ -135,7 +135,7 @@ class SmtpProvider:
                  message_id_domain: str | None = None, envelope_from: str | None = None,
                  timeout_s: float = 30.0, data_timeout_s: float = 120.0,
                  max_connections: int = 2, idle_timeout_s: float = 60.0,
-                 clock: Clock | None = None, name: str = "smtp") -> None:
+                 clock: Clock, name: str = "smtp") -> None:
         self.name = name
         self.channel = channel
         self._host = host
@@ -154,7 +154,7 @@ class SmtpProvider:
         self._timeout_s = timeout_s
         self._data_timeout_s = data_timeout_s
         self._idle_timeout_s = idle_timeout_s
-        self._clock = clock or SystemClock()
+        self._clock = clock
         self._slots = asyncio.Semaphore(max_connections)
         self._idle: list[_Connection] = []
         self._generation = 0

@@ -73,7 +73,7 @@ class TwilioProvider(HttpAdapter):
                  from_number: str | None = None, messaging_service_sid: str | None = None,
                  api_key_sid: str | None = None, status_callback: str | None = None,
                  base_url: str = DEFAULT_BASE_URL, client: httpx.AsyncClient | None = None,
-                 clock: Clock | None = None, timeout_s: float = 10.0,
+                 clock: Clock, timeout_s: float = 10.0,
                  max_connections: int = 100, name: str = "twilio") -> None:
         token = auth_token if isinstance(auth_token, SecretStr) else SecretStr(auth_token)
         super().__init__(name=name, channel=channel, client=client, clock=clock,

@@ -147,12 +147,13 @@ async def _health(request: web.Request) -> web.Response:
 
 
 def create_app(core: SandboxCore, dialects: DialectSettings | None = None, *,
-               now: Callable[[], float] | None = None) -> web.Application:
-    """The aiohttp application serving ``core`` (and the routes of ``dialects``)."""
+               now: Callable[[], float]) -> web.Application:
+    """The aiohttp application serving ``core`` (and the routes of ``dialects``, whose
+    times are read from ``now``)."""
     app = web.Application()
     app[CORE_KEY] = core
     if dialects is not None and dialects.dialects:
-        install(app, core, dialects, now or SystemClock().now)
+        install(app, core, dialects, now)
     app.router.add_post("/v1/{channel}/messages", _send)
     app.router.add_get("/v1/messages/{key:.+}", _lookup)
     app.router.add_get("/v1/stats", _stats)

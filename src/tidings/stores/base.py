@@ -1,4 +1,19 @@
-"""The Store port: intents, the ledger, events, occurrences, switches, pacer state.
+"""The Store port, the union of small roles, and the values that cross it.
+
+Its roles, each typed against by the consumers that use it (``Store`` is their union):
+
+- ``Lifecycle``: url, migrations, close (``runtime``, the CLI);
+- ``Ledger``: intents and their events, admit, claim, outcome, sweeps (worker, relay,
+  intake, reconciler, webhook evidence);
+- ``Occurrences``: occurrences and admission switches (scheduler, guardrails, rollout);
+- ``Selections``: delivery holds and bulk selections (``holds``, ``bulk``);
+- ``PreferenceRecords``: recipient preferences (``compose``);
+- ``PacerBackend`` (``tidings.pacing``): pacer state, 429 pauses (the pacer, the API's
+  rate limit);
+- ``Readings``: counts and lookups for the operator surface, guardrail counts;
+- ``ApiRecords``: tokens, signatures, triggers, idempotency (``api/``);
+- ``WebhookRecords``: provider events (``webhooks/``);
+- ``RetentionQueries``: what retention prunes and counts (``retention``).
 
 Naming follows noun-first operations (``intent_admit``, ``intent_claim_many``). Every
 method takes ``now`` from the caller; a store never reads the clock. Batch methods
@@ -8,19 +23,18 @@ changes the core decided, guarded by compare-and-set on state and lease token.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from tidings.model import Event, Intent, IntentDraft
+from tidings.pacing.pacer import PacerBackend
 from tidings.preferences import Preference
 from tidings.states import State
 
 if TYPE_CHECKING:
     from tidings.retention import Partition, PruneCounts
-
-T = TypeVar("T")
 
 
 class ClaimKind(StrEnum):
@@ -34,10 +48,13 @@ class ClaimKind(StrEnum):
     """Uncertain (the reconciler owns it) or parked (a hold's release republishes it):
     ack the message."""
     BUSY = "busy"
-    """Another worker holds the lease, live or expired (an expired lease is the
-    reconciler's to end: it becomes uncertain, or retryable without a lookup), or the
-    row is being written right now; retry after ``retry_at`` (the lease's expiry, or
-    shortly)."""
+    """The intent is claimed under a lease, live or expired; or it is this batch's own
+    second copy of a key; or another transaction is writing its row right now. An
+    expired lease is not a claimer's to take over: the reconciler ends it, and the
+    intent becomes uncertain (the holder may have sent), settled by its channel's
+    policy. Retry after ``retry_at``: the lease's expiry (already past for an expired
+    lease, so the message comes back at once until the reconciler has moved the
+    intent, and then claims HELD), or shortly for a row being written."""
     NOT_DUE = "not_due"
     """Retryable but its ``next_attempt_at`` is in the future; retry after ``retry_at``."""
     MISSING = "missing"
@@ -317,15 +334,12 @@ class OutcomeCount:
     count: int
 
 
-class Store(Protocol):
-    """Durable state of tidings. Adapters: ``sqlite`` (embedded) and ``postgres``."""
+class Lifecycle(Protocol):
+    """Open, migrate and close a store: what the composition root and the CLI do with
+    it before and after everything else."""
 
     url: str
-    concurrent_writers: bool
-    """True when writes from one process can run side by side (a pool of server
-    connections), False when the store has one writer (SQLite)."""
 
-    # ---- lifecycle
     async def migrate(self, *, now: float) -> list[int]:
         """Apply pending migrations, recorded as applied at ``now``; return the versions
         applied by this call."""
@@ -339,7 +353,28 @@ class Store(Protocol):
 
     async def close(self) -> None: ...
 
-    # ---- intents: admission and the outbox relay
+
+class Ledger(Protocol):
+    """The delivery ledger: intents and their audit events, from admission through the
+    worker's claim and outcome to the reconciler's sweeps. Every state change is a
+    guarded compare-and-set the core decided (``Change``, ``claims.plan_claims``).
+
+    ``intent_admit`` takes ``progress_after``, the one place where the scheduler's page
+    order reaches the port. The order itself is the scheduler's (it says which page's
+    write each page waits for); the store only offers the point to wait at, inside the
+    transaction, after the page's rows are written and before the occurrence's mark
+    moves. Only the store can offer that point: a scheduler that awaited the previous
+    page before calling ``intent_admit`` would serialize the whole transactions, and
+    PostgreSQL admission measured 12 % slower that way (``bench/run.py admission``);
+    with the hook the rows of up to ``pages_in_flight`` pages are written side by side
+    and only the mark moves in page order (CAS occurrence progress). SQLite, with one
+    writer, simply awaits it first.
+    """
+
+    concurrent_writers: bool
+    """True when writes from one process can run side by side (a pool of server
+    connections), False when the store has one writer (SQLite)."""
+
     async def intent_admit(
         self,
         drafts: Sequence[IntentDraft],
@@ -383,7 +418,6 @@ class Store(Protocol):
         clears the publish lease. Keys in other states are skipped. Returns the count."""
         ...
 
-    # ---- intents: the worker's hot path
     async def intent_claim_many(
         self,
         keys: Sequence[str],
@@ -421,7 +455,6 @@ class Store(Protocol):
         before its send. Returns the state after, or None for an unknown key."""
         ...
 
-    # ---- intents: reads and sweeps
     async def intent_get(self, key: str) -> Intent | None: ...
 
     async def intent_find(
@@ -437,15 +470,6 @@ class Store(Protocol):
         expired by then; ``updated_before`` keeps ones untouched since then."""
         ...
 
-    async def intent_counts(self) -> dict[str, dict[str, int]]:
-        """``{channel: {state: count}}`` over every intent."""
-        ...
-
-    async def intent_latencies(self, channel: str) -> list[float]:
-        """Seconds from due to acceptance for every accepted intent of ``channel``."""
-        ...
-
-    # ---- events
     async def event_append_many(self, events: Sequence[Event]) -> None: ...
 
     async def events_for(self, key: str) -> list[Event]: ...
@@ -454,11 +478,11 @@ class Store(Protocol):
         """The latest event of ``key`` (None: it has none)."""
         ...
 
-    async def event_counts(self) -> dict[str, dict[str, int]]:
-        """``{channel: {event type: count}}``."""
-        ...
 
-    # ---- occurrences
+class Occurrences(Protocol):
+    """Occurrences (a campaign's logical dates and their admission progress) and the
+    admission switches that pause them (an operator's, or a guardrail's ``switch_trip``)."""
+
     async def occurrence_open(
         self, *, id: str, campaign: str, logical_at: float, logical_date: str, kind: str,
         now: float,
@@ -478,7 +502,6 @@ class Store(Protocol):
 
     async def occurrence_list(self, campaign: str | None = None) -> list[Occurrence]: ...
 
-    # ---- admission switches
     async def switch_set(
         self, *, scope: str, name: str, paused: bool, now: float, reason: str | None = None
     ) -> Switch: ...
@@ -495,7 +518,11 @@ class Store(Protocol):
         """Create a switch in this state unless it exists; the switch if created now."""
         ...
 
-    # ---- delivery holds and selections (tidings.holds, tidings.bulk)
+
+class Selections(Protocol):
+    """Delivery holds and the selections that bulk actions, releases and sweeps read
+    (``tidings.holds``, ``tidings.bulk``)."""
+
     async def hold_insert(self, *, scope: str, name: str, now: float, by: str,
                           reason: str | None = None) -> Hold | None:
         """Hold unless already held; the hold if this call made it, else None."""
@@ -516,12 +543,11 @@ class Store(Protocol):
         """``{state: count}`` over the selection."""
         ...
 
-    async def outcome_counts(self, *, since: float, bucket_s: float) -> list[OutcomeCount]:
-        """Outcome events (see ``tidings.guardrails``) at or after ``since``, counted per
-        channel, campaign, type and bucket of ``bucket_s`` seconds."""
-        ...
 
-    # ---- recipient preferences (opt-out, quiet hours) per channel
+class PreferenceRecords(Protocol):
+    """Recipient preferences (opt-out, quiet hours) per channel, read by the send-time
+    gate (``tidings.compose``)."""
+
     async def preference_set(self, preference: Preference, *, now: float) -> None:
         """Insert or replace the preference of (recipient_id, channel), stamped ``now``."""
         ...
@@ -537,26 +563,50 @@ class Store(Protocol):
         without a preference are absent from the answer."""
         ...
 
-    # ---- pacer state
-    async def pacer_transact(
-        self, channel: str, fn: Callable[[dict[str, Any] | None], tuple[dict[str, Any], T]]
-    ) -> T:
-        """Atomically read the channel's pacer state (None if new), apply ``fn``
-        (pure), write its new state, return its result. Shared by every process."""
+
+class Readings(Protocol):
+    """Counts and lookups over the ledger for the operator surface (status, metrics,
+    timelines) and the guardrails' outcome counts; nothing here writes."""
+
+    async def intent_counts(self) -> dict[str, dict[str, int]]:
+        """``{channel: {state: count}}`` over every intent."""
         ...
 
-    async def pacer_read(self, channel: str) -> dict[str, Any] | None: ...
-
-    async def pacer_pause(self, channel: str, until: float) -> None:
-        """Pause the channel until ``until`` (never shortening a pause) in one write
-        that does not wait for ``pacer_transact``: what a 429 must reach at once."""
+    async def intent_latencies(self, channel: str) -> list[float]:
+        """Seconds from due to acceptance for every accepted intent of ``channel``."""
         ...
 
-    async def pacer_paused_until(self, channel: str) -> float:
-        """Until when ``pacer_pause`` paused the channel (0.0 if never)."""
+    async def event_counts(self) -> dict[str, dict[str, int]]:
+        """``{channel: {event type: count}}``."""
         ...
 
-    # ---- operator API: tokens, trigger guard, publish idempotency, summaries
+    async def outcome_counts(self, *, since: float, bucket_s: float) -> list[OutcomeCount]:
+        """Outcome events (see ``tidings.guardrails``) at or after ``since``, counted per
+        channel, campaign, type and bucket of ``bucket_s`` seconds."""
+        ...
+
+    async def intent_summary(self, *, now: float, since: float) -> list[IntentSummary]:
+        """One summary per (campaign, channel), ordered by campaign then channel."""
+        ...
+
+    async def intent_latency_histogram(self, bounds: Sequence[float]) -> list[LatencyHistogram]:
+        """Due-to-accepted latencies per channel counted into ``bounds`` (ascending)."""
+        ...
+
+    async def intent_find_by_recipient(self, recipient_id: str, *,
+                                       limit: int = 100) -> list[Intent]:
+        """A recipient's intents, latest due first."""
+        ...
+
+    async def event_keys_by_detail(self, detail: str, *, limit: int = 100) -> list[str]:
+        """Keys with an event whose ``detail`` is exactly ``detail``, latest first."""
+        ...
+
+
+class ApiRecords(Protocol):
+    """The operator API's own records: tokens, signed-request replay guard, trigger
+    counts and publish idempotency (``tidings.api``)."""
+
     async def api_token_insert(self, token: ApiToken) -> None:
         """Store a new token; StoreError if its id exists."""
         ...
@@ -601,25 +651,12 @@ class Store(Protocol):
         """Drop this request's reservation (it was refused, so a retry starts afresh)."""
         ...
 
-    async def intent_summary(self, *, now: float, since: float) -> list[IntentSummary]:
-        """One summary per (campaign, channel), ordered by campaign then channel."""
-        ...
 
-    async def intent_latency_histogram(self, bounds: Sequence[float]) -> list[LatencyHistogram]:
-        """Due-to-accepted latencies per channel counted into ``bounds`` (ascending)."""
-        ...
+class WebhookRecords(Protocol):
+    """Provider webhook reports after acceptance: delivered / bounced / complained /
+    failed, recorded once, orphaned until their intent's receipt is known
+    (``tidings.webhooks``)."""
 
-    async def intent_find_by_recipient(self, recipient_id: str, *,
-                                       limit: int = 100) -> list[Intent]:
-        """A recipient's intents, latest due first."""
-        ...
-
-    async def event_keys_by_detail(self, detail: str, *, limit: int = 100) -> list[str]:
-        """Keys with an event whose ``detail`` is exactly ``detail``, latest first."""
-        ...
-
-
-    # ---- provider webhooks: delivered / bounced / complained / failed after acceptance
     async def provider_events_record(self, events: Sequence[ProviderEvent], *,
                                      now: float) -> RecordResult:
         """Record provider events in one transaction, once per (provider, message id,
@@ -645,7 +682,10 @@ class Store(Protocol):
         """Provider events per (provider, type), ordered by both."""
         ...
 
-    # ---- retention (the rule is tidings.retention's; these are its queries)
+
+class RetentionQueries(Protocol):
+    """The queries of retention; the rule (what may go, when) is ``tidings.retention``'s."""
+
     async def retention_prune_batch(self, *, intent_cutoff: float, occurrence_cutoff: float,
                                     limit: int) -> PruneCounts:
         """Delete at most ``limit`` terminal intents finished and last updated before
@@ -666,6 +706,14 @@ class Store(Protocol):
     async def intent_age_span(self) -> tuple[float, float] | None:
         """The creation times of the oldest and newest intent (None: no intent)."""
         ...
+
+
+class Store(Lifecycle, Ledger, Occurrences, Selections, PreferenceRecords, PacerBackend,
+            Readings, ApiRecords, WebhookRecords, RetentionQueries, Protocol):
+    """Durable state of tidings, the union of its roles. Adapters: ``sqlite``
+    (embedded) and ``postgres``. A consumer types against the roles it uses (the worker
+    a ``Ledger``, the API's auth ``ApiRecords``, the pacer a ``PacerBackend``), so what
+    it may touch is what its type says."""
 
 
 @runtime_checkable

@@ -34,7 +34,7 @@ from tidings.errors import InvalidInput, StoreError
 from tidings.model import DraftPage, Event, IntentDraft, message_body, message_body_parts
 from tidings.preferences import Preference
 from tidings.retention import PRUNABLE_STATES, Partition, PruneCounts, parse_partition
-from tidings.states import CANCELLABLE, State, check
+from tidings.states import State, check
 from tidings.stores import base, rows
 from tidings.stores.lifecycle import DatabaseStore
 from tidings.stores.postgres_db import Conn, PostgresDatabase
@@ -114,16 +114,11 @@ class PostgresStore(DatabaseStore[PostgresDatabase], StoreReads):
 
     # ---------------------------------------------------------------- admission and relay
 
-    async def intent_admit(
-        self,
-        drafts: Sequence[IntentDraft],
-        *,
-        now: float,
-        publish_lease_until: float | None = None,
-        progress: base.OccurrenceProgress | None = None,
-        enqueue: bool = False,
-        progress_after: Awaitable[object] | None = None,
-    ) -> list[str]:
+    async def intent_admit(self, drafts: Sequence[IntentDraft], *, now: float,
+                           publish_lease_until: float | None = None,
+                           progress: base.OccurrenceProgress | None = None,
+                           enqueue: bool = False,
+                           progress_after: Awaitable[object] | None = None) -> list[str]:
         """``Store.intent_admit``, pages side by side: with ``progress_after`` this page's
         rows are written while that one's are, and only the occurrence's progress waits
         for it (see ``_admission`` for how a page goes in)."""
@@ -285,15 +280,9 @@ class PostgresStore(DatabaseStore[PostgresDatabase], StoreReads):
 
     # ---------------------------------------------------------------- the worker's hot path
 
-    async def intent_claim_many(
-        self,
-        keys: Sequence[str],
-        *,
-        owner: str,
-        lease_s: float,
-        now: float,
-        message_ids: Sequence[str] | None = None,
-    ) -> list[base.Claim]:
+    async def intent_claim_many(self, keys: Sequence[str], *, owner: str, lease_s: float,
+                                now: float, message_ids: Sequence[str] | None = None
+                                ) -> list[base.Claim]:
         """Claim each key with a lease; one Claim per key, in order (see ``plan_claims``).
 
         Rows another transaction holds are skipped, not waited for, and claimed as busy.
@@ -389,19 +378,13 @@ class PostgresStore(DatabaseStore[PostgresDatabase], StoreReads):
             target = await _one(conn, rows.CANCEL_TARGET, sql["intent_cancel_read"], (key,))
             if target is None:
                 return None
-            if target.state in CANCELLABLE:
-                change = base.Change(key=key, from_state=target.state, to_state=State.CANCELLED,
-                                event="cancelled", reason=reason)
-                await conn.execute(sql["intent_apply"], rows.change_params(change, now))
-                await conn.execute(sql["event_insert"], rows.change_event(
-                    change, channel=target.channel, attempts=target.attempts, now=now))
-                return State.CANCELLED
-            if target.state is State.CLAIMED and not target.cancel_requested:
+            plan = rows.cancel_plan(key, target, now=now, reason=reason)
+            if plan.change is not None:
+                await conn.execute(sql["intent_apply"], rows.change_params(plan.change, now))
+            if plan.flag:
                 await conn.execute(sql["intent_cancel_request"], (now, key))
-                await conn.execute(sql["event_insert"], (
-                    key, target.channel, "cancel_requested", now, "claimed", target.attempts,
-                    None, None, None, reason))
-            return target.state
+            await _insert_events(conn, sql, rows.cancel_events(plan, target, now=now))
+            return plan.state
 
         return await self.db.write(fn)
 
@@ -452,10 +435,9 @@ class PostgresStore(DatabaseStore[PostgresDatabase], StoreReads):
             cur = await conn.execute(sql["occurrence_insert"], params)
             if cur.rowcount == 0:
                 await conn.execute(sql["occurrence_reopen"], {"id": id, "kind": kind})
-            occurrence = await _one(conn, rows.OCCURRENCE, sql["occurrence_get"], (id,))
-            if occurrence is None:  # pragma: no cover - inserted or present in this transaction
-                raise StoreError(f"occurrence {id!r} vanished")
-            return occurrence
+            found = await _one(conn, rows.OCCURRENCE, sql["occurrence_get"], (id,))
+            # Inserted or present in this transaction: it cannot be absent.
+            return rows.present(found, f"occurrence {id!r}")
 
         return await self.db.write(fn)
 
@@ -491,9 +473,9 @@ class PostgresStore(DatabaseStore[PostgresDatabase], StoreReads):
                   "reason": reason}
 
         async def fn(conn: Conn) -> base.Switch:
-            switch = await _one(conn, rows.SWITCH, self._sql["switch_upsert"], params)
-            assert switch is not None  # an upsert with RETURNING returns its row
-            return switch
+            found = await _one(conn, rows.SWITCH, self._sql["switch_upsert"], params)
+            # An upsert with RETURNING returns its row.
+            return rows.present(found, f"switch {scope}:{name}")
 
         return await self.db.write(fn)
 
@@ -654,11 +636,10 @@ class PostgresStore(DatabaseStore[PostgresDatabase], StoreReads):
             if cur.rowcount == 1:
                 return record
             # A concurrent insert of the same key: ON CONFLICT waited for it to commit.
-            stored = await _one(conn, rows.IDEMPOTENT_RESPONSE, sql["api_idempotency_get"],
-                                (record.key,))
-            if stored is None:  # pragma: no cover - the conflicting row is committed
-                raise StoreError(f"idempotency key {record.key!r} vanished")
-            return stored
+            found = await _one(conn, rows.IDEMPOTENT_RESPONSE, sql["api_idempotency_get"],
+                               (record.key,))
+            # The conflicting row is committed: it cannot be absent.
+            return rows.present(found, f"idempotency key {record.key!r}")
 
         return await self.db.write(fn)
 

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from tidings.claims import CancelPlan, plan_cancel
 from tidings.errors import StoreError
 from tidings.model import Event, Intent
 from tidings.preferences import Preference
@@ -153,6 +154,14 @@ PREFERENCE = Shape(Preference, {"opted_out": bool})
 CANCEL_TARGET = Shape(CancelTarget, {"state": State, "cancel_requested": bool})
 
 
+def present(record: R | None, what: str) -> R:
+    """``record``, read back inside the transaction that wrote it or found it: absent,
+    it vanished, which no store allows (a StoreError rather than a None passed on)."""
+    if record is None:
+        raise StoreError(f"{what} vanished")
+    return record
+
+
 # ---------------------------------------------------------------- records to parameters
 
 def event_row(e: Event) -> EventRow:
@@ -231,6 +240,21 @@ def change_event(change: Change, *, channel: str, attempts: int, now: float) -> 
     return (change.key, channel, change.event, now, change.to_state.value, attempts,
             change.worker, change.message_id, change.provider_request_id,
             change.detail if change.detail is not None else change.reason)
+
+
+def cancel_plan(key: str, target: CancelTarget, *, now: float, reason: str) -> CancelPlan:
+    """The core's decision (``claims.plan_cancel``) on the intent as read."""
+    return plan_cancel(key, target.state, channel=target.channel, attempts=target.attempts,
+                       cancel_requested=target.cancel_requested, now=now, reason=reason)
+
+
+def cancel_events(plan: CancelPlan, target: CancelTarget, *, now: float) -> list[EventRow]:
+    """The ``event_insert`` rows of a cancel plan: the change's event, or the flag's."""
+    found = [event_row(e) for e in plan.events]
+    if plan.change is not None:
+        found.append(change_event(plan.change, channel=target.channel,
+                                  attempts=target.attempts, now=now))
+    return found
 
 
 def latency_histograms(bounds: Sequence[float],

@@ -20,7 +20,7 @@ from tidings.errors import StoreError
 from tidings.model import Event, IntentDraft, message_body
 from tidings.preferences import Preference
 from tidings.retention import PRUNABLE_STATES, PruneCounts
-from tidings.states import CANCELLABLE, State, check
+from tidings.states import State, check
 from tidings.stores import base, rows
 from tidings.stores.lifecycle import DatabaseStore
 from tidings.stores.provider_events import (
@@ -85,16 +85,11 @@ class SqliteStore(DatabaseStore[SqliteDatabase], StoreReads):
 
     # ---------------------------------------------------------------- admission and relay
 
-    async def intent_admit(
-        self,
-        drafts: Sequence[IntentDraft],
-        *,
-        now: float,
-        publish_lease_until: float | None = None,
-        progress: base.OccurrenceProgress | None = None,
-        enqueue: bool = False,
-        progress_after: Awaitable[object] | None = None,
-    ) -> list[str]:
+    async def intent_admit(self, drafts: Sequence[IntentDraft], *, now: float,
+                           publish_lease_until: float | None = None,
+                           progress: base.OccurrenceProgress | None = None,
+                           enqueue: bool = False,
+                           progress_after: Awaitable[object] | None = None) -> list[str]:
         """``Store.intent_admit``: one write transaction, a multi-row insert of the drafts
         whose keys are new. SQLite has one writer, so ``progress_after`` is simply
         awaited first."""
@@ -189,15 +184,9 @@ class SqliteStore(DatabaseStore[SqliteDatabase], StoreReads):
 
     # ---------------------------------------------------------------- the worker's hot path
 
-    async def intent_claim_many(
-        self,
-        keys: Sequence[str],
-        *,
-        owner: str,
-        lease_s: float,
-        now: float,
-        message_ids: Sequence[str] | None = None,
-    ) -> list[base.Claim]:
+    async def intent_claim_many(self, keys: Sequence[str], *, owner: str, lease_s: float,
+                                now: float, message_ids: Sequence[str] | None = None
+                                ) -> list[base.Claim]:
         """Claim each key with a lease; one Claim per key, in order (see ``plan_claims``)."""
         keys_json = json.dumps(claim_keys(keys, message_ids))
         if not keys:
@@ -267,24 +256,16 @@ class SqliteStore(DatabaseStore[SqliteDatabase], StoreReads):
         sql = self._sql
 
         def fn(conn: sqlite3.Connection) -> State | None:
-            cursor = conn.execute(sql["intent_cancel_read"], (key,))
-            row = cursor.fetchone()
-            if row is None:
+            target = _one(conn, rows.CANCEL_TARGET, sql["intent_cancel_read"], (key,))
+            if target is None:
                 return None
-            target = rows.CANCEL_TARGET.one(cursor.description, row)
-            if target.state in CANCELLABLE:
-                change = base.Change(key=key, from_state=target.state, to_state=State.CANCELLED,
-                                event="cancelled", reason=reason)
-                conn.execute(sql["intent_apply"], rows.change_params(change, now))
-                conn.execute(sql["event_insert"], rows.change_event(
-                    change, channel=target.channel, attempts=target.attempts, now=now))
-                return State.CANCELLED
-            if target.state is State.CLAIMED and not target.cancel_requested:
+            plan = rows.cancel_plan(key, target, now=now, reason=reason)
+            if plan.change is not None:
+                conn.execute(sql["intent_apply"], rows.change_params(plan.change, now))
+            if plan.flag:
                 conn.execute(sql["intent_cancel_request"], (now, key))
-                conn.execute(sql["event_insert"], (key, target.channel, "cancel_requested", now,
-                                                   "claimed", target.attempts, None, None, None,
-                                                   reason))
-            return target.state
+            conn.executemany(sql["event_insert"], rows.cancel_events(plan, target, now=now))
+            return plan.state
 
         return await self.db.write(fn)
 
@@ -330,10 +311,9 @@ class SqliteStore(DatabaseStore[SqliteDatabase], StoreReads):
         def fn(conn: sqlite3.Connection) -> base.Occurrence:
             if conn.execute(sql["occurrence_insert"], params).rowcount == 0:
                 conn.execute(sql["occurrence_reopen"], {"id": id, "kind": kind})
-            occurrence = _one(conn, rows.OCCURRENCE, sql["occurrence_get"], (id,))
-            if occurrence is None:  # pragma: no cover - inserted or present in this transaction
-                raise StoreError(f"occurrence {id!r} vanished")
-            return occurrence
+            # Inserted or present in this transaction: it cannot be absent.
+            return rows.present(_one(conn, rows.OCCURRENCE, sql["occurrence_get"], (id,)),
+                                f"occurrence {id!r}")
 
         return await self.db.write(fn)
 
@@ -367,9 +347,9 @@ class SqliteStore(DatabaseStore[SqliteDatabase], StoreReads):
                   "reason": reason}
 
         def fn(conn: sqlite3.Connection) -> base.Switch:
-            switch = _one(conn, rows.SWITCH, self._sql["switch_upsert"], params)
-            assert switch is not None  # an upsert with RETURNING returns its row
-            return switch
+            # An upsert with RETURNING returns its row.
+            return rows.present(_one(conn, rows.SWITCH, self._sql["switch_upsert"], params),
+                                f"switch {scope}:{name}")
 
         return await self.db.write(fn)
 
@@ -512,10 +492,9 @@ class SqliteStore(DatabaseStore[SqliteDatabase], StoreReads):
                 conn.execute(sql["api_idempotency_prune"], {"before": expire_before})
             if conn.execute(sql["api_idempotency_insert"], params).rowcount == 1:
                 return record
-            stored = _one(conn, rows.IDEMPOTENT_RESPONSE, sql["api_idempotency_get"], (record.key,))
-            if stored is None:  # pragma: no cover - the conflicting row is in this transaction
-                raise StoreError(f"idempotency key {record.key!r} vanished")
-            return stored
+            # The conflicting row is in this transaction: it cannot be absent.
+            return rows.present(_one(conn, rows.IDEMPOTENT_RESPONSE, sql["api_idempotency_get"],
+                                     (record.key,)), f"idempotency key {record.key!r}")
 
         return await self.db.write(fn)
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from tidings.model import Event, Intent
 from tidings.states import UNSETTLED, State
-from tidings.stores.base import Change, Store
+from tidings.stores.base import Change, Ledger
 from tidings.uncertain import Verdict, on_evidence
 from tidings.webhooks.parse import Evidence
 
@@ -44,7 +44,7 @@ def _verdict(item: Evidence) -> Verdict:
                        message_id=item.message_id, detail=item.detail)
 
 
-async def _intents(store: Store, evidence: Sequence[Evidence]
+async def _intents(store: Ledger, evidence: Sequence[Evidence]
                    ) -> list[tuple[Evidence, Intent]]:
     found: list[tuple[Evidence, Intent]] = []
     hashed = [e for e in evidence if e.key is None and e.key_sha256]
@@ -61,7 +61,7 @@ async def _intents(store: Store, evidence: Sequence[Evidence]
     return found
 
 
-async def settle_by_evidence(store: Store, evidence: Sequence[Evidence], *,
+async def settle_by_evidence(store: Ledger, evidence: Sequence[Evidence], *,
                              now: float) -> Settled:
     """Settle the uncertain and held intents ``evidence`` names; keep evidence for
     intents still in flight on their timeline."""

@@ -11,12 +11,18 @@ codes.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
-from tidings.stores.base import Store
+from tidings.stores.base import Ledger, WebhookRecords
 from tidings.webhooks.evidence import settle_by_evidence
 from tidings.webhooks.parse import parse
 from tidings.webhooks.record import record_events
 from tidings.webhooks.verify import Verifier, WebhookRequest
+
+
+class WebhookStore(Ledger, WebhookRecords, Protocol):
+    """What a webhook request reaches: the ledger (to settle by evidence) and the
+    provider events' records."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,7 +41,7 @@ class WebhookOutcome:
     """Uncertain or held sends this request's evidence settled (accepted or failed)."""
 
 
-async def receive(request: WebhookRequest, *, verifier: Verifier, store: Store,
+async def receive(request: WebhookRequest, *, verifier: Verifier, store: WebhookStore,
                   now: float) -> WebhookOutcome:
     """Verify ``request`` as ``verifier.provider``'s, parse it, record its events."""
     verifier.verify(request)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from tidings.stores.base import ProviderEvent, RecordResult, Store
+from tidings.stores.base import ProviderEvent, RecordResult, WebhookRecords
 
 log = logging.getLogger("tidings.webhooks")
 
@@ -24,7 +24,7 @@ ADOPT_WINDOW_S = 3600.0
 _LOGGED_ORPHANS = 5
 
 
-async def record_events(store: Store, events: Sequence[ProviderEvent],
+async def record_events(store: WebhookRecords, events: Sequence[ProviderEvent],
                         now: float) -> RecordResult:
     """Record ``events`` in one store transaction: new ones on their intent's timeline
     or orphaned, repeats as duplicates (no-ops)."""
@@ -41,7 +41,7 @@ async def record_events(store: Store, events: Sequence[ProviderEvent],
     return result
 
 
-async def adopt_orphans(store: Store, now: float, *, window_s: float = ADOPT_WINDOW_S,
+async def adopt_orphans(store: WebhookRecords, now: float, *, window_s: float = ADOPT_WINDOW_S,
                         limit: int = 1000) -> int:
     """Attach orphans of the last ``window_s`` whose message id has become a receipt;
     return how many (a sweep for the reconciler)."""
