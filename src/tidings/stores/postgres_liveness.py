@@ -66,18 +66,22 @@ class PostgresRegistry:
     async def beat(self, worker_id: str, *, now: float) -> bool:
         """Beat over the marker's own connection (a lost connection means a lost lock:
         StoreError, and the worker registers again once its row is settled)."""
-        conn = self._conn
-        if conn is None or conn.broken or conn.closed:
-            await self._drop()
-            conn = await self._relock(worker_id)
-            if conn is None:
-                return False
-        try:
-            cur = await conn.execute(self._sql["worker_beat"],
-                                     {"worker_id": worker_id, "now": now})
-        except psycopg.Error as exc:
-            await self._drop()
-            raise StoreError(f"{self.db.safe_url}: {exc}") from exc
+        for attempt in (1, 2):
+            conn = self._conn
+            if conn is None or conn.broken or conn.closed:
+                await self._drop()
+                conn = await self._relock(worker_id)
+                if conn is None:
+                    return False
+            try:
+                cur = await conn.execute(self._sql["worker_beat"],
+                                         {"worker_id": worker_id, "now": now})
+                break
+            except psycopg.Error as exc:
+                await self._drop()
+                if attempt == 2 or not conn.broken:
+                    raise StoreError(f"{self.db.safe_url}: {exc}") from exc
+                # The session was lost since the last beat: once more on a new one.
         if cur.rowcount:
             return True
         await self._drop()  # declared gone: the lock goes with the session
