@@ -184,8 +184,9 @@ class Worker:
         # The process's liveness fence (``tidings.liveness.Marker.live``): no send starts
         # while it says no, so a peer that declares this worker gone finds it stopped.
         self.liveness: Callable[[float], bool] | None = None
-        # A lost lease is told once per run of them, not once per intent.
-        self._losing_leases = False
+        # Lost leases are told once per run of them (none lost for a lease_s ends a run),
+        # not once per intent: a worker back from a partition loses all it held.
+        self._lease_lost_at: float | None = None
 
     def stop(self) -> None:
         """Stop taking messages; work in hand is finished or released."""
@@ -733,14 +734,15 @@ class Worker:
                                   message_id=change.message_id,
                                   provider_request_id=change.provider_request_id,
                                   detail=f"outcome {change.event} not recorded: lease lost"))
-                log.log(logging.DEBUG if self._losing_leases else logging.WARNING,
-                        "lease lost", extra={
+                quiet = (self._lease_lost_at is not None
+                         and now - self._lease_lost_at < self.config.lease_s)
+                self._lease_lost_at = now
+                log.log(logging.DEBUG if quiet else logging.WARNING, "lease lost", extra={
                     "key": change.key, "channel": self.channel, "message_id": change.message_id,
                     "provider_request_id": change.provider_request_id,
                     "outcome": change.event, "reason": "outcome not recorded: the lease "
-                    "moved on; the message comes back (further lost leases until an outcome "
-                    "is recorded again: at debug)", "worker": self.worker_id})
-                self._losing_leases = True
+                    "moved on; the message comes back (more of them within a lease: at "
+                    "debug)", "worker": self.worker_id})
             elif change.to_state == State.RETRYABLE:
                 delay = max(0.0, (change.next_attempt_at or now) - now)
                 (self._failed if faulted else self._nacks).append((received.receipt, delay))
@@ -748,8 +750,6 @@ class Worker:
                 self._dead.append((received.receipt, change.reason or "dead"))
             else:
                 self._acks.append(received.receipt)
-        if applied:
-            self._losing_leases = False
         if lost:
             await self.store.event_append_many(lost)
         if log.isEnabledFor(logging.DEBUG):

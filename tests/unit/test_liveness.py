@@ -241,3 +241,30 @@ async def test_lost_leases_are_told_once_not_once_per_intent(
     assert worker.stats.lease_lost == 6
     events: list[Event] = [e for k in tokens for e in await rt.store.events_for(k)]
     assert sum(e.type == "lease_lost" for e in events) == 6  # the audit trail keeps each
+
+
+async def test_a_later_run_of_lost_leases_is_told_again(
+        rt: Runtime, caplog: pytest.LogCaptureFixture) -> None:
+    clock = clock_of(rt)
+    worker = rt.worker("email", "w-twice")
+
+    async def lose_one(n: int) -> None:
+        [(key, token)] = (await hold_work(rt, f"w-twice-{n}", 1)).items()
+        await rt.store.intent_apply_many([Change(
+            key=key, from_state=State.CLAIMED, to_state=State.UNCERTAIN, event="lease_ended",
+            lease_token=token, worker="peer")], now=clock.now())
+        await worker._record([(
+            Change(key=key, from_state=State.CLAIMED, to_state=State.ACCEPTED,
+                   event="accepted", lease_token=token, worker="w-twice"),
+            Received(queue="email", message_id=key, body="", receipt=f"{n}:1",
+                     receive_count=1, enqueued_at=T0))])
+
+    with caplog.at_level(logging.INFO, logger="tidings.worker"):
+        await lose_one(1)
+        clock.advance(LEASE_S - 1)
+        await lose_one(2)  # the same run: quiet
+        clock.advance(LEASE_S)
+        await lose_one(3)  # a lease later: a new run, told again
+    warned = [r for r in records_of(caplog, "tidings.worker")
+              if r.msg == "lease lost" and r.levelno == logging.WARNING]
+    assert len(warned) == 2
