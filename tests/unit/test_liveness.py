@@ -268,3 +268,28 @@ async def test_a_later_run_of_lost_leases_is_told_again(
     warned = [r for r in records_of(caplog, "tidings.worker")
               if r.msg == "lease lost" and r.levelno == logging.WARNING]
     assert len(warned) == 2
+
+
+class Unreachable:
+    """A registry whose store cannot be reached (every call raises)."""
+
+    def __getattr__(self, name: str) -> object:
+        async def fail(*_args: object, **_kw: object) -> None:
+            raise OSError("connection refused")
+        return fail
+
+
+async def test_an_unreachable_store_closes_the_fence_and_is_told_once(
+        caplog: pytest.LogCaptureFixture) -> None:
+    clock = FakeClock(T0)
+    marker = Marker(Unreachable(), "w-cut", clock=clock, config=CONFIG,  # type: ignore[arg-type]
+                    host=HOST, pid=1)
+    marker._registered, marker._confirmed_at = True, T0  # started before the cut
+    with caplog.at_level(logging.INFO, logger="tidings.liveness"):
+        for _ in range(5):
+            clock.advance(CONFIG.beat_s)
+            await marker.step()
+    told = [r for r in records_of(caplog, "tidings.liveness")
+            if r.msg.startswith("heartbeat failed")]
+    assert len(told) == 1
+    assert not marker.live(clock.now())  # 5 s after the last beat: past fence_s
