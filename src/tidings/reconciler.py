@@ -1,5 +1,8 @@
 """The reconciler: a periodic, idempotent sweep that repairs what crashes leave behind.
 
+0. Workers whose liveness marker is gone (``tidings.liveness``) have their leases ended
+   at once (to uncertain, as 1 does when a lease expires) and their messages made
+   visible again, without waiting for ``lease_s`` or the visibility timeout.
 1. Claimed intents whose lease expired become uncertain: the holder may have sent.
 2. Selected intents whose publisher died are published again (the relay).
 3. Enqueued or retryable intents whose message vanished are published again.
@@ -15,11 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
+from tidings.liveness import LivenessConfig, Registry, WorkerMark, gone
 from tidings.model import Event, Intent
 from tidings.outcomes import Lookup, LookupHint
 from tidings.providers.base import Provider
@@ -27,7 +32,7 @@ from tidings.providers.http_outcomes import describe
 from tidings.relay import RelayConfig, publish, relay_pass
 from tidings.states import State
 from tidings.stores.base import Change, Ledger, WebhookRecords
-from tidings.transports.base import Transport
+from tidings.transports.base import RecordsReceiver, Transport
 from tidings.uncertain import (
     Policy,
     UncertainPolicy,
@@ -61,6 +66,10 @@ class ReconcilerConfig:
 
 @dataclass(kw_only=True)
 class ReconcileResult:
+    leases_ended: int = 0
+    """Leases of workers found gone, ended before they expired."""
+    messages_released: int = 0
+    """Messages those workers held, visible again before their visibility timeout."""
     leases_expired: int = 0
     republished_stuck: int = 0
     republished_lost: int = 0
@@ -76,7 +85,8 @@ class ReconcileResult:
 
     def total(self) -> int:
         """Actions taken (waiting and awaiting are not actions)."""
-        return (self.leases_expired + self.republished_stuck + self.republished_lost
+        return (self.leases_ended + self.messages_released
+                + self.leases_expired + self.republished_stuck + self.republished_lost
                 + self.uncertain_accepted + self.uncertain_retried + self.uncertain_failed
                 + self.uncertain_held + self.orphans_adopted)
 
@@ -85,7 +95,9 @@ class Reconciler:
     def __init__(self, *, store: ReconcilerStore, transport: Transport,
                  providers: Mapping[str, Provider],
                  config: ReconcilerConfig | None = None, worker_id: str = "reconciler",
-                 policies: Mapping[str, UncertainPolicy] | None = None) -> None:
+                 policies: Mapping[str, UncertainPolicy] | None = None,
+                 registry: Registry | None = None, liveness: LivenessConfig | None = None,
+                 host: str | None = None) -> None:
         self.store = store
         self.transport = transport
         self.providers = providers
@@ -96,10 +108,15 @@ class Reconciler:
         self.policies = dict(policies or {})
         for channel, provider in providers.items():
             self.policies.setdefault(channel, policy_for(channel, provider))
+        # Worker markers (None: nobody's marker is watched; leases only expire).
+        self.registry = registry
+        self.liveness = liveness or LivenessConfig()
+        self.host = host or socket.gethostname()
 
     async def run_pass(self, *, now: float, paused_channels: Sequence[str] = ()
                        ) -> ReconcileResult:
         result = ReconcileResult()
+        await self.end_gone_workers(now, result)
         result.leases_expired = await self._expire_leases(now)
         result.republished_stuck = await relay_pass(
             self.store, self.transport, now=now, config=self.config.relay,
@@ -115,6 +132,57 @@ class Reconciler:
                         "reconciled", extra={"action": action, "count": count,
                                              "worker": self.worker_id})
         return result
+
+    async def end_gone_workers(self, now: float, result: ReconcileResult | None = None
+                               ) -> ReconcileResult:
+        """End the leases of every worker whose marker is gone and make its messages
+        visible again. A worker is declared gone once (a compare-and-set on its marker);
+        its work is then taken back, and its marker settled, by this pass or, if this
+        one dies half-way, by the next."""
+        result = result or ReconcileResult()
+        if self.registry is None:
+            return result
+        for mark in await self.registry.running():
+            if mark.ended_at is None:
+                why = gone(mark, now=now, host=self.host, config=self.liveness)
+                if why is None or not await self.registry.end(mark, now=now,
+                                                              by=self.worker_id):
+                    continue
+                log.warning("worker gone", extra={
+                    "gone_worker": mark.worker_id, "host": mark.host, "pid": mark.pid,
+                    "reason": why, "worker": self.worker_id})
+            await self._take_back(mark, now, result)
+            await self.registry.settle(mark.worker_id, now=now)
+        return result
+
+    async def _take_back(self, mark: WorkerMark, now: float, result: ReconcileResult) -> None:
+        """A gone worker's leases become uncertain (it may have sent: the channel's
+        policy settles each, as for an expired lease) and its messages visible."""
+        assert self.registry is not None
+        try:
+            # Whatever its sessions still hold (row locks of a transaction cut off
+            # mid-way) is let go now, not when the server notices the peer is gone.
+            await self.registry.disconnect(mark)
+        except Exception:
+            log.warning("could not end the sessions of a gone worker", exc_info=True,
+                        extra={"gone_worker": mark.worker_id, "worker": self.worker_id})
+        while True:
+            held = await self.store.intent_find(states=[State.CLAIMED],
+                                                lease_owner=mark.worker_id,
+                                                limit=self.config.limit)
+            changes = [Change(
+                key=i.key, from_state=State.CLAIMED, to_state=State.UNCERTAIN,
+                event="lease_ended", lease_token=i.lease_token, worker=self.worker_id,
+                reason=f"lease of {i.lease_owner} ended before it expired at "
+                       f"{i.lease_expires_at or 0:.3f}: its worker is gone")
+                for i in held if i.lease_owner == mark.worker_id]
+            applied = await self.store.intent_apply_many(changes, now=now) if changes else []
+            result.leases_ended += len(applied)
+            if len(held) < self.config.limit or not applied:
+                break
+        if isinstance(self.transport, RecordsReceiver):
+            result.messages_released += await self.transport.release_receiver(
+                mark.worker_id, now=now)
 
     async def _expire_leases(self, now: float) -> int:
         """Expired leases: the holder may have sent before it died, so the intent is

@@ -80,7 +80,8 @@ AUDIT_KEY = "retention/prune"
 #: (audit events of occurrences, switches, prunes, and any type added later) are kept
 #: when the partition is dropped: an unknown type errs on the side of keeping.
 INTENT_EVENT_TYPES: frozenset[str] = frozenset({s.value for s in State} | {
-    "claimed", "republished", "lease_lost", "lease_expired", "transient_failure",
+    "claimed", "republished", "lease_lost", "lease_expired", "lease_ended",
+    "transient_failure",
     "rate_limited", "resolved_retry", "resolved_accepted", "released", "redriven",
     "duplicate_observed", "discarded", "cancel_requested", "provider_delivered",
     "provider_bounced", "provider_complained", "provider_failed"})

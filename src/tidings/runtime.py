@@ -25,6 +25,7 @@ from tidings.guardrails import GuardrailConfig, Thresholds
 from tidings.holds import HoldGate
 from tidings.intake import NotifyRequest, admit_drafts, cancel, drafts_for, notify_many
 from tidings.keys import check_text
+from tidings.liveness import LivenessConfig, Marker, Registry
 from tidings.model import IntentDraft, Recipient
 from tidings.pacing.algorithm import PaceLimits, parse_quota
 from tidings.pacing.pacer import Pacer
@@ -74,6 +75,24 @@ async def open_store(url: str) -> tuple[Store, Transport]:
     scheme = url.split(":", 1)[0] if ":" in url else url
     raise ConfigurationError("store", f"unsupported store URL scheme {scheme!r}; "
                              "use sqlite:///path/to/tidings.db or postgresql://user@host/db")
+
+
+def open_registry(store: Store) -> Registry | None:
+    """The worker-marker registry on a store's own database (None for any other store)."""
+    from tidings.stores.sqlite import SqliteStore
+
+    if isinstance(store, SqliteStore):
+        from tidings.stores.sqlite_liveness import SqliteRegistry
+
+        return SqliteRegistry(store.db)
+    try:
+        from tidings.stores.postgres import PostgresStore
+        from tidings.stores.postgres_liveness import PostgresRegistry
+    except ImportError:  # no psycopg: no PostgreSQL store either
+        return None
+    if isinstance(store, PostgresStore):
+        return PostgresRegistry(store.db)
+    return None
 
 
 def build_provider(channel: str, spec: ChannelSettings, clock: Clock) -> Provider:
@@ -157,6 +176,7 @@ class Runtime:
     group_commit: GroupCommitConfig | None = field(default_factory=GroupCommitConfig)
     """How concurrent ``notify`` calls share a transaction; None: one each."""
     _group: GroupCommit | None = field(default=None, init=False, repr=False)
+    _registry: Registry | None = field(default=None, init=False, repr=False)
 
     @property
     def enqueue_in_store(self) -> bool:
@@ -262,7 +282,26 @@ class Runtime:
                                                   uncertain_after_s=r.uncertain_after_s,
                                                   lease_s=self.settings.worker.lease_s,
                                                   relay=self.relay_config()),
-                          policies=self.uncertain_policies())
+                          policies=self.uncertain_policies(), registry=self.registry(),
+                          liveness=self.liveness())
+
+    def liveness(self) -> LivenessConfig:
+        """``[worker]`` heartbeat settings as ``tidings.liveness`` takes them."""
+        w = self.settings.worker
+        return LivenessConfig(beat_s=w.heartbeat_s, stale_after_s=w.gone_after_s)
+
+    def registry(self) -> Registry | None:
+        """The store's worker markers (``tidings.liveness``), made once."""
+        if self._registry is None:
+            self._registry = open_registry(self.store)
+        return self._registry
+
+    def marker(self, worker_id: str) -> Marker | None:
+        """A worker process's liveness marker (None: the store keeps none)."""
+        registry = self.registry()
+        if registry is None:
+            return None
+        return Marker(registry, worker_id, clock=self.clock, config=self.liveness())
 
     async def notify(self, *, key: str, recipient: Recipient | Mapping[str, Any],
                      channels: Sequence[str], template: str,
@@ -355,6 +394,8 @@ class Runtime:
             await self._group.drain()  # every notify in hand is answered first
         for provider in self.providers.values():
             await provider.close()
+        if self._registry is not None:
+            await self._registry.close()
         await self.transport.close()
         await self.store.close()
 

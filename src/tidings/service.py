@@ -12,9 +12,12 @@ from typing import Any
 from tidings import progress
 from tidings.guardrails import enforce
 from tidings.holds import sweep as holds_sweep
+from tidings.liveness import Marker
 from tidings.retention import RetentionConfig, prune, prune_due
 from tidings.runtime import Runtime
 from tidings.scheduler import PassResult, Switches
+from tidings.transports.base import RecordsReceiver
+from tidings.worker import Worker
 
 log = logging.getLogger("tidings.service")
 
@@ -27,9 +30,12 @@ def on_signals(stop: Callable[[], None]) -> None:
             loop.add_signal_handler(sig, stop)
 
 
-async def reconcile_loop(runtime: Runtime, every_s: float, stopping: asyncio.Event) -> None:
-    """Run the reconciler every ``every_s`` seconds until ``stopping`` is set."""
+async def reconcile_loop(runtime: Runtime, every_s: float, stopping: asyncio.Event,
+                         wake: asyncio.Event | None = None) -> None:
+    """Run the reconciler every ``every_s`` seconds (or as soon as ``wake`` is set) until
+    ``stopping`` is set."""
     reconciler = runtime.reconciler()
+    wake = wake or asyncio.Event()
     guardrails = runtime.guardrails()
     retention = runtime.retention()
     pruned_at: float | None = None
@@ -54,8 +60,46 @@ async def reconcile_loop(runtime: Runtime, every_s: float, stopping: asyncio.Eve
             log.exception("holds sweep failed")
         pruned_at = await prune_when_due(runtime, retention, pruned_at,
                                          worker=reconciler.worker_id)
+        await _first_of(stopping, wake, timeout_s=every_s)
+        wake.clear()
+
+
+async def _first_of(*events: asyncio.Event, timeout_s: float) -> None:
+    """Return when any of ``events`` is set, or after ``timeout_s``."""
+    waits = [asyncio.ensure_future(e.wait()) for e in events]
+    try:
+        await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
+
+
+async def liveness_loop(runtime: Runtime, marker: Marker, stopping: asyncio.Event,
+                        wake: asyncio.Event) -> None:
+    """Every heartbeat: beat this worker's marker, and end the work of any worker found
+    gone (``Reconciler.end_gone_workers``); leases ended wake the reconcile loop once
+    their uncertain sends are due to be settled."""
+    reconciler = runtime.reconciler()
+    beat_s = marker.config.beat_s
+    loop = asyncio.get_running_loop()
+    while not stopping.is_set():
+        await _first_of(stopping, timeout_s=beat_s)
+        if stopping.is_set():
+            return
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stopping.wait(), timeout=every_s)
+            # A beat that hangs (a partition) must not hold up the next one.
+            await asyncio.wait_for(marker.step(), timeout=marker.config.fence_s)
+        try:
+            result = await reconciler.end_gone_workers(runtime.clock.now())
+        except Exception:
+            log.warning("looking for gone workers failed", exc_info=True)
+            continue
+        if result.leases_ended or result.messages_released:
+            log.info("reconciled", extra={"action": "leases_ended",
+                                          "count": result.leases_ended,
+                                          "messages_released": result.messages_released,
+                                          "worker": marker.worker_id})
+            loop.call_later(reconciler.config.uncertain_after_s, wake.set)
 
 
 async def prune_when_due(runtime: Runtime, retention: RetentionConfig, pruned_at: float | None,
@@ -114,9 +158,13 @@ async def serve_worker(runtime: Runtime, channel: str, *, worker_id: str | None 
         worker.stop()
 
     on_signals(stop)
+    marker = await start_marker(runtime, worker)
+    wake = asyncio.Event()
     sweeper = (asyncio.create_task(reconcile_loop(runtime, runtime.settings.worker
-                                                  .reconcile_every_s, stopping))
+                                                  .reconcile_every_s, stopping, wake))
                if reconcile else None)
+    beater = (asyncio.create_task(liveness_loop(runtime, marker, stopping, wake))
+              if marker is not None else None)
     reporter = asyncio.create_task(report_loop(lambda: progress.worker_totals(worker.stats),
                                                stopping, extra=backlog))
     try:
@@ -125,9 +173,26 @@ async def serve_worker(runtime: Runtime, channel: str, *, worker_id: str | None 
         stopping.set()
         if sweeper is not None:
             await sweeper
+        if beater is not None:
+            await beater
+        if marker is not None:
+            await marker.stop()
         await reporter
         log.info("stopped", extra={"role": "worker", "channel": channel,
                                    **progress.worker_totals(worker.stats)})
+
+
+async def start_marker(runtime: Runtime, worker: Worker) -> Marker | None:
+    """Register the worker's liveness marker, fence its sends on it, and have the
+    transport record it as the receiver of what it takes (where the transport can)."""
+    marker = runtime.marker(worker.worker_id)
+    if marker is None:
+        return None
+    await marker.start()
+    worker.liveness = marker.live
+    if isinstance(runtime.transport, RecordsReceiver):
+        runtime.transport.receive_as(worker.worker_id)
+    return marker
 
 
 async def serve_scheduler(runtime: Runtime, *, once: bool = False) -> None:

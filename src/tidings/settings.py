@@ -154,6 +154,21 @@ class WorkerSettings(_Model):
     visibility_s: Seconds = 60.0
     max_receives: int = Field(default=50, ge=1)
     reconcile_every_s: Seconds = 5.0
+    heartbeat_s: Seconds = 1.0
+    """Seconds between a worker's liveness heartbeats; as often, it looks for peers that
+    are gone (``tidings.liveness``)."""
+    gone_after_s: Seconds = 6.0
+    """Seconds without a heartbeat after which a worker is gone: its leases end and its
+    messages go to others at once. It starts no send once its own last heartbeat is half
+    this old, so clocks across hosts must agree to better than that half. At least
+    three heartbeats."""
+
+    @model_validator(mode="after")
+    def _beats_fit(self) -> WorkerSettings:
+        if self.gone_after_s < 3 * self.heartbeat_s:
+            raise ValueError(f"gone_after_s ({self.gone_after_s:g}) must be at least three "
+                             f"heartbeats (heartbeat_s = {self.heartbeat_s:g})")
+        return self
 
 
 class SchedulerSettings(_Model):

@@ -184,6 +184,12 @@ class Worker:
         # known), and when that was last worked out.
         self._claim_depth: int | None = None
         self._depth_at = float("-inf")
+        # The process's liveness fence (``tidings.liveness.Marker.live``): no send starts
+        # while it says no, so a peer that declares this worker gone finds it stopped.
+        self.liveness: Callable[[float], bool] | None = None
+        # Lost leases are told once per run of them (none lost for a lease_s ends a run),
+        # not once per intent: a worker back from a partition loses all it held.
+        self._lease_lost_at: float | None = None
 
     def stop(self) -> None:
         """Stop taking messages; work in hand is finished or released."""
@@ -608,8 +614,11 @@ class Worker:
             if late is not None:
                 return late
             held = self._held.get(intent.key)
-            if held is None or self.clock.now() >= held[2]:
-                # Never send under a lease that may already belong to someone else;
+            now = self.clock.now()
+            if held is None or now >= held[2] or (
+                    self.liveness is not None and not self.liveness(now)):
+                # Never send under a lease that may already belong to someone else (or
+                # that a peer may end any moment, this worker's heartbeat being stale);
                 # checked last, right before the request, after every await.
                 return None
             may_have_left = True
@@ -729,11 +738,15 @@ class Worker:
                                   message_id=change.message_id,
                                   provider_request_id=change.provider_request_id,
                                   detail=f"outcome {change.event} not recorded: lease lost"))
-                log.warning("lease lost", extra={
+                quiet = (self._lease_lost_at is not None
+                         and now - self._lease_lost_at < self.config.lease_s)
+                self._lease_lost_at = now
+                log.log(logging.DEBUG if quiet else logging.WARNING, "lease lost", extra={
                     "key": change.key, "channel": self.channel, "message_id": change.message_id,
                     "provider_request_id": change.provider_request_id,
                     "outcome": change.event, "reason": "outcome not recorded: the lease "
-                    "moved on; the message comes back", "worker": self.worker_id})
+                    "moved on; the message comes back (more of them within a lease: at "
+                    "debug)", "worker": self.worker_id})
             elif change.to_state == State.RETRYABLE:
                 delay = max(0.0, (change.next_attempt_at or now) - now)
                 (self._failed if faulted else self._nacks).append((received.receipt, delay))

@@ -387,6 +387,22 @@ async def test_claim_takes_a_lease_and_records_a_claimed_event(store: Store) -> 
         "claimed", "claimed", 1, "w1", "m-1")
 
 
+async def test_find_narrows_to_one_lease_owner(store: Store) -> None:
+    for key in ("a", "b", "c"):
+        await enqueued(store, key)
+    await store.intent_claim_many(["a", "b"], owner="w1", lease_s=LEASE, now=T0 + 2)
+    await store.intent_claim_many(["c"], owner="w2", lease_s=LEASE, now=T0 + 2)
+
+    mine = await store.intent_find(states=[State.CLAIMED], lease_owner="w1")
+    theirs = await store.intent_find(states=[State.CLAIMED], lease_owner="w2")
+    everyone = await store.intent_find(states=[State.CLAIMED])
+
+    assert sorted(i.key for i in mine) == ["a", "b"]
+    assert [i.key for i in theirs] == ["c"]
+    assert len(everyone) == 3
+    assert await store.intent_find(states=[State.CLAIMED], lease_owner="w3") == []
+
+
 async def test_claim_reports_every_kind_in_key_order(store: Store) -> None:
     await store.intent_admit([draft("selected")], now=T0)
     await enqueued(store, "enqueued")

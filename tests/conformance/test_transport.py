@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 
 from tidings.model import OutgoingMessage, QueueDepth, Received
-from tidings.transports.base import Transport
+from tidings.transports.base import RecordsReceiver, Transport
 
 T0 = 1_000_000.0
 VIS = 30.0
@@ -283,3 +283,36 @@ async def test_a_redrive_and_a_nack_wake_a_waiting_consumer(transport: Transport
     await asyncio.sleep(0)
     await transport.nack("email", [(again.receipt, 0.0)], now=T0)
     await asyncio.wait_for(waiter, GUARD_S)
+
+
+async def test_a_gone_receivers_messages_come_back_at_once_and_its_receipts_are_fenced(
+    transport: Transport,
+) -> None:
+    if not isinstance(transport, RecordsReceiver):
+        # Optional: a broker sees its consumer die and puts its messages back itself.
+        return
+    await transport.publish("email", [msg("a"), msg("b"), msg("c"), msg("d")], now=T0)
+    await transport.publish("sms", [msg("s")], now=T0)
+    transport.receive_as("w-gone")
+    gone = await receive(transport, T0, max_messages=2)
+    [gone_sms] = await receive(transport, T0, queue="sms")
+    transport.receive_as("w-live")
+    live = await receive(transport, T0, max_messages=1)
+    transport.receive_as(None)
+    [nobody] = await receive(transport, T0)
+    # One the gone worker nacked with a delay stays delayed: it holds it no more.
+    await transport.nack("email", [(gone[1].receipt, 100.0)], now=T0)
+
+    assert await transport.release_receiver("w-gone", now=T0 + 1) == 2  # a and s
+    again = await receive(transport, T0 + 1)
+    [sms_again] = await receive(transport, T0 + 1, queue="sms")
+
+    assert [r.message_id for r in again] == [gone[0].message_id]
+    assert (sms_again.message_id, sms_again.receive_count) == (gone_sms.message_id, 2)
+    # The gone worker's receipts are fenced: its extend and nack change nothing.
+    await transport.extend("email", [gone[0].receipt], visibility_s=VIS, now=T0 + 2)
+    await transport.nack("email", [(gone[0].receipt, 0.0)], now=T0 + 2)
+    assert await receive(transport, T0 + 2) == []
+    assert {live[0].message_id, nobody.message_id} == {"c", "d"}
+    assert await transport.release_receiver("w-live", now=T0 + 3) == 1
+    assert await transport.release_receiver("w-gone", now=T0 + 3) == 0

@@ -39,6 +39,9 @@ DIALECT_ONLY: dict[str, dict[str, str]] = {
         "dead_letter_count": "PostgreSQL's queue_depth returns the dead letters as a column",
     },
     "postgresql": {
+        # A SQLite worker holds no session a peer could end or lose and take again.
+        "worker_disconnect": "ends the sessions of a worker declared gone",
+        "worker_relock": "takes the marker lock again on a new connection",
         # Admission stages a page by COPY into temporary tables, then inserts from them.
         "admit_stage_create": "temporary stage for whole drafts",
         "admit_stage_copy": "COPY into that stage",
@@ -81,9 +84,10 @@ DIALECT_ONLY: dict[str, dict[str, str]] = {
 #: The modules that run each dialect's queries.
 USERS = {
     "sqlite": ["stores/sqlite.py", "stores/sqlite_db.py", "stores/reads.py",
-               "transports/sqlite.py"],
+               "transports/sqlite.py", "stores/sqlite_liveness.py"],
     "postgresql": ["stores/postgres.py", "stores/postgres_db.py", "stores/reads.py",
-                   "transports/postgres.py", "transports/postgres_listen.py"],
+                   "transports/postgres.py", "transports/postgres_listen.py",
+                   "stores/postgres_liveness.py"],
 }
 
 

@@ -465,9 +465,11 @@ class Ledger(Protocol):
         updated_before: float | None = None,
         lease_expired_at: float | None = None,
         limit: int = 1000,
+        lease_owner: str | None = None,
     ) -> list[Intent]:
         """Intents in ``states``; ``lease_expired_at`` keeps claimed ones whose lease
-        expired by then; ``updated_before`` keeps ones untouched since then."""
+        expired by then; ``updated_before`` keeps ones untouched since then;
+        ``lease_owner`` keeps those whose lease (held or last held) names that worker."""
         ...
 
     async def event_append_many(self, events: Sequence[Event]) -> None: ...

@@ -34,6 +34,7 @@ from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from tidings.errors import ConfigurationError, SchemaOutOfDate, StoreError
+from tidings.liveness import application_name
 from tidings.stores import queries
 from tidings.stores.sharing import SharedDatabase
 
@@ -146,7 +147,10 @@ class PostgresDatabase(SharedDatabase):
         await probe.close()
         pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
             self.url, min_size=self._min_size, max_size=self._max_size, open=False,
-            kwargs={"autocommit": True, "connect_timeout": int(CONNECT_TIMEOUT_S)},
+            # Named for this process: the reconciler ends the sessions of a worker it
+            # declared gone by this name (tidings.liveness).
+            kwargs={"autocommit": True, "connect_timeout": int(CONNECT_TIMEOUT_S),
+                    "application_name": application_name()},
             timeout=POOL_TIMEOUT_S, name="tidings",
         )
         try:

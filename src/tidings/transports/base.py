@@ -13,7 +13,7 @@ dead-letter list with a reason.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from tidings.model import DeadLetter, OutgoingMessage, QueueDepth, Received
 
@@ -78,3 +78,21 @@ class Transport(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class RecordsReceiver(Protocol):
+    """Optional: a transport that records which worker received each message, so the
+    reconciler can make a gone worker's messages visible again at once
+    (``tidings.liveness``) instead of after their visibility timeout. A broker that sees
+    its consumer's connection die and puts its messages back by itself has no need of it.
+    """
+
+    def receive_as(self, receiver: str | None) -> None:
+        """Record ``receiver`` on every message this transport receives from now on."""
+        ...
+
+    async def release_receiver(self, receiver: str, *, now: float) -> int:
+        """Make the messages ``receiver`` holds hidden visible now, fencing its receipts
+        (its later ``nack``/``extend`` are ignored); return how many."""
+        ...

@@ -41,7 +41,20 @@ class PostgresTransport:
         self._sql = db.sql
         self._wakeups = Wakeups()
         self._listener = ReadyListener(db.url, db.safe_url, db.sql, self._wakeups)
+        self._receiver: str | None = None
         db.retain()
+
+    def receive_as(self, receiver: str | None) -> None:
+        """Record ``receiver`` on every message received from now on."""
+        self._receiver = receiver
+
+    async def release_receiver(self, receiver: str, *, now: float) -> int:
+        """Make the messages ``receiver`` holds hidden visible now (waking their queues'
+        consumers everywhere), fencing its receipts."""
+        rows = await self._rows("message_release_receiver", {"receiver": receiver, "now": now})
+        for queue, _, _ in rows:
+            self._wakeups.wake(queue)
+        return sum(count for _, count, _ in rows)
 
     @classmethod
     async def open(cls, url: str) -> PostgresTransport:
@@ -104,7 +117,7 @@ class PostgresTransport:
             return []
         rows = await self._rows("message_receive", {
             "queue": queue, "now": now, "visible_at": now + visibility_s,
-            "limit": max_messages})
+            "limit": max_messages, "receiver": self._receiver})
         # RETURNING order is unspecified; publish order is what "oldest" means here.
         rows.sort(key=lambda r: (r[5], r[0]))
         return [

@@ -58,7 +58,24 @@ class SqliteTransport:
         self.db = db
         self._sql = db.sql
         self._wakeups = Wakeups()
+        self._receiver: str | None = None
         db.retain()
+
+    def receive_as(self, receiver: str | None) -> None:
+        """Record ``receiver`` on every message received from now on."""
+        self._receiver = receiver
+
+    async def release_receiver(self, receiver: str, *, now: float) -> int:
+        """Make the messages ``receiver`` holds hidden visible now, fencing its receipts."""
+        params = {"receiver": receiver, "now": now}
+
+        def fn(conn: sqlite3.Connection) -> list[str]:
+            return [q for (q,) in conn.execute(self._sql["message_release_receiver"], params)]
+
+        queues = await self._write(fn)
+        for queue in set(queues):
+            self._wakeups.wake(queue)
+        return len(queues)
 
     async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         try:
@@ -92,7 +109,7 @@ class SqliteTransport:
         if max_messages <= 0:
             return []
         params = {"queue": queue, "now": now, "visible_at": now + visibility_s,
-                  "limit": max_messages}
+                  "limit": max_messages, "receiver": self._receiver}
 
         def fn(conn: sqlite3.Connection) -> list[tuple[int, bytes, bytes, int, int, float, int]]:
             return conn.execute(self._sql["message_receive"], params).fetchall()

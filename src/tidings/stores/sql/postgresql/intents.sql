@@ -322,6 +322,7 @@ WHERE state = ANY(%(states)s::text[])
   AND (%(updated_before)s::float8 IS NULL OR updated_at < %(updated_before)s::float8)
   AND (%(lease_expired_at)s::float8 IS NULL OR state <> 'claimed'
        OR lease_expires_at <= %(lease_expired_at)s::float8)
+  AND (%(lease_owner)s::text IS NULL OR lease_owner = %(lease_owner)s::text)
 ORDER BY state, due_at, updated_at, key
 LIMIT %(limit)s
 

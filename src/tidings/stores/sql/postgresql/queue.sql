@@ -33,10 +33,11 @@ SELECT current_schema()
 -- name: message_receive
 -- Oldest visible first. SKIP LOCKED: concurrent receivers on any machine take disjoint
 -- batches instead of waiting on each other's rows. The receive token fences receipts
--- of earlier receives.
+-- of earlier receives. %(receiver)s names the receiving worker (NULL: not recorded),
+-- for message_release_receiver.
 UPDATE messages
 SET available_at = %(visible_at)s, receive_count = receive_count + 1,
-    receive_token = receive_token + 1, leased = true
+    receive_token = receive_token + 1, leased = true, receiver = %(receiver)s
 WHERE id IN (
     SELECT id FROM messages
     WHERE queue = %(queue)s AND available_at <= %(now)s
@@ -113,3 +114,18 @@ WHERE queue = %(queue)s
 -- name: message_contains
 SELECT DISTINCT message_id FROM messages
 WHERE queue = %(queue)s AND message_id = ANY(%(ids)s::text[])
+
+-- name: message_release_receiver
+-- The messages a gone worker holds hidden, visible again now, with a ready notification
+-- per queue; the token moves on, so the gone worker's receipts are fenced (its nack and
+-- extend are ignored). A full scan: this runs once per worker that died, never on the
+-- hot path.
+WITH released AS (
+    UPDATE messages
+    SET available_at = %(now)s, leased = false, receiver = NULL,
+        receive_token = receive_token + 1
+    WHERE receiver = %(receiver)s AND leased AND available_at > %(now)s
+    RETURNING queue
+)
+SELECT queue, count(*)::int, pg_notify('tidings_ready', current_schema() || ':' || queue)
+FROM released GROUP BY queue

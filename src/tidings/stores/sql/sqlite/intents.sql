@@ -148,6 +148,7 @@ WHERE state IN (SELECT value FROM json_each(:states))
   AND (:channel IS NULL OR channel = :channel)
   AND (:updated_before IS NULL OR updated_at < :updated_before)
   AND (:lease_expired_at IS NULL OR state <> 'claimed' OR lease_expires_at <= :lease_expired_at)
+  AND (:lease_owner IS NULL OR lease_owner = :lease_owner)
 ORDER BY state, due_at, updated_at, key
 LIMIT :limit
 

@@ -13,11 +13,12 @@ SELECT min(available_at) FROM messages WHERE queue = ?
 
 -- name: message_receive
 -- Oldest visible first; the receive token fences receipts of earlier receives.
+-- :receiver names the receiving worker (NULL: not recorded), for message_release_receiver.
 -- Text comes back as bytes: a body that is not UTF-8 must reach the consumer (to be
 -- dead-lettered), not fail the whole receive.
 UPDATE messages
 SET available_at = :visible_at, receive_count = receive_count + 1,
-    receive_token = receive_token + 1, leased = 1
+    receive_token = receive_token + 1, leased = 1, receiver = :receiver
 WHERE id IN (
     SELECT id FROM messages
     WHERE queue = :queue AND available_at <= :now
@@ -91,3 +92,12 @@ SELECT count(*) FROM dead_letters WHERE queue = ?
 -- :ids is a JSON array of message ids; + keeps the planner on messages_message_id.
 SELECT DISTINCT message_id FROM messages
 WHERE +queue = :queue AND message_id IN (SELECT value FROM json_each(:ids))
+
+-- name: message_release_receiver
+-- The messages a gone worker holds hidden, visible again now; the token moves on, so
+-- the gone worker's receipts are fenced (its nack and extend are ignored). A full scan:
+-- this runs once per worker that died, never on the hot path.
+UPDATE messages
+SET available_at = :now, leased = 0, receiver = NULL, receive_token = receive_token + 1
+WHERE receiver = :receiver AND leased = 1 AND available_at > :now
+RETURNING queue

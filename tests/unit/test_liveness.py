@@ -1,0 +1,295 @@
+"""Worker liveness on the embedded store and the fake clock: a worker whose marker is
+gone has its leases ended (to uncertain) and its messages made visible again at once,
+long before ``lease_s`` or ``visibility_s``; a worker that comes back cannot commit
+under the ended leases, says so once, and registers again only once its work is taken
+back."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from tidings.clock import FakeClock
+from tidings.liveness import LivenessConfig, Marker, WorkerMark, gone
+from tidings.model import Event, Received
+from tidings.reconciler import Reconciler
+from tidings.runtime import Runtime, build_runtime
+from tidings.settings import Settings
+from tidings.states import State
+from tidings.stores.base import Change
+from tidings.transports.base import RecordsReceiver
+
+T0 = 1_780_000_000.0
+LEASE_S = 300.0
+VISIBILITY_S = 600.0
+CONFIG = LivenessConfig(beat_s=1.0, stale_after_s=6.0)
+HOST = "host-a"
+
+
+def records_of(caplog: pytest.LogCaptureFixture, name: str) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name == name]
+
+
+def mark(**kw: object) -> WorkerMark:
+    fields: dict[str, object] = {"worker_id": "w", "host": "elsewhere", "pid": 42,
+                                 "heartbeat_at": T0}
+    fields.update(kw)
+    return WorkerMark(**fields)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("seen", "silent", "alive", "is_gone"), [
+    (mark(), 0.0, True, False),
+    (mark(), CONFIG.stale_after_s - 0.01, True, False),
+    (mark(), CONFIG.stale_after_s, True, True),  # the heartbeat covers any host
+    (mark(host=HOST), 0.0, False, True),  # its pid is gone from this very host: at once
+    (mark(host=HOST), 0.0, True, False),
+    (mark(), 0.0, False, False),  # a pid means nothing on another host
+    (mark(marker_held=False), 0.0, True, False),  # lock gone: not before it fenced itself
+    (mark(marker_held=False), CONFIG.fence_s, True, True),
+    (mark(marker_held=True), CONFIG.fence_s, True, False),
+])
+def test_the_rule_that_a_worker_is_gone(seen: WorkerMark, silent: float, alive: bool,
+                                        is_gone: bool) -> None:
+    why = gone(seen, now=T0 + silent, host=HOST, config=CONFIG, alive=lambda _pid: alive)
+    assert (why is not None) is is_gone, why
+
+
+def test_a_worker_fences_itself_before_any_peer_may_declare_it_gone() -> None:
+    assert CONFIG.fence_s < CONFIG.stale_after_s
+
+
+@pytest.fixture
+async def rt(tmp_path: Path) -> AsyncIterator[Runtime]:
+    settings = Settings.parse({
+        "store": f"sqlite:///{tmp_path / 'live.db'}",
+        "worker": {"lease_s": LEASE_S, "visibility_s": VISIBILITY_S, "heartbeat_s": 1.0,
+                   "gone_after_s": CONFIG.stale_after_s},
+        "channels": {"email": {}}})
+    runtime = await build_runtime(settings, clock=FakeClock(T0))
+    try:
+        yield runtime
+    finally:
+        await runtime.close()
+
+
+def clock_of(rt: Runtime) -> FakeClock:
+    assert isinstance(rt.clock, FakeClock)
+    return rt.clock
+
+
+async def hold_work(rt: Runtime, worker_id: str, count: int) -> dict[str, int]:
+    """``count`` intents received and claimed by ``worker_id``: key -> lease token."""
+    keys = [(await rt.notify(key=f"{worker_id}-{i}", recipient={
+        "id": f"r{i}", "email": f"r{i}@example.com"}, channels=["email"], template="t/v1"))[0]
+        for i in range(count)]
+    assert isinstance(rt.transport, RecordsReceiver)
+    rt.transport.receive_as(worker_id)
+    now = rt.clock.now()
+    received = await rt.transport.receive("email", max_messages=count,
+                                          visibility_s=VISIBILITY_S, now=now)
+    rt.transport.receive_as(None)
+    assert sorted(r.message_id for r in received) == sorted(keys)
+    claims = await rt.store.intent_claim_many(keys, owner=worker_id, lease_s=LEASE_S, now=now)
+    tokens = {c.key: c.token for c in claims}
+    assert all(t is not None for t in tokens.values())
+    return {k: t for k, t in tokens.items() if t is not None}
+
+
+def reconciler_of(rt: Runtime, host: str = HOST) -> Reconciler:
+    reconciler = rt.reconciler()
+    reconciler.host = host
+    return reconciler
+
+
+async def test_a_silent_worker_loses_its_leases_and_messages_at_once(rt: Runtime) -> None:
+    clock = clock_of(rt)
+    gone_one = rt.marker("w-gone")
+    live_one = rt.marker("w-live")
+    assert gone_one is not None and live_one is not None
+    await gone_one.start()
+    await live_one.start()
+    tokens = await hold_work(rt, "w-gone", 5)
+    kept = await hold_work(rt, "w-live", 2)
+    reconciler = reconciler_of(rt)
+
+    # Nothing happens while the heartbeat is fresh ...
+    clock.advance(CONFIG.stale_after_s - 1)
+    await live_one.step()
+    result = await reconciler.end_gone_workers(clock.now())
+    assert result.leases_ended == 0
+    # ... and once it is stale (the other worker beat meanwhile), far sooner than lease_s
+    # or visibility_s, the silent worker's leases end and its messages come back.
+    clock.advance(1.0)
+    await live_one.step()
+    result = await reconciler.end_gone_workers(clock.now())
+    assert (result.leases_ended, result.messages_released) == (5, 5)
+    assert clock.now() - T0 < LEASE_S / 10
+    for key in tokens:
+        intent = await rt.store.intent_get(key)
+        assert intent is not None and intent.state == State.UNCERTAIN
+        assert "lease_ended" in [e.type for e in await rt.store.events_for(key)]
+    for key in kept:
+        intent = await rt.store.intent_get(key)
+        assert intent is not None and intent.state == State.CLAIMED
+    again = await rt.transport.receive("email", max_messages=50, visibility_s=VISIBILITY_S,
+                                       now=clock.now())
+    assert sorted(r.message_id for r in again) == sorted(tokens)
+    # A second pass finds nothing more to do.
+    assert (await reconciler.end_gone_workers(clock.now())).total() == 0
+
+
+async def test_a_worker_that_comes_back_is_refused_and_says_so_once(
+        rt: Runtime, caplog: pytest.LogCaptureFixture) -> None:
+    clock = clock_of(rt)
+    marker = rt.marker("w-back")
+    assert marker is not None
+    await marker.start()
+    assert marker.live(clock.now())
+    tokens = await hold_work(rt, "w-back", 4)
+    clock.advance(CONFIG.fence_s)
+    assert not marker.live(clock.now())  # no send starts from here on
+    clock.advance(CONFIG.stale_after_s - CONFIG.fence_s)
+    assert (await reconciler_of(rt).end_gone_workers(clock.now())).leases_ended == 4
+
+    with caplog.at_level(logging.INFO, logger="tidings.liveness"):
+        await marker.step()  # finds itself declared gone; its work is settled: back at once
+        await marker.step()
+        await marker.step()
+    told = [r for r in records_of(caplog, "tidings.liveness") if r.msg == "declared gone"]
+    assert len(told) == 1 and marker.declared_gone == 1
+    assert marker.live(clock.now())
+    # Every outcome it still holds is refused by the lease token.
+    refused = await rt.store.intent_apply_many([
+        Change(key=k, from_state=State.CLAIMED, to_state=State.ACCEPTED, event="accepted",
+               lease_token=t, worker="w-back") for k, t in tokens.items()], now=clock.now())
+    assert refused == []
+
+
+async def test_a_dead_process_on_this_host_is_seen_at_once(rt: Runtime) -> None:
+    clock = clock_of(rt)
+    marker = Marker(rt.registry(), "w-dead", clock=clock, config=CONFIG,  # type: ignore[arg-type]
+                    host=HOST, pid=2**22 + 7)  # above any pid_max: no such process
+    await marker.start()
+    await hold_work(rt, "w-dead", 3)
+    result = await reconciler_of(rt).end_gone_workers(clock.now())  # not a second later
+    assert (result.leases_ended, result.messages_released) == (3, 3)
+
+
+async def test_a_pass_that_died_half_way_is_finished_by_the_next(rt: Runtime) -> None:
+    clock = clock_of(rt)
+    marker = rt.marker("w-half")
+    assert marker is not None
+    await marker.start()
+    await hold_work(rt, "w-half", 3)
+    clock.advance(CONFIG.stale_after_s)
+    registry = rt.registry()
+    assert registry is not None
+    [seen] = [m for m in await registry.running() if m.worker_id == "w-half"]
+    assert await registry.end(seen, now=clock.now(), by="a pass that died here")
+    # The worker cannot register again while its work is not taken back.
+    assert not await registry.register("w-half", host=HOST, pid=1, now=clock.now())
+    result = await reconciler_of(rt).end_gone_workers(clock.now())
+    assert (result.leases_ended, result.messages_released) == (3, 3)
+    assert await registry.register("w-half", host=HOST, pid=1, now=clock.now())
+
+
+async def test_a_worker_that_beat_meanwhile_is_not_ended(rt: Runtime) -> None:
+    clock = clock_of(rt)
+    marker = rt.marker("w-slow")
+    registry = rt.registry()
+    assert marker is not None and registry is not None
+    await marker.start()
+    clock.advance(CONFIG.stale_after_s)
+    [seen] = await registry.running()
+    await marker.step()  # its beat lands between the read and the end
+    assert not await registry.end(seen, now=clock.now(), by="a peer")
+    assert marker.live(clock.now())
+
+
+async def test_a_clean_stop_removes_the_marker(rt: Runtime) -> None:
+    marker = rt.marker("w-stop")
+    registry = rt.registry()
+    assert marker is not None and registry is not None
+    await marker.start()
+    await marker.stop()
+    assert await registry.running() == []
+
+
+async def test_lost_leases_are_told_once_not_once_per_intent(
+        rt: Runtime, caplog: pytest.LogCaptureFixture) -> None:
+    clock = clock_of(rt)
+    worker = rt.worker("email", "w-told")
+    tokens = await hold_work(rt, "w-told", 6)
+    # Its leases were ended by a peer meanwhile.
+    await rt.store.intent_apply_many([
+        Change(key=k, from_state=State.CLAIMED, to_state=State.UNCERTAIN, event="lease_ended",
+               lease_token=t, worker="peer") for k, t in tokens.items()], now=clock.now())
+    outcomes = [(Change(key=k, from_state=State.CLAIMED, to_state=State.ACCEPTED,
+                        event="accepted", lease_token=t, worker="w-told"),
+                 Received(queue="email", message_id=k, body="", receipt=f"{i}:1",
+                          receive_count=1, enqueued_at=T0))
+                for i, (k, t) in enumerate(tokens.items(), start=1)]
+    with caplog.at_level(logging.DEBUG, logger="tidings.worker"):
+        await worker._record(outcomes[:3])
+        await worker._record(outcomes[3:])
+    lost = [r for r in records_of(caplog, "tidings.worker") if r.msg == "lease lost"]
+    assert len(lost) == 6
+    assert [r.levelno for r in lost].count(logging.WARNING) == 1
+    assert worker.stats.lease_lost == 6
+    events: list[Event] = [e for k in tokens for e in await rt.store.events_for(k)]
+    assert sum(e.type == "lease_lost" for e in events) == 6  # the audit trail keeps each
+
+
+async def test_a_later_run_of_lost_leases_is_told_again(
+        rt: Runtime, caplog: pytest.LogCaptureFixture) -> None:
+    clock = clock_of(rt)
+    worker = rt.worker("email", "w-twice")
+
+    async def lose_one(n: int) -> None:
+        [(key, token)] = (await hold_work(rt, f"w-twice-{n}", 1)).items()
+        await rt.store.intent_apply_many([Change(
+            key=key, from_state=State.CLAIMED, to_state=State.UNCERTAIN, event="lease_ended",
+            lease_token=token, worker="peer")], now=clock.now())
+        await worker._record([(
+            Change(key=key, from_state=State.CLAIMED, to_state=State.ACCEPTED,
+                   event="accepted", lease_token=token, worker="w-twice"),
+            Received(queue="email", message_id=key, body="", receipt=f"{n}:1",
+                     receive_count=1, enqueued_at=T0))])
+
+    with caplog.at_level(logging.INFO, logger="tidings.worker"):
+        await lose_one(1)
+        clock.advance(LEASE_S - 1)
+        await lose_one(2)  # the same run: quiet
+        clock.advance(LEASE_S)
+        await lose_one(3)  # a lease later: a new run, told again
+    warned = [r for r in records_of(caplog, "tidings.worker")
+              if r.msg == "lease lost" and r.levelno == logging.WARNING]
+    assert len(warned) == 2
+
+
+class Unreachable:
+    """A registry whose store cannot be reached (every call raises)."""
+
+    def __getattr__(self, name: str) -> object:
+        async def fail(*_args: object, **_kw: object) -> None:
+            raise OSError("connection refused")
+        return fail
+
+
+async def test_an_unreachable_store_closes_the_fence_and_is_told_once(
+        caplog: pytest.LogCaptureFixture) -> None:
+    clock = FakeClock(T0)
+    marker = Marker(Unreachable(), "w-cut", clock=clock, config=CONFIG,  # type: ignore[arg-type]
+                    host=HOST, pid=1)
+    marker._registered, marker._confirmed_at = True, T0  # started before the cut
+    with caplog.at_level(logging.INFO, logger="tidings.liveness"):
+        for _ in range(5):
+            clock.advance(CONFIG.beat_s)
+            await marker.step()
+    told = [r for r in records_of(caplog, "tidings.liveness")
+            if r.msg.startswith("heartbeat failed")]
+    assert len(told) == 1
+    assert not marker.live(clock.now())  # 5 s after the last beat: past fence_s
