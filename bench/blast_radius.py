@@ -24,11 +24,12 @@ intent in it once, every held one at most once, every dropped key held.
 It runs twice: *before*, with the code of ``--before`` (default ``main``, taken out
 with ``git archive`` into a temporary folder and put first on ``PYTHONPATH`` of every
 process of that run), and *after*, with this checkout. For each it prints the kills,
-the ``lease_expired`` events per kill (mean, and the most one kill cost: events are
-told apart by the dead process's lease owner), what one worker could start in one
-lease at its share of the pacer, dead letters and dead intents by the poison limit,
-and the witness's counts (keys accepted, keys accepted twice; with SMTP also the held
-intents, and which of them reached the inbox).
+the leases each kill cut (``lease_expired`` events, and ``lease_ended`` where the
+reconciler saw the dead worker's liveness marker gone first) per kill (mean, and the
+most one kill cost: events are told apart by the dead process's lease owner), what
+one worker could start in one lease at its share of the pacer, dead letters and dead
+intents by the poison limit, and the witness's counts (keys accepted, keys accepted
+twice; with SMTP also the held intents, and which of them reached the inbox).
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 SMTP_SERVER = ROOT / "tests" / "support" / "smtp_server.py"
 WITNESSES = ("sandbox", "smtp")
-_OWNER = re.compile(r"^lease of (\S+) expired")
+_OWNER = re.compile(r"^lease of (\S+) (?:expired|ended)")
 
 Report = dict[str, Any]
 
@@ -169,17 +170,22 @@ def _settled(db: Path, n: int) -> bool:
 
 def _ledger(db: Path, killed: list[int]) -> Report:
     with sqlite3.connect(db, timeout=30) as conn:
-        expired = [detail for (detail,) in conn.execute(
-            "SELECT detail FROM events WHERE type = 'lease_expired'")]
+        # A lease ends early when its worker's liveness marker is seen gone, or
+        # expires when it is not: either way the kill cut it.
+        cut = list(conn.execute(
+            "SELECT type, detail FROM events WHERE type IN ('lease_expired', 'lease_ended')"))
+        expired = [detail for (kind, detail) in cut if kind == "lease_expired"]
+        ended = [detail for (kind, detail) in cut if kind == "lease_ended"]
         states = dict(conn.execute("SELECT state, count(*) FROM intents GROUP BY state"))
         dead_reasons = [r for (r,) in conn.execute(
             "SELECT reason FROM intents WHERE state = 'dead'")]
         letters = [r for (r,) in conn.execute("SELECT reason FROM dead_letters")]
-    owners = Counter(m.group(1) for d in expired if d and (m := _OWNER.match(d)))
+    owners = Counter(m.group(1) for d in expired + ended if d and (m := _OWNER.match(d)))
     per_kill = [sum(c for owner, c in owners.items() if f":{pid}:" in owner) for pid in killed]
     poison = [r for r in dead_reasons + letters if r and r.startswith("poison")]
     by_receives = [r for r in poison + letters if re.search(r"received \d+ times without", r)]
-    return {"lease_expired": len(expired), "per_kill": per_kill, "states": states,
+    return {"lease_expired": len(expired), "lease_ended": len(ended), "per_kill": per_kill,
+            "states": states,
             "dead_intents": len(dead_reasons), "dead_letters": len(letters),
             "poison": len(poison), "dead_by_receive_count": len(set(by_receives)),
             "poison_sample": sorted(set(poison))[:3]}
@@ -338,6 +344,7 @@ async def kill_loop(folder: Path, *, intents: int, workers: int, quota: int, lea
         "witness": witness, "intents": intents, "workers": workers, "quota": quota,
         "lease_s": lease_s, "kills": len(fleet.killed), "elapsed_s": round(elapsed, 1),
         "worker_exits": exits, "lease_expired": ledger["lease_expired"],
+        "lease_ended": ledger["lease_ended"],
         "expired_per_kill_mean": round(sum(per_kill) / len(per_kill), 1) if per_kill else 0.0,
         "expired_per_kill_max": max(per_kill, default=0), "expired_per_kill": per_kill,
         "one_worker_one_lease": math.ceil(paced / workers * lease_s),
@@ -383,7 +390,8 @@ def summary(report: Report) -> str:
             if report["witness"] == "smtp" else "")
     return (f"{report['label']:>6} [{report['witness']}]: {report['kills']} kills in "
             f"{report['elapsed_s']} s; "
-            f"lease_expired {report['lease_expired']} = {report['expired_per_kill_mean']} "
+            f"lease_expired {report['lease_expired']} + lease_ended "
+            f"{report.get('lease_ended', 0)} = {report['expired_per_kill_mean']} "
             f"per kill (most {report['expired_per_kill_max']}; one worker's share of one "
             f"lease: {report['one_worker_one_lease']}); accepted keys "
             f"{report['accepted_keys']}/{report['intents']}, twice "
