@@ -180,8 +180,22 @@ class Harness:
                         observe: Callable[[], None] | None = None) -> None:
         """Let tasks run (a worker's ``run()``, say), moving the fake clock to its next
         wake only while nothing can run without it (``support.clock_driver``), until
-        ``done()`` holds; ``observe`` is called at every turn of the loop meanwhile."""
-        await guard(ClockDriver(self.clock, self.calls).run_until(done, observe=observe))
+        ``done()`` holds; ``observe`` is called at every turn of the loop meanwhile.
+
+        Meanwhile a worker's idle wait on its queue (``Transport.wait``, in real time) is
+        a wait on the fake clock: an idle poll takes fake time like any other wait, in
+        its place among them, instead of letting fake time run on while it lasts."""
+        transport = self.rt.transport
+        clock = self.clock
+
+        async def idle_on_the_clock(queue: str, *, timeout_s: float, now: float) -> None:
+            await clock.sleep(timeout_s)
+
+        transport.wait = idle_on_the_clock  # type: ignore[method-assign]
+        try:
+            await guard(ClockDriver(clock, self.calls).run_until(done, observe=observe))
+        finally:
+            del transport.wait
 
     async def run_once(self, worker: Worker) -> int:
         return await guard(worker.run_once())

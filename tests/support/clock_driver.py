@@ -13,10 +13,11 @@ thread, and what the scenario sees depends on how fast that thread was on the da
 then it sets the clock to the earliest wake anyone is waiting for (``next_wake``) and
 lets everything due then run to its next wait. Every fake instant is thereby worked
 through to the end before the next one starts, whatever the speed of the machine.
+When nothing waits on the fake clock at all, it polls in real time.
 
-Waits in real time (a transport's idle wait, a hang guard) are not the clock's: the
-driver moves fake time past them, and polls in real time when nothing at all waits on
-the fake clock.
+A wait in real time (``asyncio.wait_for`` in a transport's idle wait) is invisible to
+the driver, which would let fake time run on while it lasts: the scenario harness puts
+that wait on the fake clock while it drives (``Harness.run_until``).
 """
 
 from __future__ import annotations
