@@ -5,7 +5,7 @@
     python bench/run.py pacing    [--store sqlite:///…|postgresql://…] [--processes 4]
                                   [--quota 200] [--seconds 15] [--json]
     python bench/run.py capacity  [--n 1000000] [--workers 2] [--calibrate 20000]
-                                  [--store sqlite:///…|postgresql://…] [--json]
+                                  [--quota Q] [--store sqlite:///…|postgresql://…] [--json]
 
 Each prints one JSON object with ``--json`` (a readable summary otherwise). See
 bench/README.md for how to read the figures.
@@ -151,6 +151,8 @@ def parser() -> argparse.ArgumentParser:
     cap.add_argument("--calibrate", type=_positive, default=20_000,
                      help="one-off intents the workers drain first, whose outcomes the "
                           "forecast observes (default 20,000)")
+    cap.add_argument("--quota", type=_positive, default=None,
+                     help="pace the channel at this quota per second (default: unpaced)")
     cap.add_argument("--store", metavar="sqlite:///PATH|postgresql://…",
                      help="database file (must not exist), or a PostgreSQL database holding "
                           "no tidings tables (created if missing); default: a temporary folder")
@@ -181,7 +183,7 @@ def main(argv: list[str] | None = None) -> None:
         with bench_dir(None if is_pg(args.store) else args.store, keep=args.keep) as folder:
             url = args.store or sqlite_url(folder / "capacity.db")
             report = capacity_check.run(n=args.n, calibrate=args.calibrate,
-                                        workers=args.workers, url=url)
+                                        workers=args.workers, url=url, quota=args.quota)
             if not is_pg(url):
                 report["store_bytes"] = store_bytes(path_of(url))
             emit(report, as_json=args.json, summary=capacity_check.summary)

@@ -48,7 +48,7 @@ def digest(n: int) -> Campaign:
 
 async def test_the_forecast_of_a_campaign_matches_its_drain(
         make_harness: HarnessFactory) -> None:
-    # given a worker that has sent a few hundred one-off intents on a channel paced at 98/s
+    # given a worker that has sent a hundred one-off intents on a channel paced at 98/s
     campaign = digest(RECIPIENTS)
     h: Harness = await make_harness(settings={"channels": {"email": {"quota": f"{QUOTA}/s"}}},
                                     campaigns=[campaign])
