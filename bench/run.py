@@ -4,6 +4,8 @@
     python bench/run.py delivery  [--n 50000] [--processes 1|2] [--json]
     python bench/run.py pacing    [--store sqlite:///…|postgresql://…] [--processes 4]
                                   [--quota 200] [--seconds 15] [--json]
+    python bench/run.py capacity  [--n 1000000] [--workers 2] [--calibrate 20000]
+                                  [--quota Q] [--store sqlite:///…|postgresql://…] [--json]
 
 Each prints one JSON object with ``--json`` (a readable summary otherwise). See
 bench/README.md for how to read the figures.
@@ -13,13 +15,15 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 # Run as a script, bench/ is sys.path[0]: the sibling modules import by name (and so do
 # the spawned children, which inherit the parent's sys.path).
 import admission
+import capacity_check
 import delivery
 import pacing
-from benchlib import bench_dir, emit, fresh_file, path_of
+from benchlib import bench_dir, emit, fresh_file, path_of, sqlite_url
 from pglib import fresh_pg, is_pg
 
 DESCRIPTION = """\
@@ -48,6 +52,12 @@ pacing     K worker processes on one channel with a quota, sharing one pacing
            database), against the sandbox HTTP server: per-second request counts,
            windows over quota, utilisation, and a forced 429 (Retry-After 2 s)
            after which no process may send for 2 s. Judged by the sandbox's log.
+
+capacity   The capacity model checked: K worker processes drain C intents (the
+           ledger's recent outcomes), tidings.capacity forecasts the drain of an
+           N-recipient campaign from them before it is enabled, then the campaign
+           is admitted and delivered. Prints forecast, measured drain and their
+           ratio (target 0.9-1.1).
 """
 
 
@@ -70,7 +80,7 @@ def parser() -> argparse.ArgumentParser:
         prog="python bench/run.py", description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = main.add_subparsers(dest="benchmark", required=True,
-                              metavar="{admission,delivery,pacing}")
+                              metavar="{admission,delivery,pacing,capacity}")
 
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -130,7 +140,30 @@ def parser() -> argparse.ArgumentParser:
     pac.add_argument("--seconds", type=_positive, default=15,
                      help="length of the steady phase (default 15)")
     common(pac)
+
+    cap = sub.add_parser("capacity", help="the capacity model's forecast vs a measured drain",
+                         description=capacity_check.__doc__,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    cap.add_argument("--n", type=_positive, default=1_000_000,
+                     help="campaign recipients (default 1,000,000)")
+    cap.add_argument("--workers", type=_positive, default=2,
+                     help="worker processes (default 2)")
+    cap.add_argument("--calibrate", type=_positive, default=20_000,
+                     help="one-off intents the workers drain first, whose outcomes the "
+                          "forecast observes (default 20,000)")
+    cap.add_argument("--quota", type=_positive, default=None,
+                     help="pace the channel at this quota per second (default: unpaced)")
+    cap.add_argument("--store", metavar="sqlite:///PATH|postgresql://…",
+                     help="database file (must not exist), or a PostgreSQL database holding "
+                          "no tidings tables (created if missing); default: a temporary folder")
+    common(cap)
     return main
+
+
+def store_bytes(db: Path) -> dict[str, int]:
+    """The SQLite files' sizes (database, WAL) at the end of a run."""
+    return {p.name: p.stat().st_size for p in (db, db.with_name(db.name + "-wal"))
+            if p.exists()}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -141,6 +174,19 @@ def main(argv: list[str] | None = None) -> None:
         report = pacing.run(store=args.store, processes=args.processes, quota=args.quota,
                             seconds=args.seconds, keep=args.keep)
         emit(report, as_json=args.json, summary=pacing.summary)
+        return
+    if args.benchmark == "capacity":
+        if is_pg(args.store):
+            fresh_pg(args.store)
+        elif args.store is not None:
+            fresh_file(path_of(args.store))
+        with bench_dir(None if is_pg(args.store) else args.store, keep=args.keep) as folder:
+            url = args.store or sqlite_url(folder / "capacity.db")
+            report = capacity_check.run(n=args.n, calibrate=args.calibrate,
+                                        workers=args.workers, url=url, quota=args.quota)
+            if not is_pg(url):
+                report["store_bytes"] = store_bytes(path_of(url))
+            emit(report, as_json=args.json, summary=capacity_check.summary)
         return
     pg = is_pg(args.store)
     if pg:

@@ -36,6 +36,7 @@ __all__ = [
     "KeysetAudience",
     "SqlAudience",
     "audience_from_spec",
+    "count_recipients",
 ]
 
 _RECIPIENT_FIELDS = ("id", "email", "phone", "active")
@@ -233,6 +234,29 @@ class SqlAudience:
     def describe(self) -> str:
         return f"sql query on {self.url}"
 
+    async def count(self) -> int:
+        """The recipients of the whole audience: the page query from the start with no
+        limit (``:after`` NULL, ``:limit`` -1), counted by the database."""
+        return await asyncio.to_thread(self._count)
+
+    def _count(self) -> int:
+        try:
+            connection = sqlite3.connect(self._uri, uri=True)
+        except sqlite3.Error as exc:
+            raise ConfigurationError("audience.url", f"cannot open {self.url}: {exc}") from exc
+        try:
+            query = self.query.strip().rstrip(";")
+            (count,) = connection.execute(f"SELECT count(*) FROM ({query})",
+                                          {"after": None, "limit": -1}).fetchone()
+        except sqlite3.Error as exc:
+            error = _classify(exc, self.url)
+            if error is None:
+                raise
+            raise error from exc
+        finally:
+            connection.close()
+        return int(count)
+
     def _fetch(self, after: str | None, limit: int) -> list[Recipient]:
         try:
             connection = sqlite3.connect(self._uri, uri=True)
@@ -340,6 +364,25 @@ def _sqlite_uri(url: str) -> str:
                             "sqlite:////absolute.db")
     # as_uri percent-encodes, so a path with '?', '#' or spaces stays a path.
     return Path(rest[1:]).absolute().as_uri() + "?mode=ro"
+
+
+# ---------------------------------------------------------------- size
+
+
+async def count_recipients(audience: Audience, *, page_size: int = 5000) -> int:
+    """How many recipients ``audience`` hands out: its own count query where it has one
+    (``SqlAudience.count``: every row, an upper bound when some are inactive), else its
+    active members, its pages read through (memory bounded by a page)."""
+    counter = getattr(audience, "count", None)
+    if callable(counter):
+        return int(await counter())
+    total, after = 0, None
+    while True:
+        page = await audience.page(after, page_size)
+        if not page:
+            return total
+        total += sum(1 for member in page if member.active)
+        after = page[-1].id
 
 
 # ---------------------------------------------------------------- settings

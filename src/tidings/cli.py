@@ -658,11 +658,37 @@ def _yes_no(value: bool) -> str:
 
 
 @app.command()
-def plan(config: ConfigOpt = None, store: StoreOpt = None, as_json: JsonOpt = False) -> None:
+def plan(config: ConfigOpt = None, store: StoreOpt = None, as_json: JsonOpt = False,
+         campaign: Annotated[str | None, typer.Option(
+             help="Forecast this campaign's drain before it is enabled (tidings.capacity) "
+                  "instead of the backlog's.")] = None,
+         workers: Annotated[int, typer.Option(
+             min=1, help="With --campaign: worker processes per channel.")] = 1,
+         observed_workers: Annotated[int | None, typer.Option(
+             min=1, help="With --campaign: worker processes behind the recent sends "
+                         "(default: --workers).")] = None,
+         rate_per_worker: Annotated[float | None, typer.Option(
+             min=0.001, help="With --campaign: sends per second of one worker process, "
+                             "used when the channel sent nothing in the rate window.")] = None,
+         recipients: Annotated[int | None, typer.Option(
+             min=0, help="With --campaign: the audience's size (default: its count).")] = None,
+         admission_rate: Annotated[float | None, typer.Option(
+             min=0.001, help="With --campaign: intents admitted per second, if it may "
+                             "bind.")] = None,
+         ) -> None:
     """Will the backlog drain before it goes stale? Drain time (backlog ÷ sustained rate)
-    against the freshness deadline, with the numbers it used."""
+    against the freshness deadline, with the numbers it used. With --campaign, the same
+    forecast for a campaign not yet enabled: its audience, the channel's pace and the
+    workers' observed rate."""
+
     from tidings import operations
     from tidings.readmodel import Plan, as_dict
+
+    if campaign is not None:
+        _plan_campaign(config, store, as_json, campaign, workers=workers,
+                       observed_workers=observed_workers, rate_per_worker=rate_per_worker,
+                       recipients=recipients, admission_rate=admission_rate)
+        return
 
     async def go(runtime: Runtime) -> Plan:
         snap = await operations.snapshot(
@@ -686,6 +712,43 @@ def plan(config: ConfigOpt = None, store: StoreOpt = None, as_json: JsonOpt = Fa
     _emit(as_json, as_dict(result), table)
     if not as_json:
         Console().print(_uncertain_table(result.uncertain))
+
+
+def _plan_campaign(config: Path | None, store: str | None, as_json: bool, name: str, *,
+                   workers: int, observed_workers: int | None, rate_per_worker: float | None,
+                   recipients: int | None, admission_rate: float | None) -> None:
+    from dataclasses import asdict
+
+    from tidings import operations
+
+    async def go(runtime: Runtime) -> dict[str, Any]:
+        found = [c for c in runtime.campaigns if c.name == name]
+        if not found:
+            raise InvalidInput("campaign", f"no campaign {name!r} is declared")
+        now = runtime.clock.now()
+        window = runtime.settings.api.rate_window_s
+        lines = await operations.campaign_forecast(
+            runtime.store, found[0], limits=runtime.limits, now=now, window_s=window,
+            workers=workers, observed_workers=observed_workers,
+            per_worker_per_s=rate_per_worker, recipients=recipients,
+            admission_per_s=admission_rate)
+        return {"now": now, "window_s": window, "campaign": name,
+                "channels": [asdict(x) for x in lines]}
+    result = _with_runtime(config, store, go)
+    table = textout.table("channel", "recipients", "workers", "per worker/s", "rate from",
+                          "rate/s", "bound", "drain (s)", "freshness (s)", "late",
+                          "workers needed", "verdict",
+                          title=f"tidings plan --campaign {name} "
+                                f"(rate window {result['window_s']:.0f} s)")
+    for x in result["channels"]:
+        f = x["forecast"]
+        needed = f["workers_needed"]
+        table.add_row(x["channel"], f"{f['recipients']:,}", str(f["workers"]),
+                      _num(f["per_worker_per_s"]), x["rate_source"], _num(f["rate_per_s"]),
+                      str(f["bound"]), _num(f["drain_s"]), _num(f["freshness_s"]),
+                      f"{f['late']:,}", "-" if needed is None else str(needed),
+                      str(f["verdict"]))
+    _emit(as_json, result, table)
 
 
 def _num(value: float | None) -> str:

@@ -30,9 +30,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tidings import holds, readmodel
+from tidings import capacity, holds, readmodel
+from tidings.audience import count_recipients
+from tidings.campaign import Campaign
 from tidings.errors import InvalidInput
-from tidings.guardrails import tripped_by_guardrail
+from tidings.guardrails import SENDS, tripped_by_guardrail
 from tidings.keys import check_text, validate_key
 from tidings.model import DeadLetter, Intent, Message, QueueDepth
 from tidings.pacing.algorithm import PaceLimits
@@ -643,3 +645,44 @@ async def uncertain_resolve(store: Store, transport: Transport, *,
         else:
             result.skipped.append({"key": intent.key, "why": "settled meanwhile"})
     return result
+
+
+# ---------------------------------------------------------------- capacity forecast
+
+
+async def campaign_forecast(
+    store: Store, campaign: Campaign, *, limits: Mapping[str, PaceLimits], now: float,
+    window_s: float, workers: int, observed_workers: int | None = None,
+    per_worker_per_s: float | None = None, recipients: int | None = None,
+    admission_per_s: float | None = None, startup_s: float = 0.0,
+) -> list[capacity.ChannelForecast]:
+    """Forecast a campaign's drain per channel before it is enabled (``tidings.capacity``).
+
+    ``recipients`` defaults to the audience's count. The per-worker rate is the channel's
+    sends in the last ``window_s`` (``Store.outcome_counts``, 1-second buckets) over
+    ``observed_workers`` (default ``workers``: the fleet observed is the fleet
+    planned), or ``per_worker_per_s`` when the channel sent nothing lately."""
+    size = recipients if recipients is not None else await count_recipients(campaign.audience)
+    seen = observed_workers or workers
+    counts = await store.outcome_counts(since=now - window_s, bucket_s=1.0)
+    out: list[capacity.ChannelForecast] = []
+    for channel in campaign.channels:
+        buckets = capacity.buckets_of((c.bucket, c.count) for c in counts
+                                      if c.channel == channel and c.type in SENDS)
+        observed = capacity.observed_rate(buckets, bucket_s=1.0)
+        if observed is not None:
+            per_worker, source = observed / seen, "observed"
+        elif per_worker_per_s is not None:
+            per_worker, source = per_worker_per_s, "given"
+        else:
+            raise InvalidInput("rate_per_worker", f"channel {channel!r} sent nothing in the "
+                               f"last {window_s:.0f} s: give a per-worker send rate")
+        out.append(capacity.ChannelForecast(
+            campaign=campaign.name, channel=channel, rate_source=source,
+            observed_rate_per_s=observed, observed_workers=seen, window_s=window_s,
+            forecast=capacity.forecast(
+                recipients=size, workers=workers, per_worker_per_s=per_worker,
+                pace_per_s=configured_rate(limits.get(channel)),
+                admission_per_s=admission_per_s, freshness_s=campaign.expires_after_s,
+                startup_s=startup_s)))
+    return out

@@ -278,3 +278,33 @@ def test_hold_release_and_bulk_actions_from_the_command_line(config: Path) -> No
     released = ok_json("release", "--campaign", "digest", *c)
     assert (released["was_held"], released["republished"]) == (True, 0)
     assert ok_json("status", *c)["holds"]["active"] == []
+
+
+def test_plan_forecasts_a_campaign_before_it_is_enabled(config: Path) -> None:
+    # the digest's SQL audience counts three customers; no channel has sent anything yet,
+    # so the per-worker rate is the operator's
+    forecast = ok_json("plan", "--campaign", "digest", "--workers", "2",
+                       "--rate-per-worker", "50", "--config", str(config))
+    lines = {x["channel"]: x for x in forecast["channels"]}
+    assert set(lines) == {"email", "sms"}
+    email, sms = lines["email"], lines["sms"]
+    assert email["rate_source"] == sms["rate_source"] == "given"
+    for line, quota in ((email, 20), (sms, 2)):
+        paced = PaceLimits(quota_per_s=quota).paced_per_s
+        assert paced is not None
+        f = line["forecast"]
+        assert (f["recipients"], f["workers"], f["per_worker_per_s"]) == (3, 2, 50.0)
+        # 2 workers x 50/s would outrun either quota: the pacer binds
+        assert (f["bound"], f["rate_per_s"]) == ("quota", pytest.approx(paced))
+        assert f["drain_s"] == pytest.approx(3 / paced)
+        assert (f["freshness_s"], f["verdict"], f["late"]) == (86400.0, "ok", 0)
+
+    # without a rate and with nothing sent lately it says what is missing
+    refused = run("plan", "--campaign", "digest", "--config", str(config))
+    assert refused.returncode == 2 and "per-worker send rate" in refused.stderr, refused.stderr
+    unknown = run("plan", "--campaign", "weekly", "--config", str(config))
+    assert unknown.returncode == 2 and "no campaign 'weekly'" in unknown.stderr
+    # and prints a table without --json
+    table = run("plan", "--campaign", "digest", "--rate-per-worker", "50", "--config",
+                str(config))
+    assert table.returncode == 0 and "plan --campaign digest" in table.stdout, table.stdout

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import pytest
 
+from support.clock_driver import ClockDriver, ExecutorCalls
 from tidings.campaign import Campaign
 from tidings.clock import FakeClock
 from tidings.model import Event, Intent, SendRequest
@@ -33,7 +34,7 @@ T = TypeVar("T")
 #: A whole second, so the sandbox's 1-second windows line up with scenario times.
 T0 = 1_780_000_000.0
 #: Real-time guard against a scenario blocking forever on the fake clock.
-HANG_GUARD_S = 90.0  # only against a hang: the claim-depth scenarios wait on the store threads
+HANG_GUARD_S = 60.0  # only against a hang (a loaded machine runs the longest drive in ~30 s)
 
 
 class SleepSignalClock(FakeClock):
@@ -112,6 +113,7 @@ class Harness:
     core: SandboxCore
     provider: RecordingProvider
     rt: Runtime
+    calls: ExecutorCalls
     channel: str = "email"
     t0: float = T0
     _workers: int = field(default=0)
@@ -174,6 +176,27 @@ class Harness:
                                        template="t", **kw)
         return full
 
+    async def run_until(self, done: Callable[[], bool], *,
+                        observe: Callable[[], None] | None = None) -> None:
+        """Let tasks run (a worker's ``run()``, say), moving the fake clock to its next
+        wake only while nothing can run without it (``support.clock_driver``), until
+        ``done()`` holds; ``observe`` is called at every turn of the loop meanwhile.
+
+        Meanwhile a worker's idle wait on its queue (``Transport.wait``, in real time) is
+        a wait on the fake clock: an idle poll takes fake time like any other wait, in
+        its place among them, instead of letting fake time run on while it lasts."""
+        transport = self.rt.transport
+        clock = self.clock
+
+        async def idle_on_the_clock(queue: str, *, timeout_s: float, now: float) -> None:
+            await clock.sleep(timeout_s)
+
+        transport.wait = idle_on_the_clock  # type: ignore[method-assign]
+        try:
+            await guard(ClockDriver(clock, self.calls).run_until(done, observe=observe))
+        finally:
+            del transport.wait
+
     async def run_once(self, worker: Worker) -> int:
         return await guard(worker.run_once())
 
@@ -210,6 +233,7 @@ async def build_harness(
     campaigns: Sequence[Campaign] | None = None,
     auto_advance: bool = False,
     seed: int = 0,
+    calls: ExecutorCalls | None = None,
 ) -> Harness:
     clock = SleepSignalClock(T0, auto_advance=auto_advance)
     sandbox_config = dict(sandbox or {})
@@ -220,7 +244,8 @@ async def build_harness(
     data = _merge({"store": f"sqlite:///{db}", "channels": {"email": {}}}, settings or {})
     rt = await build_runtime(Settings.parse(data), clock=clock, providers={"email": provider},
                              campaigns=list(campaigns or []), rng=random.Random(seed))
-    return Harness(clock=clock, core=core, provider=provider, rt=rt)
+    return Harness(clock=clock, core=core, provider=provider, rt=rt,
+                   calls=calls or ExecutorCalls())
 
 
 HarnessFactory = Callable[..., Awaitable[Harness]]
@@ -230,15 +255,16 @@ HarnessFactory = Callable[..., Awaitable[Harness]]
 async def make_harness(tmp_path: Path) -> AsyncIterator[HarnessFactory]:
     """Build harnesses (each on its own SQLite file); all are closed after the test."""
     made: list[Harness] = []
+    with ExecutorCalls().installed() as calls:
 
-    async def make(**kw: Any) -> Harness:
-        harness = await build_harness(tmp_path / f"t{len(made)}.db", **kw)
-        made.append(harness)
-        return harness
+        async def make(**kw: Any) -> Harness:
+            harness = await build_harness(tmp_path / f"t{len(made)}.db", calls=calls, **kw)
+            made.append(harness)
+            return harness
 
-    yield make
-    for harness in made:
-        await harness.close()
+        yield make
+        for harness in made:
+            await harness.close()
 
 
 @pytest.fixture

@@ -48,19 +48,18 @@ def record_receives(h: Harness) -> list[int]:
 
 async def drive_until_accepted(h: Harness, w: Worker, keys: list[str], *,
                                bound: int | None) -> int:
-    """Run the worker on the fake clock until every key is accepted; return the most
-    claims it held at once, checking each moment against ``bound``."""
+    """Run the worker until every key is accepted, the fake clock moving only while the
+    worker waits on it alone (never ahead of the store's thread); return the most claims
+    it held at once, checking every turn of the loop against ``bound``."""
     most = 0
-    while len([k for k in keys if h.accepted_by_sandbox(k)]) < len(keys):
-        await asyncio.sleep(0)
+
+    def observe() -> None:
+        nonlocal most
         most = max(most, w.held)
         if bound is not None:
             assert w.held <= bound, (w.held, bound)
-        # The pacer's short waits pass on the fake clock; the lease renewals' long ones
-        # wait for the work (the store's threads run in real time).
-        wake = h.clock.next_wake()
-        if wake is not None and wake - h.clock.now() < 1.0:
-            h.clock.advance(max(0.0, wake - h.clock.now()))
+
+    await h.run_until(lambda: all(h.accepted_by_sandbox(k) for k in keys), observe=observe)
     return most
 
 
@@ -76,7 +75,7 @@ async def test_a_paced_worker_holds_only_what_its_share_starts_in_a_second(
     # when it serves the channel
     running = asyncio.create_task(w.run())
     try:
-        most = await h.guard(drive_until_accepted(h, w, keys, bound=depth))
+        most = await drive_until_accepted(h, w, keys, bound=depth)
     finally:
         w.stop()
         await h.guard(running)
@@ -84,9 +83,7 @@ async def test_a_paced_worker_holds_only_what_its_share_starts_in_a_second(
     # then it never held more claims than a second of the pacer's rate, yet held that
     # many (the pacer was never starved), and every key was accepted once
     assert w.claim_depth == depth
-    # (the store's threads run in real time: on a loaded machine the worker can be a few
-    # claims short of its depth at its busiest moment, never over it)
-    assert math.ceil(depth * 0.75) <= most <= depth
+    assert most == depth
     # and, just started (its peers may not have been heard yet), it began at a quarter
     assert asked[0] == math.ceil(depth / 4)
     stats = h.stats()
@@ -109,13 +106,13 @@ async def test_the_depth_is_split_over_the_workers_the_pacer_has_heard_from(
     # when this worker serves the channel while the other is live
     running = asyncio.create_task(w.run())
     try:
-        most = await h.guard(drive_until_accepted(h, w, keys, bound=half))
+        most = await drive_until_accepted(h, w, keys, bound=half)
     finally:
         w.stop()
         await h.guard(running)
 
     # then it held half the depth at most (and that much), and every key went once
-    assert w.claim_depth == half and math.ceil(half * 0.75) <= most <= half
+    assert w.claim_depth == half and most == half
     stats = h.stats()
     assert (stats["accepted_keys"], stats["keys_accepted_twice"]) == (INTENTS, 0)
 
@@ -130,7 +127,7 @@ async def test_an_unpaced_channel_keeps_max_held(make_harness: HarnessFactory) -
     # when a worker serves it
     running = asyncio.create_task(w.run())
     try:
-        await h.guard(drive_until_accepted(h, w, keys, bound=None))
+        await drive_until_accepted(h, w, keys, bound=None)
     finally:
         w.stop()
         await h.guard(running)
@@ -166,7 +163,7 @@ async def test_a_share_that_cannot_be_read_leaves_the_worker_on_max_held(
     # when the worker serves the channel
     running = asyncio.create_task(w.run())
     try:
-        await h.guard(drive_until_accepted(h, w, keys, bound=None))
+        await drive_until_accepted(h, w, keys, bound=None)
     finally:
         w.stop()
         await h.guard(running)

@@ -858,14 +858,7 @@ async def test_a_stop_during_an_outcome_commit_lets_it_finish(
     worker.store = store  # type: ignore[assignment]
     running = asyncio.create_task(worker.run())
 
-    async def until_landed() -> None:
-        while not store.landed.is_set():  # the worker's short waits pass on the fake clock
-            await asyncio.sleep(0)
-            wake = h.clock.next_wake()
-            if wake is not None and wake - h.clock.now() < 1.0:
-                h.clock.advance(wake - h.clock.now())
-
-    await h.guard(until_landed())
+    await h.run_until(store.landed.is_set)
 
     # when the worker is stopped right then, and the answer arrives afterwards
     worker.stop()

@@ -332,15 +332,8 @@ async def test_the_worker_keeps_receiving_while_every_send_raises(
     w.provider = raising(h, before=1.0)
     running = asyncio.create_task(w.run())
 
-    async def until_all_taken() -> None:
-        while w.stats.received < len(keys) or w.stats.uncertain < len(keys):
-            await asyncio.sleep(0)
-            wake = h.clock.next_wake()
-            if wake is not None and wake - h.clock.now() < 1.0:
-                h.clock.advance(wake - h.clock.now())
-
     # when it runs: each raise frees its slot, so it receives the next batch
-    await h.guard(until_all_taken())
+    await h.run_until(lambda: w.stats.received == len(keys) == w.stats.uncertain)
     assert not running.done()
     w.stop()
     await h.guard(running)
