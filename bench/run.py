@@ -4,6 +4,8 @@
     python bench/run.py delivery  [--n 50000] [--processes 1|2] [--json]
     python bench/run.py pacing    [--store sqlite:///…|postgresql://…] [--processes 4]
                                   [--quota 200] [--seconds 15] [--json]
+    python bench/run.py api-publish [--n 20000] [--connections 200] [--processes 2]
+                                  [--pg URL] [--sqlite] [--json]
 
 Each prints one JSON object with ``--json`` (a readable summary otherwise). See
 bench/README.md for how to read the figures.
@@ -17,6 +19,7 @@ import sys
 # Run as a script, bench/ is sys.path[0]: the sibling modules import by name (and so do
 # the spawned children, which inherit the parent's sys.path).
 import admission
+import api_publish
 import delivery
 import pacing
 from benchlib import bench_dir, emit, fresh_file, path_of
@@ -48,6 +51,11 @@ pacing     K worker processes on one channel with a quota, sharing one pacing
            database), against the sandbox HTTP server: per-second request counts,
            windows over quota, utilisation, and a forced 429 (Retry-After 2 s)
            after which no process may send for 2 s. Judged by the sandbox's log.
+
+api-publish  POST /v1/queue/publish against a real `tidings api --processes P` on a
+           throw-away PostgreSQL database, 200 connections, one request per intent:
+           requests/s, p50/p99, the API's CPU per request, and every 2xx checked to
+           be exactly one intent in the store. Target: >= 2,000/s, p99 < 250 ms.
 """
 
 
@@ -70,7 +78,7 @@ def parser() -> argparse.ArgumentParser:
         prog="python bench/run.py", description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = main.add_subparsers(dest="benchmark", required=True,
-                              metavar="{admission,delivery,pacing}")
+                              metavar="{admission,delivery,pacing,api-publish}")
 
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -130,11 +138,27 @@ def parser() -> argparse.ArgumentParser:
     pac.add_argument("--seconds", type=_positive, default=15,
                      help="length of the steady phase (default 15)")
     common(pac)
+
+    pub = sub.add_parser("api-publish", help="POST /v1/queue/publish, 200 connections",
+                         description=api_publish.__doc__,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    pub.add_argument("--n", type=_positive, default=20_000, help="measured requests")
+    pub.add_argument("--connections", type=_positive, default=200)
+    pub.add_argument("--processes", type=_positive, default=2, help="API processes")
+    pub.add_argument("--pg", default=api_publish.DEFAULT_PG,
+                     help="a PostgreSQL URL whose server may hold throw-away databases")
+    pub.add_argument("--sqlite", action="store_true", help="measure a SQLite file too")
+    pub.add_argument("--json", action="store_true", help="print one JSON object")
     return main
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
+    if args.benchmark == "api-publish":
+        sys.exit(api_publish.main([
+            "--n", str(args.n), "--connections", str(args.connections),
+            "--processes", str(args.processes), "--pg", args.pg,
+            *(["--sqlite"] if args.sqlite else []), *(["--json"] if args.json else [])]))
     if args.benchmark == "pacing":
         if args.store is not None and args.store.startswith("sqlite:"):
             fresh_file(path_of(args.store))

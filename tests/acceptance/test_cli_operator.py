@@ -278,3 +278,30 @@ def test_hold_release_and_bulk_actions_from_the_command_line(config: Path) -> No
     released = ok_json("release", "--campaign", "digest", *c)
     assert (released["was_held"], released["republished"]) == (True, 0)
     assert ok_json("status", *c)["holds"]["active"] == []
+
+
+def test_api_processes_share_one_port_and_stop_together(config: Path) -> None:
+    import re
+    import signal
+
+    import httpx
+
+    created = ok_json("token", "create", "--scope", "viewer", "--config", str(config))
+    process = subprocess.Popen([*TIDINGS, "api", "--config", str(config), "--port", "0",
+                                "--processes", "2"], text=True, stderr=subprocess.PIPE)
+    with process:
+        assert process.stderr is not None
+        ports: list[str] = []
+        while len(ports) < 2:  # each process says where it listens (among its log lines)
+            line = process.stderr.readline()
+            assert line, "tidings api --processes 2 stopped before both listened"
+            ports += re.findall(r"listening on http://127\.0\.0\.1:(\d+)", line)
+        assert len(set(ports)) == 1, ports  # two processes, one port
+        port = ports[0]
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}") as client:
+            answers = [client.get("/v1/status", headers={
+                "Authorization": f"Bearer {created['token']}"}) for _ in range(20)]
+        assert {a.status_code for a in answers} == {200}
+        process.send_signal(signal.SIGTERM)
+        process.stderr.read()
+        assert process.wait(timeout=60) == 0
