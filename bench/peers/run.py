@@ -398,7 +398,8 @@ class Run:
         lines = self.profile_file.read_text().splitlines()
         return {"tool": "py-spy record --rate 200 --threads (idle threads excluded), the first "
                         "worker process, during the drain phase",
-                **analysis.profile_summary(lines, top=25)}
+                **analysis.profile_summary(lines, top=25),
+                "delivery_breakdown": analysis.delivery_breakdown(lines)}
 
     def first_done(self) -> float | None:
         """When the first job of the run was done (the sink's first line), if yet."""

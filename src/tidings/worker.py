@@ -174,6 +174,9 @@ class Worker:
         # Leases held: key -> (token, message, lease expiry as last renewed).
         self._held: dict[str, tuple[int, Received, float]] = {}
         self._sends: set[asyncio.Task[None]] = set()
+        # Sends waiting for a pacer slot, and those of them ``stop()`` cancelled.
+        self._acquiring: set[asyncio.Task[object]] = set()
+        self._stop_cancelled: set[asyncio.Task[object]] = set()
         # One commit of outcomes at a time; one round of message operations at a time,
         # running beside the next commit.
         self._flush_lock = asyncio.Lock()
@@ -191,6 +194,10 @@ class Worker:
         self._room.set()
         if self._stopped is not None and not self._stopped.done():
             self._stopped.set_result(None)
+        for task in self._acquiring - self._stop_cancelled:
+            # Waiting for a pacer slot: released unsent (see ``_acquire``).
+            self._stop_cancelled.add(task)
+            task.cancel()
 
     @property
     def held(self) -> int:
@@ -581,21 +588,26 @@ class Worker:
 
     async def _acquire(self) -> bool:
         """Wait for the pacer's slot; False if ``stop()`` came first. Raises what the
-        pacer raises (then no slot is held)."""
-        acquired = asyncio.ensure_future(self.pacer.acquire())
-        done, _ = await asyncio.wait({acquired, self._stop_future()},
-                                     return_when=asyncio.FIRST_COMPLETED)
-        if acquired in done:
-            acquired.result()
-            return True
-        acquired.cancel()
+        pacer raises (then no slot is held).
+
+        The wait runs in the send's own task (no second task and no race of two
+        futures per send): ``stop()`` cancels the sends still waiting here, and such a
+        cancellation reads as False; any other is passed on."""
+        task = asyncio.current_task()
+        if self._stopping.is_set() or task is None:
+            return False
+        self._acquiring.add(task)
         try:
-            await acquired
+            await self.pacer.acquire()
+            return True
         except asyncio.CancelledError:
-            pass
-        except Exception:
-            log.warning("pacer failed while stopping", exc_info=True)
-        return False
+            if task not in self._stop_cancelled:
+                raise
+            self._stop_cancelled.discard(task)
+            task.uncancel()
+            return False
+        finally:
+            self._acquiring.discard(task)
 
     async def _last_checks_and_send(self, intent: Intent, request: SendRequest,
                                     waited_from: float) -> Decision | None:
