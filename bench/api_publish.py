@@ -68,8 +68,10 @@ def _token(config: Path) -> str:
 
 def _start_api(config: Path, processes: int, log: Path) -> tuple[subprocess.Popen[bytes], str]:
     with log.open("wb") as sink:
+        # --processes only when asked for: one process runs as tidings api always did.
+        many = ["--processes", str(processes)] if processes != 1 else []
         proc = subprocess.Popen([*_tidings(), "api", "--config", str(config), "--port", "0",
-                                 "--processes", str(processes)],
+                                 *many],
                                 stdout=sink, stderr=sink, start_new_session=True)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
