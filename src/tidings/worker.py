@@ -713,6 +713,8 @@ class Worker:
                 # and its redelivery would be a duplicate the ledger acks unsent.
                 failures += 1
                 log.exception("acking failed (%d in a row); retrying", failures)
+                if self._stopping.is_set():
+                    return  # the final flush tries once more and says what failed
                 await self.clock.sleep(min(5.0, 0.1 * 2 ** failures))
 
     async def flush(self) -> None:
