@@ -6,6 +6,8 @@
                                   [--quota 200] [--seconds 15] [--json]
     python bench/run.py capacity  [--n 1000000] [--workers 2] [--calibrate 20000]
                                   [--quota Q] [--store sqlite:///…|postgresql://…] [--json]
+    python bench/run.py api-publish [--n 20000] [--connections 200] [--processes 2]
+                                  [--pg URL] [--sqlite] [--json]
 
 Each prints one JSON object with ``--json`` (a readable summary otherwise). See
 bench/README.md for how to read the figures.
@@ -20,6 +22,7 @@ from pathlib import Path
 # Run as a script, bench/ is sys.path[0]: the sibling modules import by name (and so do
 # the spawned children, which inherit the parent's sys.path).
 import admission
+import api_publish
 import capacity_check
 import delivery
 import pacing
@@ -58,6 +61,10 @@ capacity   The capacity model checked: K worker processes drain C intents (the
            N-recipient campaign from them before it is enabled, then the campaign
            is admitted and delivered. Prints forecast, measured drain and their
            ratio (target 0.9-1.1).
+api-publish  POST /v1/queue/publish against a real `tidings api --processes P` on a
+           throw-away PostgreSQL database, 200 connections, one request per intent:
+           requests/s, p50/p99, the API's CPU per request, and every 2xx checked to
+           be exactly one intent in the store. Target: >= 2,000/s, p99 < 250 ms.
 """
 
 
@@ -80,7 +87,7 @@ def parser() -> argparse.ArgumentParser:
         prog="python bench/run.py", description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = main.add_subparsers(dest="benchmark", required=True,
-                              metavar="{admission,delivery,pacing,capacity}")
+                              metavar="{admission,delivery,pacing,capacity,api-publish}")
 
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -168,6 +175,11 @@ def store_bytes(db: Path) -> dict[str, int]:
 
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
+    if args.benchmark == "api-publish":
+        sys.exit(api_publish.main([
+            "--n", str(args.n), "--connections", str(args.connections),
+            "--processes", str(args.processes), "--pg", args.pg,
+            *(["--sqlite"] if args.sqlite else []), *(["--json"] if args.json else [])]))
     if args.benchmark == "pacing":
         if args.store is not None and args.store.startswith("sqlite:"):
             fresh_file(path_of(args.store))

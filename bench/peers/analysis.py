@@ -160,3 +160,46 @@ def profile_summary(lines: Iterable[str], top: int = 15,
             "threads": {t: round(c / busy, 3) for t, c in threads.items()} if busy else {},
             "self": ranked(self_counts) if busy else [],
             "inclusive": ranked(inclusive) if busy else []}
+
+
+#: Where a tidings worker's event-loop samples go, by the first matching frame of a
+#: stack (checked in this order): the part of the delivery path each frame stands for.
+DELIVERY_PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("start-up (imports, runtime)", ("_find_and_load", "build_runtime")),
+    ("provider I/O (the Redis round trip)", ("io_round_trip",)),
+    ("provider, rest (sandbox twin, sink)", ("SinkTwin.send",)),
+    ("pacer (start slots, 429 pause looks)", ("Pacer.", "Worker._acquire")),
+    ("send path (per-send task, decide, outcome)", ("Worker._send",)),
+    ("receive, claim, compose", ("Worker._take", "transport.receive", "Transport.receive",
+                                 "Worker.run")),
+    ("commit outcomes", ("Worker._commit_outcomes", "Worker._record", "Worker.flush")),
+    ("ack, nack", ("Worker._message_ops",)),
+    ("lease renewal", ("Worker.renew",)),
+    ("reconciler", ("reconcile_loop", "Reconciler.")),
+)
+
+
+def delivery_breakdown(lines: Iterable[str], thread: str = "MainThread") -> dict[str, float]:
+    """Shares of one thread's samples by part of the delivery path (``DELIVERY_PARTS``;
+    waiting in the selector is ``idle (waiting for I/O)``, the rest ``event loop,
+    other``), from py-spy's collapsed stacks with ``--threads``."""
+    counts: dict[str, int] = {}
+    total = 0
+    for line in lines:
+        stack, _, count_text = line.rstrip().rpartition(" ")
+        if not stack or not count_text.isdigit() or thread not in stack.split(";", 1)[0]:
+            continue
+        count = int(count_text)
+        total += count
+        frames = stack.split(";")
+        part = "event loop, other"
+        if frames[-1].startswith(IDLE_LEAVES) or "select (selectors.py" in frames[-1]:
+            part = "idle (waiting for I/O)"
+        else:
+            for name, marks in DELIVERY_PARTS:
+                if any(mark in frame for frame in frames for mark in marks):
+                    part = name
+                    break
+        counts[part] = counts.get(part, 0) + count
+    return {part: round(c / total, 3) for part, c in
+            sorted(counts.items(), key=lambda item: item[1], reverse=True)} if total else {}

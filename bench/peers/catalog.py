@@ -89,7 +89,7 @@ def _procrastinate(ctx: Context) -> list[list[str]]:
 
 def _tidings(ctx: Context) -> list[list[str]]:
     assert ctx.tidings_config is not None
-    if ctx.workload == "throughput":
+    if ctx.workload in ("throughput", "io"):
         return [_py("-m", "systems.tidings", "worker")] * ctx.processes
     return [[str(BIN / "tidings"), "worker", "--channel", "email", "--config",
              str(ctx.tidings_config)]] * ctx.processes

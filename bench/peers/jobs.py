@@ -7,13 +7,19 @@ given to every worker process in the environment (``PEERS_WORKLOAD``):
 * ``throughput``: ``sink(i)`` — an in-process sink: one ``os.write`` of ``"<i> <t>\\n"``
   to the run's sink file (``O_APPEND``, so processes never interleave a line, and a
   forked child that exits at once loses nothing). No network.
+* ``io``: ``io(i)`` — one round trip to Redis (``INCR peers-io:<i>`` on the run's
+  Redis db, ``PEERS_REDIS``), as a provider call is a network round trip, then
+  ``sink(i)``. Each process has a connection pool of its own (a thread-safe
+  ``redis.Redis`` pool for synchronous workers, a ``redis.asyncio`` one for asyncio
+  workers); the count per key is a second witness of how often a job ran.
 * ``pacing`` and ``crash``: ``send(i)`` — one POST to the sandbox HTTP provider
   (``PEERS_SANDBOX``) with ``Idempotency-Key: job-<i>``; a 2xx is recorded in the sink,
   a 429 raises ``RateLimited(retry_after_s)`` and anything else ``SendFailed``, for the
   system's own retry machinery to handle.
 
-Only the standard library (``http.client`` for synchronous workers) and httpx (asyncio
-workers; a tidings dependency, so in the peer venv) are used.
+Only the standard library (``http.client`` for synchronous workers), httpx (asyncio
+workers; a tidings dependency, so in the peer venv) and redis-py (the Redis brokers'
+client, so in the peer venv) are used.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import http.client
 import os
 import threading
 import time
+from typing import Any
 from urllib.parse import urlsplit
 
 WORKLOAD = os.environ.get("PEERS_WORKLOAD", "throughput")
@@ -131,10 +138,58 @@ async def send_async(i: int) -> None:
     _judge(i, r.status_code, r.headers.get("Retry-After"))
 
 
+REDIS_IO = os.environ.get("PEERS_REDIS", "redis://127.0.0.1:6379/15")
+IO_PREFIX = "peers-io:"
+IO_POOL = 100  # connections per process, for every system alike
+_redis: Any = None
+_redis_pid = 0
+_aredis: Any = None
+_aredis_loop: Any = None
+
+
+def io(i: int) -> None:
+    """One Redis round trip for job ``i`` (a pool per process, re-made after a fork)."""
+    global _redis, _redis_pid
+    if _redis is None or _redis_pid != os.getpid():
+        import redis
+
+        # A blocking pool: a thread beyond its size waits for a connection.
+        _redis = redis.Redis(connection_pool=redis.BlockingConnectionPool.from_url(
+            REDIS_IO, max_connections=IO_POOL))
+        _redis_pid = os.getpid()
+    _redis.incr(f"{IO_PREFIX}{i}")
+    sink(i)
+
+
+async def io_round_trip(i: int) -> None:
+    """The Redis round trip of ``io_async`` alone (tidings' provider sinks by itself)."""
+    import asyncio
+
+    global _aredis, _aredis_loop
+    loop = asyncio.get_running_loop()
+    if _aredis is None or _aredis_loop is not loop:
+        import redis.asyncio
+
+        # A blocking pool: a send beyond its size waits for a connection (the default
+        # pool raises "Too many connections" instead).
+        _aredis = redis.asyncio.Redis(connection_pool=redis.asyncio.BlockingConnectionPool
+                                      .from_url(REDIS_IO, max_connections=IO_POOL))
+        _aredis_loop = loop
+    await _aredis.incr(f"{IO_PREFIX}{i}")
+
+
+async def io_async(i: int) -> None:
+    """``io`` for asyncio workers (one ``redis.asyncio`` pool per process and loop)."""
+    await io_round_trip(i)
+    sink(i)
+
+
 def handle(i: int) -> None:
     """The job, for synchronous workers."""
     if WORKLOAD == "throughput":
         sink(i)
+    elif WORKLOAD == "io":
+        io(i)
     else:
         send(i)
 
@@ -143,5 +198,7 @@ async def handle_async(i: int) -> None:
     """The job, for asyncio workers."""
     if WORKLOAD == "throughput":
         sink(i)
+    elif WORKLOAD == "io":
+        await io_async(i)
     else:
         await send_async(i)

@@ -2,9 +2,10 @@
 
     bash bench/peers/setup.sh                       # once: bench/peers/.venv
     bench/peers/.venv/bin/python bench/peers/run.py throughput [--n 20000] [--processes 2] --json
+    bench/peers/.venv/bin/python bench/peers/run.py io         [--n 20000] [--processes 2] --json
     bench/peers/.venv/bin/python bench/peers/run.py pacing     [--n 1000]  [--processes 4] --json
     bench/peers/.venv/bin/python bench/peers/run.py crash      [--n 5000]  [--processes 2] --json
-    bench/peers/.venv/bin/python bench/peers/run.py all --json  # the three, one after another
+    bench/peers/.venv/bin/python bench/peers/run.py all --json  # the four, one after another
 
 Each workload runs every system in turn, A B C … A B C … (``--repeat``, default 2), on
 the same machine, against the same Redis (db 15, flushed before each run) and
@@ -22,6 +23,13 @@ throughput  N jobs whose handler calls an in-process sink (an O_APPEND write of
             measured on the jobs done by then.
             tidings runs with its ledger committed before ack; its last job counts as
             done when the ledger holds N accepted intents, not when it was sent.
+io          As throughput, with real I/O: every handler (tidings: its provider) makes one
+            round trip to the same Redis (INCR on a per-job key, a connection pool of
+            its own per process) before the sink, as a provider call is a network round
+            trip. Phase 1 enqueues in bulk where the system has a bulk API; phase 3's
+            producer makes one enqueue call per job (tidings: notify() per job from 200
+            concurrent tasks), as an application sends events. The per-job Redis counts
+            witness repeats beside the sink.
 pacing      N jobs through the sandbox HTTP provider (quota 50/s, dedupe on), each
             system with its own rate-limit feature where it has one. From the
             sandbox's per-second log: highest count in a 1-second window, windows over
@@ -70,7 +78,8 @@ PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 REDIS_START = ["redis-server", "--daemonize", "yes", "--bind", "127.0.0.1", "-::1", "--port",
                "6379", "--save", "", "--appendonly", "no", "--dir", "/var/lib/redis",
                "--logfile", "/var/log/redis/ci.log"]
-DEFAULTS = {"throughput": (20_000, 2), "pacing": (1_000, 4), "crash": (5_000, 2)}
+DEFAULTS = {"throughput": (20_000, 2), "io": (20_000, 2), "pacing": (1_000, 4),
+            "crash": (5_000, 2)}
 QUOTA = 50
 CRASH_QUOTA = 1_000_000
 KILL_EVERY_S = 2.0
@@ -286,7 +295,9 @@ class Run:
                     "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
                     "PEERS_WORKLOAD": workload, "PEERS_SANDBOX": sandbox.url,
                     "PEERS_SINK": str(self.sink), "PEERS_REDIS": REDIS_URL,
-                    "PEERS_QUOTA": str(QUOTA)}
+                    "PEERS_QUOTA": str(QUOTA),
+                    # io: the handlers' Redis keys, this run's own
+                    "PEERS_IO_PREFIX": f"peers-io:{secrets.token_hex(4)}:"}
 
     # -- backend
 
@@ -319,6 +330,23 @@ class Run:
         if self.db is not None:
             drop_db(self.db)
             self.db = None
+        if self.workload == "io":
+            r = redis.Redis.from_url(REDIS_URL)
+            keys = list(r.scan_iter(match=self.env["PEERS_IO_PREFIX"] + "*", count=5000))
+            for first in range(0, len(keys), 5000):
+                r.unlink(*keys[first:first + 5000])
+
+    def io_repeats(self) -> int | None:
+        """io: jobs whose Redis key was incremented more than once (a second run of the
+        job), the handlers' own witness beside the sink."""
+        if self.workload != "io":
+            return None
+        r = redis.Redis.from_url(REDIS_URL)
+        keys = list(r.scan_iter(match=self.env["PEERS_IO_PREFIX"] + "*", count=5000))
+        repeats = 0
+        for first in range(0, len(keys), 5000):
+            repeats += sum(int(v) > 1 for v in r.mget(keys[first:first + 5000]) if v)
+        return repeats
 
     def _check(self, command: list[str]) -> None:
         done = subprocess.run(command, cwd=HERE, env=self.env, capture_output=True, text=True,
@@ -328,11 +356,14 @@ class Run:
 
     # -- producer and workers
 
-    def enqueue(self, n: int, first: int = 0) -> Report:
+    def enqueue(self, n: int, first: int = 0, *, single: bool = False) -> Report:
+        """The producer; ``single``: one enqueue call per job (``PEERS_ENQUEUE=single``)
+        where the system's producer would otherwise use its bulk API."""
+        env = {**self.env, "PEERS_ENQUEUE": "single"} if single else self.env
         done = subprocess.run(
             [sys.executable, "-m", f"systems.{self.system.module}", "enqueue", "--n", str(n),
              "--first", str(first)],
-            cwd=HERE, env=self.env, capture_output=True, text=True, check=False)
+            cwd=HERE, env=env, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             raise RuntimeError(f"{self.system.name} producer failed: {done.stderr[-3000:]}")
         report: Report = json.loads(done.stdout.strip().splitlines()[-1])
@@ -367,7 +398,8 @@ class Run:
         lines = self.profile_file.read_text().splitlines()
         return {"tool": "py-spy record --rate 200 --threads (idle threads excluded), the first "
                         "worker process, during the drain phase",
-                **analysis.profile_summary(lines, top=25)}
+                **analysis.profile_summary(lines, top=25),
+                "delivery_breakdown": analysis.delivery_breakdown(lines)}
 
     def first_done(self) -> float | None:
         """When the first job of the run was done (the sink's first line), if yet."""
@@ -450,7 +482,7 @@ def tidings_settings(workload: str, store: str, sandbox_url: str) -> str:
     if workload == "crash":
         lines += ["[worker]", "lease_s = 10.0", "visibility_s = 15.0", ""]
     lines += ["[channels.email]"]
-    if workload == "throughput":
+    if workload in ("throughput", "io"):
         lines += ["max_in_flight = 10000", "", "[channels.email.provider]",
                   'kind = "sandbox-twin"']
     else:
@@ -517,6 +549,7 @@ def run_throughput(run: Run) -> Report:
         out["processing_s"] = (end - sink.first_at) if end and sink.first_at else None
         out["drained"] = ok
         out["done"], out["repeats"] = sink.done, sink.repeats
+        out["io_repeats"] = run.io_repeats()
         done_2 = sink.done
         peak = (workers.peak_total_mb, workers.peak_process_mb)
         if not ok:
@@ -535,7 +568,8 @@ def run_throughput(run: Run) -> Report:
                        cap_s=60)
             time.sleep(1.0)
             t0 = time.time()
-            produced = run.enqueue(n)
+            # io: events arrive one at a time while the workers run (one call per job).
+            produced = run.enqueue(n, single=run.workload == "io")
             ok3 = wait_until(lambda: run.sink_summary().done >= n
                              and (not tidings or run.ledger_accepted() >= n + warm),
                              lambda: run.sink_summary().records, stall_s=60,
@@ -548,6 +582,8 @@ def run_throughput(run: Run) -> Report:
         out["e2e_s"] = (end - t0) if end else None
         out["enqueue_concurrent_s"] = produced["elapsed_s"]
         out["e2e_done"], out["e2e_repeats"] = sink.done, sink.repeats
+        out["e2e_enqueue_how"] = produced["how"]
+        out["e2e_io_repeats"] = run.io_repeats()
         peak = (max(peak[0], workers.peak_total_mb), max(peak[1], workers.peak_process_mb))
     finally:
         run.teardown()
@@ -556,8 +592,10 @@ def run_throughput(run: Run) -> Report:
     out["enqueue_rate"] = analysis.rate(n, out["enqueue_s"])
     out["processing_rate"] = analysis.rate(done_2, out["processing_s"])
     out["e2e_rate"] = analysis.rate(out["e2e_done"], out["e2e_s"])
+    out["enqueue_e2e_rate"] = analysis.rate(n, out["enqueue_concurrent_s"])
     out["peak_rss_total_mb"], out["peak_rss_process_mb"] = peak
-    out["ok"] = out["repeats"] == 0 and out["e2e_repeats"] == 0
+    out["ok"] = (out["repeats"] == 0 and out["e2e_repeats"] == 0
+                 and not out["io_repeats"] and not out["e2e_io_repeats"])
     return out
 
 
@@ -689,7 +727,7 @@ def run_workload(workload: str, systems: list[System], *, n: int, processes: int
             run = Run(system, workload, n, processes, root, sandbox, phase_cap_s, profile)
             t0 = time.monotonic()
             try:
-                if workload == "throughput":
+                if workload in ("throughput", "io"):
                     result = run_throughput(run)
                 elif workload == "pacing":
                     result = run_paced(run, quota=QUOTA, dedupe=True, kill=False)
@@ -706,7 +744,7 @@ def run_workload(workload: str, systems: list[System], *, n: int, processes: int
             log("  " + brief(workload, result))
     return {
         "workload": workload, "n": n, "processes": processes, "repeat": repeat,
-        "phase_cap_s": phase_cap_s if workload == "throughput" else None,
+        "phase_cap_s": phase_cap_s if workload in ("throughput", "io") else None,
         "latency_ms": latency_ms if workload == "crash" else None,
         "order": "each repetition runs every system once, in the order listed",
         "load_avg_at_start": load_at_start,
@@ -723,6 +761,8 @@ def run_workload(workload: str, systems: list[System], *, n: int, processes: int
 SUMMARY_KEYS = {
     "throughput": ("enqueue_rate", "processing_rate", "e2e_rate", "peak_rss_total_mb",
                    "peak_rss_process_mb"),
+    "io": ("enqueue_rate", "enqueue_e2e_rate", "processing_rate", "e2e_rate",
+           "peak_rss_total_mb", "peak_rss_process_mb"),
     "pacing": ("max_rate_1s", "windows_over_quota", "utilisation", "completion_s",
                "refused_429", "peak_rss_total_mb"),
     "crash": ("lost", "delivered_twice", "extra_deliveries", "completion_s",
@@ -747,7 +787,7 @@ def brief(workload: str, result: Report) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="bench/peers/run.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("workload", choices=["throughput", "pacing", "crash", "all"])
+    parser.add_argument("workload", choices=["throughput", "io", "pacing", "crash", "all"])
     parser.add_argument("--n", type=int, help="jobs (default 20,000 / 1,000 / 5,000)")
     parser.add_argument("--processes", type=int,
                         help="worker processes per system (default 2 / 4 / 2)")
@@ -778,7 +818,8 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"unknown systems {unknown}; known: {', '.join(SYSTEMS)}")
     systems = [SYSTEMS[s] for s in names]
     ensure_services(need_pg=any(s.backend == "postgresql" for s in systems))
-    workloads = ["throughput", "pacing", "crash"] if args.workload == "all" else [args.workload]
+    workloads = (["throughput", "io", "pacing", "crash"] if args.workload == "all"
+                 else [args.workload])
     args.out.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="tidings-peers-"))
     sandbox = Sandbox(root)

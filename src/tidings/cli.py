@@ -761,13 +761,48 @@ def api_command(
     host: Annotated[str | None, typer.Option(help="Address (default: api.host).")] = None,
     port: Annotated[int | None, typer.Option(
         help="Port (default: api.port; 0 picks a free one).")] = None,
+    processes: Annotated[int, typer.Option(
+        min=0, help="API processes sharing the port (0: one per CPU core).")] = 1,
 ) -> None:
-    """Serve the HTTP API: cron trigger, queue publish, operator endpoints, /metrics."""
-    from tidings.api.serve import serve_api
+    """Serve the HTTP API: cron trigger, queue publish, operator endpoints, /metrics.
+
+    With --processes N the command supervises N API processes, each with its own
+    runtime, all listening on the same port (SO_REUSEPORT: the kernel spreads the
+    connections); one that dies is started again, and SIGTERM is passed on to all.
+    """
+    if processes == 1:
+        _serve_api(config, store, host, port, False)
+        return
+    from tidings.api.serve import shared_socket
+    from tidings.supervisor import Supervisor
+
+    s = _settings(config, store).api
+    host = host or s.host
+    # Hold the port (bound, never listening, so it takes no connection) while the
+    # children bind theirs: port 0 becomes one free port for all of them.
+    holder = shared_socket(host, s.port if port is None else port)
+    count = processes or os.cpu_count() or 1
+    supervisor = Supervisor(count, _serve_api,
+                            (config, store, host, holder.getsockname()[1], True),
+                            name="tidings-api")
+    try:
+        raise typer.Exit(supervisor.run())
+    finally:
+        holder.close()
+
+
+def _serve_api(config: Path | None, store: str | None, host: str | None, port: int | None,
+               reuse_port: bool) -> None:
+    from tidings.api.serve import serve_api, use_uvloop
+
+    if reuse_port:  # a --processes child starts here: set its logs up again
+        logs.configure_logging(*logs.from_env(os.environ))
+    use_uvloop()
 
     def go(runtime: Runtime) -> Awaitable[None]:
         s = runtime.settings.api
-        return serve_api(runtime, host=host or s.host, port=s.port if port is None else port)
+        return serve_api(runtime, host=host or s.host, port=s.port if port is None else port,
+                         reuse_port=reuse_port)
     _with_runtime(config, store, go, migrate="new")
 
 

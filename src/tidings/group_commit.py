@@ -10,6 +10,10 @@ caller is answered only once the write holding its drafts has committed.
 A failed group write is retried call by call, so a draft the store refuses fails its
 own caller alone, and a caller cancelled before its group was written is left out.
 Validation happens before ``submit``: a bad request never reaches a group.
+
+``Coalescer`` is the same machinery for any item with an answer of its own: ``POST
+/v1/queue/publish`` coalesces whole requests (reservation, intents and answer of each
+in one transaction for all of them, ``api.publish``) with it.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from tidings.clock import Clock
 from tidings.model import IntentDraft
@@ -38,39 +43,51 @@ class GroupCommitConfig:
     """The most drafts one transaction writes; a group is written as soon as it is full."""
 
 
+T = TypeVar("T")
+R = TypeVar("R")
+
+WriteMany = Callable[[Sequence[T], float], Awaitable[Sequence[R]]]
+"""Writes items durably at ``now`` in one transaction; one answer per item, in order."""
+
+
 @dataclass(kw_only=True)
-class _Call:
-    drafts: Sequence[IntentDraft]
-    done: asyncio.Future[None]
+class _Call(Generic[T, R]):
+    item: T
+    size: int
+    done: asyncio.Future[R]
 
 
-class GroupCommit:
-    """Writes the drafts of concurrent calls together (see the module docstring)."""
+class Coalescer(Generic[T, R]):
+    """Writes the items of concurrent calls together and answers each call with its own
+    item's answer (see the module docstring). ``size`` counts an item against
+    ``max_drafts`` (the intents it writes)."""
 
-    def __init__(self, write: Write, *, clock: Clock,
-                 config: GroupCommitConfig | None = None) -> None:
+    def __init__(self, write: WriteMany[T, R], *, clock: Clock,
+                 config: GroupCommitConfig | None = None,
+                 size: Callable[[T], int] = lambda _item: 1) -> None:
         self._write = write
         self._clock = clock
+        self._size = size
         self.config = config or GroupCommitConfig()
-        self._waiting: list[_Call] = []
+        self._waiting: list[_Call[T, R]] = []
         self._waiting_drafts = 0
         self._full = asyncio.Event()
         self._writer: asyncio.Task[None] | None = None
         self.groups = 0
         """Group transactions written (for benchmarks and tests)."""
 
-    async def submit(self, drafts: Sequence[IntentDraft]) -> None:
-        """Return once ``drafts`` are written; raise what writing them raised."""
-        if not drafts:
-            return
-        call = _Call(drafts=drafts, done=asyncio.get_running_loop().create_future())
+    async def submit(self, item: T) -> R:
+        """Return ``item``'s answer once it is written; raise what writing it raised."""
+        size = max(1, self._size(item))
+        call: _Call[T, R] = _Call(item=item, size=size,
+                                  done=asyncio.get_running_loop().create_future())
         self._waiting.append(call)
-        self._waiting_drafts += len(drafts)
+        self._waiting_drafts += size
         if self._waiting_drafts >= self.config.max_drafts:
             self._full.set()
         if self._writer is None or self._writer.done():
             self._writer = asyncio.create_task(self._write_groups())
-        await call.done
+        return await call.done
 
     async def drain(self) -> None:
         """Wait until every call submitted so far is answered."""
@@ -98,41 +115,43 @@ class GroupCommit:
             for task in (sleeping, full):
                 task.cancel()
 
-    def _take(self) -> list[_Call]:
+    def _take(self) -> list[_Call[T, R]]:
         """The next group: whole calls, oldest first, up to ``max_drafts`` (one call
         alone may hold more); calls whose caller gave up are dropped."""
-        group: list[_Call] = []
+        group: list[_Call[T, R]] = []
         count = 0
         while self._waiting:
             call = self._waiting[0]
-            if group and count + len(call.drafts) > self.config.max_drafts:
+            if group and count + call.size > self.config.max_drafts:
                 break
             self._waiting.pop(0)
-            self._waiting_drafts -= len(call.drafts)
+            self._waiting_drafts -= call.size
             if call.done.done():  # cancelled while waiting: not written
                 continue
             group.append(call)
-            count += len(call.drafts)
+            count += call.size
         return group
 
-    async def _write_group(self, group: list[_Call]) -> None:
-        drafts = [d for call in group for d in call.drafts]
+    async def _write_group(self, group: list[_Call[T, R]]) -> None:
         try:
-            await self._write(drafts, self._clock.now())
+            answers = await self._write([call.item for call in group], self._clock.now())
+            if len(answers) != len(group):
+                raise RuntimeError(f"a group write answered {len(answers)} of "
+                                   f"{len(group)} items")
         except Exception as exc:
             if len(group) == 1:
-                _answer(group[0], exc)
+                _answer(group[0], error=exc)
                 return
             # Which call is it about? Each is written alone and answered for itself.
             log.warning("group write of %d calls failed (%s); writing them one by one",
                         len(group), exc)
             for call in group:
                 try:
-                    await self._write(call.drafts, self._clock.now())
-                except Exception as one:
-                    _answer(call, one)
+                    (one,) = await self._write([call.item], self._clock.now())
+                except Exception as error:
+                    _answer(call, error=error)
                 else:
-                    _answer(call, None)
+                    _answer(call, one)
             return
         except BaseException:  # cancelled: nobody may be left waiting
             for call in group:
@@ -140,14 +159,44 @@ class GroupCommit:
                     call.done.cancel()
             raise
         self.groups += 1
-        for call in group:
-            _answer(call, None)
+        for call, answer in zip(group, answers, strict=True):
+            _answer(call, answer)
 
 
-def _answer(call: _Call, error: BaseException | None) -> None:
+class GroupCommit:
+    """Writes the drafts of concurrent calls together (see the module docstring)."""
+
+    def __init__(self, write: Write, *, clock: Clock,
+                 config: GroupCommitConfig | None = None) -> None:
+        async def write_many(calls: Sequence[Sequence[IntentDraft]],
+                             now: float) -> list[None]:
+            await write([d for drafts in calls for d in drafts], now)
+            return [None] * len(calls)
+
+        self._calls: Coalescer[Sequence[IntentDraft], None] = Coalescer(
+            write_many, clock=clock, config=config, size=len)
+        self.config = self._calls.config
+
+    @property
+    def groups(self) -> int:
+        """Group transactions written (for benchmarks and tests)."""
+        return self._calls.groups
+
+    async def submit(self, drafts: Sequence[IntentDraft]) -> None:
+        """Return once ``drafts`` are written; raise what writing them raised."""
+        if drafts:
+            await self._calls.submit(drafts)
+
+    async def drain(self) -> None:
+        """Wait until every call submitted so far is answered."""
+        await self._calls.drain()
+
+
+def _answer(call: _Call[T, R], answer: R | None = None, *,
+            error: BaseException | None = None) -> None:
     if call.done.done():
         return
     if error is None:
-        call.done.set_result(None)
+        call.done.set_result(answer)  # type: ignore[arg-type]
     else:
         call.done.set_exception(error)

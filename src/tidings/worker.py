@@ -177,7 +177,13 @@ class Worker:
         # Leases held: key -> (token, message, lease expiry as last renewed).
         self._held: dict[str, tuple[int, Received, float]] = {}
         self._sends: set[asyncio.Task[None]] = set()
+        # Sends waiting for a pacer slot, and those of them ``stop()`` cancelled.
+        self._acquiring: set[asyncio.Task[object]] = set()
+        self._stop_cancelled: set[asyncio.Task[object]] = set()
+        # One commit of outcomes at a time; one round of message operations at a time,
+        # running beside the next commit.
         self._flush_lock = asyncio.Lock()
+        self._ack_lock = asyncio.Lock()
         self._wake = asyncio.Event()
         self._room = asyncio.Event()
         # Claims this worker may hold on a paced channel (None: unpaced, or not yet
@@ -197,6 +203,10 @@ class Worker:
         self._room.set()
         if self._stopped is not None and not self._stopped.done():
             self._stopped.set_result(None)
+        for task in self._acquiring - self._stop_cancelled:
+            # Waiting for a pacer slot: released unsent (see ``_acquire``).
+            self._stop_cancelled.add(task)
+            task.cancel()
 
     @property
     def held(self) -> int:
@@ -588,21 +598,26 @@ class Worker:
 
     async def _acquire(self) -> bool:
         """Wait for the pacer's slot; False if ``stop()`` came first. Raises what the
-        pacer raises (then no slot is held)."""
-        acquired = asyncio.ensure_future(self.pacer.acquire())
-        done, _ = await asyncio.wait({acquired, self._stop_future()},
-                                     return_when=asyncio.FIRST_COMPLETED)
-        if acquired in done:
-            acquired.result()
-            return True
-        acquired.cancel()
+        pacer raises (then no slot is held).
+
+        The wait runs in the send's own task (no second task and no race of two
+        futures per send): ``stop()`` cancels the sends still waiting here, and such a
+        cancellation reads as False; any other is passed on."""
+        task = asyncio.current_task()
+        if self._stopping.is_set() or task is None:
+            return False
+        self._acquiring.add(task)
         try:
-            await acquired
+            await self.pacer.acquire()
+            return True
         except asyncio.CancelledError:
-            pass
-        except Exception:
-            log.warning("pacer failed while stopping", exc_info=True)
-        return False
+            if task not in self._stop_cancelled:
+                raise
+            self._stop_cancelled.discard(task)
+            task.uncancel()
+            return False
+        finally:
+            self._acquiring.discard(task)
 
     async def _last_checks_and_send(self, intent: Intent, request: SendRequest,
                                     waited_from: float) -> Decision | None:
@@ -661,39 +676,83 @@ class Worker:
 
     async def _commit_loop(self) -> None:
         failures = 0
-        while True:
-            await self._wake.wait()
-            if len(self._outcomes) < self.config.commit_batch:
-                # Gather a few more outcomes: one transaction for many, not one each.
-                await self.clock.sleep(self.config.commit_linger_s)
-            self._wake.clear()
+        acking: asyncio.Task[None] | None = None
+        try:
+            while True:
+                await self._wake.wait()
+                if len(self._outcomes) < self.config.commit_batch:
+                    # Gather a few more outcomes: one transaction for many, not one each.
+                    await self.clock.sleep(self.config.commit_linger_s)
+                self._wake.clear()
+                try:
+                    # Shielded: a stop cancels this loop, and a commit cut off after it
+                    # landed would be committed again by the final flush and read as a
+                    # lost lease. The final flush waits for this one (the record lock)
+                    # instead, and tries again what it failed to commit.
+                    recording = asyncio.ensure_future(self._commit_outcomes())
+                    recording.add_done_callback(_retrieve)
+                    await asyncio.shield(recording)
+                    failures = 0
+                except Exception:
+                    # The outcomes stay queued (see flush) and are committed on a later
+                    # try; meanwhile nothing is acked, so nothing is lost.
+                    failures += 1
+                    log.exception("commit failed (%d in a row); retrying", failures)
+                    self._wake.set()
+                    await self.clock.sleep(min(5.0, 0.1 * 2 ** failures))
+                    continue
+                # The acks of what just committed go out beside the next commit: the
+                # next outcomes are recorded while these messages are acked, never
+                # before their own outcomes are durable (only committed outcomes queue
+                # message operations).
+                if acking is None or acking.done():
+                    acking = asyncio.create_task(self._message_ops_loop())
+                    acking.add_done_callback(_retrieve)
+        finally:
+            if acking is not None and not acking.done():
+                # Shielded like the commit: the final flush sends what is left.
+                with contextlib.suppress(BaseException):
+                    await asyncio.shield(acking)
+
+    async def _message_ops_loop(self) -> None:
+        """Send queued acks, nacks and dead letters until none are left."""
+        failures = 0
+        while self._acks or self._nacks or self._failed or self._dead:
             try:
-                # Shielded: a stop cancels this loop, and a commit cut off after it landed
-                # would be committed again by the final flush and read as a lost lease.
-                # The final flush waits for this one (the flush lock) instead, and tries
-                # again what it failed to commit (so its error is not reported twice).
-                flushing = asyncio.ensure_future(self.flush())
-                flushing.add_done_callback(_retrieve)
-                await asyncio.shield(flushing)
+                await self._message_ops()
                 failures = 0
             except Exception:
-                # The outcomes stay queued (see flush) and are committed on a later try;
-                # meanwhile nothing is acked, so nothing is lost.
+                # Kept queued (see _message_ops); the message stays invisible meanwhile
+                # and its redelivery would be a duplicate the ledger acks unsent.
                 failures += 1
-                log.exception("commit failed (%d in a row); retrying", failures)
-                self._wake.set()
+                log.exception("acking failed (%d in a row); retrying", failures)
+                if self._stopping.is_set():
+                    return  # the final flush tries once more and says what failed
                 await self.clock.sleep(min(5.0, 0.1 * 2 ** failures))
 
     async def flush(self) -> None:
         """Commit queued outcomes in one transaction, then ack, nack or dead-letter."""
+        await self._commit_outcomes()
+        await self._message_ops()
+
+    async def _commit_outcomes(self) -> None:
+        """Commit queued outcomes in one transaction; queue their message operations."""
         async with self._flush_lock:
             outcomes, self._outcomes = self._outcomes, []
-            if outcomes:
-                try:
-                    await self._record(outcomes)
-                except BaseException:
-                    self._outcomes[:0] = outcomes  # kept for the next try
-                    raise
+            if not outcomes:
+                return
+            try:
+                await self._record(outcomes)
+            except BaseException:
+                self._outcomes[:0] = outcomes  # kept for the next try
+                raise
+            # Their slots are free now that the outcomes are durable: receiving goes on
+            # while their messages are acked.
+            self._room.set()
+
+    async def _message_ops(self) -> None:
+        """Ack, nack or dead-letter what committed outcomes (or no-send routes) queued."""
+        async with self._ack_lock:
             acks, self._acks = self._acks, []
             nacks, self._nacks = self._nacks, []
             failed, self._failed = self._failed, []
@@ -716,8 +775,6 @@ class Worker:
                 # What did not go through is tried again with the next flush.
                 self._acks[:0], self._nacks[:0], self._dead[:0] = acks, nacks, dead
                 self._failed[:0] = failed
-            if outcomes:
-                self._room.set()
 
     async def _record(self, outcomes: list[tuple[Change, Received]]) -> None:
         now = self.clock.now()

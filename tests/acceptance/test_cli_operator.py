@@ -308,3 +308,30 @@ def test_plan_forecasts_a_campaign_before_it_is_enabled(config: Path) -> None:
     table = run("plan", "--campaign", "digest", "--rate-per-worker", "50", "--config",
                 str(config))
     assert table.returncode == 0 and "plan --campaign digest" in table.stdout, table.stdout
+
+
+def test_api_processes_share_one_port_and_stop_together(config: Path) -> None:
+    import re
+    import signal
+
+    import httpx
+
+    created = ok_json("token", "create", "--scope", "viewer", "--config", str(config))
+    process = subprocess.Popen([*TIDINGS, "api", "--config", str(config), "--port", "0",
+                                "--processes", "2"], text=True, stderr=subprocess.PIPE)
+    with process:
+        assert process.stderr is not None
+        ports: list[str] = []
+        while len(ports) < 2:  # each process says where it listens (among its log lines)
+            line = process.stderr.readline()
+            assert line, "tidings api --processes 2 stopped before both listened"
+            ports += re.findall(r"listening on http://127\.0\.0\.1:(\d+)", line)
+        assert len(set(ports)) == 1, ports  # two processes, one port
+        port = ports[0]
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}") as client:
+            answers = [client.get("/v1/status", headers={
+                "Authorization": f"Bearer {created['token']}"}) for _ in range(20)]
+        assert {a.status_code for a in answers} == {200}
+        process.send_signal(signal.SIGTERM)
+        process.stderr.read()
+        assert process.wait(timeout=60) == 0

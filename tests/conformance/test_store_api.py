@@ -8,6 +8,7 @@ Runs unchanged on every store adapter; scenarios are given / when / then with ev
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import replace
 
 import pytest
@@ -15,7 +16,14 @@ import pytest
 from tidings.errors import StoreError
 from tidings.model import IntentDraft
 from tidings.states import State
-from tidings.stores.base import ApiToken, Change, ClaimKind, IdempotentResponse, Store
+from tidings.stores.base import (
+    ApiToken,
+    Change,
+    ClaimKind,
+    IdempotentResponse,
+    PublishWrite,
+    Store,
+)
 
 T0 = 1_000_000.0
 
@@ -167,6 +175,62 @@ async def test_a_reservation_is_finished_or_released_by_its_own_request_only(
     await store.api_idempotency_put(answer("r", "h1", status=0, body=""))
     assert await store.api_idempotency_release("r", "h1") is True
     assert await store.api_idempotency_get("r") is None
+
+
+def publish(key: str, request_hash: str, *drafts: IntentDraft, soon: bool = True,
+            at: float = T0) -> PublishWrite:
+    return PublishWrite(key=key, request_hash=request_hash,
+                        later=[] if soon else list(drafts), soon=list(drafts) if soon else [],
+                        answer=lambda created: json.dumps({"key": key, "new": list(created)}),
+                        created_at=at)
+
+
+async def test_a_group_of_publishes_reserves_admits_and_answers_each_in_one_write(
+    store: Store,
+) -> None:
+    await store.api_idempotency_put(answer("replayed", "h1", body='{"first":1}'))
+    await store.api_idempotency_put(answer("taken", "other", body='{"other":1}'))
+    writes = [
+        publish("p1", "h1", draft("i1"), draft("i2", channel="sms")),
+        publish("p2", "h2", draft("i3", due_at=T0 + 3600), soon=False),
+        publish("replayed", "h1", draft("i4")),   # answered before: nothing written
+        publish("taken", "h9", draft("i5")),      # another request's key: nothing written
+        publish("p1", "h1", draft("i1")),         # the same key twice: the first owns it
+        publish("p3", "h3", draft("i1"), draft("i6")),  # i1 is p1's, created once
+    ]
+
+    done = await store.api_publish_many(writes, now=T0, enqueue=True)
+
+    assert [w.created for w in done] == [["i1", "i2"], ["i3"], None, None, None, ["i6"]]
+    assert done[0].body == json.dumps({"key": "p1", "new": ["i1", "i2"]})
+    assert done[2].stored == answer("replayed", "h1", body='{"first":1}')
+    assert done[3].stored is not None and done[3].stored.request_hash == "other"
+    assert done[4].stored is not None and done[4].stored.body == done[0].body
+    for key, body in (("p1", done[0].body), ("p2", done[1].body), ("p3", done[5].body)):
+        stored = await store.api_idempotency_get(key)
+        assert stored is not None and (stored.status, stored.body) == (202, body)
+    assert await store.api_idempotency_get_many(["p1", "nope", "p2"]) == {
+        "p1": await store.api_idempotency_get("p1"), "p2": await store.api_idempotency_get("p2")}
+    assert await store.intent_counts() == {"email": {"enqueued": 2, "selected": 1},
+                                           "sms": {"enqueued": 1}}
+    assert await store.intent_get("i4") is None and await store.intent_get("i5") is None
+
+
+async def test_a_publish_group_that_fails_writes_nothing_of_any_request(store: Store) -> None:
+    def refuse(_created: object) -> str:
+        raise StoreError("the answer could not be made")
+
+    writes = [publish("ok", "h", draft("k1")),
+              PublishWrite(key="bad", request_hash="h", later=[], soon=[draft("k2")],
+                           answer=refuse, created_at=T0)]
+
+    with pytest.raises(StoreError):
+        await store.api_publish_many(writes, now=T0, enqueue=True)
+
+    assert await store.api_idempotency_get("ok") is None
+    assert await store.intent_get("k1") is None and await store.intent_get("k2") is None
+    [alone] = await store.api_publish_many(writes[:1], now=T0, enqueue=True)
+    assert alone.created == ["k1"]
 
 
 async def test_expired_idempotency_records_are_dropped_on_put(store: Store) -> None:

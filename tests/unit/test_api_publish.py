@@ -74,6 +74,42 @@ async def test_the_same_key_and_body_get_the_same_answer_and_one_set_of_intents(
     assert await api.intents() == 2
 
 
+async def test_concurrent_publishes_share_transactions_and_each_gets_its_own_answer(
+    tmp_path: Path,
+) -> None:
+    async with open_api(tmp_path, members=40) as api:
+        first = await api.client.post(URL, content=dumps(publish_body("cust_0001")),
+                                      headers=publish_headers(api, "first"))
+        groups_before = api.app.state.ctx.publishes.groups
+        requests = [(f"k{i}", publish_body(f"cust_{i:04d}")) for i in range(3, 40)]
+        requests += [("first", publish_body("cust_0001")),   # a replay among them
+                     ("bad", publish_body("cust_0002", template="other-v1")),  # a 422
+                     ("twice", publish_body("cust_0002")),   # one key, two requests:
+                     ("twice", publish_body("cust_0001"))]   # one is answered 409
+
+        responses = await asyncio.gather(*(
+            api.client.post(URL, content=dumps(body), headers=publish_headers(api, key))
+            for key, body in requests))
+
+        codes = [r.status_code for r in responses]
+        assert codes[:38] == [202] * 38 and codes[38] == 422
+        assert sorted(codes[39:]) == [202, 409]
+        keys: list[str] = list(first.json()["keys"])
+        for (_, body), response in zip(requests[:37], responses[:37], strict=True):
+            customer = body["payload"]["customer_id"]
+            answer = response.json()
+            assert answer["keys"] and all(f"/{customer}/" in k for k in answer["keys"])
+            assert answer["new"] == len(answer["keys"])  # its own intents, all new
+            keys += answer["keys"]
+        assert responses[37].json() == first.json()
+        assert responses[37].headers["idempotent-replayed"] == "true"
+        [won] = [r for r in responses[39:] if r.status_code == 202]
+        keys += [k for k in won.json()["keys"] if k not in keys]
+        assert await api.intents() == len(keys)
+        # Coalesced: far fewer transactions than requests.
+        assert api.app.state.ctx.publishes.groups - groups_before < len(requests) // 2
+
+
 async def test_the_same_key_with_another_body_is_a_conflict_and_writes_nothing(
     api: Api,
 ) -> None:

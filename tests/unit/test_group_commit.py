@@ -171,3 +171,24 @@ async def test_one_call_larger_than_a_group_is_written_whole(max_drafts: int) ->
     group = grouped(ledger, max_drafts=max_drafts)
     await group.submit([draft(f"k{i}") for i in range(5)])
     assert ledger.transactions == [[f"k{i}" for i in range(5)]]
+
+
+async def test_a_coalescer_answers_each_call_with_its_own_item_and_fails_one_alone() -> None:
+    from tidings.group_commit import Coalescer
+
+    groups: list[list[int]] = []
+
+    async def square(items: Sequence[int], _now: float) -> list[int]:
+        groups.append(list(items))
+        if 13 in items:
+            raise StoreError("13 refused")
+        return [i * i for i in items]
+
+    coalescer: Coalescer[int, int] = Coalescer(square, clock=FakeClock())
+    results = await asyncio.gather(*(coalescer.submit(i) for i in range(20)),
+                                   return_exceptions=True)
+
+    assert [r for i, r in enumerate(results) if i != 13] == [i * i for i in range(20) if i != 13]
+    assert isinstance(results[13], StoreError)
+    assert groups[0] == list(range(20))  # one group, then each alone to find the bad one
+    assert len(groups) == 1 + 20 and coalescer.groups == 0

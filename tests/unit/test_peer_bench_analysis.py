@@ -110,3 +110,21 @@ def test_profile_summary_leaves_waits_out_and_ranks_the_focus_frames() -> None:
                                   "share": 0.75}
     assert [row["frame"] for row in summary["inclusive"]] == [
         "Worker._take (tidings/worker.py:9)", "Store.apply (tidings/stores/sqlite.py:5)"]
+
+
+def test_delivery_breakdown_names_the_part_of_the_path_of_each_main_thread_sample() -> None:
+    lines = [
+        "thread (1): MainThread;run;Worker._send (tidings/worker.py:1);SinkTwin.send (t.py:2);"
+        "io_round_trip (jobs.py:3);Redis.execute_command (r.py:4) 6",
+        "thread (1): MainThread;run;Worker._send (tidings/worker.py:1);decide (s.py:9) 2",
+        "thread (1): MainThread;run;Pacer.acquire (tidings/pacing/pacer.py:1) 1",
+        "thread (1): MainThread;run;EpollSelector.select (selectors.py:468) 1",
+        "thread (2): tidings-sqlite_0;_worker;SqliteDatabase._transaction (x.py:1) 50",
+    ]
+
+    parts = analysis.delivery_breakdown(lines)
+
+    assert parts == {"provider I/O (the Redis round trip)": 0.6,
+                     "send path (per-send task, decide, outcome)": 0.2,
+                     "pacer (start slots, 429 pause looks)": 0.1,
+                     "idle (waiting for I/O)": 0.1}

@@ -45,6 +45,7 @@ DIALECT_ONLY: dict[str, dict[str, str]] = {
         # Admission stages a page by COPY into temporary tables, then inserts from them.
         "admit_stage_create": "temporary stage for whole drafts",
         "admit_stage_copy": "COPY into that stage",
+        "admit_stage_clear": "empty that stage between two admissions in one transaction",
         "admit_page_stage_create": "temporary stage for a page's columns",
         "admit_page_stage_copy": "COPY into that stage",
         "intent_admit_page": "insert a staged page, no key existing yet",

@@ -55,6 +55,10 @@ if jobs.WORKLOAD == "crash":
 
 async def enqueue(ids: range) -> None:
     async with app.open_async():
+        if os.environ.get("PEERS_ENQUEUE") == "single":  # one call per job
+            for i in ids:
+                await send.defer_async(i=i)
+            return
         items: list[dict[str, Any]] = [{"i": i} for i in ids]
         for first in range(0, len(items), BATCH):
             await send.batch_defer_async(*items[first:first + BATCH])

@@ -45,6 +45,11 @@ def send(i: int) -> None:
 
 def enqueue(ids: range) -> None:
     queue = Queue("bench", connection=Redis.from_url(REDIS))
+    if os.environ.get("PEERS_ENQUEUE") == "single":  # one call per job
+        for i in ids:
+            queue.enqueue("systems.rq.send", i, job_timeout=10,
+                          retry=Retry(max=1000, interval=1), result_ttl=0)
+        return
     items = list(ids)
     for first in range(0, len(items), BATCH):
         queue.enqueue_many([

@@ -25,7 +25,11 @@ the settings file (``PEERS_TIDINGS_CONFIG``, TOML) for each workload:
   shortened as for the peers so a run ends.
 * P processes are P ``tidings worker`` instances; the crash workload kills and restarts
   an instance.
-* producer: ``runtime.notify_many`` with 5,000 requests per call (one transaction each).
+* io: as throughput, and each send first makes one Redis round trip
+  (``jobs.io_round_trip``: ``INCR`` on a per-job key, a pool of its own per process).
+* producer: ``runtime.notify_many`` with 5,000 requests per call (one transaction each);
+  with ``PEERS_ENQUEUE=single`` (the io workload's end-to-end phase) ``runtime.notify``
+  once per job from 200 concurrent tasks, concurrent calls sharing a transaction.
 """
 
 from __future__ import annotations
@@ -41,28 +45,38 @@ from tidings.intake import NotifyRequest
 from tidings.model import Recipient, SendRequest
 from tidings.outcomes import Outcome
 from tidings.providers.sandbox import SandboxTwinProvider
-from tidings.runtime import build_runtime
+from tidings.runtime import Runtime, build_runtime
 from tidings.sandbox.core import SandboxConfig, SandboxCore
 from tidings.settings import Settings
 
 CONFIG = os.environ.get("PEERS_TIDINGS_CONFIG", "tidings.toml")
 CHANNEL = "email"
 BATCH = 5_000
+SINGLE = os.environ.get("PEERS_ENQUEUE") == "single"
+CALLERS = 200
 
 
 class SinkTwin(SandboxTwinProvider):
-    """The in-process sandbox twin; every send it accepts also goes to the sink."""
+    """The in-process sandbox twin; every send it accepts also goes to the sink. In the
+    io workload each send first makes its one Redis round trip (``jobs.io_round_trip``,
+    a pool per process), as every peer's handler does."""
 
     async def send(self, request: SendRequest) -> Outcome:
+        i = int(request.key.split(":", 1)[0].removeprefix("job-"))
+        if jobs.WORKLOAD == "io":
+            await jobs.io_round_trip(i)
         outcome = await super().send(request)
         if getattr(outcome, "receipt", None):
-            jobs.sink(int(request.key.split(":", 1)[0].removeprefix("job-")))
+            jobs.sink(i)
         return outcome
 
 
 async def enqueue(ids: range) -> None:
     runtime = await build_runtime(Settings.load(CONFIG))
     try:
+        if SINGLE:
+            await _one_call_per_job(runtime, ids)
+            return
         items = list(ids)
         for first in range(0, len(items), BATCH):
             await runtime.notify_many([
@@ -72,6 +86,20 @@ async def enqueue(ids: range) -> None:
                 for i in items[first:first + BATCH]])
     finally:
         await runtime.close()
+
+
+async def _one_call_per_job(runtime: Runtime, ids: range) -> None:
+    """``runtime.notify`` once per job, from ``CALLERS`` concurrent tasks (as a web app's
+    requests each send one event); concurrent calls share a transaction (group commit)."""
+    taken = iter(ids)
+
+    async def caller() -> None:
+        for i in taken:
+            await runtime.notify(key=jobs.key_of(i), recipient={
+                "id": f"c{i}", "email": f"r{i}@example.com"}, channels=[CHANNEL],
+                template="bench")
+
+    await asyncio.gather(*(caller() for _ in range(CALLERS)))
 
 
 async def serve() -> None:
@@ -92,4 +120,5 @@ if __name__ == "__main__":
     if sys.argv[1:2] == ["worker"]:
         asyncio.run(serve())
     else:
-        main(enqueue, "runtime.notify_many, 5,000 requests per call")
+        main(enqueue, f"runtime.notify per job from {CALLERS} concurrent tasks" if SINGLE
+             else "runtime.notify_many, 5,000 requests per call")

@@ -35,6 +35,7 @@ import math
 import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Final
 
 from fastapi import Request
@@ -42,7 +43,8 @@ from fastapi import Request
 from tidings.api.errors import ApiError
 from tidings.api.tokens import Scope, grants, matches, split_token, unusable
 from tidings.clock import Clock
-from tidings.stores.base import ApiRecords
+from tidings.group_commit import Coalescer, GroupCommitConfig
+from tidings.stores.base import ApiRecords, ApiToken
 
 PUBLIC: Final = "public"
 TIMESTAMP_HEADER = "X-Tidings-Timestamp"
@@ -227,6 +229,18 @@ class Authenticator:
     secrets_env: str = "TIDINGS_TRIGGER_SECRETS"
     sessions: Sessions = field(default_factory=lambda: sessions_from({}))
 
+    @cached_property
+    def _token_reads(self) -> Coalescer[str, ApiToken | None]:
+        """Concurrent requests' token rows, one read per distinct token for all of them
+        (a read that started after each request arrived: a revocation counts at once)."""
+        store = self.store
+
+        async def read(ids: Sequence[str], _now: float) -> list[ApiToken | None]:
+            rows = {token_id: await store.api_token_get(token_id) for token_id in set(ids)}
+            return [rows[token_id] for token_id in ids]
+
+        return Coalescer(read, clock=self.clock, config=GroupCommitConfig(max_drafts=10_000))
+
     async def bearer(self, header: str | None, wanted: Scope) -> Principal:
         """A valid, unrevoked token holding ``wanted``: else 401 (who?) or 403 (not this)."""
         if not header:
@@ -241,7 +255,7 @@ class Authenticator:
             raise ApiError(401, "header.Authorization", "is not a tidings token",
                            headers=_BEARER)
         token_id, secret = parts
-        row = await self.store.api_token_get(token_id)
+        row = await self._token_reads.submit(token_id)
         if row is None or not matches(row, secret):
             raise ApiError(401, "header.Authorization", "token is not valid", headers=_BEARER)
         refusal = unusable(row, self.clock.now())

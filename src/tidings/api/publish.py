@@ -8,10 +8,16 @@ channel, and the payload to intents keyed by campaign, day, customer, channel an
 template version — for a campaign, the very keys its scheduler would write, so a
 publish and a scheduled run of the same day never deliver twice.
 
-Idempotency: the key is reserved with the request's hash before any work; the same key
-with the same request gets the first answer again (one set of intents), with another
-request a 409. A refusal (422, 429) releases the reservation, so the retry starts
-afresh.
+Idempotency: the key is kept with the request's hash and its answer, in the transaction
+that writes its intents; the same key with the same request gets the first answer again
+(one set of intents), with another request a 409. A refusal (422, 429) is made before
+anything is written, so the retry starts afresh.
+
+Group commit: concurrent publishes of one process are written together
+(``ApiContext.publishes``, ``group_commit.Coalescer``): one transaction holds every
+request's reservation, intents and answer, each request is answered once that has
+committed, and a group that fails is written again request by request, so a request
+the store refuses fails alone.
 """
 
 from __future__ import annotations
@@ -43,7 +49,7 @@ from tidings.model import IntentDraft, Recipient, encode_data
 from tidings.relay import publish as publish_messages
 from tidings.runtime import Runtime
 from tidings.scheduler import Switches, occurrence_id
-from tidings.stores.base import IdempotentResponse, Ledger
+from tidings.stores.base import IdempotentResponse, Ledger, PublishWrite
 
 router = APIRouter(tags=["publish"])
 
@@ -315,11 +321,10 @@ async def _resolve(c: ApiContext, body: PublishRequest, now: float
     return answer, drafts, [target.channel], None
 
 
-async def _refusals(c: ApiContext, channels: Sequence[str], campaign: str | None,
-                    now: float) -> None:
+async def _refusals(c: ApiContext, switches: Switches, channels: Sequence[str],
+                    campaign: str | None, now: float) -> None:
     """429 while admission is paused or the intake is over its rate."""
     runtime = c.runtime
-    switches = Switches.of(await runtime.store.switch_all())
     paused = [f"campaign {campaign!r}"] if campaign and switches.campaign_paused(campaign) else []
     paused += [f"channel {ch!r}" for ch in channels if ch in switches.paused_channels()]
     retry = str(math.ceil(c.settings.paused_retry_after_s))
@@ -356,7 +361,7 @@ _REFUSED: dict[int | str, dict[str, Any]] = {
         (429, "Admission paused or intake over its rate: retry after Retry-After."))}
 
 
-def require_json(request: Request) -> None:
+async def require_json(request: Request) -> None:
     """415 for a body that is not JSON (before the body is validated as JSON)."""
     media = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if media != "application/json":
@@ -376,35 +381,62 @@ async def publish(
     c = ctx(request)
     now = c.runtime.clock.now()
     digest = request_hash(await request.body())
-    stored = await c.records.api_idempotency_get(idempotency_key)
+    stored, switches = await c.lookups.submit(idempotency_key)
     if stored is not None and stored.request_hash == digest and stored.status != 0:
         c.metrics.publish_accepted.inc()
         return _stored(stored)
     if stored is not None and stored.request_hash != digest:
         raise _conflict()
     answer, drafts, channels, campaign = await _resolve(c, body, now)
-    reserved = await c.records.api_idempotency_put(
-        IdempotentResponse(key=idempotency_key, request_hash=digest, status=0, body="",
-                           created_at=now),
-        expire_before=now - c.settings.idempotency_ttl_s)
-    if reserved.request_hash != digest:
-        raise _conflict()
-    if reserved.status != 0:
-        c.metrics.publish_accepted.inc()
-        return _stored(reserved)
-    try:
-        await _refusals(c, channels, campaign, now)
-    except ApiError:
-        await c.records.api_idempotency_release(idempotency_key, digest)
-        raise
-    created = await admit(c.runtime, drafts, now)
-    text = answer.model_copy(update={"new": len(created)}).model_dump_json()
-    if not await c.records.api_idempotency_finish(idempotency_key, digest, status=202,
-                                                        body=text):
-        # The same request, processed at the same moment, answered first: give its answer.
-        again = await c.records.api_idempotency_get(idempotency_key)
-        if again is not None and again.request_hash == digest and again.status != 0:
-            c.metrics.publish_accepted.inc()
-            return _stored(again)
+    # Refused before anything is written: a 429 leaves nothing to release.
+    await _refusals(c, Switches.of(switches), channels, campaign, now)
+    horizon = now + c.runtime.settings.scheduler.relay_horizon_s
+    write = PublishWrite(
+        key=idempotency_key, request_hash=digest,
+        later=[d for d in drafts if d.due_at > horizon],
+        soon=[d for d in drafts if d.due_at <= horizon],
+        answer=lambda created: answer.model_copy(
+            update={"new": len(created)}).model_dump_json(),
+        created_at=now)
+    # Coalesced with the publishes in flight beside it: answered once its own
+    # reservation, intents and answer are committed; a failure is this request's alone.
+    written = await c.publishes.submit(write)
+    if written.stored is not None or written.body is None:
+        return await _answered_before(c, written.stored, digest, answer, drafts, now)
+    if written.created and write.soon and not c.runtime.enqueue_in_store:
+        await _publish_created(c.runtime, write.soon, written.created, now)
     c.metrics.publish_accepted.inc()
-    return JSONResponse(json.loads(text), status_code=202)
+    return JSONResponse(json.loads(written.body), status_code=202)
+
+
+async def _publish_created(runtime: Runtime, soon: Sequence[IntentDraft],
+                           created: Sequence[str], now: float) -> None:
+    """Publish this request's new intents due now to an outside transport (they were
+    written under a publish lease; the relay republishes them if this never ends)."""
+    fresh = set(created)
+    new = [d.key for d in soon if d.key in fresh]
+    if not new:
+        return
+    await publish_messages(runtime.transport, ((d.key, d.channel, d.due_at)
+                                               for d in soon if d.key in fresh), now=now)
+    await runtime.store.intent_mark_enqueued(new, now=now)
+
+
+async def _answered_before(c: ApiContext, stored: IdempotentResponse | None, digest: str,
+                           answer: PublishAnswer, drafts: Sequence[IntentDraft],
+                           now: float) -> JSONResponse:
+    """The key had an answer, or a reservation, when this request's group was written."""
+    if stored is None:  # pragma: no cover - a conflicting row is committed before it is read
+        raise ApiError(409, "header.Idempotency-Key", "was reserved and expired at the "
+                       "same moment; retry with the same key", reason="idempotency_conflict")
+    if stored.request_hash != digest:
+        raise _conflict()
+    if stored.status != 0:
+        c.metrics.publish_accepted.inc()
+        return _stored(stored)
+    # The same request in flight elsewhere (a reservation): its intents are the same
+    # keys, so writing them here too is a no-op where it got there first.
+    created = await admit(c.runtime, drafts, now)
+    c.metrics.publish_accepted.inc()
+    return JSONResponse(json.loads(answer.model_copy(update={"new": len(created)})
+                                   .model_dump_json()), status_code=202)

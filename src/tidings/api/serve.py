@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import socket
@@ -38,10 +39,34 @@ class _Server(uvicorn.Server):
             log.info("api listening", extra={"host": host, "port": port})
 
 
+def use_uvloop() -> bool:
+    """Run this process's event loops on uvloop where it is installed (the API process
+    only: a faster loop for a server that is CPU-bound under many connections)."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency where it builds
+        return False
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    return True
+
+
+def shared_socket(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host:port`` with ``SO_REUSEPORT``: every API process of one
+    ``tidings api --processes N`` binds its own to the same port and the kernel spreads
+    the connections over them (Linux). Port 0 picks a free one (``getsockname``)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    return sock
+
+
 async def serve_api(runtime: Runtime, *, host: str, port: int,
-                    env: Mapping[str, str] | None = None) -> None:
+                    env: Mapping[str, str] | None = None, reuse_port: bool = False) -> None:
     """Serve until SIGTERM/SIGINT; background admissions stop with the server (their
-    committed pages stay admitted and the next start resumes them)."""
+    committed pages stay admitted and the next start resumes them). With ``reuse_port``
+    the port is shared with the other processes of ``tidings api --processes N``."""
     app = create_app(runtime, env=env)
     # log_config=None: uvicorn keeps its hands off logging, so its lines go through the
     # process's handler (tidings.logs) like every other; requests are logged by
@@ -53,4 +78,8 @@ async def serve_api(runtime: Runtime, *, host: str, port: int,
         server.should_exit = True
 
     on_signals(stop)
-    await server.serve()
+    if reuse_port:
+        sock = shared_socket(host, port)
+        await server.serve(sockets=[sock])
+    else:
+        await server.serve()

@@ -82,6 +82,7 @@ class Pacer:
         self._retry_at = 0.0
         self._paused_until = 0.0
         self._checked_at = float("-inf")
+        self._looking: asyncio.Future[None] | None = None
         self.streak = 0
         self.forfeited = 0
         self.reservations = 0
@@ -177,6 +178,11 @@ class Pacer:
             self.streak = 0
             await self._backend.pacer_transact(self.channel, algorithm.clear_streak)
 
+    async def _look(self, now: float) -> None:
+        paused_until = await self._backend.pacer_paused_until(self.channel)
+        self._checked_at = now
+        self._paused_until = max(self._paused_until, paused_until)
+
     def _drop_slots(self) -> None:
         self._to_release += len(self._slots)
         self._slots.clear()
@@ -209,11 +215,13 @@ class Pacer:
 
     async def _is_paused(self, now: float) -> bool:
         # Another process's 429 must stop this one too: look at the shared state
-        # at most every ``pause_check_s``.
+        # at most every ``pause_check_s``. Starts that come due while a look is in
+        # flight share it (it began within ``pause_check_s`` of them) instead of each
+        # reading the state again.
         if now - self._checked_at >= self._pause_check:
-            paused_until = await self._backend.pacer_paused_until(self.channel)
-            self._checked_at = now
-            self._paused_until = max(self._paused_until, paused_until)
+            if self._looking is None or self._looking.done():
+                self._looking = asyncio.ensure_future(self._look(now))
+            await asyncio.shield(self._looking)
         if self._paused_until > now:
             self._drop_slots()
             self._retry_at = self._paused_until

@@ -23,7 +23,7 @@ changes the core decided, guarded by compare-and-set on state and lease token.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
@@ -215,6 +215,70 @@ class IdempotentResponse:
     status: int
     body: str
     created_at: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class PublishWrite:
+    """One publish request's writes, made in one transaction with other requests'
+    (``Store.api_publish_many``): its idempotency reservation, its intents and its
+    answer."""
+
+    key: str
+    """The request's Idempotency-Key."""
+    request_hash: str
+    later: Sequence[IntentDraft]
+    """Intents due beyond the relay's horizon: written ``selected``."""
+    soon: Sequence[IntentDraft]
+    """Intents due within it: born enqueued on the store's own queue, else written
+    under a publish lease for the caller to publish once committed."""
+    answer: Callable[[Sequence[str]], str]
+    """The answer's body, given the keys of this request created now (the core formats
+    it; the store only keeps it)."""
+    status: int = 202
+    created_at: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class PublishWritten:
+    """What ``api_publish_many`` did for one request: its reservation was new and its
+    intents written (``created``: the keys created now, ``body`` its answer), or the key
+    had an answer already (``stored``, whatever its request)."""
+
+    created: list[str] | None = None
+    body: str | None = None
+    stored: IdempotentResponse | None = None
+
+
+def publish_owners(writes: Sequence[PublishWrite],
+                   inserted: Sequence[tuple[str, str]]) -> list[bool]:
+    """Which writes own the reservations a group insert made (``(key, request_hash)``
+    rows): for each inserted row the first write with that key and hash."""
+    left = {(key, digest) for key, digest in inserted}
+    owners = []
+    for write in writes:
+        pair = (write.key, write.request_hash)
+        owners.append(pair in left)
+        left.discard(pair)
+    return owners
+
+
+def publish_created(writes: Sequence[PublishWrite], owners: Sequence[bool],
+                    created: set[str]) -> list[list[str] | None]:
+    """Each owning write's keys among ``created`` (a key drafted by two writes counts for
+    the first); None for the writes that own nothing."""
+    claimed: set[str] = set()
+    result: list[list[str] | None] = []
+    for write, owner in zip(writes, owners, strict=True):
+        if not owner:
+            result.append(None)
+            continue
+        mine = []
+        for draft in (*write.later, *write.soon):
+            if draft.key in created and draft.key not in claimed:
+                claimed.add(draft.key)
+                mine.append(draft.key)
+        result.append(mine)
+    return result
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -637,6 +701,11 @@ class ApiRecords(Protocol):
 
     async def api_idempotency_get(self, key: str) -> IdempotentResponse | None: ...
 
+    async def api_idempotency_get_many(self, keys: Sequence[str]
+                                       ) -> dict[str, IdempotentResponse]:
+        """The records of ``keys`` that exist, by key."""
+        ...
+
     async def api_idempotency_put(self, record: IdempotentResponse, *,
                                   expire_before: float | None = None) -> IdempotentResponse:
         """Keep the first answer to a key: return ``record`` if stored now, else the one
@@ -647,6 +716,19 @@ class ApiRecords(Protocol):
     async def api_idempotency_finish(self, key: str, request_hash: str, *, status: int,
                                      body: str) -> bool:
         """Turn this request's reservation into its answer; False if there is none."""
+        ...
+
+    async def api_publish_many(self, writes: Sequence[PublishWrite], *, now: float,
+                               expire_before: float | None = None, enqueue: bool = False,
+                               publish_lease_until: float | None = None
+                               ) -> list[PublishWritten]:
+        """Many publishes in one transaction, one answer each, in order: each key is
+        reserved as ``api_idempotency_put`` would (a key twice keeps its first); the
+        writes whose reservation is new get their intents admitted (``later`` as
+        ``selected``, ``soon`` enqueued with ``enqueue``, else under
+        ``publish_lease_until``; a key drafted twice is created for the first) and their
+        answer stored (``status``, ``answer(created)``); the others get the answer kept
+        before. Nothing of any of them is visible until all of it is."""
         ...
 
     async def api_idempotency_release(self, key: str, request_hash: str) -> bool:

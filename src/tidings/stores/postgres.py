@@ -643,6 +643,61 @@ class PostgresStore(DatabaseStore[PostgresDatabase], StoreReads):
 
         return await self.db.write(fn)
 
+    async def api_publish_many(self, writes: Sequence[base.PublishWrite], *, now: float,
+                               expire_before: float | None = None, enqueue: bool = False,
+                               publish_lease_until: float | None = None
+                               ) -> list[base.PublishWritten]:
+        """``Store.api_publish_many``: the reservations in one insert, the owners'
+        intents in one admission per kind (due later, due now), the answers in one
+        update, and the stored answers of the rest read back, in one transaction."""
+        if not writes:
+            return []
+        sql = self._sql
+
+        async def fn(conn: Conn) -> list[base.PublishWritten]:
+            if expire_before is not None:
+                await conn.execute(sql["api_idempotency_prune"], {"before": expire_before})
+            cur = await conn.execute(sql["api_idempotency_insert_many"], {
+                "keys": [w.key for w in writes], "hashes": [w.request_hash for w in writes],
+                "created_at": min(w.created_at for w in writes)})
+            owners = base.publish_owners(writes, [(k, h) for k, h in await cur.fetchall()])
+            mine = [w for w, own in zip(writes, owners, strict=True) if own]
+            created: set[str] = set()
+            later = [d for w in mine for d in w.later]
+            soon = [d for w in mine for d in w.soon]
+            if later:
+                created.update(await self._admission(
+                    later, now=now, publish_lease_until=None, progress=None, enqueue=False,
+                    progress_after=None)(conn))
+            if soon:
+                if later:
+                    await conn.execute(sql["admit_stage_clear"])
+                created.update(await self._admission(
+                    soon, now=now, publish_lease_until=None if enqueue else publish_lease_until,
+                    progress=None, enqueue=enqueue, progress_after=None)(conn))
+            per_write = base.publish_created(writes, owners, created)
+            answers: list[base.PublishWritten] = []
+            finish: list[tuple[str, str, int, str]] = []
+            for write, keys in zip(writes, per_write, strict=True):
+                if keys is None:
+                    answers.append(base.PublishWritten())
+                    continue
+                body = write.answer(keys)
+                finish.append((write.key, write.request_hash, write.status, body))
+                answers.append(base.PublishWritten(created=keys, body=body))
+            if finish:
+                keys_, hashes, statuses, bodies = (list(c) for c in zip(*finish, strict=True))
+                await conn.execute(sql["api_idempotency_finish_many"], {
+                    "keys": keys_, "hashes": hashes, "statuses": statuses, "bodies": bodies})
+            for i, (write, own) in enumerate(zip(writes, owners, strict=True)):
+                if not own:
+                    stored = await _one(conn, rows.IDEMPOTENT_RESPONSE,
+                                    sql["api_idempotency_get"], (write.key,))
+                    answers[i] = base.PublishWritten(stored=stored)
+            return answers
+
+        return await self.db.write(fn)
+
     async def _write_count(self, query: str, params: Any) -> int:
         async def fn(conn: Conn) -> int:
             cur = await conn.execute(self._sql[query], params)

@@ -145,6 +145,13 @@ class StoreReads(ABC):
     async def api_idempotency_get(self, key: str) -> base.IdempotentResponse | None:
         return await self._read_one(rows.IDEMPOTENT_RESPONSE, "api_idempotency_get", (key,))
 
+    async def api_idempotency_get_many(self, keys: Sequence[str]
+                                       ) -> dict[str, base.IdempotentResponse]:
+        """The records of ``keys`` that exist, by key."""
+        found = await self._read_all(rows.IDEMPOTENT_RESPONSE, "api_idempotency_get_many",
+                                     {"keys": self._array(list(dict.fromkeys(keys)))})
+        return {record.key: record for record in found}
+
     async def intent_summary(self, *, now: float, since: float) -> list[base.IntentSummary]:
         """One summary per (campaign, channel), ordered by campaign then channel."""
         return await self._read_all(rows.INTENT_SUMMARY, "intent_summary",

@@ -97,12 +97,20 @@ class SqliteStore(DatabaseStore[SqliteDatabase], StoreReads):
             await progress_after
         if not drafts and progress is None:
             return []
+        # A DraftPage makes its drafts on demand: make them once, here, not on the
+        # database thread each time they are read.
+        return await self.db.write(self._admit_fn(
+            list(drafts), now=now, publish_lease_until=publish_lease_until,
+            progress=progress, enqueue=enqueue))
+
+    def _admit_fn(self, drafts: list[IntentDraft], *, now: float,
+                  publish_lease_until: float | None, progress: base.OccurrenceProgress | None,
+                  enqueue: bool) -> Callable[[sqlite3.Connection], list[str]]:
+        """The body of one admission, run inside a write transaction (``intent_admit``,
+        ``api_publish_many``)."""
         sql = self._sql
         insert = sql["intent_admit_values_enqueued" if enqueue else "intent_admit_values"]
         head = (now, now, now, now if enqueue else publish_lease_until)
-        # A DraftPage makes its drafts on demand: make them once, here, not on the
-        # database thread each time they are read.
-        drafts = list(drafts)
         keys_json = json.dumps([d.key for d in drafts])
 
         def fn(conn: sqlite3.Connection) -> list[str]:
@@ -149,7 +157,7 @@ class SqliteStore(DatabaseStore[SqliteDatabase], StoreReads):
                     raise StoreError(f"occurrence {progress.occurrence!r} does not exist")
             return [d.key for d in fresh]
 
-        return await self.db.write(fn)
+        return fn
 
     async def intent_claim_publish(
         self, *, now: float, horizon_s: float, lease_s: float, limit: int
@@ -495,6 +503,54 @@ class SqliteStore(DatabaseStore[SqliteDatabase], StoreReads):
             # The conflicting row is in this transaction: it cannot be absent.
             return rows.present(_one(conn, rows.IDEMPOTENT_RESPONSE, sql["api_idempotency_get"],
                                      (record.key,)), f"idempotency key {record.key!r}")
+
+        return await self.db.write(fn)
+
+    async def api_publish_many(self, writes: Sequence[base.PublishWrite], *, now: float,
+                               expire_before: float | None = None, enqueue: bool = False,
+                               publish_lease_until: float | None = None
+                               ) -> list[base.PublishWritten]:
+        """``Store.api_publish_many``: one write transaction for the whole group."""
+        if not writes:
+            return []
+        sql = self._sql
+        reserve = json.dumps([[w.key, w.request_hash] for w in writes])
+
+        def fn(conn: sqlite3.Connection) -> list[base.PublishWritten]:
+            if expire_before is not None:
+                conn.execute(sql["api_idempotency_prune"], {"before": expire_before})
+            inserted = conn.execute(sql["api_idempotency_insert_many"], {
+                "rows": reserve, "created_at": min(w.created_at for w in writes)}).fetchall()
+            owners = base.publish_owners(writes, [(k, h) for k, h in inserted])
+            mine = [w for w, own in zip(writes, owners, strict=True) if own]
+            created: set[str] = set()
+            later = [d for w in mine for d in w.later]
+            soon = [d for w in mine for d in w.soon]
+            if later:
+                created.update(self._admit_fn(later, now=now, publish_lease_until=None,
+                                              progress=None, enqueue=False)(conn))
+            if soon:
+                created.update(self._admit_fn(
+                    soon, now=now, publish_lease_until=None if enqueue else publish_lease_until,
+                    progress=None, enqueue=enqueue)(conn))
+            per_write = base.publish_created(writes, owners, created)
+            answers: list[base.PublishWritten] = []
+            finish = []
+            for write, keys in zip(writes, per_write, strict=True):
+                if keys is None:
+                    answers.append(base.PublishWritten())
+                    continue
+                body = write.answer(keys)
+                finish.append([write.key, write.request_hash, write.status, body])
+                answers.append(base.PublishWritten(created=keys, body=body))
+            if finish:
+                conn.execute(sql["api_idempotency_finish_many"], {"rows": json.dumps(finish)})
+            for i, (write, own) in enumerate(zip(writes, owners, strict=True)):
+                if not own:
+                    stored = _one(conn, rows.IDEMPOTENT_RESPONSE,
+                                    sql["api_idempotency_get"], (write.key,))
+                    answers[i] = base.PublishWritten(stored=stored)
+            return answers
 
         return await self.db.write(fn)
 

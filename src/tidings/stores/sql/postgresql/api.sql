@@ -40,6 +40,11 @@ SELECT campaign, sum(count)::int FROM api_triggers GROUP BY campaign ORDER BY ca
 -- name: api_idempotency_get
 SELECT key, request_hash, status, body, created_at FROM api_idempotency WHERE key = %s
 
+-- name: api_idempotency_get_many
+-- The records of several keys at once (concurrent publishes share one read).
+SELECT key, request_hash, status, body, created_at FROM api_idempotency
+WHERE key = ANY(%(keys)s::text[])
+
 -- name: api_idempotency_prune
 DELETE FROM api_idempotency WHERE created_at < %(before)s
 
@@ -52,6 +57,24 @@ ON CONFLICT (key) DO NOTHING
 -- A reservation (status 0) of this request becomes its answer.
 UPDATE api_idempotency SET status = %(status)s, body = %(body)s
 WHERE key = %(key)s AND request_hash = %(request_hash)s AND status = 0
+
+-- name: api_idempotency_insert_many
+-- Reservations of a group of publishes (POST /v1/queue/publish, group commit): the rows
+-- this transaction inserted come back. A key twice in the group keeps its first row;
+-- ON CONFLICT waits for a concurrent insert of a key and then skips it.
+INSERT INTO api_idempotency (key, request_hash, status, body, created_at)
+SELECT r.key, r.request_hash, 0, '', %(created_at)s
+FROM unnest(%(keys)s::text[], %(hashes)s::text[]) WITH ORDINALITY AS r(key, request_hash, n)
+ORDER BY r.n
+ON CONFLICT (key) DO NOTHING
+RETURNING key, request_hash
+
+-- name: api_idempotency_finish_many
+-- The reservations of a group become their answers (one status and body each).
+UPDATE api_idempotency AS a SET status = r.status, body = r.body
+FROM unnest(%(keys)s::text[], %(hashes)s::text[], %(statuses)s::int[], %(bodies)s::text[])
+     AS r(key, request_hash, status, body)
+WHERE a.key = r.key AND a.request_hash = r.request_hash AND a.status = 0
 
 -- name: api_idempotency_release
 DELETE FROM api_idempotency

@@ -20,6 +20,11 @@ CREATE TEMP TABLE IF NOT EXISTS admit_stage (
     body         text             NOT NULL
 ) ON COMMIT DELETE ROWS
 
+-- name: admit_stage_clear
+-- Empties the stage inside a transaction that admits twice (a group of publishes:
+-- drafts due later, then drafts due now), so the second sees only its own rows.
+DELETE FROM admit_stage
+
 -- name: admit_stage_copy
 COPY admit_stage (n, key, channel, recipient_id, address, template, data, campaign,
                   occurrence, due_at, expires_at, body) FROM STDIN

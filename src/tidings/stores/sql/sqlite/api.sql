@@ -39,6 +39,11 @@ SELECT campaign, sum(count) FROM api_triggers GROUP BY campaign ORDER BY campaig
 -- name: api_idempotency_get
 SELECT key, request_hash, status, body, created_at FROM api_idempotency WHERE key = ?
 
+-- name: api_idempotency_get_many
+-- The records of several keys at once (concurrent publishes share one read).
+SELECT key, request_hash, status, body, created_at FROM api_idempotency
+WHERE key IN (SELECT value FROM json_each(:keys))
+
 -- name: api_idempotency_prune
 DELETE FROM api_idempotency WHERE created_at < :before
 
@@ -51,6 +56,26 @@ ON CONFLICT (key) DO NOTHING
 -- A reservation (status 0) of this request becomes its answer.
 UPDATE api_idempotency SET status = :status, body = :body
 WHERE key = :key AND request_hash = :request_hash AND status = 0
+
+-- name: api_idempotency_insert_many
+-- Reservations of a group of publishes (POST /v1/queue/publish, group commit), from the
+-- JSON array :rows of [key, request_hash]; the rows inserted come back. A key twice in
+-- the group keeps its first row.
+INSERT INTO api_idempotency (key, request_hash, status, body, created_at)
+SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), 0, '', :created_at
+FROM json_each(:rows) WHERE true
+ON CONFLICT (key) DO NOTHING
+RETURNING key, request_hash
+
+-- name: api_idempotency_finish_many
+-- The reservations of a group become their answers, from the JSON array :rows of
+-- [key, request_hash, status, body].
+UPDATE api_idempotency SET status = r.status, body = r.body
+FROM (SELECT json_extract(value, '$[0]') AS key, json_extract(value, '$[1]') AS request_hash,
+             json_extract(value, '$[2]') AS status, json_extract(value, '$[3]') AS body
+      FROM json_each(:rows)) AS r
+WHERE api_idempotency.key = r.key AND api_idempotency.request_hash = r.request_hash
+  AND api_idempotency.status = 0
 
 -- name: api_idempotency_release
 DELETE FROM api_idempotency
