@@ -106,6 +106,7 @@ TRANSPORT_BACKENDS = {
     "sqlite": TransportBackend(name="sqlite", url=_sqlite_url("transport.db"),
                                open=_sqlite_transport),
     "postgres": TransportBackend(name="postgres", url=_postgres_url, open=_postgres_transport),
+    "redis": TransportBackend(name="redis", url=_fixture_url("redis_url"), open=open_broker),
 }
 
 

@@ -88,8 +88,12 @@ def split_prefix(url: str) -> tuple[str, str]:
 
 async def _open_redis(url: str) -> Transport:
     """Redis Streams: one stream and consumer group per channel queue."""
-    raise ConfigurationError("transport", f"{redact_url(url)}: the Redis Streams transport "
-                             "is not part of this build")
+    try:
+        from tidings.transports.redis_streams import RedisStreamsTransport
+    except ImportError as exc:
+        raise ConfigurationError("transport", f"{redact_url(url)}: Redis Streams needs the "
+                                 "extra: pip install 'tidings[redis]'") from exc
+    return await RedisStreamsTransport.open(url)
 
 
 async def _open_amqp(url: str) -> Transport:
