@@ -233,7 +233,8 @@ async def _run(ops: list[tuple[str, int, float]], transports: list[Transport]) -
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=OPS)
 def test_redis_streams_answers_as_the_embedded_queue_does(
-    ops: list[tuple[str, int, float]], redis_server_url: str, tmp_path_factory: pytest.TempPathFactory
+    ops: list[tuple[str, int, float]], redis_server_url: str,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     # Every sequence of operations (publish, receive, ack, nack, failed nack, extend,
     # dead-letter, redrive, time passing) gives the same receives, counts, depths,

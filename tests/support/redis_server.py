@@ -58,7 +58,8 @@ class RedisServer:
                     pass
                 except redis.ConnectionError:
                     if self.process.poll() is not None:
-                        raise RuntimeError(f"redis-server exited: see {self.folder}/redis.log")
+                        raise RuntimeError(
+                            f"redis-server exited: see {self.folder}/redis.log") from None
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"redis-server on {self.port} did not answer")
                 time.sleep(0.05)
