@@ -73,6 +73,13 @@ class RedisServer:
             self.process.wait(timeout=20)
         self.process = None
 
+    def wipe(self) -> None:
+        """Forget everything the stopped server kept (its append-only files)."""
+        assert self.process is None, "stop or kill the server first"
+        for path in self.folder.iterdir():
+            if path.name != "redis.log":
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
+
     def kill(self) -> None:
         if self.process is not None and self.process.poll() is None:
             self.process.kill()
