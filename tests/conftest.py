@@ -79,3 +79,57 @@ def pg_url(pg_admin_url: str, pg_session_database: str) -> Iterator[str]:
         yield database_url(pg_admin_url, pg_session_database, schema)
     finally:
         admin_execute(session_url, f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+# ------------------------------------------------------------------ brokers
+
+REDIS_TEST_URL = os.environ.get("TIDINGS_TEST_REDIS", "redis://127.0.0.1:6379/0")
+
+
+def server_unreachable(what: str, reason: str) -> None:
+    """Skip a test that needs a server, with the reason; under ``CI``, fail it."""
+    message = f"{what} not reachable: {reason}"
+    if os.environ.get("CI"):
+        pytest.fail(message, pytrace=False)
+    pytest.skip(message)
+
+
+def redis_delete_prefix(url: str, prefix: str) -> int:
+    """Delete every key under ``prefix`` (SCAN + UNLINK; never FLUSHDB: the server is
+    shared); returns how many."""
+    import redis
+
+    client = redis.Redis.from_url(url, socket_timeout=5)
+    try:
+        found = list(client.scan_iter(match=f"{prefix}:*", count=1000))
+        for start in range(0, len(found), 500):
+            client.unlink(*found[start:start + 500])
+        return len(found)
+    finally:
+        client.close()
+
+
+@pytest.fixture(scope="session")
+def redis_server_url() -> str:
+    """A reachable Redis server (``$TIDINGS_TEST_REDIS``; skips, or fails under CI)."""
+    try:
+        import redis
+    except ImportError as exc:
+        server_unreachable("Redis", f"redis-py is not installed ({exc}); "
+                           "pip install -e '.[dev]'")
+        raise
+    try:
+        client = redis.Redis.from_url(REDIS_TEST_URL, socket_timeout=3)
+        client.ping()
+        client.close()
+    except redis.RedisError as exc:
+        server_unreachable(f"Redis at {REDIS_TEST_URL}", str(exc) or type(exc).__name__)
+    return REDIS_TEST_URL
+
+
+@pytest.fixture
+def redis_url(redis_server_url: str) -> Iterator[str]:
+    """A transport URL whose keys are this test's alone (``?prefix=``), deleted after."""
+    prefix = f"tidings-test-{uuid.uuid4().hex[:12]}"
+    yield f"{redis_server_url}?prefix={prefix}"
+    redis_delete_prefix(redis_server_url, prefix)

@@ -42,6 +42,7 @@ from tidings.states import State
 from tidings.stores.base import Store
 from tidings.templates import TemplateSet
 from tidings.transports.base import Transport
+from tidings.transports.open import is_store_queue, open_transport
 from tidings.uncertain import UncertainPolicy, policy_for
 from tidings.worker import Worker, WorkerConfig
 
@@ -182,7 +183,7 @@ class Runtime:
     def enqueue_in_store(self) -> bool:
         """The transport is the store's own queue table: admit and enqueue in one
         transaction."""
-        return self.settings.transport == "sql"
+        return is_store_queue(self.settings.transport)
 
     @property
     def channels(self) -> list[str]:
@@ -227,9 +228,16 @@ class Runtime:
 
     def relay_config(self) -> RelayConfig:
         s = self.settings.scheduler
-        return RelayConfig(horizon_s=s.relay_horizon_s, lease_s=s.relay_lease_s)
+        return RelayConfig(horizon_s=s.relay_horizon_s, lease_s=s.relay_lease_s,
+                           pages_in_flight=2 if self.store.concurrent_writers else 1)
 
-    def scheduler(self) -> Scheduler:
+    @property
+    def relay_beside_admission(self) -> bool:
+        """With a broker, the scheduler service runs the relay as a loop of its own
+        beside admission (``relay.relay_loop``): a pass writes the outbox and returns."""
+        return not self.enqueue_in_store
+
+    def scheduler(self, *, relay_in_pass: bool = True) -> Scheduler:
         s = self.settings.scheduler
         shape = admission_shape(self.store.concurrent_writers)
         return Scheduler(store=self.store, transport=self.transport, campaigns=self.campaigns,
@@ -238,6 +246,7 @@ class Runtime:
                              max_pages=s.max_pages or shape.max_pages,
                              pages_in_flight=s.pages_in_flight or shape.pages_in_flight,
                              enqueue_in_store=self.enqueue_in_store,
+                             relay_in_pass=relay_in_pass,
                              relay=self.relay_config()))
 
     def guardrails(self) -> GuardrailConfig:
@@ -425,7 +434,15 @@ async def build_runtime(
     chosen_campaigns = list(campaigns) if campaigns is not None else campaigns_from(settings)
     limits = {name: pace_limits(spec, name) for name, spec in settings.channels.items()}
     templates = load_templates(settings)
-    store, transport = await open_store(settings.store)
+    store, store_queue = await open_store(settings.store)
+    try:
+        transport = await open_transport(settings.transport, store_queue=store_queue)
+    except BaseException:
+        await store_queue.close()
+        await store.close()
+        raise
+    if transport is not store_queue:
+        await store_queue.close()  # the store keeps its database; its queue table is idle
     try:
         if migrate == "new":
             # Only a database with no schema at all; migrating is safe beside other

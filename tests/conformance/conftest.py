@@ -8,7 +8,10 @@ or a classmethod) because the multi-process test calls it in child processes.
 A backend's ``url`` gets the test's ``tmp_path`` and its ``FixtureRequest``, so a
 server backend can ask for a throw-away database fixture (see ``tests/conftest.py``):
 the PostgreSQL backend gets an empty schema of its own per test, and skips (or fails
-under ``CI``) when no server answers.
+under ``CI``) when no server answers. A broker transport is one entry: its URL from a
+fixture that gives each test keys or queues of its own (``_fixture_url("redis_url")``)
+and ``open_broker``, which opens whatever ``transport = "<url>"`` names, as the runtime
+does.
 """
 
 from __future__ import annotations
@@ -52,9 +55,24 @@ def _sqlite_url(file: str) -> Callable[[Path, pytest.FixtureRequest], str]:
     return lambda tmp, request: f"sqlite:///{tmp / file}"
 
 
-def _postgres_url(tmp: Path, request: pytest.FixtureRequest) -> str:
-    url: str = request.getfixturevalue("pg_url")
+def _fixture_url(fixture: str) -> Callable[[Path, pytest.FixtureRequest], str]:
+    """The URL a fixture of ``tests/conftest.py`` gives this test (it skips, or fails
+    under ``CI``, when its server does not answer)."""
+    def url(tmp: Path, request: pytest.FixtureRequest) -> str:
+        value: str = request.getfixturevalue(fixture)
+        return value
+
     return url
+
+
+_postgres_url = _fixture_url("pg_url")
+
+
+async def open_broker(url: str) -> Transport:
+    """A broker transport as the runtime opens it from ``transport = "<url>"``."""
+    from tidings.transports.open import open_transport
+
+    return await open_transport(url)
 
 
 async def _sqlite_transport(url: str) -> Transport:
@@ -88,6 +106,7 @@ TRANSPORT_BACKENDS = {
     "sqlite": TransportBackend(name="sqlite", url=_sqlite_url("transport.db"),
                                open=_sqlite_transport),
     "postgres": TransportBackend(name="postgres", url=_postgres_url, open=_postgres_transport),
+    "redis": TransportBackend(name="redis", url=_fixture_url("redis_url"), open=open_broker),
 }
 
 

@@ -47,13 +47,14 @@ class ApiContext:
         request's reservation, intents and answer in one transaction with the others'.
         With the runtime's ``group_commit`` off, each is its own transaction."""
         runtime = self.runtime
-        s = runtime.settings.scheduler
 
         async def write(writes: Sequence[PublishWrite], now: float) -> list[PublishWritten]:
             return await runtime.store.api_publish_many(
                 writes, now=now, expire_before=now - self.settings.idempotency_ttl_s,
                 enqueue=runtime.enqueue_in_store,
-                publish_lease_until=now + s.relay_lease_s)
+                # With a broker the intents due soon wait selected, unleased, for the
+                # relay: a request never waits for the broker.
+                publish_lease_until=None)
 
         config = runtime.group_commit or GroupCommitConfig(max_drafts=1)
         return Coalescer(write, clock=runtime.clock, config=config,

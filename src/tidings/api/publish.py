@@ -46,7 +46,6 @@ from tidings.cron import EARLIEST_DATE, LATEST_DATE, logical_day
 from tidings.errors import InvalidInput
 from tidings.keys import campaign_key, check_json_text, queue_key, template_ref, validate_key
 from tidings.model import IntentDraft, Recipient, encode_data
-from tidings.relay import publish as publish_messages
 from tidings.runtime import Runtime
 from tidings.scheduler import Switches, occurrence_id
 from tidings.stores.base import IdempotentResponse, Ledger, PublishWrite
@@ -260,8 +259,9 @@ async def find_member(audience: Audience, rid: str) -> Recipient | None:
 
 
 async def admit(runtime: Runtime, drafts: Sequence[IntentDraft], now: float) -> list[str]:
-    """Write intents (an existing key is a no-op) and publish the ones due soon, as
-    ``notify`` does; returns the keys created now."""
+    """Write intents (an existing key is a no-op), as ``notify`` does: with the store's
+    own queue the ones due soon are enqueued in the same transaction; with a broker they
+    wait ``selected`` for the relay. Returns the keys created now."""
     if not drafts:
         return []
     s = runtime.settings.scheduler
@@ -272,13 +272,8 @@ async def admit(runtime: Runtime, drafts: Sequence[IntentDraft], now: float) -> 
     if soon and runtime.enqueue_in_store:
         created += await store.intent_admit(soon, now=now, enqueue=True)
     elif soon:
-        new = await store.intent_admit(soon, now=now, publish_lease_until=now + s.relay_lease_s)
-        if new:
-            fresh = set(new)
-            await publish_messages(runtime.transport, ((d.key, d.channel, d.due_at)
-                                                       for d in soon if d.key in fresh), now=now)
-            await store.intent_mark_enqueued(new, now=now)
-        created += new
+        # The outbox: the relay publishes them; the request never waits for the broker.
+        created += await store.intent_admit(soon, now=now)
     return created
 
 
@@ -403,23 +398,8 @@ async def publish(
     written = await c.publishes.submit(write)
     if written.stored is not None or written.body is None:
         return await _answered_before(c, written.stored, digest, answer, drafts, now)
-    if written.created and write.soon and not c.runtime.enqueue_in_store:
-        await _publish_created(c.runtime, write.soon, written.created, now)
     c.metrics.publish_accepted.inc()
     return JSONResponse(json.loads(written.body), status_code=202)
-
-
-async def _publish_created(runtime: Runtime, soon: Sequence[IntentDraft],
-                           created: Sequence[str], now: float) -> None:
-    """Publish this request's new intents due now to an outside transport (they were
-    written under a publish lease; the relay republishes them if this never ends)."""
-    fresh = set(created)
-    new = [d.key for d in soon if d.key in fresh]
-    if not new:
-        return
-    await publish_messages(runtime.transport, ((d.key, d.channel, d.due_at)
-                                               for d in soon if d.key in fresh), now=now)
-    await runtime.store.intent_mark_enqueued(new, now=now)
 
 
 async def _answered_before(c: ApiContext, stored: IdempotentResponse | None, digest: str,
