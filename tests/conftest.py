@@ -79,3 +79,79 @@ def pg_url(pg_admin_url: str, pg_session_database: str) -> Iterator[str]:
         yield database_url(pg_admin_url, pg_session_database, schema)
     finally:
         admin_execute(session_url, f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+# ---------------------------------------------------------------- RabbitMQ
+
+AMQP_URL = os.environ.get("TIDINGS_TEST_AMQP", "amqp://guest:guest@127.0.0.1:5672/")
+
+
+def amqp_unreachable(reason: str) -> None:
+    message = f"RabbitMQ not reachable at {AMQP_URL}: {reason}"
+    if os.environ.get("CI"):
+        pytest.fail(message, pytrace=False)
+    pytest.skip(message)
+
+
+def rabbitmqctl(*args: str) -> None:
+    import subprocess
+
+    done = subprocess.run(["rabbitmqctl", "-q", *args], capture_output=True, text=True,
+                          timeout=60, check=False)
+    if done.returncode:
+        raise RuntimeError(f"rabbitmqctl {' '.join(args)}: {done.stderr.strip()}")
+
+
+@pytest.fixture(scope="session")
+def amqp_session_vhost() -> Iterator[str]:
+    """A virtual host of this test session on the local broker, deleted at its end
+    (skips, or fails under CI, when no broker answers or ``rabbitmqctl`` cannot make one)."""
+    import shutil
+    import socket
+
+    parts = urlsplit(AMQP_URL)
+    try:
+        socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 5672), 3).close()
+    except OSError as exc:
+        amqp_unreachable(str(exc))
+    if shutil.which("rabbitmqctl") is None:
+        amqp_unreachable("rabbitmqctl is not on PATH (it makes the test's virtual host)")
+    name = f"tidings_test_{uuid.uuid4().hex[:16]}"
+    try:
+        rabbitmqctl("add_vhost", name)
+        rabbitmqctl("set_permissions", "-p", name, parts.username or "guest", ".*", ".*", ".*")
+    except (RuntimeError, OSError) as exc:
+        amqp_unreachable(str(exc))
+    try:
+        yield name
+    finally:
+        rabbitmqctl("delete_vhost", name)
+
+
+def amqp_vhost_url(vhost: str, prefix: str) -> str:
+    """``AMQP_URL`` on virtual host ``vhost`` with its queues under ``prefix``."""
+    from urllib.parse import quote
+
+    return urlunsplit(urlsplit(AMQP_URL)._replace(path=f"/{quote(vhost, safe='')}",
+                                                  query=f"queue_prefix={prefix}"))
+
+
+@pytest.fixture
+def amqp_url(amqp_session_vhost: str) -> Iterator[str]:
+    """The URL of queues of this test alone (a prefix of its own in the session's
+    virtual host); the queues of channels email and sms are deleted after it."""
+    import asyncio
+
+    url = amqp_vhost_url(amqp_session_vhost, f"t{uuid.uuid4().hex[:12]}")
+    yield url
+
+    async def clean() -> None:
+        from tidings.transports.rabbitmq import RabbitTransport
+
+        transport = await RabbitTransport.open(url)
+        try:
+            await transport.delete_queues(["email", "sms"])
+        finally:
+            await transport.close()
+
+    asyncio.run(clean())

@@ -57,6 +57,11 @@ def _postgres_url(tmp: Path, request: pytest.FixtureRequest) -> str:
     return url
 
 
+def _amqp_url(tmp: Path, request: pytest.FixtureRequest) -> str:
+    url: str = request.getfixturevalue("amqp_url")
+    return url
+
+
 async def _sqlite_transport(url: str) -> Transport:
     db = SqliteDatabase.from_url(url)
     await db.migrate(now=MIGRATED_AT)
@@ -77,6 +82,12 @@ async def _postgres_transport(url: str) -> Transport:
     return transport
 
 
+async def _rabbitmq_transport(url: str) -> Transport:
+    from tidings.transports.rabbitmq import RabbitTransport
+
+    return await RabbitTransport.open(url)
+
+
 STORE_BACKENDS = {
     "sqlite": StoreBackend(name="sqlite", url=_sqlite_url("store.db"), open=SqliteStore.open),
     "postgres": StoreBackend(
@@ -88,6 +99,7 @@ TRANSPORT_BACKENDS = {
     "sqlite": TransportBackend(name="sqlite", url=_sqlite_url("transport.db"),
                                open=_sqlite_transport),
     "postgres": TransportBackend(name="postgres", url=_postgres_url, open=_postgres_transport),
+    "rabbitmq": TransportBackend(name="rabbitmq", url=_amqp_url, open=_rabbitmq_transport),
 }
 
 
