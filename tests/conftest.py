@@ -81,19 +81,67 @@ def pg_url(pg_admin_url: str, pg_session_database: str) -> Iterator[str]:
         admin_execute(session_url, f"DROP SCHEMA IF EXISTS {schema} CASCADE")
 
 
-# ---------------------------------------------------------------- RabbitMQ
+# ------------------------------------------------------------------ brokers
 
-AMQP_URL = os.environ.get("TIDINGS_TEST_AMQP", "amqp://guest:guest@127.0.0.1:5672/")
+REDIS_TEST_URL = os.environ.get("TIDINGS_TEST_REDIS", "redis://127.0.0.1:6379/0")
 
 
-def amqp_unreachable(reason: str) -> None:
-    message = f"RabbitMQ not reachable at {AMQP_URL}: {reason}"
+def server_unreachable(what: str, reason: str) -> None:
+    """Skip a test that needs a server, with the reason; under ``CI``, fail it."""
+    message = f"{what} not reachable: {reason}"
     if os.environ.get("CI"):
         pytest.fail(message, pytrace=False)
     pytest.skip(message)
 
 
+def redis_delete_prefix(url: str, prefix: str) -> int:
+    """Delete every key under ``prefix`` (SCAN + UNLINK; never FLUSHDB: the server is
+    shared); returns how many."""
+    import redis
+
+    client = redis.Redis.from_url(url, socket_timeout=5)
+    try:
+        found = list(client.scan_iter(match=f"{prefix}:*", count=1000))
+        for start in range(0, len(found), 500):
+            client.unlink(*found[start:start + 500])
+        return len(found)
+    finally:
+        client.close()
+
+
+@pytest.fixture(scope="session")
+def redis_server_url() -> str:
+    """A reachable Redis server (``$TIDINGS_TEST_REDIS``; skips, or fails under CI)."""
+    try:
+        import redis
+    except ImportError as exc:
+        server_unreachable("Redis", f"redis-py is not installed ({exc}); "
+                           "pip install -e '.[dev]'")
+        raise
+    try:
+        client = redis.Redis.from_url(REDIS_TEST_URL, socket_timeout=3)
+        client.ping()
+        client.close()
+    except redis.RedisError as exc:
+        server_unreachable(f"Redis at {REDIS_TEST_URL}", str(exc) or type(exc).__name__)
+    return REDIS_TEST_URL
+
+
+@pytest.fixture
+def redis_url(redis_server_url: str) -> Iterator[str]:
+    """A transport URL whose keys are this test's alone (``?prefix=``), deleted after."""
+    prefix = f"tidings-test-{uuid.uuid4().hex[:12]}"
+    yield f"{redis_server_url}?prefix={prefix}"
+    redis_delete_prefix(redis_server_url, prefix)
+
+
+# ---------------------------------------------------------------- RabbitMQ
+
+AMQP_TEST_URL = os.environ.get("TIDINGS_TEST_AMQP", "amqp://guest:guest@127.0.0.1:5672/")
+
+
 def rabbitmqctl(*args: str) -> None:
+    """Run ``rabbitmqctl`` (it makes and deletes the test sessions' virtual hosts)."""
     import subprocess
 
     done = subprocess.run(["rabbitmqctl", "-q", *args], capture_output=True, text=True,
@@ -104,24 +152,26 @@ def rabbitmqctl(*args: str) -> None:
 
 @pytest.fixture(scope="session")
 def amqp_session_vhost() -> Iterator[str]:
-    """A virtual host of this test session on the local broker, deleted at its end
-    (skips, or fails under CI, when no broker answers or ``rabbitmqctl`` cannot make one)."""
+    """A virtual host of this test session on the broker (``$TIDINGS_TEST_AMQP``),
+    deleted at its end; skips, or fails under CI, when no broker answers or
+    ``rabbitmqctl`` cannot make one."""
     import shutil
     import socket
 
-    parts = urlsplit(AMQP_URL)
+    parts = urlsplit(AMQP_TEST_URL)
+    what = f"RabbitMQ at {parts.hostname}:{parts.port or 5672}"
     try:
         socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 5672), 3).close()
     except OSError as exc:
-        amqp_unreachable(str(exc))
+        server_unreachable(what, str(exc))
     if shutil.which("rabbitmqctl") is None:
-        amqp_unreachable("rabbitmqctl is not on PATH (it makes the test's virtual host)")
+        server_unreachable(what, "rabbitmqctl is not on PATH (it makes the test's vhost)")
     name = f"tidings_test_{uuid.uuid4().hex[:16]}"
     try:
         rabbitmqctl("add_vhost", name)
         rabbitmqctl("set_permissions", "-p", name, parts.username or "guest", ".*", ".*", ".*")
     except (RuntimeError, OSError) as exc:
-        amqp_unreachable(str(exc))
+        server_unreachable(what, str(exc))
     try:
         yield name
     finally:
@@ -129,17 +179,18 @@ def amqp_session_vhost() -> Iterator[str]:
 
 
 def amqp_vhost_url(vhost: str, prefix: str) -> str:
-    """``AMQP_URL`` on virtual host ``vhost`` with its queues under ``prefix``."""
+    """``$TIDINGS_TEST_AMQP`` on virtual host ``vhost``, its queues under ``prefix``."""
     from urllib.parse import quote
 
-    return urlunsplit(urlsplit(AMQP_URL)._replace(path=f"/{quote(vhost, safe='')}",
-                                                  query=f"queue_prefix={prefix}"))
+    return urlunsplit(urlsplit(AMQP_TEST_URL)._replace(path=f"/{quote(vhost, safe='')}",
+                                                       query=f"prefix={prefix}"))
 
 
 @pytest.fixture
 def amqp_url(amqp_session_vhost: str) -> Iterator[str]:
-    """The URL of queues of this test alone (a prefix of its own in the session's
-    virtual host); the queues of channels email and sms are deleted after it."""
+    """A transport URL whose queues are this test's alone (``?prefix=`` in the session's
+    vhost); the queues of channels email and sms are deleted after it (the rest go with
+    the vhost)."""
     import asyncio
 
     url = amqp_vhost_url(amqp_session_vhost, f"t{uuid.uuid4().hex[:12]}")

@@ -41,6 +41,7 @@ from tidings.states import State
 from tidings.stores.base import Store
 from tidings.templates import TemplateSet
 from tidings.transports.base import Transport
+from tidings.transports.open import is_store_queue, open_transport
 from tidings.uncertain import UncertainPolicy, policy_for
 from tidings.worker import Worker, WorkerConfig
 
@@ -162,7 +163,7 @@ class Runtime:
     def enqueue_in_store(self) -> bool:
         """The transport is the store's own queue table: admit and enqueue in one
         transaction."""
-        return self.settings.transport == "sql"
+        return is_store_queue(self.settings.transport)
 
     @property
     def channels(self) -> list[str]:
@@ -384,7 +385,15 @@ async def build_runtime(
     chosen_campaigns = list(campaigns) if campaigns is not None else campaigns_from(settings)
     limits = {name: pace_limits(spec, name) for name, spec in settings.channels.items()}
     templates = load_templates(settings)
-    store, transport = await open_store(settings.store)
+    store, store_queue = await open_store(settings.store)
+    try:
+        transport = await open_transport(settings.transport, store_queue=store_queue)
+    except BaseException:
+        await store_queue.close()
+        await store.close()
+        raise
+    if transport is not store_queue:
+        await store_queue.close()  # the store keeps its database; its queue table is idle
     try:
         if migrate == "new":
             # Only a database with no schema at all; migrating is safe beside other

@@ -37,6 +37,7 @@ from tidings.providers.config import (
     TwilioProviderSettings,
 )
 from tidings.retention import check_retention
+from tidings.transports.open import transport_kind
 
 
 def _valid_quota(value: str | None) -> str | None:
@@ -324,7 +325,13 @@ class Settings(_Model):
     """Everything the composition root needs to build a runtime."""
 
     store: str = "sqlite:///tidings.db"
-    transport: Literal["sql"] = "sql"
+    transport: str = "sql"
+    """Where the channel queues live. ``"sql"``: the store's own queue table (intents and
+    their messages are written in one transaction). A broker URL puts them on a broker
+    beside the store, and admission writes intents to the store's outbox for the relay to
+    publish: ``redis://host:6379/0`` (Redis Streams) or ``amqp://user:pass@host/vhost``
+    (RabbitMQ); ``?prefix=name`` names the keys or queues on a shared server (default
+    ``tidings``). See README, "Choosing a transport"."""
     clock_offset_s: float = Field(default=0.0, allow_inf_nan=False)
     channels: dict[str, ChannelSettings] = Field(default_factory=dict)
     campaigns: dict[str, CampaignSettings] = Field(default_factory=dict)
@@ -339,6 +346,12 @@ class Settings(_Model):
     webhooks: WebhookSettings = WebhookSettings()
     retention: RetentionSettings = RetentionSettings()
     """How long finished intents, their events and finished occurrences are kept."""
+
+    @field_validator("transport")
+    @classmethod
+    def _known_transport(cls, value: str) -> str:
+        transport_kind(value)  # ValueError naming what is wrong, never the password
+        return value
 
     @classmethod
     def parse(cls, data: dict[str, Any]) -> Settings:

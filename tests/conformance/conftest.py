@@ -8,7 +8,10 @@ or a classmethod) because the multi-process test calls it in child processes.
 A backend's ``url`` gets the test's ``tmp_path`` and its ``FixtureRequest``, so a
 server backend can ask for a throw-away database fixture (see ``tests/conftest.py``):
 the PostgreSQL backend gets an empty schema of its own per test, and skips (or fails
-under ``CI``) when no server answers.
+under ``CI``) when no server answers. A broker transport is one entry: its URL from a
+fixture that gives each test keys or queues of its own (``_fixture_url("redis_url")``)
+and ``open_broker``, which opens whatever ``transport = "<url>"`` names, as the runtime
+does.
 """
 
 from __future__ import annotations
@@ -52,14 +55,24 @@ def _sqlite_url(file: str) -> Callable[[Path, pytest.FixtureRequest], str]:
     return lambda tmp, request: f"sqlite:///{tmp / file}"
 
 
-def _postgres_url(tmp: Path, request: pytest.FixtureRequest) -> str:
-    url: str = request.getfixturevalue("pg_url")
+def _fixture_url(fixture: str) -> Callable[[Path, pytest.FixtureRequest], str]:
+    """The URL a fixture of ``tests/conftest.py`` gives this test (it skips, or fails
+    under ``CI``, when its server does not answer)."""
+    def url(tmp: Path, request: pytest.FixtureRequest) -> str:
+        value: str = request.getfixturevalue(fixture)
+        return value
+
     return url
 
 
-def _amqp_url(tmp: Path, request: pytest.FixtureRequest) -> str:
-    url: str = request.getfixturevalue("amqp_url")
-    return url
+_postgres_url = _fixture_url("pg_url")
+
+
+async def open_broker(url: str) -> Transport:
+    """A broker transport as the runtime opens it from ``transport = "<url>"``."""
+    from tidings.transports.open import open_transport
+
+    return await open_transport(url)
 
 
 async def _sqlite_transport(url: str) -> Transport:
@@ -82,12 +95,6 @@ async def _postgres_transport(url: str) -> Transport:
     return transport
 
 
-async def _rabbitmq_transport(url: str) -> Transport:
-    from tidings.transports.rabbitmq import RabbitTransport
-
-    return await RabbitTransport.open(url)
-
-
 STORE_BACKENDS = {
     "sqlite": StoreBackend(name="sqlite", url=_sqlite_url("store.db"), open=SqliteStore.open),
     "postgres": StoreBackend(
@@ -99,7 +106,9 @@ TRANSPORT_BACKENDS = {
     "sqlite": TransportBackend(name="sqlite", url=_sqlite_url("transport.db"),
                                open=_sqlite_transport),
     "postgres": TransportBackend(name="postgres", url=_postgres_url, open=_postgres_transport),
-    "rabbitmq": TransportBackend(name="rabbitmq", url=_amqp_url, open=_rabbitmq_transport),
+    "redis": TransportBackend(name="redis", url=_fixture_url("redis_url"), open=open_broker),
+    "rabbitmq": TransportBackend(name="rabbitmq", url=_fixture_url("amqp_url"),
+                                 open=open_broker),
 }
 
 

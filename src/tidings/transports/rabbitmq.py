@@ -75,7 +75,6 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import aio_pika
 import aiormq
@@ -88,6 +87,7 @@ from aio_pika.abc import (
 
 from tidings.errors import TransportError
 from tidings.model import DeadLetter, OutgoingMessage, QueueDepth, Received
+from tidings.transports.open import redact_url, split_prefix
 from tidings.transports.sqlite import body_of, shown
 from tidings.transports.wakeups import Wakeups
 
@@ -100,8 +100,6 @@ DELIVERY_LIMIT = 50
 KNOWN_LIMIT = 100_000
 #: How many dead letters ``redrive`` reads at most in one call.
 REDRIVE_SCAN_LIMIT = 100_000
-#: The query parameter of an ``amqp://`` URL naming the queues' prefix.
-PREFIX_PARAM = "queue_prefix"
 
 H_ID = "x-tidings-id"
 H_ENQUEUED = "x-tidings-enqueued-at"
@@ -116,24 +114,6 @@ H_DEAD_AT = "x-tidings-dead-at"
 AMQP_ERRORS: tuple[type[BaseException], ...] = (
     aiormq.exceptions.AMQPError, aio_pika.exceptions.AMQPException, ConnectionError,
     OSError, asyncio.TimeoutError, RuntimeError)
-
-
-def split_url(url: str) -> tuple[str, str]:
-    """``amqp://…/vhost?queue_prefix=p`` -> (the URL aio-pika gets, the prefix)."""
-    parts = urlsplit(url)
-    query = parse_qsl(parts.query, keep_blank_values=True)
-    prefix = next((v for k, v in query if k == PREFIX_PARAM), "tidings") or "tidings"
-    rest = urlencode([(k, v) for k, v in query if k != PREFIX_PARAM])
-    return urlunsplit(parts._replace(query=rest)), prefix
-
-
-def safe_url(url: str) -> str:
-    """The URL without its password, for errors and logs."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)[-1]
-    return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{netloc}"))
 
 
 def bucket_for(remaining_s: float) -> float:
@@ -237,8 +217,8 @@ class RabbitTransport:
     notifies = False
 
     def __init__(self, url: str) -> None:
-        self.url, self.prefix = split_url(url)
-        self.safe_url = safe_url(self.url)
+        self.url, self.prefix = split_prefix(url)
+        self.safe_url = redact_url(self.url)
         self._instance = uuid.uuid4().hex[:12]
         self._order = itertools.count()
         self._generation = 0
@@ -256,7 +236,7 @@ class RabbitTransport:
     @classmethod
     async def open(cls, url: str) -> RabbitTransport:
         """A transport on its own connection, from ``amqp://user:pass@host:port/vhost``
-        (``?queue_prefix=`` names the queues' prefix)."""
+        (``?prefix=`` names the queues' prefix)."""
         transport = cls(url)
         async with transport._io("connect"):
             await transport._chan()

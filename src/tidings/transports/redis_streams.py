@@ -1,0 +1,290 @@
+"""The Transport port on Redis Streams (``transport = "redis://host:6379/0"``).
+
+Each channel queue is one stream read through one consumer group; the keys of a queue
+share a hash tag (``<prefix>:{<queue>}:…``) and every operation is one Lua script
+(``streams_lua/``), so a crash never leaves a message half moved:
+
+- **ready and in flight**: entries of the stream. A receive reads new entries for the
+  group (``XREADGROUP``) and takes back, with ``XCLAIM``, pending entries whose
+  visibility timeout passed. The timeout is a score in a sorted set beside the pending
+  entries list, in the caller's clock: the port takes ``now`` from the caller (a
+  simulated clock, the tests' fixed times), which Redis's own idle times cannot follow.
+- **receive count and fencing**: the group's delivery counter of the entry plus the
+  receives of earlier entries of the same message (a nack puts a new entry back and
+  carries its count). A receipt is ``"<entry id>/<delivery count>"``: it holds no
+  connection state, so ack, extend and nack work from any connection after a
+  reconnect, and a receipt whose entry was claimed again since is stale (ignored).
+- **delayed** (a delayed publish, a nack with a delay): a sorted set of message uids
+  by due time and a hash of the parked messages; a receive moves the due ones into
+  the stream.
+- **failures**: a hash by message uid, bumped by ``nack(failed=True)``, dropped when
+  the message is acked or dead-lettered; a redriven message starts afresh.
+- **dead letters**: a stream of their own, each with its reason.
+- **contains**: a hash of message id -> copies on the queue; **oldest age**: a sorted
+  set of message uids by enqueued time.
+
+``wait`` blocks on the stream (``XREAD BLOCK`` from its last entry), so a publish, a
+redrive or an immediate nack from any process on any machine wakes it: ``notifies``.
+A dropped connection (a Redis restart) is retried for ``reconnect_s`` before it
+becomes a ``TransportError``; a script lost with the server's memory is loaded again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from importlib import resources
+from typing import Any, TypeVar
+
+import redis.asyncio as aioredis
+from redis import exceptions as redis_errors
+from redis.commands.core import AsyncScript
+
+from tidings.errors import TransportError
+from tidings.model import DeadLetter, OutgoingMessage, QueueDepth, Received
+from tidings.transports.open import redact_url, split_prefix
+
+T = TypeVar("T")
+
+#: Messages per publish script call (a relay page is split into calls this size).
+PUBLISH_CHUNK = 1000
+#: Delayed messages a receive moves into the stream at most.
+MOVES_PER_RECEIVE = 1000
+#: How long a dropped connection is retried before an operation fails.
+RECONNECT_S = 30.0
+#: The longest single block of ``wait`` (the server's answer bounds every call).
+MAX_BLOCK_S = 30.0
+
+_SCRIPTS = ("publish", "receive", "ack", "nack", "extend", "dead_letter", "redrive", "depth")
+_RETRIED = (redis_errors.ConnectionError, redis_errors.TimeoutError,
+            redis_errors.BusyLoadingError, OSError)
+
+
+def _load_scripts() -> dict[str, str]:
+    """Each script with the shared prelude (``common.lua``) before it."""
+    folder = resources.files("tidings.transports").joinpath("streams_lua")
+    common = folder.joinpath("common.lua").read_text(encoding="utf-8")
+    return {name: common + "\n" + folder.joinpath(f"{name}.lua").read_text(encoding="utf-8")
+            for name in _SCRIPTS}
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else value
+
+
+def _body(value: bytes) -> str | bytes:
+    """Text, or the raw bytes of a body that is not UTF-8 (the worker dead-letters it)."""
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        return value
+
+
+def _num(value: float) -> str:
+    """A float as Redis and Lua read it back exactly."""
+    return repr(float(value))
+
+
+def parse_receipt(receipt: str) -> tuple[str, str] | None:
+    """``(entry id, delivery count)``, or None for a receipt this transport never made."""
+    entry, sep, token = receipt.partition("/")
+    if not sep or not token.isdigit() or "-" not in entry:
+        return None
+    return entry, token
+
+
+class RedisStreamsTransport:
+    """The ``Transport`` port on Redis Streams (see the module docstring)."""
+
+    name = "redis"
+    notifies = True
+
+    def __init__(self, client: aioredis.Redis, *, prefix: str, safe_url: str,
+                 reconnect_s: float = RECONNECT_S) -> None:
+        self.client = client
+        self.prefix = prefix
+        self.safe_url = safe_url
+        self.reconnect_s = reconnect_s
+        self._scripts: dict[str, AsyncScript] = {
+            name: client.register_script(source) for name, source in _load_scripts().items()}
+
+    @classmethod
+    async def open(cls, url: str, *, reconnect_s: float = RECONNECT_S) -> RedisStreamsTransport:
+        """A transport on ``redis://…`` (``?prefix=`` names its keys), its server
+        answering (a TransportError naming the URL without its password otherwise)."""
+        plain, prefix = split_prefix(url)
+        safe = redact_url(url)
+        try:
+            client = aioredis.Redis.from_url(plain, socket_connect_timeout=5,
+                                             health_check_interval=15)
+        except ValueError as exc:
+            raise TransportError(f"{safe}: {exc}") from None
+        transport = cls(client, prefix=prefix, safe_url=safe, reconnect_s=reconnect_s)
+        try:
+            await transport._call(lambda: client.ping())
+        except BaseException:
+            await client.aclose()
+            raise
+        return transport
+
+    # ------------------------------------------------------------------ keys and calls
+
+    def keys(self, queue: str) -> list[str]:
+        """The keys of ``queue``, in the order ``streams_lua/common.lua`` names them."""
+        base = f"{self.prefix}:{{{queue}}}"
+        return [f"{base}:{part}" for part in (
+            "stream", "vis", "delayed", "parked", "failures", "ids", "ages", "dead", "seq")]
+
+    async def _call(self, fn: Callable[[], Awaitable[T]]) -> T:
+        """``fn()``, retried while the server cannot be reached (for ``reconnect_s``)."""
+        deadline = time.monotonic() + self.reconnect_s
+        pause = 0.05
+        while True:
+            try:
+                return await fn()
+            except _RETRIED as exc:
+                if time.monotonic() + pause > deadline:
+                    raise TransportError(f"{self.safe_url}: connection lost and not regained "
+                                         f"in {self.reconnect_s:g} s: {exc}") from exc
+            except redis_errors.RedisError as exc:
+                raise TransportError(f"{self.safe_url}: {exc}") from exc
+            await asyncio.sleep(pause)
+            pause = min(1.0, pause * 2)
+
+    async def _script(self, name: str, queue: str, args: Sequence[str | float | int]) -> Any:
+        script = self._scripts[name]
+        keys = self.keys(queue)
+        return await self._call(lambda: script(keys=keys, args=list(args)))
+
+    @staticmethod
+    def _parsed(receipts: Sequence[str]) -> list[tuple[str, str]]:
+        return [p for p in map(parse_receipt, receipts) if p is not None]
+
+    # ------------------------------------------------------------------ the port
+
+    async def publish(self, queue: str, messages: Sequence[OutgoingMessage], *, now: float) -> None:
+        """Publish messages, each visible after its ``delay_s``."""
+        for start in range(0, len(messages), PUBLISH_CHUNK):
+            args: list[str] = [_num(now)]
+            for m in messages[start:start + PUBLISH_CHUNK]:
+                args += [m.message_id, m.body, _num(now + max(0.0, m.delay_s))]
+            await self._script("publish", queue, args)
+
+    async def receive(
+        self, queue: str, *, max_messages: int, visibility_s: float, now: float
+    ) -> list[Received]:
+        """Take up to ``max_messages`` visible messages, oldest first, hiding them."""
+        if max_messages <= 0:
+            return []
+        flat = await self._script("receive", queue, [
+            _num(now), _num(now + visibility_s), max_messages, MOVES_PER_RECEIVE])
+        out = []
+        for i in range(0, len(flat), 7):
+            entry, message_id, body, enqueued, count, failures, token = flat[i:i + 7]
+            out.append(Received(
+                queue=queue, message_id=_text(message_id), body=_body(body),
+                receipt=f"{_text(entry)}/{_text(token)}", receive_count=int(count),
+                enqueued_at=float(enqueued), failures=int(failures)))
+        return out
+
+    async def ack(self, queue: str, receipts: Sequence[str]) -> None:
+        """Remove messages for good; unknown or already acked receipts are a no-op."""
+        entries = sorted({entry for entry, _ in self._parsed(receipts)})
+        if entries:
+            await self._script("ack", queue, entries)
+
+    async def nack(self, queue: str, receipts: Sequence[tuple[str, float]], *, now: float,
+                   failed: bool = False) -> None:
+        """Make messages visible again after the paired delay, counting a failure on each
+        with ``failed``; stale receipts are ignored."""
+        args: list[str] = [_num(now), "1" if failed else "0"]
+        for receipt, delay in receipts:
+            parsed = parse_receipt(receipt)
+            if parsed is not None:
+                args += [*parsed, _num(now + max(0.0, delay))]
+        if len(args) > 2:
+            await self._script("nack", queue, args)
+
+    async def extend(
+        self, queue: str, receipts: Sequence[str], *, visibility_s: float, now: float
+    ) -> None:
+        """Hide in-flight messages until ``now + visibility_s``; stale receipts are ignored."""
+        args: list[str] = [_num(now + visibility_s)]
+        for entry, token in self._parsed(receipts):
+            args += [entry, token]
+        if len(args) > 1:
+            await self._script("extend", queue, args)
+
+    async def dead_letter(
+        self, queue: str, receipts: Sequence[tuple[str, str]], *, now: float
+    ) -> None:
+        """Move messages to the dead-letter stream with the paired reason; stale
+        receipts are ignored."""
+        args: list[str] = [_num(now)]
+        for receipt, reason in receipts:
+            parsed = parse_receipt(receipt)
+            if parsed is not None:
+                args += [*parsed, reason]
+        if len(args) > 1:
+            await self._script("dead_letter", queue, args)
+
+    async def dead_letters(self, queue: str, *, limit: int = 100) -> list[DeadLetter]:
+        """The oldest dead letters of ``queue``."""
+        dead = self.keys(queue)[7]
+        rows: Any = await self._call(lambda: self.client.xrange(dead, count=limit))
+        out = []
+        for entry, raw in rows or []:
+            fields = {_text(k): v for k, v in (raw or {}).items()}
+            out.append(DeadLetter(
+                queue=queue, id=_text(entry), message_id=_text(fields["id"]),
+                body=bytes(fields["body"]).decode("utf-8", "replace"),
+                reason=_text(fields["reason"]), receive_count=int(fields["rc"]),
+                dead_at=float(fields["dead_at"])))
+        return out
+
+    async def redrive(self, queue: str, ids: Sequence[str], *, now: float) -> int:
+        """Put dead letters back on their queue as fresh messages visible now."""
+        wanted = sorted({i for i in ids if "-" in i and i.replace("-", "").isdigit()})
+        if not wanted:
+            return 0
+        return int(await self._script("redrive", queue, [_num(now), *wanted]))
+
+    async def _state(self, queue: str, now: float) -> list[Any]:
+        state: list[Any] = await self._script("depth", queue, [_num(now)])
+        return state
+
+    async def depth(self, queue: str, *, now: float) -> QueueDepth:
+        """Ready, delayed, in-flight and dead counts, and the age of the oldest message."""
+        ready, delayed, in_flight, dead, oldest, _, _ = await self._state(queue, now)
+        age = 0.0 if not oldest else max(0.0, now - float(oldest))
+        return QueueDepth(ready=int(ready), delayed=int(delayed), in_flight=int(in_flight),
+                          dead=int(dead), oldest_age_s=age)
+
+    async def contains(self, queue: str, message_ids: Sequence[str]) -> set[str]:
+        """Which of ``message_ids`` still have a message on the queue (any visibility)."""
+        unique = list(dict.fromkeys(message_ids))
+        if not unique:
+            return set()
+        index = self.keys(queue)[5]
+        found = await self._call(lambda: self.client.hmget(index, unique))
+        return {mid for mid, copies in zip(unique, found, strict=True)
+                if copies is not None and int(copies) > 0}
+
+    async def wait(self, queue: str, *, timeout_s: float, now: float) -> None:
+        """Return at once if a message is ready; else block on the stream until an entry
+        is added (from anywhere), the next hidden or delayed message is due, or
+        ``timeout_s``."""
+        ready, _, _, _, _, next_at, last = await self._state(queue, now)
+        if int(ready) > 0:
+            return
+        if next_at:
+            timeout_s = min(timeout_s, float(next_at) - now)
+        if timeout_s <= 0:
+            return
+        block_ms = max(1, int(min(timeout_s, MAX_BLOCK_S) * 1000))
+        stream = self.keys(queue)[0]
+        await self._call(lambda: self.client.xread({stream: last}, count=1, block=block_ms))
+
+    async def close(self) -> None:
+        await self.client.aclose()

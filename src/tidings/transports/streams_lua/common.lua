@@ -1,0 +1,72 @@
+-- Shared by every script (prepended when loaded). Keys of one queue, in this order:
+-- KEYS[1] stream   the ready and in-flight messages (consumer group "tidings")
+-- KEYS[2] vis      sorted set: in-flight stream entry id -> visible again at (caller's clock)
+-- KEYS[3] delayed  sorted set: message uid -> visible at (delayed publishes and nacks)
+-- KEYS[4] parked   hash: message uid -> the delayed message (JSON of strings)
+-- KEYS[5] failures hash: message uid -> failures counted by failed nacks
+-- KEYS[6] ids      hash: message id -> copies on the queue (contains)
+-- KEYS[7] ages     sorted set: message uid -> enqueued at (the oldest message)
+-- KEYS[8] dead     stream of dead letters with their reason
+-- KEYS[9] seq      counter of message uids
+local S, V, D, P, F, I, A, DL, SEQ =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
+local GROUP = 'tidings'
+local CONSUMER = 'tidings'
+
+local function ensure_group()
+  local ok = redis.pcall('XGROUP', 'CREATE', S, GROUP, '0', 'MKSTREAM')
+  if type(ok) == 'table' and ok.err and not string.find(ok.err, 'BUSYGROUP') then
+    error(ok.err)
+  end
+end
+
+local function fields_of(flat)
+  local m = {}
+  for i = 1, #flat, 2 do m[flat[i]] = flat[i + 1] end
+  return m
+end
+
+-- The entry's fields, or nil once it is gone.
+local function entry(eid)
+  local found = redis.call('XRANGE', S, eid, eid)
+  if #found == 0 then return nil end
+  return fields_of(found[1][2])
+end
+
+-- How many times the group delivered the pending entry (nil when not pending).
+local function deliveries(eid)
+  local p = redis.call('XPENDING', S, GROUP, eid, eid, 1)
+  if #p == 0 then return nil end
+  return tonumber(p[1][4])
+end
+
+-- The entry when ``token`` is still its delivery count and it is in flight (a stale
+-- receipt gets nil).
+local function held(eid, token)
+  if not redis.call('ZSCORE', V, eid) then return nil end
+  local count = deliveries(eid)
+  if count == nil or tostring(count) ~= token then return nil end
+  local m = entry(eid)
+  if m == nil then return nil end
+  m.deliveries = count
+  return m
+end
+
+local function append(m, uid, rc)
+  return redis.call('XADD', S, '*', 'id', m.id, 'body', m.body, 'enq', m.enq, 'uid', uid,
+                    'rc', rc)
+end
+
+-- Remove a pending entry from the stream and the group.
+local function drop(eid)
+  redis.call('XACK', S, GROUP, eid)
+  redis.call('XDEL', S, eid)
+  redis.call('ZREM', V, eid)
+end
+
+-- The message leaves the queue for good (acked or dead-lettered).
+local function forget(m)
+  redis.call('HDEL', F, m.uid)
+  redis.call('ZREM', A, m.uid)
+  if redis.call('HINCRBY', I, m.id, -1) <= 0 then redis.call('HDEL', I, m.id) end
+end

@@ -1,0 +1,21 @@
+-- ARGV: now, failed (1/0), then (entry id, token, visible at) per message.
+local now, failed = tonumber(ARGV[1]), ARGV[2] == '1'
+local count = 0
+for i = 3, #ARGV, 3 do
+  local eid, token, at = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  local m = held(eid, token)
+  if m ~= nil then
+    if failed then redis.call('HINCRBY', F, m.uid, 1) end
+    local rc = tostring(tonumber(m.rc) + m.deliveries)
+    drop(eid)
+    if tonumber(at) <= now then
+      append(m, m.uid, rc)
+    else
+      local parked = {id = m.id, body = m.body, enq = m.enq, rc = rc}
+      redis.call('HSET', P, m.uid, cjson.encode(parked))
+      redis.call('ZADD', D, at, m.uid)
+    end
+    count = count + 1
+  end
+end
+return count

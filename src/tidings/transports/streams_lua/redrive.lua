@@ -1,0 +1,17 @@
+-- ARGV: now, then dead letter ids. Each goes back as a fresh message, visible now.
+ensure_group()
+local now = ARGV[1]
+local count = 0
+for i = 2, #ARGV do
+  local found = redis.call('XRANGE', DL, ARGV[i], ARGV[i])
+  if #found > 0 then
+    local d = fields_of(found[1][2])
+    local uid = tostring(redis.call('INCR', SEQ))
+    redis.call('HINCRBY', I, d.id, 1)
+    redis.call('ZADD', A, now, uid)
+    append({id = d.id, body = d.body, enq = now}, uid, '0')
+    redis.call('XDEL', DL, ARGV[i])
+    count = count + 1
+  end
+end
+return count
