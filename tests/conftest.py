@@ -142,12 +142,9 @@ AMQP_TEST_URL = os.environ.get("TIDINGS_TEST_AMQP", "amqp://guest:guest@127.0.0.
 
 def rabbitmqctl(*args: str) -> None:
     """Run ``rabbitmqctl`` (it makes and deletes the test sessions' virtual hosts)."""
-    import subprocess
+    from support.rabbitmq import rabbitmqctl_run
 
-    done = subprocess.run(["rabbitmqctl", "-q", *args], capture_output=True, text=True,
-                          timeout=60, check=False)
-    if done.returncode:
-        raise RuntimeError(f"rabbitmqctl {' '.join(args)}: {done.stderr.strip()}")
+    rabbitmqctl_run(*args)
 
 
 @pytest.fixture(scope="session")

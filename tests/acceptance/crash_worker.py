@@ -13,6 +13,10 @@ wraps the store and the provider in small proxies that end the process with
 
 Exit status 137 means it died where asked; anything else is a failure of the test.
 
+``--transport`` names a broker (``amqp://…``, ``redis://…``) instead of the store's own
+queue: the process then dies holding deliveries the broker gives back when it sees the
+connection close.
+
 ``--channel-json`` replaces the channel's settings (a real adapter against the
 sandbox speaking its dialect, with its templates): its credentials come from the
 environment, as the CLI's do.
@@ -99,12 +103,14 @@ async def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--give-up-s", type=float, default=10.0)
     parser.add_argument("--channel", default="email")
     parser.add_argument("--channel-json", help="the channel's settings, as JSON")
+    parser.add_argument("--transport", default="sql", help="the setting transport")
     args = parser.parse_args(argv)
 
     channel = (json.loads(args.channel_json) if args.channel_json
                else {"provider": {"kind": "sandbox", "url": args.url}})
     settings = Settings.parse({
         "store": f"sqlite:///{args.db}",
+        "transport": args.transport,
         "channels": {args.channel: channel},
         "worker": {"lease_s": args.lease_s, "visibility_s": args.visibility_s},
     })

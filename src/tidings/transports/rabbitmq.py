@@ -66,15 +66,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import heapq
 import itertools
+import logging
 import math
 import uuid
 from collections import Counter, deque
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import aio_pika
 import aiormq
@@ -93,8 +95,14 @@ from tidings.transports.wakeups import Wakeups
 
 #: Delay buckets, seconds: powers of four from 0.25 s to three days.
 BUCKETS_S: tuple[float, ...] = tuple(0.25 * 4**k for k in range(11))
+#: A message a delay queue hands back this little before it is due (by the receiver's
+#: clock) is visible: what is left is shorter than the shortest delay queue.
+EARLY_S = BUCKETS_S[0]
 #: Returns of one copy of a message before the broker dead-letters it (crash loops).
-DELIVERY_LIMIT = 50
+DELIVERY_LIMIT = 100
+#: How often a process that does not consume a queue reads its head for the oldest age
+#: (each read counts one return on the head; the answer is kept meanwhile).
+PEEK_EVERY_S = 60.0
 #: Ids per queue this instance remembers having put there (beyond: ``contains`` is
 #: conservative until the queue drains).
 KNOWN_LIMIT = 100_000
@@ -114,6 +122,50 @@ H_DEAD_AT = "x-tidings-dead-at"
 AMQP_ERRORS: tuple[type[BaseException], ...] = (
     aiormq.exceptions.AMQPError, aio_pika.exceptions.AMQPException, ConnectionError,
     OSError, asyncio.TimeoutError, RuntimeError)
+#: The broker went away (restarted, connection dropped): worth connecting again.
+LOST: tuple[type[BaseException], ...] = (
+    ConnectionError, OSError, asyncio.TimeoutError,
+    aiormq.exceptions.ChannelInvalidStateError)
+#: Errors of a connection that connecting again cannot mend.
+NOT_LOST: tuple[type[BaseException], ...] = (
+    aiormq.exceptions.AuthenticationError, aiormq.exceptions.ProbableAuthenticationError,
+    aiormq.exceptions.IncompatibleProtocolError)
+#: How long an operation keeps connecting again after the broker went away.
+RETRY_FOR_S = 30.0
+
+log = logging.getLogger(__name__)
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+class BrokerLost(TransportError):
+    """The connection to the broker broke: the operation is tried again (see
+    ``retrying``); what this instance held went back to the queues with it."""
+
+
+def retrying(method: Callable[Concatenate[RabbitTransport, P], Coroutine[Any, Any, T]]
+             ) -> Callable[Concatenate[RabbitTransport, P], Coroutine[Any, Any, T]]:
+    """Run ``method`` again on a new connection while the broker is away, for up to
+    ``RETRY_FOR_S``. Every operation may run again: a publish repeated publishes
+    duplicates (the consumer's ledger sees them), and acks, nacks and dead-letters of
+    receipts from the lost connection are ignored (their messages come back)."""
+    @functools.wraps(method)
+    async def again(transport: RabbitTransport, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + RETRY_FOR_S
+        pause = 0.05
+        while True:
+            try:
+                return await method(transport, *args, **kwargs)
+            except BrokerLost as lost:
+                if transport._closed or loop.time() + pause > give_up:
+                    raise TransportError(str(lost)) from lost
+                log.warning("broker connection lost; connecting again",
+                            extra={"error": str(lost), "broker": transport.safe_url})
+                await asyncio.sleep(pause)
+                pause = min(1.0, pause * 2)
+
+    return again
 
 
 def bucket_for(remaining_s: float) -> float:
@@ -169,12 +221,17 @@ class _Copy:
                    failures=int(_num(headers, H_FAILURES)),
                    order=_text(headers, H_ORDER) or "")
 
-    def message(self, *, visible_at: float, extra: dict[str, Any] | None = None
+    def message(self, *, visible_at: float | None, extra: dict[str, Any] | None = None
                 ) -> aio_pika.Message:
+        """The copy as an AMQP message; ``visible_at`` only for a delay queue."""
+        # Times as text: AMQP tables carry a Python float as 32 bits (minutes off at
+        # epoch seconds), and ``repr`` gives it back exactly.
         headers: dict[str, Any] = {
-            H_ID: self.message_id, H_ENQUEUED: self.enqueued_at, H_VISIBLE: visible_at,
+            H_ID: self.message_id, H_ENQUEUED: repr(self.enqueued_at),
             H_RECEIVES: self.receives, H_FAILURES: self.failures, H_ORDER: self.order,
             H_COPY: uuid.uuid4().hex}
+        if visible_at is not None:
+            headers[H_VISIBLE] = repr(visible_at)
         headers.update(extra or {})
         short = self.message_id if len(self.message_id.encode("utf-8", "replace")) <= 255 \
             else None
@@ -207,6 +264,10 @@ class _QueueView:
     overflow: bool = False
     #: Delayed messages this instance put in a bucket: (due, order, bucket, id, enqueued).
     delayed: list[tuple[float, str, float, str, float]] = field(default_factory=list)
+    #: True once this instance received from the queue (it hands out what it takes).
+    consumer: bool = False
+    #: (when, enqueued_at) of the head last read by a process that does not consume.
+    peeked: tuple[float, float | None] | None = None
 
 
 class RabbitTransport:
@@ -222,6 +283,8 @@ class RabbitTransport:
         self._instance = uuid.uuid4().hex[:12]
         self._order = itertools.count()
         self._generation = 0
+        #: Connections opened so far (one more after each time the broker went away).
+        self.connections_opened = 0
         self._connection: AbstractRobustConnection | None = None
         self._channel: AbstractChannel | None = None
         self._probe: AbstractChannel | None = None
@@ -238,9 +301,13 @@ class RabbitTransport:
         """A transport on its own connection, from ``amqp://user:pass@host:port/vhost``
         (``?prefix=`` names the queues' prefix)."""
         transport = cls(url)
-        async with transport._io("connect"):
-            await transport._chan()
+        await transport._connect_once()
         return transport
+
+    @retrying
+    async def _connect_once(self) -> None:
+        async with self._io("connect"):
+            await self._chan()
 
     # ------------------------------------------------------------ connection
 
@@ -254,8 +321,10 @@ class RabbitTransport:
             raise
         except AMQP_ERRORS as exc:
             await self._drop()
-            raise TransportError(f"RabbitMQ at {self.safe_url}: {what}: "
-                                 f"{type(exc).__name__}: {exc}") from exc
+            text = f"RabbitMQ at {self.safe_url}: {what}: {type(exc).__name__}: {exc}"
+            if isinstance(exc, LOST) and not isinstance(exc, NOT_LOST):
+                raise BrokerLost(text) from exc
+            raise TransportError(text) from exc
 
     async def _drop(self) -> None:
         """Forget the connection and everything held on it (the broker returns it)."""
@@ -290,6 +359,7 @@ class RabbitTransport:
         # under receipts still in our hands.
         self._connection = await aio_pika.connect(self.url, timeout=10)  # type: ignore[assignment]
         self._generation += 1
+        self.connections_opened += 1
         assert self._connection is not None
         self._channel = await self._connection.channel(publisher_confirms=True)
         return self._channel
@@ -367,10 +437,12 @@ class RabbitTransport:
         view = self._view(queue)
         sends = []
         for copy, visible_at in items:
+            due: float | None = None
             if dead is not None:
                 target = self._dead_name(queue)
                 extra = {**dead, H_COPY: uuid.uuid4().hex}
             elif visible_at > now:
+                due = visible_at
                 bucket = bucket_for(visible_at - now)
                 target = await self._bucket(queue, bucket)
                 heapq.heappush(view.delayed, (visible_at, copy.order, bucket, copy.message_id,
@@ -381,7 +453,7 @@ class RabbitTransport:
                 self._know(view, copy.message_id)
                 extra = None
             sends.append(channel.default_exchange.publish(
-                copy.message(visible_at=visible_at, extra=extra), routing_key=target,
+                copy.message(visible_at=due, extra=extra), routing_key=target,
                 mandatory=True))
         results = await asyncio.gather(*sends, return_exceptions=True)
         for result in results:
@@ -406,6 +478,7 @@ class RabbitTransport:
 
     # ------------------------------------------------------------ the port
 
+    @retrying
     async def publish(self, queue: str, messages: Sequence[OutgoingMessage], *, now: float) -> None:
         """Publish messages, each visible after its ``delay_s``, with publisher confirms."""
         if not messages:
@@ -418,6 +491,7 @@ class RabbitTransport:
                  now + max(0.0, m.delay_s)) for m in messages], now=now)
         self._wakeups.wake(queue)
 
+    @retrying
     async def receive(
         self, queue: str, *, max_messages: int, visibility_s: float, now: float
     ) -> list[Received]:
@@ -427,6 +501,7 @@ class RabbitTransport:
         async with self._lock, self._io(f"receive from {queue}"):
             main = await self._main(queue)
             view = self._view(queue)
+            view.consumer = True
             await self._expire(view, now)
             await self._promote(queue, view, now)
             out: list[Received] = []
@@ -434,8 +509,8 @@ class RabbitTransport:
                 held = view.stash.popleft() if view.stash else await self._get(queue, main)
                 if held is None:
                     break
-                visible_at = _num(dict(held.delivery.headers or {}), H_VISIBLE)
-                if visible_at > now:  # a bucket gave it back early: the rest of its delay
+                visible_at = _num(dict(held.delivery.headers or {}), H_VISIBLE, default=now)
+                if visible_at > now + EARLY_S:  # a bucket gave it back early: the rest
                     await self._put(queue, [(held.copy, visible_at)], now=now)
                     await held.delivery.ack()
                     continue
@@ -484,7 +559,7 @@ class RabbitTransport:
                 delivery = await source.get(no_ack=False, fail=False)
                 if delivery is None:
                     break
-                visible_at = _num(dict(delivery.headers or {}), H_VISIBLE)
+                visible_at = _num(dict(delivery.headers or {}), H_VISIBLE, default=now)
                 if visible_at > now:
                     await delivery.nack(requeue=True)  # back to the head of its bucket
                     break
@@ -512,6 +587,7 @@ class RabbitTransport:
                 taken.append((receipt, held))
         return taken
 
+    @retrying
     async def ack(self, queue: str, receipts: Sequence[str]) -> None:
         """Remove messages for good; unknown or already acked receipts are a no-op."""
         if not receipts:
@@ -520,6 +596,7 @@ class RabbitTransport:
             for _, held in self._take(queue, receipts):
                 await held.delivery.ack()
 
+    @retrying
     async def nack(self, queue: str, receipts: Sequence[tuple[str, float]], *, now: float,
                    failed: bool = False) -> None:
         """Make messages visible again after the paired delay, counting a failure on each
@@ -557,6 +634,7 @@ class RabbitTransport:
             if held is not None:
                 held.deadline = now + visibility_s
 
+    @retrying
     async def dead_letter(
         self, queue: str, receipts: Sequence[tuple[str, str]], *, now: float
     ) -> None:
@@ -568,7 +646,7 @@ class RabbitTransport:
                              enqueued_at=held.copy.enqueued_at, receives=held.receive_count,
                              failures=held.copy.failures, order=held.copy.order)
                 await self._put(queue, [(copy, now)], now=now, dead={
-                    H_REASON: reasons[receipt], H_DEAD_AT: now})
+                    H_REASON: reasons[receipt], H_DEAD_AT: repr(now)})
                 await held.delivery.ack()
 
     async def _dead_channel(self, queue: str) -> tuple[AbstractChannel, AbstractQueue]:
@@ -594,6 +672,7 @@ class RabbitTransport:
                           message_id=message_id_of(delivery), body=shown(delivery.body),
                           reason=reason, receive_count=receives, dead_at=dead_at)
 
+    @retrying
     async def dead_letters(self, queue: str, *, limit: int = 100) -> list[DeadLetter]:
         """The oldest dead letters of ``queue`` (read and given back, in order)."""
         async with self._io(f"dead letters of {queue}"):
@@ -613,6 +692,7 @@ class RabbitTransport:
                 with contextlib.suppress(Exception):
                     await channel.close()
 
+    @retrying
     async def redrive(self, queue: str, ids: Sequence[str], *, now: float) -> int:
         """Put dead letters back on their queue as fresh messages visible now."""
         wanted = set(ids)
@@ -661,25 +741,50 @@ class RabbitTransport:
             view.overflow = False
         return ready, delayed, dead
 
+    @retrying
     async def depth(self, queue: str, *, now: float) -> QueueDepth:
         """Ready, delayed, in-flight (held here) and dead counts, and the oldest age."""
         async with self._lock, self._io(f"depth of {queue}"):
             ready, delayed, dead = await self._counts(queue)
             view = self._view(queue)
-            if ready and not view.stash:  # take the head to read its age; handed out next
-                held = await self._get(queue, await self._main(queue))
-                if held is not None:
-                    view.stash.append(held)
-                    ready -= 1
+            head = None
+            if ready and not view.stash:
+                head, ready = await self._head(queue, view, now, ready)
             expired = sum(1 for h in view.held.values() if h.deadline <= now)
             enqueued = [h.copy.enqueued_at for h in (*view.held.values(), *view.stash)]
             enqueued += [entry[4] for entry in view.delayed]
+            enqueued += [] if head is None else [head]
             oldest = min(enqueued, default=None)
             return QueueDepth(
                 ready=ready + len(view.stash) + expired, delayed=delayed,
                 in_flight=len(view.held) - expired, dead=dead,
                 oldest_age_s=0.0 if oldest is None else max(0.0, now - oldest))
 
+    async def _head(self, queue: str, view: _QueueView, now: float, ready: int
+                    ) -> tuple[float | None, int]:
+        """The enqueued time of the head of the queue, and the ready count left.
+
+        A consumer of the queue takes the head and keeps it for its next receive (no
+        return counted). Another process (the CLI's status, another channel's worker)
+        reads it and gives it back, which counts a return on it: at most once per
+        ``PEEK_EVERY_S``, the answer kept meanwhile."""
+        if view.consumer:
+            held = await self._get(queue, await self._main(queue))
+            if held is None:
+                return None, ready
+            view.stash.append(held)
+            return None, ready - 1
+        if view.peeked is not None and now - view.peeked[0] < PEEK_EVERY_S:
+            return view.peeked[1], ready
+        delivery = await (await self._main(queue)).get(no_ack=False, fail=False)
+        enqueued = None
+        if delivery is not None:
+            enqueued = _Copy.of(delivery).enqueued_at
+            await delivery.nack(requeue=True)
+        view.peeked = (now, enqueued)
+        return enqueued, ready
+
+    @retrying
     async def contains(self, queue: str, message_ids: Sequence[str]) -> set[str]:
         """Which of ``message_ids`` still have a message on the queue (any visibility):
         exact when this instance accounts for every message on it, else all of them."""
@@ -696,6 +801,7 @@ class RabbitTransport:
                 return asked
             return asked & (here | set(view.known) | {e[3] for e in view.delayed})
 
+    @retrying
     async def wait(self, queue: str, *, timeout_s: float, now: float) -> None:
         """Sleep until a message is ready here or on the broker, until what this instance
         holds or delayed falls due, a publish in this process, or ``timeout_s``."""
@@ -722,6 +828,7 @@ class RabbitTransport:
         await self._drop()
         self._closed = True
 
+    @retrying
     async def delete_queues(self, queues: Iterable[str]) -> None:
         """Delete the broker queues of ``queues`` (their delay and dead-letter queues too)."""
         names = [name for queue in queues for name in (
