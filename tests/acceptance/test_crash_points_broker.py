@@ -109,7 +109,8 @@ async def recover(rt: Runtime) -> None:
             return
         await asyncio.sleep(0.05)
     counts = await rt.store.intent_counts()
-    raise AssertionError(f"not settled after {GUARD_S} s: {counts}")
+    depth = await rt.transport.depth("email", now=rt.clock.now())
+    raise AssertionError(f"not settled after {GUARD_S} s: {counts}, {depth}")
 
 
 def email_stats(server: SandboxServer) -> dict[str, Any]:
