@@ -10,7 +10,6 @@ from tidings.cron import check_instant
 from tidings.errors import ConfigurationError, InvalidInput, unknown_name
 from tidings.keys import check_json_text, check_text, notify_key, validate_key
 from tidings.model import IntentDraft, Recipient, encode_data
-from tidings.relay import publish
 from tidings.states import State
 from tidings.stores.base import Store
 from tidings.transports.base import Transport
@@ -164,12 +163,8 @@ async def admit_drafts(
     if soon and enqueue_in_store:
         await store.intent_admit(soon, now=now, enqueue=True)
     elif soon:
-        new = await store.intent_admit(soon, now=now, publish_lease_until=now + lease_s)
-        if new:
-            fresh = set(new)
-            await publish(transport, ((d.key, d.channel, d.due_at) for d in soon
-                                      if d.key in fresh), now=now)
-            await store.intent_mark_enqueued(new, now=now)
+        # The outbox: written selected, published by the relay; never waits for a broker.
+        await store.intent_admit(soon, now=now)
 
 
 async def cancel(store: Store, key: str, *, channels: Collection[str], now: float,

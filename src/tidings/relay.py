@@ -1,20 +1,31 @@
 """The outbox relay: publishes selected intents to their channel queues.
 
-Admission publishes what it just wrote; the relay picks up everything else that is
-``selected``: future-dated intents whose window opened, and intents whose publisher
-died between writing and publishing (their publish lease expired). The message id is
-always the intent key, so a second publication is a harmless duplicate.
+With the store's own queue, admission writes intents and their messages in one
+transaction and the relay only picks up what was left ``selected``: future-dated
+intents whose window opened, intents of a paused channel once it resumes. With a
+broker transport the outbox is real: admission writes intents ``selected`` and returns
+without waiting for the broker, and the relay (``relay_loop``, run by the scheduler
+service; every reconciler pass too) leases a page of them, publishes it, and marks it
+``enqueued``. The message id is always the intent key, so a second publication (a
+publish whose answer was lost, a relay that died between publishing and marking) is a
+harmless duplicate: the worker's ledger check turns it into ``duplicate_observed``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from tidings.clock import Clock
 from tidings.model import OutgoingMessage, message_body
 from tidings.stores.base import PublishItem, Store
 from tidings.transports.base import Transport
+
+log = logging.getLogger("tidings.relay")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -22,6 +33,11 @@ class RelayConfig:
     horizon_s: float = 60.0
     lease_s: float = 30.0
     page: int = 5000
+    idle_s: float = 0.05
+    """The relay loop's first wait when it found nothing; doubled up to ``max_idle_s``."""
+    max_idle_s: float = 0.5
+    pages_in_flight: int = 1
+    """Relay loops side by side (a server store hands each a page of its own)."""
 
 
 async def publish(
@@ -37,6 +53,32 @@ async def publish(
     return sum(len(m) for m in by_channel.values())
 
 
+#: Attempts at publishing a leased page, and the pause before each retry after the first.
+PUBLISH_ATTEMPTS = 3
+RETRY_PAUSE_S = 0.2
+
+
+async def publish_leased(transport: Transport, items: Sequence[PublishItem], *,
+                         now: float) -> None:
+    """Publish a leased page; while an attempt fails, publish it again under the same
+    keys (at once, then after a pause), ``PUBLISH_ATTEMPTS`` times in all: an attempt
+    whose answer was lost may have landed, and the duplicate is harmless. The last
+    failure is raised: the page stays ``selected``, its lease lapses, and a later pass
+    publishes it."""
+    for attempt in range(1, PUBLISH_ATTEMPTS + 1):
+        try:
+            await publish(transport, ((i.key, i.channel, i.due_at) for i in items), now=now)
+            return
+        except Exception as exc:
+            if attempt == PUBLISH_ATTEMPTS:
+                raise
+            log.warning("publish failed; publishing the page again", extra={
+                "count": len(items), "attempt": attempt,
+                "error": str(exc) or type(exc).__name__})
+        if attempt > 1:
+            await asyncio.sleep(RETRY_PAUSE_S)
+
+
 async def relay_pass(
     store: Store, transport: Transport, *, now: float, config: RelayConfig,
     paused_channels: Sequence[str] = (), max_pages: int = 20,
@@ -50,9 +92,39 @@ async def relay_pass(
         # pass takes them once the channel is resumed.
         ready = [i for i in claimed if i.channel not in paused_channels]
         if ready:
-            await publish(transport, ((i.key, i.channel, i.due_at) for i in ready), now=now)
+            await publish_leased(transport, ready, now=now)
             await store.intent_mark_enqueued([i.key for i in ready], now=now)
             total += len(ready)
         if len(claimed) < config.page:
             break
     return total
+
+
+async def relay_loop(store: Store, transport: Transport, config: RelayConfig, *, clock: Clock,
+                     stopping: asyncio.Event,
+                     paused_channels: Callable[[], Awaitable[Sequence[str]]],
+                     published: Callable[[int], None] | None = None) -> None:
+    """Relay passes until ``stopping``: at once again while there is work, then waits
+    that double from ``idle_s`` to ``max_idle_s``. A failed pass (the broker or the
+    store down) is logged and tried again: the intents stay ``selected``, never lost."""
+
+    async def one_loop() -> None:
+        idle = config.idle_s
+        while not stopping.is_set():
+            count = 0
+            try:
+                count = await relay_pass(store, transport, now=clock.now(), config=config,
+                                         paused_channels=await paused_channels())
+            except Exception:
+                log.exception("relay pass failed")
+                idle = config.max_idle_s
+            if count:
+                if published is not None:
+                    published(count)
+                idle = config.idle_s
+                continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stopping.wait(), timeout=idle)
+            idle = min(idle * 2, config.max_idle_s)
+
+    await asyncio.gather(*(one_loop() for _ in range(max(1, config.pages_in_flight))))

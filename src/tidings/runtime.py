@@ -208,9 +208,16 @@ class Runtime:
 
     def relay_config(self) -> RelayConfig:
         s = self.settings.scheduler
-        return RelayConfig(horizon_s=s.relay_horizon_s, lease_s=s.relay_lease_s)
+        return RelayConfig(horizon_s=s.relay_horizon_s, lease_s=s.relay_lease_s,
+                           pages_in_flight=2 if self.store.concurrent_writers else 1)
 
-    def scheduler(self) -> Scheduler:
+    @property
+    def relay_beside_admission(self) -> bool:
+        """With a broker, the scheduler service runs the relay as a loop of its own
+        beside admission (``relay.relay_loop``): a pass writes the outbox and returns."""
+        return not self.enqueue_in_store
+
+    def scheduler(self, *, relay_in_pass: bool = True) -> Scheduler:
         s = self.settings.scheduler
         shape = admission_shape(self.store.concurrent_writers)
         return Scheduler(store=self.store, transport=self.transport, campaigns=self.campaigns,
@@ -219,6 +226,7 @@ class Runtime:
                              max_pages=s.max_pages or shape.max_pages,
                              pages_in_flight=s.pages_in_flight or shape.pages_in_flight,
                              enqueue_in_store=self.enqueue_in_store,
+                             relay_in_pass=relay_in_pass,
                              relay=self.relay_config()))
 
     def guardrails(self) -> GuardrailConfig:

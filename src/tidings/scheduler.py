@@ -20,7 +20,7 @@ from tidings.errors import InvalidInput, unknown_name
 from tidings.keys import campaign_key, campaign_key_parts, check_recipient_ids, template_ref
 from tidings.logs import log_time
 from tidings.model import DraftPage, Event, Recipient, encode_data
-from tidings.relay import RelayConfig, publish, relay_pass
+from tidings.relay import RelayConfig, relay_pass
 from tidings.retention import pruned_before
 from tidings.stores.base import Occurrence, OccurrenceProgress, Store, Switch
 from tidings.transports.base import Transport
@@ -51,12 +51,16 @@ def admission_shape(concurrent_writers: bool) -> AdmissionShape:
 @dataclass(frozen=True, kw_only=True)
 class SchedulerConfig:
     """``enqueue_in_store``: the transport is the store's own queue table, so a page's
-    intents and messages are written in one transaction (see ``Store.intent_admit``)."""
+    intents and messages are written in one transaction (see ``Store.intent_admit``);
+    else intents are written ``selected`` and the relay publishes them.
+    ``relay_in_pass``: a pass ends with a relay pass (off where ``relay.relay_loop``
+    runs beside admission, as the scheduler service does with a broker)."""
 
     page_size: int = 5000
     max_pages: int = 20
     pages_in_flight: int = 1
     enqueue_in_store: bool = False
+    relay_in_pass: bool = True
     relay: RelayConfig = field(default_factory=RelayConfig)
 
 
@@ -178,9 +182,10 @@ class Scheduler:
                     await self._skip(campaign, due, now, reason)
                     continue
             await self._admit(campaign, due, "scheduled", now, switches, result)
-        result.published += await relay_pass(
-            self.store, self.transport, now=now, config=self.config.relay,
-            paused_channels=switches.paused_channels())
+        if self.config.relay_in_pass:
+            result.published += await relay_pass(
+                self.store, self.transport, now=now, config=self.config.relay,
+                paused_channels=switches.paused_channels())
         if log.isEnabledFor(logging.DEBUG):
             log.debug("scheduler pass", extra={
                 "occurrences": len(result.occurrences), "members": result.members,
@@ -356,10 +361,11 @@ class Scheduler:
                      result: PassResult, *, after: asyncio.Task[None] | None = None) -> None:
         """Write one page's intents and move the high-water mark in one transaction
         (after the previous page's write, ``after``, has moved it)."""
+        # Fused, the messages are written with the intents; else the intents wait in the
+        # outbox (selected) for the relay, and admission never waits for the broker.
         fused = self.config.enqueue_in_store
         new_keys = await self.store.intent_admit(
-            drafts, now=now, enqueue=fused, progress=progress, progress_after=after,
-            publish_lease_until=None if fused else now + self.config.relay.lease_s)
+            drafts, now=now, enqueue=fused, progress=progress, progress_after=after)
         result.members += progress.members
         result.skipped += progress.skipped
         result.admitted += len(new_keys)
@@ -369,12 +375,8 @@ class Scheduler:
             "occurrence": progress.occurrence, "members": progress.members,
             "admitted": len(new_keys), "skipped": progress.skipped,
             "existing": len(drafts) - len(new_keys), "high_water": progress.high_water})
-        if new_keys and not fused:
-            fresh = set(new_keys)
-            await publish(self.transport, ((d.key, d.channel, d.due_at)
-                                           for d in drafts if d.key in fresh), now=now)
-            await self.store.intent_mark_enqueued(new_keys, now=now)
-        result.published += len(new_keys)
+        if fused:
+            result.published += len(new_keys)
 
     async def _finish(self, occurrence: str, campaign: str, kind: str,
                       writes: list[asyncio.Task[None]], now: float) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 from tidings import progress
 from tidings.guardrails import enforce
 from tidings.holds import sweep as holds_sweep
+from tidings.relay import relay_loop
 from tidings.retention import RetentionConfig, prune, prune_due
 from tidings.runtime import Runtime
 from tidings.scheduler import PassResult, Switches
@@ -131,13 +132,29 @@ async def serve_worker(runtime: Runtime, channel: str, *, worker_id: str | None 
 
 
 async def serve_scheduler(runtime: Runtime, *, once: bool = False) -> None:
-    """Run admission passes every ``scheduler.interval_s`` (or one pass with ``once``)."""
-    scheduler = runtime.scheduler()
+    """Run admission passes every ``scheduler.interval_s`` (or one pass with ``once``).
+
+    With a broker transport the relay runs beside admission (``relay.relay_loop``)
+    until the service stops: a pass writes intents to the outbox and returns without
+    waiting for the broker. With ``once`` the relay publishes what is due first."""
+    beside = runtime.relay_beside_admission and not once
+    scheduler = runtime.scheduler(relay_in_pass=not beside)
     stopping = asyncio.Event()
     on_signals(stopping.set)
     progress.log_lines(progress.startup(runtime, "scheduler"))
     totals = {"passes": 0, "members": 0, "admitted": 0, "published": 0}
     reporter = asyncio.create_task(report_loop(lambda: dict(totals), stopping))
+    relay: asyncio.Task[None] | None = None
+    if beside:
+        async def paused() -> list[str]:
+            return Switches.of(await runtime.store.switch_all()).paused_channels()
+
+        def published(count: int) -> None:
+            totals["published"] += count
+
+        relay = asyncio.create_task(relay_loop(
+            runtime.store, runtime.transport, runtime.relay_config(), clock=runtime.clock,
+            stopping=stopping, paused_channels=paused, published=published))
     try:
         while not stopping.is_set():
             result = await scheduler.run_pass(now=runtime.clock.now())
@@ -151,6 +168,8 @@ async def serve_scheduler(runtime: Runtime, *, once: bool = False) -> None:
                                        timeout=runtime.settings.scheduler.interval_s)
     finally:
         stopping.set()
+        if relay is not None:
+            await relay
         await reporter
         log.info("stopped", extra={"role": "scheduler", **totals})
 

@@ -568,7 +568,7 @@ async def test_lost_ack_after_acceptance_redelivers_as_a_duplicate(h: Harness) -
     assert await h.queue_total() == 0
 
 
-async def test_scheduler_retry_after_publish_timeout_makes_no_second_intent(
+async def test_a_publish_whose_answer_is_lost_is_published_again_under_its_key(
     make_harness: HarnessFactory,
 ) -> None:
     # given a campaign of five, and a transport (a broker, not the store's own queue
@@ -578,18 +578,71 @@ async def test_scheduler_retry_after_publish_timeout_makes_no_second_intent(
     h.rt.transport = flaky
     scheduler = h.rt.scheduler()
     scheduler.config = dataclasses.replace(scheduler.config, enqueue_in_store=False)
+    h.clock.set(at("2026-06-01 09:00:30"))
+
+    # when the pass admits them to the outbox and the relay publishes
+    first = await scheduler.run_pass(now=h.clock.now())
+
+    # then the relay published the page again under the same keys: enqueued once each,
+    # and the duplicate copies are on the queue beside the first ones
+    assert (first.admitted, first.published, flaky.timed_out) == (5, 5, 1)
+    keys = sorted(i.key for i in await h.all_intents())
+    assert {i.state for i in await h.all_intents()} == {State.ENQUEUED}
+    for key in keys:
+        assert (await h.event_types(key)).count("enqueued") == 1
+    assert await h.queue_total() == 10
+
+    # and a rerun creates no second intent; the workers deliver each once, judged by
+    # the sandbox (the copies are duplicates observed, never sent)
+    rerun = await scheduler.run_pass(now=h.clock.now() + 1)
+    assert (rerun.admitted, rerun.published) == (0, 0)
+    await h.drive(h.worker())
+    stats = h.stats()
+    assert (stats["requests"], stats["accepted_keys"], stats["keys_accepted_twice"]) == (5, 5, 0)
+    observed = [(await h.event_types(k)).count("duplicate_observed") for k in keys]
+    assert observed == [1] * 5
+    assert len(await h.all_intents()) == 5
+
+
+class PublishFailsWhileDown(TransportProxy):
+    """Every publish reaches the broker, and its answer is lost, while ``down``."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner)
+        self.down = True
+        self.attempts = 0
+
+    async def publish(self, queue: str, messages: Sequence[OutgoingMessage], *,
+                      now: float) -> None:
+        await self.inner.publish(queue, messages, now=now)
+        self.attempts += 1
+        if self.down:
+            raise TimeoutError("publish timed out (after the broker stored the messages)")
+
+
+async def test_a_relay_that_cannot_publish_leaves_the_outbox_for_a_later_pass(
+    make_harness: HarnessFactory,
+) -> None:
+    # given a campaign of five and a broker whose answers are lost for a while
+    h = await make_harness(campaigns=[digest(people(5))])
+    flaky = PublishFailsWhileDown(h.rt.transport)
+    h.rt.transport = flaky
+    scheduler = h.rt.scheduler()
+    scheduler.config = dataclasses.replace(scheduler.config, enqueue_in_store=False)
     relay_lease = h.rt.settings.scheduler.relay_lease_s
     h.clock.set(at("2026-06-01 09:00:30"))
 
-    # when the pass fails with the timeout and is run again
+    # when the pass fails after its attempts, and is run again within the relay lease
     with pytest.raises(TimeoutError):
         await scheduler.run_pass(now=h.clock.now())
     first = sorted(i.key for i in await h.all_intents())
+    attempts = flaky.attempts
+    flaky.down = False
     h.clock.advance(1)
     rerun = await scheduler.run_pass(now=h.clock.now())
 
-    # then the rerun finds the same keys and creates no second intent
-    assert len(first) == 5 and rerun.admitted == 0
+    # then the intents wait in the outbox, selected, with no second intent
+    assert len(first) == 5 and attempts > 1 and rerun.admitted == 0
     assert sorted(i.key for i in await h.all_intents()) == first
     assert {i.state for i in await h.all_intents()} == {State.SELECTED}
     assert rerun.published == 0  # the publish lease of the failed pass still holds
@@ -601,7 +654,7 @@ async def test_scheduler_retry_after_publish_timeout_makes_no_second_intent(
     assert (relayed.published, later.published) == (5, 0)
     for key in first:
         assert (await h.event_types(key)).count("enqueued") == 1
-    assert await h.queue_total() == 10  # the timed-out publish did reach the queue
+    assert await h.queue_total() == 5 * (attempts + 1)  # every lost answer had landed
 
     # and the workers deliver each once, judged by the sandbox
     await h.drive(h.worker())

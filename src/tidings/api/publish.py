@@ -40,7 +40,6 @@ from tidings.cron import EARLIEST_DATE, LATEST_DATE, logical_day
 from tidings.errors import InvalidInput
 from tidings.keys import campaign_key, check_json_text, queue_key, template_ref, validate_key
 from tidings.model import IntentDraft, Recipient, encode_data
-from tidings.relay import publish as publish_messages
 from tidings.runtime import Runtime
 from tidings.scheduler import Switches, occurrence_id
 from tidings.stores.base import IdempotentResponse
@@ -254,8 +253,9 @@ async def find_member(audience: Audience, rid: str) -> Recipient | None:
 
 
 async def admit(runtime: Runtime, drafts: Sequence[IntentDraft], now: float) -> list[str]:
-    """Write intents (an existing key is a no-op) and publish the ones due soon, as
-    ``notify`` does; returns the keys created now."""
+    """Write intents (an existing key is a no-op), as ``notify`` does: with the store's
+    own queue the ones due soon are enqueued in the same transaction; with a broker they
+    wait ``selected`` for the relay. Returns the keys created now."""
     if not drafts:
         return []
     s = runtime.settings.scheduler
@@ -266,13 +266,8 @@ async def admit(runtime: Runtime, drafts: Sequence[IntentDraft], now: float) -> 
     if soon and runtime.enqueue_in_store:
         created += await store.intent_admit(soon, now=now, enqueue=True)
     elif soon:
-        new = await store.intent_admit(soon, now=now, publish_lease_until=now + s.relay_lease_s)
-        if new:
-            fresh = set(new)
-            await publish_messages(runtime.transport, ((d.key, d.channel, d.due_at)
-                                                       for d in soon if d.key in fresh), now=now)
-            await store.intent_mark_enqueued(new, now=now)
-        created += new
+        # The outbox: the relay publishes them; the request never waits for the broker.
+        created += await store.intent_admit(soon, now=now)
     return created
 
 
