@@ -21,8 +21,8 @@ Here the delays are buckets, powers of four from a quarter of a second to three 
 always expires first. A message goes into the largest bucket not longer than what is
 left of its delay and carries the exact time it is due (``x-tidings-visible-at``); when
 a bucket hands it back early, the receiver puts it into the next smaller bucket for the
-rest (a few hops per level), so it is never visible early and late by at most the
-smallest bucket.
+rest (at most three hops per level), so it is visible at most the smallest bucket early
+by the receiver's clock, and late by at most that much plus the time until a receive.
 
 **Time comes from the caller** (the port's rule), and the broker's timers run on the
 broker's clock. So the transport also moves what it knows is due by the caller's
@@ -50,10 +50,18 @@ count per channel from 1, so a receipt from before a reconnect (whose delivery t
 broker has already put back) is never taken for one after it; unknown receipts are
 ignored.
 
+**The broker going away** (a restart, a dropped connection): every operation connects
+again and runs again for up to ``RETRY_FOR_S``. What the lost connection held is back on
+the queue (the broker returns unacked deliveries), so acks, nacks and dead-letters of
+its receipts are ignored and those messages are received again (the ledger turns the
+second receive into a duplicate observed); a publish run again may publish twice.
+
 **Depth and ``contains``.** AMQP 0.9.1 tells a queue's ready count only. Delayed counts
-are the delay queues' counts; in flight is what this instance holds; the oldest age is
-read from the head of the queue, taken (not put back) and handed out by the next
-receive of this instance. ``contains`` cannot be asked of a queue by message id (a scan
+are the delay queues' counts; in flight is what this instance holds (another process's
+deliveries are invisible to it); the oldest age is read from the head of the queue: a
+process that consumes the queue takes it and hands it out with its next receive, any
+other reads it and gives it back (a return counted on the head) at most once a minute.
+``contains`` cannot be asked of a queue by message id (a scan
 with get-and-requeue costs a return per message on every look, eating the delivery
 limit); so the transport answers exactly only when its own view accounts for every
 message on the queue (what it holds, published and has not received since, delayed), as
