@@ -45,10 +45,15 @@ a new copy (with confirm) and then ack the old one: a crash between the two leav
 copies, which the consumer's ledger turns into a duplicate observed, never a second
 send. ``failures`` travel in ``x-tidings-failures`` on the copy.
 
-**Receipts** are ``"<instance>:<connection generation>:<delivery tag>"``: delivery tags
-count per channel from 1, so a receipt from before a reconnect (whose delivery the
-broker has already put back) is never taken for one after it; unknown receipts are
-ignored.
+**Receiving** is ``basic.get`` on eight channels side by side (a quorum queue answers
+one get per channel at a time; a consumer's prefetch would hold messages no receive
+asked for, out of every other process's reach), the batch sorted back into publish
+order.
+
+**Receipts** are ``"<instance>:<connection generation>.<channel>:<delivery tag>"``:
+delivery tags count per channel from 1, so a receipt from before a reconnect (whose
+delivery the broker has already put back) or of another channel is never taken for
+this one; unknown receipts are ignored.
 
 **The broker going away** (a restart, a dropped connection): every operation connects
 again and runs again for up to ``RETRY_FOR_S``. What the lost connection held is back on
@@ -106,6 +111,8 @@ BUCKETS_S: tuple[float, ...] = tuple(0.25 * 4**k for k in range(11))
 #: A message a delay queue hands back this little before it is due (by the receiver's
 #: clock) is visible: what is left is shorter than the shortest delay queue.
 EARLY_S = BUCKETS_S[0]
+#: Channels a receive takes messages on side by side (one ``basic.get`` each at a time).
+GET_CHANNELS = 8
 #: Returns of one copy of a message before the broker dead-letters it (crash loops).
 DELIVERY_LIMIT = 100
 #: How often a process that does not consume a queue reads its head for the oldest age
@@ -299,6 +306,8 @@ class RabbitTransport:
         self._lock = asyncio.Lock()
         self._declared: set[str] = set()
         self._queues: dict[str, AbstractQueue] = {}
+        self._get_channels: list[AbstractChannel] = []
+        self._get_views: dict[str, list[AbstractQueue]] = {}
         self._connect_lock = asyncio.Lock()
         self._views: dict[str, _QueueView] = {}
         self._wakeups = Wakeups()
@@ -338,6 +347,8 @@ class RabbitTransport:
         """Forget the connection and everything held on it (the broker returns it)."""
         connection, self._connection, self._channel, self._probe = (
             self._connection, None, None, None)
+        self._get_channels = []
+        self._get_views = {}
         for view in self._views.values():
             view.held.clear()
             view.stash.clear()
@@ -512,24 +523,65 @@ class RabbitTransport:
             view.consumer = True
             await self._expire(view, now)
             await self._promote(queue, view, now)
+            del main
             out: list[Received] = []
             while len(out) < max_messages:
-                held = view.stash.popleft() if view.stash else await self._get(queue, main)
-                if held is None:
-                    break
-                visible_at = _num(dict(held.delivery.headers or {}), H_VISIBLE, default=now)
-                if visible_at > now + EARLY_S:  # a bucket gave it back early: the rest
-                    await self._put(queue, [(held.copy, visible_at)], now=now)
-                    await held.delivery.ack()
-                    continue
-                receipt = f"{self._instance}:{self._generation}:{held.delivery.delivery_tag}"
-                held.deadline = now + visibility_s
-                view.held[receipt] = held
-                out.append(Received(
-                    queue=queue, message_id=held.copy.message_id, body=body_of(held.copy.body),
-                    receipt=receipt, receive_count=held.receive_count,
-                    enqueued_at=held.copy.enqueued_at, failures=held.copy.failures))
+                wanted = max_messages - len(out)
+                batch = await self._take_batch(queue, view, wanted)
+                out += await self._hand_out(queue, view, batch, visibility_s=visibility_s,
+                                            now=now)
+                if len(batch) < min(wanted, GET_CHANNELS):
+                    break  # the queue has no more
             return out
+
+    async def _take_batch(self, queue: str, view: _QueueView, wanted: int) -> list[_Held]:
+        """Up to ``wanted`` messages from the head: the stashed one first, then gets on
+        the get channels side by side (a quorum queue answers one ``basic.get`` per
+        channel at a time), in publish order."""
+        taken: list[_Held] = []
+        while view.stash and len(taken) < wanted:
+            taken.append(view.stash.popleft())
+        if len(taken) < wanted:
+            queues = await self._get_queues(queue)
+            width = min(wanted - len(taken), len(queues))
+            got = await asyncio.gather(*(self._get(queue, q) for q in queues[:width]))
+            taken += [h for h in got if h is not None]
+        return sorted(taken, key=lambda h: h.copy.order)
+
+    async def _hand_out(self, queue: str, view: _QueueView, batch: list[_Held], *,
+                        visibility_s: float, now: float) -> list[Received]:
+        out: list[Received] = []
+        for held in batch:
+            visible_at = _num(dict(held.delivery.headers or {}), H_VISIBLE, default=now)
+            if visible_at > now + EARLY_S:  # a bucket gave it back early: the rest
+                await self._put(queue, [(held.copy, visible_at)], now=now)
+                await held.delivery.ack()
+                continue
+            channel = held.delivery.channel.number if held.delivery.channel else 0
+            receipt = (f"{self._instance}:{self._generation}.{channel}:"
+                       f"{held.delivery.delivery_tag}")
+            held.deadline = now + visibility_s
+            view.held[receipt] = held
+            out.append(Received(
+                queue=queue, message_id=held.copy.message_id, body=body_of(held.copy.body),
+                receipt=receipt, receive_count=held.receive_count,
+                enqueued_at=held.copy.enqueued_at, failures=held.copy.failures))
+        return out
+
+    async def _get_queues(self, queue: str) -> list[AbstractQueue]:
+        """The queue as seen from each get channel (opened once per connection)."""
+        await self._main(queue)
+        name = self._name(queue)
+        if not self._get_channels:
+            assert self._connection is not None
+            for _ in range(GET_CHANNELS):
+                self._get_channels.append(
+                    await self._connection.channel(publisher_confirms=False))
+        found = self._get_views.get(name)
+        if found is None:
+            found = [await c.get_queue(name, ensure=False) for c in self._get_channels]
+            self._get_views[name] = found
+        return found
 
     async def _get(self, queue: str, main: AbstractQueue) -> _Held | None:
         delivery = await main.get(no_ack=False, fail=False)
