@@ -140,3 +140,19 @@ async def test_contains_is_conservative_where_another_instance_published(
     [got] = await asker.receive("email", max_messages=1, visibility_s=VIS, now=time.time())
     await asker.ack("email", [got.receipt])
     assert await asker.contains("email", ["theirs", "never"]) == set()  # an empty queue
+
+
+async def test_drop_all_deletes_the_queues_it_used(
+    amqp_url: str, transports: list[RabbitTransport]
+) -> None:
+    transport = await open_one(amqp_url, transports)
+    now = time.time()
+    await transport.publish("email", [msg("a"), msg("later", delay_s=100)], now=now)
+    await transport.publish("sms", [msg("b")], now=now)
+
+    # the queue, dead letters and one delay queue of email; the queue and dead letters of sms
+    assert await transport.drop_all() == 5
+
+    other = await open_one(amqp_url, transports)
+    assert await other.receive("email", max_messages=10, visibility_s=VIS, now=now) == []
+    assert (await other.depth("sms", now=now)).ready == 0

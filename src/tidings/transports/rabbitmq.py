@@ -889,16 +889,27 @@ class RabbitTransport:
         self._closed = True
 
     @retrying
-    async def delete_queues(self, queues: Iterable[str]) -> None:
-        """Delete the broker queues of ``queues`` (their delay and dead-letter queues too)."""
+    async def delete_queues(self, queues: Iterable[str]) -> int:
+        """Delete the broker queues of ``queues`` (their delay and dead-letter queues
+        too); return how many there were."""
         names = [name for queue in queues for name in (
             self._name(queue), self._dead_name(queue),
             *(self._bucket_name(queue, b) for b in BUCKETS_S))]
+        deleted = 0
         async with self._lock, self._io("delete queues"):
             for name in names:
                 channel = await self._probe_chan()
-                with contextlib.suppress(aiormq.exceptions.ChannelNotFoundEntity):
-                    await channel.queue_delete(name)
+                try:
+                    await channel.declare_queue(name, passive=True)
+                except aiormq.exceptions.ChannelNotFoundEntity:
+                    self._probe = None
                     continue
-                self._probe = None
+                await channel.queue_delete(name)
+                deleted += 1
             await self._drop()
+        return deleted
+
+    async def drop_all(self) -> int:
+        """Delete every queue of every channel this instance has used (a demo's or a
+        test's clean-up: AMQP cannot list queues); return how many there were."""
+        return await self.delete_queues(list(self._views))
