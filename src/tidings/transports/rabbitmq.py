@@ -147,6 +147,10 @@ NOT_LOST: tuple[type[BaseException], ...] = (
     aiormq.exceptions.IncompatibleProtocolError)
 #: How long an operation keeps connecting again after the broker went away.
 RETRY_FOR_S = 30.0
+#: How long one broker call may take before the connection counts as lost (aio-pika's
+#: five seconds for a get are too few on a loaded machine: dropping the connection
+#: gives back everything it holds and makes the load worse).
+OP_TIMEOUT_S = 60.0
 
 log = logging.getLogger(__name__)
 P = ParamSpec("P")
@@ -376,7 +380,7 @@ class RabbitTransport:
         await self._drop()
         # connect, not connect_robust: a silent reconnect would renumber delivery tags
         # under receipts still in our hands.
-        self._connection = await aio_pika.connect(self.url, timeout=10)  # type: ignore[assignment]
+        self._connection = await aio_pika.connect(self.url, timeout=30)  # type: ignore[assignment]
         self._generation += 1
         self.connections_opened += 1
         assert self._connection is not None
@@ -584,7 +588,7 @@ class RabbitTransport:
         return found
 
     async def _get(self, queue: str, main: AbstractQueue) -> _Held | None:
-        delivery = await main.get(no_ack=False, fail=False)
+        delivery = await main.get(no_ack=False, fail=False, timeout=OP_TIMEOUT_S)
         if delivery is None:
             return None
         copy = _Copy.of(delivery)
@@ -616,7 +620,7 @@ class RabbitTransport:
         for bucket in sorted(buckets):
             source = self._queues[await self._bucket(queue, bucket)]
             while True:
-                delivery = await source.get(no_ack=False, fail=False)
+                delivery = await source.get(no_ack=False, fail=False, timeout=OP_TIMEOUT_S)
                 if delivery is None:
                     break
                 visible_at = _num(dict(delivery.headers or {}), H_VISIBLE, default=now)
@@ -740,7 +744,7 @@ class RabbitTransport:
             try:
                 read: list[AbstractIncomingMessage] = []
                 while len(read) < limit:
-                    delivery = await dead.get(no_ack=False, fail=False)
+                    delivery = await dead.get(no_ack=False, fail=False, timeout=OP_TIMEOUT_S)
                     if delivery is None:
                         break
                     read.append(delivery)
@@ -764,7 +768,7 @@ class RabbitTransport:
                 chosen: list[AbstractIncomingMessage] = []
                 others: list[AbstractIncomingMessage] = []
                 while len(chosen) < len(wanted) and len(others) < REDRIVE_SCAN_LIMIT:
-                    delivery = await dead.get(no_ack=False, fail=False)
+                    delivery = await dead.get(no_ack=False, fail=False, timeout=OP_TIMEOUT_S)
                     if delivery is None:
                         break
                     copy_id = _text(dict(delivery.headers or {}), H_COPY)
@@ -836,7 +840,8 @@ class RabbitTransport:
             return None, ready - 1
         if view.peeked is not None and now - view.peeked[0] < PEEK_EVERY_S:
             return view.peeked[1], ready
-        delivery = await (await self._main(queue)).get(no_ack=False, fail=False)
+        main = await self._main(queue)
+        delivery = await main.get(no_ack=False, fail=False, timeout=OP_TIMEOUT_S)
         enqueued = None
         if delivery is not None:
             enqueued = _Copy.of(delivery).enqueued_at
