@@ -1092,12 +1092,23 @@ def demo(
         "--real-providers", help="Email through the Postmark adapter and SMS through the "
         "Twilio adapter, against the sandbox speaking their dialects (lost responses on, "
         "dedupe off), webhooks to tidings api.")] = False,
+    transport: Annotated[str, typer.Option(
+        "--transport", metavar="sql|redis://HOST:PORT/DB|amqp://USER:PASS@HOST/VHOST",
+        help="Where the channel queues live: the store's own queue table (sql), or a "
+             "broker (the outbox relay publishes to it). On a broker the demo's keys or "
+             "queues get a prefix of their own, removed at the end.")] = "sql",
 ) -> None:
     """Run the whole pipeline against the sandbox with faults on, then report.
 
     The store is a fresh SQLite file, or with --store a PostgreSQL database.
     """
     from tidings.demo.run import DemoStoreError, run_demo
+    from tidings.transports.open import transport_kind
+
+    try:
+        transport_kind(transport)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--transport") from None
 
     if store is not None:
         if db is not None:
@@ -1110,7 +1121,8 @@ def demo(
         raise typer.BadParameter("--reset only applies with --store", param_hint="--reset")
     try:
         report = run_demo(recipients=recipients, db=db, seed=seed, as_json=as_json,
-                          store=store, reset=reset, keep=keep, real_providers=real_providers)
+                          store=store, reset=reset, keep=keep, real_providers=real_providers,
+                          transport=transport)
     except (DemoStoreError, TidingsError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None

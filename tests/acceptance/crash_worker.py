@@ -9,7 +9,12 @@ wraps the store and the provider in small proxies that end the process with
 - ``after_send``   the first request left ``--exit-after-ms`` ago; no reply has come yet
                    (run the sandbox with a latency longer than that);
 - ``after_reply``  the first ``provider.send`` returned; nothing was committed;
-- ``after_commit`` ``intent_apply_many`` committed outcomes; nothing was acked.
+- ``after_commit`` ``intent_apply_many`` committed outcomes; nothing was acked;
+- ``before_ack``   the worker calls ``transport.ack``; the ack never reaches the queue;
+- ``during_publish`` the relay (not a worker) leased the outbox and published the first
+                   half of a page; nothing was marked enqueued.
+
+``--transport`` names the transport as the settings do (default: the store's queue).
 
 Exit status 137 means it died where asked; anything else is a failure of the test.
 
@@ -32,14 +37,16 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from tidings.model import SendRequest
+from tidings.model import OutgoingMessage, SendRequest
 from tidings.outcomes import Outcome
+from tidings.relay import relay_pass
 from tidings.runtime import build_runtime
 from tidings.settings import Settings
 from tidings.states import State
 from tidings.stores.base import Change, Claim, ClaimKind
 
-POINTS = ("after_claim", "after_send", "after_reply", "after_commit")
+POINTS = ("after_claim", "after_send", "after_reply", "after_commit", "before_ack",
+          "during_publish")
 DIED = 137
 
 
@@ -72,6 +79,25 @@ class CrashingStore(Proxy):
         ):
             die()
         return applied
+
+
+class CrashingTransport(Proxy):
+    def __init__(self, inner: Any, point: str) -> None:
+        super().__init__(inner, point)
+        self.name = inner.name
+        self.notifies = inner.notifies
+
+    async def ack(self, queue: str, receipts: Sequence[str]) -> None:
+        if self.point == "before_ack" and receipts:
+            die()
+        await self.inner.ack(queue, receipts)
+
+    async def publish(self, queue: str, messages: Sequence[OutgoingMessage], *,
+                      now: float) -> None:
+        if self.point == "during_publish" and len(messages) > 1:
+            await self.inner.publish(queue, messages[:len(messages) // 2], now=now)
+            die()
+        await self.inner.publish(queue, messages, now=now)
 
 
 class CrashingProvider(Proxy):
@@ -116,6 +142,15 @@ async def main(argv: Sequence[str] | None = None) -> int:
     })
     rt = await build_runtime(settings, migrate=False)
     rt.store = CrashingStore(rt.store, args.crash_at)
+    rt.transport = CrashingTransport(rt.transport, args.crash_at)
+    if args.crash_at == "during_publish":
+        try:
+            await relay_pass(rt.store, rt.transport, now=rt.clock.now(),
+                             config=rt.relay_config())
+        finally:
+            await rt.close()
+        print("the relay found nothing to publish", file=sys.stderr)
+        return 1
     rt.providers[args.channel] = CrashingProvider(rt.providers[args.channel], args.crash_at,
                                                   args.exit_after_ms / 1000.0)
     worker = rt.worker(args.channel, f"crash-worker-{os.getpid()}")

@@ -41,6 +41,7 @@ from tidings.model import Message, OutgoingMessage
 from tidings.runtime import Runtime, build_runtime
 from tidings.settings import Settings
 from tidings.states import TERMINAL
+from tidings.transports.open import is_store_queue, redact_url, split_prefix
 
 ZONE = "Europe/London"
 CAMPAIGN = "weekly-digest"
@@ -137,7 +138,8 @@ def simulated_offset(now: float) -> float:
 
 
 def settings_for(workdir: Path, store: str, customers: Path, sandbox_url: str,
-                 offset: float, api_port: int | None = None) -> dict[str, Any]:
+                 offset: float, api_port: int | None = None,
+                 transport: str = "sql") -> dict[str, Any]:
     """The demo's settings; with ``api_port``, the real-providers channels."""
     provider = {"kind": "sandbox", "url": sandbox_url, "timeout_s": 2.0}
     # Six processes share two cores here: the sandbox's own event loop can stall and
@@ -146,6 +148,7 @@ def settings_for(workdir: Path, store: str, customers: Path, sandbox_url: str,
     real = real_providers(workdir, sandbox_url, api_port) if api_port is not None else {}
     return {
         "store": store,
+        "transport": transport,
         "clock_offset_s": offset,
         "channels": {
             "email": {"provider": provider, **real.get("email", {}),
@@ -404,9 +407,30 @@ def prepare_postgres(url: str, *, reset: bool) -> str:
     return f"dropped the tidings tables of database {dbname!r} (--reset)"
 
 
+def demo_transport(transport: str, rng: random.Random) -> str:
+    """The demo's transport URL: on a broker, with a prefix of its own (unless given)."""
+    if is_store_queue(transport):
+        return transport
+    if "prefix=" in transport:
+        return transport
+    plain, prefix = split_prefix(transport)
+    mark = "&" if "?" in plain else "?"
+    return f"{plain}{mark}prefix={prefix}-demo-{rng.getrandbits(40):010x}"
+
+
+async def drop_transport(runtime: Runtime) -> int:
+    """Remove what a broker transport holds of the demo's (its keys or queues)."""
+    drop = getattr(runtime.transport, "drop_all", None)
+    if drop is None or is_store_queue(runtime.settings.transport):
+        return 0
+    dropped: int = await drop()
+    return dropped
+
+
 async def demo(*, recipients: int, db: Path | None, seed: int, as_json: bool,
                started: float, store: str | None = None, reset: bool = False,
-               keep: bool = False, real: bool = False) -> dict[str, Any]:
+               keep: bool = False, real: bool = False,
+               transport: str = "sql") -> dict[str, Any]:
     """Run the demo and report. Its work folder is a temporary one, removed at the end
     unless ``keep``; with ``db`` it is that file's folder, always kept."""
     console = Console(stderr=True)
@@ -421,6 +445,7 @@ async def demo(*, recipients: int, db: Path | None, seed: int, as_json: bool,
     workdir, db_path, customers = await asyncio.to_thread(prepare, db, recipients, seed,
                                                           real=real)
     store_url = store or f"sqlite:///{db_path}"
+    transport = demo_transport(transport, random.Random())
     keep = keep or db is not None
     say(f"[bold]tidings demo[/bold]: {recipients:,} customers, work dir {workdir}"
         + ("" if keep else " (removed at the end; --keep keeps it)"))
@@ -428,6 +453,9 @@ async def demo(*, recipients: int, db: Path | None, seed: int, as_json: bool,
         from tidings.stores.postgres_db import redact
 
         say(f"store {redact(store)}: {prepared}")
+    if not is_store_queue(transport):
+        say(f"transport {redact_url(transport)}: admission writes the outbox, the relay "
+            "publishes")
     offset = simulated_offset(time.time())
     api_port = free_port() if real else None
     extra: list[str] = []
@@ -446,7 +474,7 @@ async def demo(*, recipients: int, db: Path | None, seed: int, as_json: bool,
             "sandbox speaking their dialects (dedupe off); webhooks to tidings api")
     config = workdir / "tidings.toml"
     await asyncio.to_thread(config.write_text, _toml(settings_for(
-        workdir, store_url, customers.path, url, offset, api_port)))
+        workdir, store_url, customers.path, url, offset, api_port, transport)))
     settings = await asyncio.to_thread(Settings.load, config)
     runtime = await build_runtime(settings)
     procs = Procs(workdir, config)
@@ -517,6 +545,9 @@ async def demo(*, recipients: int, db: Path | None, seed: int, as_json: bool,
             await asyncio.wait_for(sandbox.wait(), 10)
         report = await build_report(runtime, stats, recipients=recipients,
                                     elapsed_s=time.monotonic() - started, injected=injected)
+        report["transport"] = redact_url(transport)
+        if not keep:
+            await drop_transport(runtime)
         await runtime.close()
     phases["stopped_s"] = round(time.monotonic() - started, 2)
     report["phases"] = phases
@@ -564,8 +595,8 @@ async def _sandbox_stats(url: str) -> dict[str, Any]:
 
 def run_demo(*, recipients: int, db: Path | None, seed: int, as_json: bool,
              store: str | None = None, reset: bool = False, keep: bool = False,
-             real_providers: bool = False) -> dict[str, Any]:
+             real_providers: bool = False, transport: str = "sql") -> dict[str, Any]:
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     return asyncio.run(demo(recipients=recipients, db=db, seed=seed, as_json=as_json,
                             started=time.monotonic(), store=store, reset=reset, keep=keep,
-                            real=real_providers))
+                            real=real_providers, transport=transport))

@@ -11,12 +11,19 @@ share a hash tag (``<prefix>:{<queue>}:…``) and every operation is one Lua scr
   simulated clock, the tests' fixed times), which Redis's own idle times cannot follow.
 - **receive count and fencing**: the group's delivery counter of the entry plus the
   receives of earlier entries of the same message (a nack puts a new entry back and
-  carries its count). A receipt is ``"<entry id>/<delivery count>"``: it holds no
-  connection state, so ack, extend and nack work from any connection after a
-  reconnect, and a receipt whose entry was claimed again since is stale (ignored).
+  carries its count). A receipt is ``"<entry id>/<delivery count>/<message uid>"``: it
+  holds no connection state, so ack, extend and nack work from any connection after a
+  reconnect; a receipt whose entry was claimed again since is stale for nack, extend
+  and dead-letter (ignored), while ack removes the message by its uid wherever it is
+  (as the embedded queue's ack deletes by row id: whoever acks recorded the outcome).
 - **delayed** (a delayed publish, a nack with a delay): a sorted set of message uids
   by due time and a hash of the parked messages; a receive moves the due ones into
   the stream.
+- **order**: a receive hands out messages whose visibility timeout passed first
+  (oldest enqueued first), then the stream's new entries in the order they joined it.
+  A nacked message joins the tail when it falls due (as a broker's requeue does),
+  where the embedded queue keeps its first place: fresh publishes come oldest first
+  on both.
 - **failures**: a hash by message uid, bumped by ``nack(failed=True)``, dropped when
   the message is acked or dead-lettered; a redriven message starts afresh.
 - **dead letters**: a stream of their own, each with its reason.
@@ -53,8 +60,10 @@ PUBLISH_CHUNK = 1000
 MOVES_PER_RECEIVE = 1000
 #: How long a dropped connection is retried before an operation fails.
 RECONNECT_S = 30.0
-#: The longest single block of ``wait`` (the server's answer bounds every call).
-MAX_BLOCK_S = 30.0
+#: How long one reply may take before the connection counts as lost (and is retried).
+SOCKET_TIMEOUT_S = 20.0
+#: The longest single block of ``wait``: well inside the socket timeout.
+MAX_BLOCK_S = 5.0
 
 _SCRIPTS = ("publish", "receive", "ack", "nack", "extend", "dead_letter", "redrive", "depth")
 _RETRIED = (redis_errors.ConnectionError, redis_errors.TimeoutError,
@@ -86,12 +95,13 @@ def _num(value: float) -> str:
     return repr(float(value))
 
 
-def parse_receipt(receipt: str) -> tuple[str, str] | None:
-    """``(entry id, delivery count)``, or None for a receipt this transport never made."""
-    entry, sep, token = receipt.partition("/")
-    if not sep or not token.isdigit() or "-" not in entry:
+def parse_receipt(receipt: str) -> tuple[str, str, str] | None:
+    """``(entry id, delivery count, message uid)``, or None for a receipt this
+    transport never made."""
+    parts = receipt.split("/")
+    if len(parts) != 3 or "-" not in parts[0] or not (parts[1].isdigit() and parts[2].isdigit()):
         return None
-    return entry, token
+    return parts[0], parts[1], parts[2]
 
 
 class RedisStreamsTransport:
@@ -117,6 +127,7 @@ class RedisStreamsTransport:
         safe = redact_url(url)
         try:
             client = aioredis.Redis.from_url(plain, socket_connect_timeout=5,
+                                             socket_timeout=SOCKET_TIMEOUT_S,
                                              health_check_interval=15)
         except ValueError as exc:
             raise TransportError(f"{safe}: {exc}") from None
@@ -134,7 +145,8 @@ class RedisStreamsTransport:
         """The keys of ``queue``, in the order ``streams_lua/common.lua`` names them."""
         base = f"{self.prefix}:{{{queue}}}"
         return [f"{base}:{part}" for part in (
-            "stream", "vis", "delayed", "parked", "failures", "ids", "ages", "dead", "seq")]
+            "stream", "vis", "delayed", "parked", "failures", "ids", "ages", "dead", "seq",
+            "where")]
 
     async def _call(self, fn: Callable[[], Awaitable[T]]) -> T:
         """``fn()``, retried while the server cannot be reached (for ``reconnect_s``)."""
@@ -158,7 +170,7 @@ class RedisStreamsTransport:
         return await self._call(lambda: script(keys=keys, args=list(args)))
 
     @staticmethod
-    def _parsed(receipts: Sequence[str]) -> list[tuple[str, str]]:
+    def _parsed(receipts: Sequence[str]) -> list[tuple[str, str, str]]:
         return [p for p in map(parse_receipt, receipts) if p is not None]
 
     # ------------------------------------------------------------------ the port
@@ -180,19 +192,21 @@ class RedisStreamsTransport:
         flat = await self._script("receive", queue, [
             _num(now), _num(now + visibility_s), max_messages, MOVES_PER_RECEIVE])
         out = []
-        for i in range(0, len(flat), 7):
-            entry, message_id, body, enqueued, count, failures, token = flat[i:i + 7]
+        for i in range(0, len(flat), 8):
+            entry, message_id, body, enqueued, count, failures, token, uid = flat[i:i + 8]
             out.append(Received(
                 queue=queue, message_id=_text(message_id), body=_body(body),
-                receipt=f"{_text(entry)}/{_text(token)}", receive_count=int(count),
+                receipt=f"{_text(entry)}/{_text(token)}/{_text(uid)}", receive_count=int(count),
                 enqueued_at=float(enqueued), failures=int(failures)))
         return out
 
     async def ack(self, queue: str, receipts: Sequence[str]) -> None:
-        """Remove messages for good; unknown or already acked receipts are a no-op."""
-        entries = sorted({entry for entry, _ in self._parsed(receipts)})
-        if entries:
-            await self._script("ack", queue, entries)
+        """Remove messages for good, by the message (wherever a nack put it since);
+        unknown or already acked receipts are a no-op."""
+        args = [part for entry, _, uid in sorted(set(self._parsed(receipts)))
+                for part in (entry, uid)]
+        if args:
+            await self._script("ack", queue, args)
 
     async def nack(self, queue: str, receipts: Sequence[tuple[str, float]], *, now: float,
                    failed: bool = False) -> None:
@@ -202,7 +216,7 @@ class RedisStreamsTransport:
         for receipt, delay in receipts:
             parsed = parse_receipt(receipt)
             if parsed is not None:
-                args += [*parsed, _num(now + max(0.0, delay))]
+                args += [parsed[0], parsed[1], _num(now + max(0.0, delay))]
         if len(args) > 2:
             await self._script("nack", queue, args)
 
@@ -211,7 +225,7 @@ class RedisStreamsTransport:
     ) -> None:
         """Hide in-flight messages until ``now + visibility_s``; stale receipts are ignored."""
         args: list[str] = [_num(now + visibility_s)]
-        for entry, token in self._parsed(receipts):
+        for entry, token, _ in self._parsed(receipts):
             args += [entry, token]
         if len(args) > 1:
             await self._script("extend", queue, args)
@@ -225,7 +239,7 @@ class RedisStreamsTransport:
         for receipt, reason in receipts:
             parsed = parse_receipt(receipt)
             if parsed is not None:
-                args += [*parsed, reason]
+                args += [parsed[0], parsed[1], reason]
         if len(args) > 1:
             await self._script("dead_letter", queue, args)
 
@@ -285,6 +299,19 @@ class RedisStreamsTransport:
         block_ms = max(1, int(min(timeout_s, MAX_BLOCK_S) * 1000))
         stream = self.keys(queue)[0]
         await self._call(lambda: self.client.xread({stream: last}, count=1, block=block_ms))
+
+    async def drop_all(self) -> int:
+        """Delete every key under this transport's prefix (SCAN + UNLINK, never a whole
+        database: the server may be shared); for throw-away prefixes such as the demo's.
+        Returns how many keys were deleted."""
+        async def drop() -> int:
+            found = [key async for key in self.client.scan_iter(match=f"{self.prefix}:*",
+                                                                count=1000)]
+            for start in range(0, len(found), 500):
+                await self.client.unlink(*found[start:start + 500])
+            return len(found)
+
+        return await self._call(drop)
 
     async def close(self) -> None:
         await self.client.aclose()

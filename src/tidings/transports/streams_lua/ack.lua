@@ -1,11 +1,28 @@
--- ARGV: entry ids. By id alone: whoever acks has recorded the outcome.
+-- ARGV: (entry id, message uid) per receipt. By the message alone, wherever it is now
+-- (its entry, another entry after a nack, parked): whoever acks has recorded the
+-- outcome. A message already gone is a no-op.
 local count = 0
-for _, eid in ipairs(ARGV) do
-  local m = entry(eid)
+for i = 1, #ARGV, 2 do
+  local eid, uid = ARGV[i], ARGV[i + 1]
+  local now_at = redis.call('HGET', W, uid)
+  local m = nil
+  if now_at == 'p' then
+    local packed = redis.call('HGET', P, uid)
+    if packed then m = cjson.decode(packed) end
+    redis.call('HDEL', P, uid)
+    redis.call('ZREM', D, uid)
+  elseif now_at then
+    m = entry(now_at)
+    drop(now_at)
+  end
   if m ~= nil then
+    m.uid = uid
     forget(m)
     count = count + 1
   end
-  drop(eid)
+  if now_at ~= eid then
+    redis.call('XACK', S, GROUP, eid)
+    redis.call('ZREM', V, eid)
+  end
 end
 return count

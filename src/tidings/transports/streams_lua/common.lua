@@ -8,8 +8,9 @@
 -- KEYS[7] ages     sorted set: message uid -> enqueued at (the oldest message)
 -- KEYS[8] dead     stream of dead letters with their reason
 -- KEYS[9] seq      counter of message uids
-local S, V, D, P, F, I, A, DL, SEQ =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
+-- KEYS[10] where   hash: message uid -> its stream entry id, or 'p' while parked
+local S, V, D, P, F, I, A, DL, SEQ, W =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local GROUP = 'tidings'
 local CONSUMER = 'tidings'
 
@@ -53,8 +54,17 @@ local function held(eid, token)
 end
 
 local function append(m, uid, rc)
-  return redis.call('XADD', S, '*', 'id', m.id, 'body', m.body, 'enq', m.enq, 'uid', uid,
-                    'rc', rc)
+  local eid = redis.call('XADD', S, '*', 'id', m.id, 'body', m.body, 'enq', m.enq, 'uid', uid,
+                         'rc', rc)
+  redis.call('HSET', W, uid, eid)
+  return eid
+end
+
+-- Park a message until ``at`` (a delayed publish, a nack with a delay).
+local function park(m, uid, rc, at)
+  redis.call('HSET', P, uid, cjson.encode({id = m.id, body = m.body, enq = m.enq, rc = rc}))
+  redis.call('ZADD', D, at, uid)
+  redis.call('HSET', W, uid, 'p')
 end
 
 -- Remove a pending entry from the stream and the group.
@@ -67,6 +77,7 @@ end
 -- The message leaves the queue for good (acked or dead-lettered).
 local function forget(m)
   redis.call('HDEL', F, m.uid)
+  redis.call('HDEL', W, m.uid)
   redis.call('ZREM', A, m.uid)
   if redis.call('HINCRBY', I, m.id, -1) <= 0 then redis.call('HDEL', I, m.id) end
 end

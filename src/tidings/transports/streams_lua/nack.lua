@@ -11,9 +11,7 @@ for i = 3, #ARGV, 3 do
     if tonumber(at) <= now then
       append(m, m.uid, rc)
     else
-      local parked = {id = m.id, body = m.body, enq = m.enq, rc = rc}
-      redis.call('HSET', P, m.uid, cjson.encode(parked))
-      redis.call('ZADD', D, at, m.uid)
+      park(m, m.uid, rc, at)
     end
     count = count + 1
   end

@@ -11,9 +11,7 @@ for i = 2, #ARGV, 3 do
   if tonumber(at) <= nowf then
     append(m, uid, '0')
   else
-    m.rc = '0'
-    redis.call('HSET', P, uid, cjson.encode(m))
-    redis.call('ZADD', D, at, uid)
+    park(m, uid, '0', at)
   end
 end
 return (#ARGV - 1) / 3

@@ -1,6 +1,6 @@
 -- ARGV: now, visible until, max messages, most delayed messages to move in.
 -- Returns per message: entry id, message id, body, enqueued at, receive count, failures,
--- token (the delivery count of the entry).
+-- token (the delivery count of the entry), message uid.
 ensure_group()
 local now, until_at, max, moves = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 -- Delayed messages that fell due join the stream, oldest due first.
@@ -50,7 +50,7 @@ for _, m in ipairs(taken) do
   redis.call('ZADD', V, until_at, m.eid)
   local failures = redis.call('HGET', F, m.uid) or '0'
   for _, v in ipairs({m.eid, m.id, m.body, m.enq, tostring(tonumber(m.rc) + m.deliveries),
-                      failures, tostring(m.deliveries)}) do
+                      failures, tostring(m.deliveries), m.uid}) do
     table.insert(out, v)
   end
 end
