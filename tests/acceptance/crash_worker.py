@@ -18,10 +18,6 @@ wraps the store and the provider in small proxies that end the process with
 
 Exit status 137 means it died where asked; anything else is a failure of the test.
 
-``--transport`` names a broker (``amqp://…``, ``redis://…``) instead of the store's own
-queue: the process then dies holding deliveries the broker gives back when it sees the
-connection close.
-
 ``--channel-json`` replaces the channel's settings (a real adapter against the
 sandbox speaking its dialect, with its templates): its credentials come from the
 environment, as the CLI's do.
@@ -139,6 +135,8 @@ async def main(argv: Sequence[str] | None = None) -> int:
         "transport": args.transport,
         "channels": {args.channel: channel},
         "worker": {"lease_s": args.lease_s, "visibility_s": args.visibility_s},
+        # the relay's page lease too: a page the dying relay held lapses as soon
+        "scheduler": {"relay_lease_s": args.lease_s},
     })
     rt = await build_runtime(settings, migrate=False)
     rt.store = CrashingStore(rt.store, args.crash_at)

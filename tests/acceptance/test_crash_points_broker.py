@@ -3,9 +3,13 @@ deliver every key once.
 
 As ``test_crash_points.py`` (a SQLite ledger, the sandbox over a real socket with
 ``dedupe`` off, ``crash_worker.py`` dying with ``os._exit(137)``), with the queue on a
-real broker (``transport = "amqp://…"``): the dead process held deliveries the broker
-gives back only when it sees the connection close, and the survivor must take them
-over. The verdict is the sandbox's own count: every key accepted exactly once, and the
+real broker (``transport = "amqp://…"``), so the outbox relay is real: ``notify``
+writes intents ``selected`` and the relay publishes them. The dead process held
+deliveries the broker gives back only when it sees the connection close, and the
+survivor must take them over; two points more than the embedded queue has:
+``before_ack`` (the outcome committed, the ack never sent) and ``during_publish`` (the
+relay published half a page, confirmed, and died before marking anything enqueued).
+The verdict is the sandbox's own count: every key accepted exactly once, and the
 broker's queue empty at the end.
 
 A broker joins by adding its URL fixture (``tests/conftest.py``) to ``BROKERS``.
@@ -21,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from tidings.relay import relay_pass
 from tidings.runtime import Runtime, build_runtime
 from tidings.sandbox import LatencySpec, SandboxConfig, SandboxServer, serve
 from tidings.settings import Settings
@@ -44,6 +49,7 @@ def settings_for(db: Path, url: str, transport: str) -> Settings:
         "transport": transport,
         "channels": {"email": {"provider": {"kind": "sandbox", "url": url}}},
         "worker": {"lease_s": LEASE_S, "visibility_s": VISIBILITY_S},
+        "scheduler": {"relay_lease_s": LEASE_S},
         "reconciler": {"uncertain_after_s": 0.1, "lost_after_s": 2.0},
     })
 
@@ -123,11 +129,13 @@ def email_stats(server: SandboxServer) -> dict[str, Any]:
     ("after_send", SEND_LATENCY_MS),
     ("after_reply", 0.0),
     ("after_commit", 0.0),
+    ("before_ack", 0.0),
+    ("during_publish", 0.0),
 ], indirect=["sandbox"])
-async def test_a_worker_killed_at_a_crash_point_on_a_broker_loses_and_repeats_nothing(
+async def test_a_process_killed_at_a_crash_point_on_a_broker_loses_and_repeats_nothing(
     tmp_path: Path, sandbox: SandboxServer, broker_url: str, point: str
 ) -> None:
-    # given forty intents published to the broker's queue
+    # given forty intents in the outbox of a SQLite ledger, the queue on the broker
     db = tmp_path / "crash.db"
     rt = await build_runtime(settings_for(db, sandbox.url, broker_url))
     try:
@@ -137,35 +145,42 @@ async def test_a_worker_killed_at_a_crash_point_on_a_broker_loses_and_repeats_no
                              template="receipt"))[0]
             for i in range(INTENTS)
         ]
-        await rt.reconciler().run_pass(now=rt.clock.now())  # the relay, where admission has one
-        assert await on_broker(rt) == INTENTS
-        assert await rt.store.intent_counts() == {"email": {"enqueued": INTENTS}}
+        assert await rt.store.intent_counts() == {"email": {"selected": INTENTS}}
+        if point != "during_publish":  # the relay publishes; the process that dies works
+            relayed = await relay_pass(rt.store, rt.transport, now=rt.clock.now(),
+                                       config=rt.relay_config())
+            assert relayed == INTENTS and await on_broker(rt) == INTENTS
 
-        # when a worker process is killed at the crash point, holding deliveries
+        # when a process is killed at the crash point, holding deliveries or a page
         status, err = await crash_worker(db, sandbox.url, point, broker_url)
         assert status == 137, err
 
         # then it died exactly there, and the broker took back all it held
         at_crash = email_stats(sandbox)
         counts = (await rt.store.intent_counts()).get("email", {})
-        assert await until_given_back(rt, INTENTS) == INTENTS  # nothing was acked
+        if point == "during_publish":
+            assert await until_given_back(rt, INTENTS // 2) == INTENTS // 2  # half confirmed
+            assert at_crash["requests"] == 0 and counts == {"selected": INTENTS}
+        else:
+            assert await until_given_back(rt, INTENTS) == INTENTS  # nothing was acked
         if point == "after_claim":
             assert at_crash["requests"] == 0 and counts == {"claimed": INTENTS}
         elif point in ("after_send", "after_reply"):
             assert at_crash["accepted_keys"] >= 1 and counts == {"claimed": INTENTS}
-        else:
+        elif point in ("after_commit", "before_ack"):
             assert at_crash["accepted_keys"] == INTENTS and counts == {"accepted": INTENTS}
 
-        # when a healthy worker and the reconciler take over
+        # when a healthy worker and the reconciler (which relays too) take over
         await recover(rt)
 
-        # then the sandbox accepted every key exactly once and the queue is empty
+        # then the sandbox accepted every key exactly once and the broker holds nothing
         stats = email_stats(sandbox)
         assert stats["accepted_keys"] == INTENTS
         assert stats["keys_accepted_twice"] == 0, stats["keys_accepted_twice_sample"]
         assert stats["accepted"] == INTENTS
         assert await rt.store.intent_counts() == {"email": {"accepted": INTENTS}}
         assert (await rt.transport.depth("email", now=rt.clock.now())).dead == 0
+        assert await rt.transport.contains("email", keys) == set()
         for key in keys:
             intent = await rt.store.intent_get(key)
             found = sandbox.core.lookup(key, "email")
