@@ -26,6 +26,8 @@ cores, and every receipt in the ledger is the receipt the sandbox issued.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import os
 import queue
 import sqlite3
 import time
@@ -55,10 +57,14 @@ from tidings.intake import NotifyRequest
 from tidings.keys import notify_key
 from tidings.model import Message, OutgoingMessage, Recipient
 from tidings.providers.sandbox import SandboxTwinProvider
+from tidings.relay import relay_pass
 from tidings.runtime import build_runtime, open_store
 from tidings.sandbox.core import SandboxConfig, SandboxCore
 from tidings.settings import Settings, WorkerSettings
+from tidings.stores.base import Store
 from tidings.stores.sqlite import SqliteStore
+from tidings.transports.base import Transport
+from tidings.transports.open import is_store_queue, open_transport, redact_url, split_prefix
 
 CHANNEL = "email"
 SANDBOX_QUOTA = 1_000_000
@@ -68,9 +74,42 @@ POLL_S = 0.02
 STALL_S = 120.0  # no progress for this long: a worker is stuck, stop and say so
 TARGETS = {"rate_per_s_min_one_process": 3_000}
 
+#: The transport under test (``--transport``): "sql" (the store's own queue) or a broker
+#: URL. Spawned children read it from the environment; a broker URL gets a key prefix per
+#: store URL (``transport_for``), so the measured run and each floor have queues of their own.
+TRANSPORT_ENV = "TIDINGS_BENCH_TRANSPORT"
+
+
+def transport_for(url: str) -> str:
+    transport = os.environ.get(TRANSPORT_ENV, "sql")
+    if is_store_queue(transport):
+        return transport
+    plain, prefix = split_prefix(transport)
+    tag = hashlib.sha256(url.encode()).hexdigest()[:12]
+    return f"{plain}{'&' if '?' in plain else '?'}prefix={prefix}-bench-{tag}"
+
+
 def settings_for(url: str) -> Settings:
-    return Settings.parse({"store": url,
+    return Settings.parse({"store": url, "transport": transport_for(url),
                            "channels": {CHANNEL: {"max_in_flight": MAX_IN_FLIGHT}}})
+
+
+async def open_pair(url: str) -> tuple[Store, Transport]:
+    """The store of ``url`` and the transport under test."""
+    store, queue = await open_store(url)
+    transport = await open_transport(transport_for(url), store_queue=queue)
+    if transport is not queue:
+        await queue.close()
+    return store, transport
+
+
+async def drop_broker(url: str) -> None:
+    """Delete what a broker holds of this run (the store's queue needs nothing)."""
+    if is_store_queue(transport_for(url)):
+        return
+    transport = await open_transport(transport_for(url))
+    await transport.drop_all()
+    await transport.close()
 
 
 def request_key(i: int) -> str:
@@ -85,7 +124,8 @@ def intent_key(i: int) -> str:
 
 
 async def seed_intents(url: str, n: int) -> Report:
-    """N enqueued intents through ``notify_many``, in batches."""
+    """N enqueued intents through ``notify_many``, in batches (with a broker: written to
+    the outbox, then published by relay passes, timed apart)."""
     runtime = await build_runtime(settings_for(url))
     start = now_s()
     for first in range(0, n, SEED_BATCH):
@@ -96,18 +136,32 @@ async def seed_intents(url: str, n: int) -> Report:
             for i in range(first, min(n, first + SEED_BATCH))
         ])
     elapsed = now_s() - start
+    relay: Report | None = None
+    if not runtime.enqueue_in_store:
+        relay_start = now_s()
+        relayed = 0
+        while relayed < n:
+            moved = await relay_pass(runtime.store, runtime.transport, now=runtime.clock.now(),
+                                     config=runtime.relay_config())
+            if not moved:
+                break
+            relayed += moved
+        relay_s = now_s() - relay_start
+        relay = {"elapsed_s": rounded(relay_s), "rate_per_s": round(per_s(relayed, relay_s)),
+                 "how": "relay_pass (claim a page, publish, mark enqueued) until done"}
     counts = await runtime.store.intent_counts()
     depth = await runtime.transport.depth(CHANNEL, now=runtime.clock.now())
     await runtime.close()
     if counts != {CHANNEL: {"enqueued": n}} or depth.ready != n:
         raise RuntimeError(f"seeding left {counts} and {depth.ready} ready messages")
     return {"elapsed_s": rounded(elapsed), "rate_per_s": round(per_s(n, elapsed)),
-            "how": f"runtime.notify_many, {SEED_BATCH} requests per call"}
+            "how": f"runtime.notify_many, {SEED_BATCH} requests per call",
+            **({"relay": relay} if relay is not None else {})}
 
 
 async def seed_messages(url: str, n: int) -> None:
     """N messages on the queue, as admission publishes them, with no intents behind."""
-    store, transport = await open_store(url)
+    store, transport = await open_pair(url)
     now = time.time()
     await store.migrate(now=now)
     for first in range(0, n, SEED_BATCH):
@@ -193,7 +247,7 @@ def queue_child(url: str, index: int, go: EventType, out: Queue[tuple[str, int, 
 
 async def _drain(url: str, index: int, go: EventType, out: Queue[tuple[str, int, Any]]) -> Report:
     """Receive and ack until the queue is empty: the transport's work and nothing else."""
-    store, transport = await open_store(url)
+    store, transport = await open_pair(url)
     batch = WorkerSettings().batch_size
     visibility = WorkerSettings().visibility_s
     out.put(("ready", index, None))
@@ -339,7 +393,7 @@ def run_queue_floor(url: str, k: int) -> tuple[float, list[Report]]:
 
 
 async def ledger_check(url: str, n: int, receipts: dict[str, str]) -> Report:
-    store, transport = await open_store(url)
+    store, transport = await open_pair(url)
     counts = await store.intent_counts()
     depth = await transport.depth(CHANNEL, now=time.time())
 
@@ -393,14 +447,20 @@ def run(*, n: int, processes: int, folder: Path, store: str | None, profile_top:
                    and check["messages_left"] == 0
                    and check["ledger_receipts_not_from_sandbox"] == 0)
 
+    for dropped in (url, *floor_urls):
+        asyncio.run(drop_broker(dropped))
     rate = per_s(n, elapsed)
     floor_rate = mean([per_s(n, floor_s) for floor_s, _ in floors])
+    transport = transport_for(url)
+    bare = ("PostgresTransport" if pg else "SqliteTransport") if is_store_queue(transport) \
+        else "RedisStreamsTransport" if transport.startswith("redis") else transport.split(":")[0]
     cpu_total = sum(r["cpu_s"] for r in reports)
     report: Report = {
         "benchmark": "delivery",
         "n": n,
         "processes": processes,
         "store": url,
+        "transport": redact_url(transport),
         "tidings": source_revision(),
         "rate_per_s": round(rate),
         "floor_rate_per_s": round(floor_rate),
@@ -412,7 +472,7 @@ def run(*, n: int, processes: int, folder: Path, store: str | None, profile_top:
                   "cores_busy": rounded(cpu_total / elapsed, 2)},
         "workers": per_process,
         "floor": {"what": "queue-only: the same N messages received and acked through the "
-                          f"bare {'PostgresTransport' if pg else 'SqliteTransport'} by {processes} "
+                          f"bare {bare} by {processes} "
                           "process(es), no ledger work; "
                           "mean rate of a run before and a run after the measured one",
                   "elapsed_s": [rounded(floor_s) for floor_s, _ in floors],

@@ -12,6 +12,7 @@ bench/README.md for how to read the figures.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 # Run as a script, bench/ is sys.path[0]: the sibling modules import by name (and so do
@@ -109,6 +110,10 @@ def parser() -> argparse.ArgumentParser:
                           "goes beside it), or a PostgreSQL database holding no tidings tables "
                           "(created if missing; the floor uses sibling databases <db>_floor_*); "
                           "default: a temporary folder")
+    dlv.add_argument("--transport", default="sql", metavar="sql|redis://HOST:PORT/DB",
+                     help="the transport under test (default sql: the store's own queue); a "
+                          "broker URL gets key prefixes of the run's own, deleted at the end, "
+                          "and the floor drains the bare broker transport")
     dlv.add_argument("--profile", action="store_true",
                      help="also profile a separate single-process run (cProfile on the "
                           "event loop and the SQLite thread of the worker)")
@@ -154,6 +159,7 @@ def main(argv: list[str] | None = None) -> None:
                 profile_top=args.top, all_rows_floor=not args.no_all_rows_floor)
             emit(report, as_json=args.json, summary=admission.summary)
         else:
+            os.environ[delivery.TRANSPORT_ENV] = args.transport  # spawned workers read it
             report = delivery.run(n=args.n, processes=args.processes, folder=folder,
                                   store=args.store, profile_top=args.top if args.profile else 0)
             emit(report, as_json=args.json, summary=delivery.summary)

@@ -126,6 +126,8 @@ async def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--channel", default="email")
     parser.add_argument("--channel-json", help="the channel's settings, as JSON")
     parser.add_argument("--transport", default="sql", help="the setting transport")
+    parser.add_argument("--relay-lease-s", type=float, default=30.0,
+                        help="the relay's publish lease (during_publish)")
     args = parser.parse_args(argv)
 
     channel = (json.loads(args.channel_json) if args.channel_json
@@ -135,8 +137,7 @@ async def main(argv: Sequence[str] | None = None) -> int:
         "transport": args.transport,
         "channels": {args.channel: channel},
         "worker": {"lease_s": args.lease_s, "visibility_s": args.visibility_s},
-        # the relay's page lease too: a page the dying relay held lapses as soon
-        "scheduler": {"relay_lease_s": args.lease_s},
+        "scheduler": {"relay_lease_s": args.relay_lease_s},
     })
     rt = await build_runtime(settings, migrate=False)
     rt.store = CrashingStore(rt.store, args.crash_at)

@@ -77,6 +77,7 @@ async def crash_worker(db: Path, url: str, point: str, transport: str) -> tuple[
         sys.executable, str(CRASH_WORKER), "--db", str(db), "--url", url, "--crash-at", point,
         "--lease-s", str(LEASE_S), "--visibility-s", str(VISIBILITY_S),
         "--exit-after-ms", str(EXIT_AFTER_MS), "--transport", transport,
+        "--relay-lease-s", str(LEASE_S),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     _, err = await asyncio.wait_for(process.communicate(), timeout=GUARD_S)
     assert process.returncode is not None

@@ -65,6 +65,7 @@ async def crash_process(db: Path, url: str, transport: str, point: str) -> tuple
     process = await asyncio.create_subprocess_exec(
         sys.executable, str(CRASH_WORKER), "--db", str(db), "--url", url, "--crash-at", point,
         "--transport", transport, "--lease-s", str(LEASE_S),
+        "--relay-lease-s", str(RELAY_LEASE_S),
         "--visibility-s", str(VISIBILITY_S), "--exit-after-ms", str(EXIT_AFTER_MS),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     _, err = await asyncio.wait_for(process.communicate(), timeout=30)
