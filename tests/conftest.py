@@ -133,3 +133,73 @@ def redis_url(redis_server_url: str) -> Iterator[str]:
     prefix = f"tidings-test-{uuid.uuid4().hex[:12]}"
     yield f"{redis_server_url}?prefix={prefix}"
     redis_delete_prefix(redis_server_url, prefix)
+
+
+# ---------------------------------------------------------------- RabbitMQ
+
+AMQP_TEST_URL = os.environ.get("TIDINGS_TEST_AMQP", "amqp://guest:guest@127.0.0.1:5672/")
+
+
+def rabbitmqctl(*args: str) -> None:
+    """Run ``rabbitmqctl`` (it makes and deletes the test sessions' virtual hosts)."""
+    from support.rabbitmq import rabbitmqctl_run
+
+    rabbitmqctl_run(*args)
+
+
+@pytest.fixture(scope="session")
+def amqp_session_vhost() -> Iterator[str]:
+    """A virtual host of this test session on the broker (``$TIDINGS_TEST_AMQP``),
+    deleted at its end; skips, or fails under CI, when no broker answers or
+    ``rabbitmqctl`` cannot make one."""
+    import shutil
+    import socket
+
+    parts = urlsplit(AMQP_TEST_URL)
+    what = f"RabbitMQ at {parts.hostname}:{parts.port or 5672}"
+    try:
+        socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 5672), 3).close()
+    except OSError as exc:
+        server_unreachable(what, str(exc))
+    if shutil.which("rabbitmqctl") is None:
+        server_unreachable(what, "rabbitmqctl is not on PATH (it makes the test's vhost)")
+    name = f"tidings_test_{uuid.uuid4().hex[:16]}"
+    try:
+        rabbitmqctl("add_vhost", name)
+        rabbitmqctl("set_permissions", "-p", name, parts.username or "guest", ".*", ".*", ".*")
+    except (RuntimeError, OSError) as exc:
+        server_unreachable(what, str(exc))
+    try:
+        yield name
+    finally:
+        rabbitmqctl("delete_vhost", name)
+
+
+def amqp_vhost_url(vhost: str, prefix: str) -> str:
+    """``$TIDINGS_TEST_AMQP`` on virtual host ``vhost``, its queues under ``prefix``."""
+    from urllib.parse import quote
+
+    return urlunsplit(urlsplit(AMQP_TEST_URL)._replace(path=f"/{quote(vhost, safe='')}",
+                                                       query=f"prefix={prefix}"))
+
+
+@pytest.fixture
+def amqp_url(amqp_session_vhost: str) -> Iterator[str]:
+    """A transport URL whose queues are this test's alone (``?prefix=`` in the session's
+    vhost); the queues of channels email and sms are deleted after it (the rest go with
+    the vhost)."""
+    import asyncio
+
+    url = amqp_vhost_url(amqp_session_vhost, f"t{uuid.uuid4().hex[:12]}")
+    yield url
+
+    async def clean() -> None:
+        from tidings.transports.rabbitmq import RabbitTransport
+
+        transport = await RabbitTransport.open(url)
+        try:
+            await transport.delete_queues(["email", "sms"])
+        finally:
+            await transport.close()
+
+    asyncio.run(clean())

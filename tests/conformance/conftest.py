@@ -107,6 +107,8 @@ TRANSPORT_BACKENDS = {
                                open=_sqlite_transport),
     "postgres": TransportBackend(name="postgres", url=_postgres_url, open=_postgres_transport),
     "redis": TransportBackend(name="redis", url=_fixture_url("redis_url"), open=open_broker),
+    "rabbitmq": TransportBackend(name="rabbitmq", url=_fixture_url("amqp_url"),
+                                 open=open_broker),
 }
 
 

@@ -98,8 +98,12 @@ async def _open_redis(url: str) -> Transport:
 
 async def _open_amqp(url: str) -> Transport:
     """RabbitMQ: one durable quorum queue per channel queue."""
-    raise ConfigurationError("transport", f"{redact_url(url)}: the RabbitMQ transport "
-                             "is not part of this build")
+    try:
+        from tidings.transports.rabbitmq import RabbitTransport
+    except ImportError as exc:
+        raise ConfigurationError("transport", f"{redact_url(url)}: RabbitMQ needs the "
+                                 "extra: pip install 'tidings[rabbitmq]'") from exc
+    return await RabbitTransport.open(url)
 
 
 #: One opener per broker kind: a new broker is one entry here and one in ``_SCHEMES``.

@@ -1,0 +1,920 @@
+"""The RabbitMQ transport: per-channel durable quorum queues over AMQP 0.9.1 (aio-pika).
+
+Topology, per channel ``q`` (every name under a prefix, ``tidings`` by default):
+
+- ``<prefix>.q``: the queue. A quorum queue (replicated, fsynced before the publisher
+  confirm), ``x-delivery-limit`` as a backstop against a message that kills its
+  consumer on every delivery (the consumer's own poison limit counts failures, which a
+  crash never records), and dead-lettering at least once (``x-dead-letter-strategy``,
+  which needs ``x-overflow: reject-publish``) into ``<prefix>.q.dead``.
+- ``<prefix>.q.dead``: the dead letters, with their reason in the header
+  ``x-tidings-reason`` (the broker's own, ``delivery_limit``, from ``x-first-death-reason``).
+- ``<prefix>.q.delay.<ms>``: delay queues, made on first use. Every message of one has the
+  same queue-wide TTL (``x-message-ttl``) and dead-letters back into the queue when it
+  expires.
+
+**Delays without plugins.** RabbitMQ expires messages only at the head of a queue, so a
+single delay queue with a per-message expiration blocks a short delay behind a long one
+(head-of-line). A delay queue per distinct delay would need a queue per jittered backoff.
+Here the delays are buckets, powers of four from a quarter of a second to three days
+(eleven queues at most per channel), each with one TTL for all its messages, so the head
+always expires first. A message goes into the largest bucket not longer than what is
+left of its delay and carries the exact time it is due (``x-tidings-visible-at``); when
+a bucket hands it back early, the receiver puts it into the next smaller bucket for the
+rest (at most three hops per level), so it is visible at most the smallest bucket early
+by the receiver's clock, and late by at most that much plus the time until a receive.
+
+**Time comes from the caller** (the port's rule), and the broker's timers run on the
+broker's clock. So the transport also moves what it knows is due by the caller's
+``now``: the delayed messages it published itself (a heap of hints; it takes the head of
+the bucket and moves it only if its due time has come), and the visibility of what it
+holds.
+
+**Visibility.** AMQP has no visibility timeout: an unacked delivery stays with its
+channel until it is acked, rejected, or the channel or connection closes (a crashed
+process's messages come back when the broker sees its connection die). So the transport
+keeps what it handed out in a map of its own with a deadline; ``receive`` first gives
+back (``basic.nack`` with requeue, in the order they were first published) what is past
+its deadline, and ``extend`` only moves the deadline. The broker's ``consumer_timeout``
+(30 minutes by default) must stay above the longest lease a worker keeps extending.
+
+**Counts.** The quorum queue counts the returns of a message (``x-delivery-count``), so
+``receive_count`` is the receives carried by the copy (``x-tidings-receives``) plus its
+returns plus this one. A nack with a delay or a failure, a dead-letter and a redrive put
+a new copy (with confirm) and then ack the old one: a crash between the two leaves two
+copies, which the consumer's ledger turns into a duplicate observed, never a second
+send. ``failures`` travel in ``x-tidings-failures`` on the copy.
+
+**Receiving** is ``basic.get`` on eight channels side by side (a quorum queue answers
+one get per channel at a time; a consumer's prefetch would hold messages no receive
+asked for, out of every other process's reach), the batch sorted back into publish
+order.
+
+**Receipts** are ``"<instance>:<connection generation>.<channel>:<delivery tag>"``:
+delivery tags count per channel from 1, so a receipt from before a reconnect (whose
+delivery the broker has already put back) or of another channel is never taken for
+this one; unknown receipts are ignored.
+
+**The broker going away** (a restart, a dropped connection): every operation connects
+again and runs again for up to ``RETRY_FOR_S``. What the lost connection held is back on
+the queue (the broker returns unacked deliveries), so acks, nacks and dead-letters of
+its receipts are ignored and those messages are received again (the ledger turns the
+second receive into a duplicate observed); a publish run again may publish twice.
+
+**Depth and ``contains``.** AMQP 0.9.1 tells a queue's ready count only. Delayed counts
+are the delay queues' counts; in flight is what this instance holds (another process's
+deliveries are invisible to it); the oldest age is read from the head of the queue: a
+process that consumes the queue takes it and hands it out with its next receive, any
+other reads it and gives it back (a return counted on the head) at most once a minute.
+``contains`` cannot be asked of a queue by message id (a scan
+with get-and-requeue costs a return per message on every look, eating the delivery
+limit); so the transport answers exactly only when its own view accounts for every
+message on the queue (what it holds, published and has not received since, delayed), as
+when the queue is empty or when one process runs it, and otherwise says every asked id is
+present. The reconciler then republishes a lost message once the queue has drained, not
+earlier: late, never never, and never a flood of duplicates over a long backlog.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import heapq
+import itertools
+import logging
+import math
+import uuid
+from collections import Counter, deque
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Concatenate, ParamSpec, TypeVar
+
+import aio_pika
+import aiormq
+from aio_pika.abc import (
+    AbstractChannel,
+    AbstractIncomingMessage,
+    AbstractQueue,
+    AbstractRobustConnection,
+)
+
+from tidings.errors import TransportError
+from tidings.model import DeadLetter, OutgoingMessage, QueueDepth, Received
+from tidings.transports.open import redact_url, split_prefix
+from tidings.transports.sqlite import body_of, shown
+from tidings.transports.wakeups import Wakeups
+
+#: Delay buckets, seconds: powers of four from 0.25 s to three days.
+BUCKETS_S: tuple[float, ...] = tuple(0.25 * 4**k for k in range(11))
+#: A message a delay queue hands back this little before it is due (by the receiver's
+#: clock) is visible: what is left is shorter than the shortest delay queue.
+EARLY_S = BUCKETS_S[0]
+#: Channels a receive takes messages on side by side (one ``basic.get`` each at a time).
+GET_CHANNELS = 8
+#: Returns of one copy of a message before the broker dead-letters it (crash loops).
+DELIVERY_LIMIT = 100
+#: How often a process that does not consume a queue reads its head for the oldest age
+#: (each read counts one return on the head; the answer is kept meanwhile).
+PEEK_EVERY_S = 60.0
+#: Ids per queue this instance remembers having put there (beyond: ``contains`` is
+#: conservative until the queue drains).
+KNOWN_LIMIT = 100_000
+#: How many dead letters ``redrive`` reads at most in one call.
+REDRIVE_SCAN_LIMIT = 100_000
+
+H_ID = "x-tidings-id"
+H_ENQUEUED = "x-tidings-enqueued-at"
+H_VISIBLE = "x-tidings-visible-at"
+H_RECEIVES = "x-tidings-receives"
+H_FAILURES = "x-tidings-failures"
+H_ORDER = "x-tidings-order"
+H_COPY = "x-tidings-copy"
+H_REASON = "x-tidings-reason"
+H_DEAD_AT = "x-tidings-dead-at"
+
+AMQP_ERRORS: tuple[type[BaseException], ...] = (
+    aiormq.exceptions.AMQPError, aio_pika.exceptions.AMQPException, ConnectionError,
+    OSError, asyncio.TimeoutError, RuntimeError)
+#: The broker went away (restarted, connection dropped): worth connecting again.
+LOST: tuple[type[BaseException], ...] = (
+    ConnectionError, OSError, asyncio.TimeoutError,
+    aiormq.exceptions.ChannelInvalidStateError)
+#: Errors of a connection that connecting again cannot mend.
+NOT_LOST: tuple[type[BaseException], ...] = (
+    aiormq.exceptions.AuthenticationError, aiormq.exceptions.ProbableAuthenticationError,
+    aiormq.exceptions.IncompatibleProtocolError)
+#: How long an operation keeps connecting again after the broker went away.
+RETRY_FOR_S = 30.0
+#: How long one broker call may take before the connection counts as lost (aio-pika's
+#: five seconds for a get are too few on a loaded machine: dropping the connection
+#: gives back everything it holds and makes the load worse).
+OP_TIMEOUT_S = 60.0
+
+log = logging.getLogger(__name__)
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+class BrokerLost(TransportError):
+    """The connection to the broker broke: the operation is tried again (see
+    ``retrying``); what this instance held went back to the queues with it."""
+
+
+def retrying(method: Callable[Concatenate[RabbitTransport, P], Coroutine[Any, Any, T]]
+             ) -> Callable[Concatenate[RabbitTransport, P], Coroutine[Any, Any, T]]:
+    """Run ``method`` again on a new connection while the broker is away, for up to
+    ``RETRY_FOR_S``. Every operation may run again: a publish repeated publishes
+    duplicates (the consumer's ledger sees them), and acks, nacks and dead-letters of
+    receipts from the lost connection are ignored (their messages come back)."""
+    @functools.wraps(method)
+    async def again(transport: RabbitTransport, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + RETRY_FOR_S
+        pause = 0.05
+        while True:
+            try:
+                return await method(transport, *args, **kwargs)
+            except BrokerLost as lost:
+                if transport._closed or loop.time() + pause > give_up:
+                    raise TransportError(str(lost)) from lost
+                log.warning("broker connection lost; connecting again",
+                            extra={"error": str(lost), "broker": transport.safe_url})
+                await asyncio.sleep(pause)
+                pause = min(1.0, pause * 2)
+
+    return again
+
+
+def bucket_for(remaining_s: float) -> float:
+    """The largest bucket not longer than ``remaining_s`` (the smallest below it)."""
+    chosen = BUCKETS_S[0]
+    for bucket in BUCKETS_S:
+        if bucket <= remaining_s:
+            chosen = bucket
+    return chosen
+
+
+def _num(headers: dict[str, Any], name: str, default: float = 0.0) -> float:
+    value = headers.get(name)
+    if isinstance(value, bool) or not isinstance(value, int | float | str | bytes):
+        return default
+    try:
+        return float(value)
+    except ValueError:
+        return default
+
+
+def _text(headers: dict[str, Any], name: str) -> str | None:
+    value = headers.get(name)
+    if isinstance(value, bytes):
+        return shown(value)
+    return value if isinstance(value, str) else None
+
+
+def message_id_of(delivery: AbstractIncomingMessage) -> str:
+    """The intent key: a header (AMQP's ``message-id`` property holds 255 bytes at most,
+    a key up to 512 characters)."""
+    return _text(dict(delivery.headers or {}), H_ID) or delivery.message_id or ""
+
+
+@dataclass
+class _Copy:
+    """What a message carries from copy to copy."""
+
+    message_id: str
+    body: bytes
+    enqueued_at: float
+    receives: int
+    failures: int
+    order: str
+
+    @classmethod
+    def of(cls, delivery: AbstractIncomingMessage) -> _Copy:
+        headers = dict(delivery.headers or {})
+        returns = int(_num(headers, "x-delivery-count"))
+        return cls(message_id=message_id_of(delivery), body=delivery.body,
+                   enqueued_at=_num(headers, H_ENQUEUED),
+                   receives=int(_num(headers, H_RECEIVES)) + returns,
+                   failures=int(_num(headers, H_FAILURES)),
+                   order=_text(headers, H_ORDER) or "")
+
+    def message(self, *, visible_at: float | None, extra: dict[str, Any] | None = None
+                ) -> aio_pika.Message:
+        """The copy as an AMQP message; ``visible_at`` only for a delay queue."""
+        # Times as text: AMQP tables carry a Python float as 32 bits (minutes off at
+        # epoch seconds), and ``repr`` gives it back exactly.
+        headers: dict[str, Any] = {
+            H_ID: self.message_id, H_ENQUEUED: repr(self.enqueued_at),
+            H_RECEIVES: self.receives, H_FAILURES: self.failures, H_ORDER: self.order,
+            H_COPY: uuid.uuid4().hex}
+        if visible_at is not None:
+            headers[H_VISIBLE] = repr(visible_at)
+        headers.update(extra or {})
+        short = self.message_id if len(self.message_id.encode("utf-8", "replace")) <= 255 \
+            else None
+        return aio_pika.Message(self.body, message_id=short, headers=headers,
+                                delivery_mode=aio_pika.DeliveryMode.PERSISTENT)
+
+
+@dataclass
+class _Held:
+    """A delivery this instance handed out (in flight) or took and holds (stashed)."""
+
+    queue: str
+    delivery: AbstractIncomingMessage
+    copy: _Copy
+    deadline: float = math.inf
+
+    @property
+    def receive_count(self) -> int:
+        return self.copy.receives + 1
+
+
+@dataclass
+class _QueueView:
+    """What this instance knows of one queue."""
+
+    held: dict[str, _Held] = field(default_factory=dict)
+    stash: deque[_Held] = field(default_factory=deque)
+    #: Ids this instance put on the queue, ready, and has not received since.
+    known: Counter[str] = field(default_factory=Counter)
+    overflow: bool = False
+    #: Delayed messages this instance put in a bucket: (due, order, bucket, id, enqueued).
+    delayed: list[tuple[float, str, float, str, float]] = field(default_factory=list)
+    #: True once this instance received from the queue (it hands out what it takes).
+    consumer: bool = False
+    #: (when, enqueued_at) of the head last read by a process that does not consume.
+    peeked: tuple[float, float | None] | None = None
+
+
+class RabbitTransport:
+    """The ``Transport`` port on RabbitMQ quorum queues."""
+
+    name = "amqp"
+    #: Publishes in other processes are not signalled: idle consumers poll.
+    notifies = False
+
+    def __init__(self, url: str) -> None:
+        self.url, self.prefix = split_prefix(url)
+        self.safe_url = redact_url(self.url)
+        self._instance = uuid.uuid4().hex[:12]
+        self._order = itertools.count()
+        self._generation = 0
+        #: Connections opened so far (one more after each time the broker went away).
+        self.connections_opened = 0
+        self._connection: AbstractRobustConnection | None = None
+        self._channel: AbstractChannel | None = None
+        self._probe: AbstractChannel | None = None
+        self._lock = asyncio.Lock()
+        self._declared: set[str] = set()
+        self._queues: dict[str, AbstractQueue] = {}
+        self._get_channels: list[AbstractChannel] = []
+        self._get_views: dict[str, list[AbstractQueue]] = {}
+        self._connect_lock = asyncio.Lock()
+        self._views: dict[str, _QueueView] = {}
+        self._wakeups = Wakeups()
+        self._closed = False
+
+    @classmethod
+    async def open(cls, url: str) -> RabbitTransport:
+        """A transport on its own connection, from ``amqp://user:pass@host:port/vhost``
+        (``?prefix=`` names the queues' prefix)."""
+        transport = cls(url)
+        await transport._connect_once()
+        return transport
+
+    @retrying
+    async def _connect_once(self) -> None:
+        async with self._io("connect"):
+            await self._chan()
+
+    # ------------------------------------------------------------ connection
+
+    @contextlib.asynccontextmanager
+    async def _io(self, what: str) -> AsyncIterator[None]:
+        """Broker errors as ``TransportError``; a broken channel is opened again by the
+        next call, and what it held goes back to the queue with it."""
+        try:
+            yield
+        except TransportError:
+            raise
+        except AMQP_ERRORS as exc:
+            await self._drop()
+            text = f"RabbitMQ at {self.safe_url}: {what}: {type(exc).__name__}: {exc}"
+            if isinstance(exc, LOST) and not isinstance(exc, NOT_LOST):
+                raise BrokerLost(text) from exc
+            raise TransportError(text) from exc
+
+    async def _drop(self) -> None:
+        """Forget the connection and everything held on it (the broker returns it)."""
+        connection, self._connection, self._channel, self._probe = (
+            self._connection, None, None, None)
+        self._get_channels = []
+        self._get_views = {}
+        for view in self._views.values():
+            view.held.clear()
+            view.stash.clear()
+            view.known.clear()
+            view.overflow = False
+        self._declared.clear()
+        self._queues.clear()
+        if connection is not None:
+            with contextlib.suppress(Exception):
+                await connection.close()
+
+    async def _chan(self) -> AbstractChannel:
+        if self._closed:
+            raise TransportError("the RabbitMQ transport is closed")
+        channel = self._channel
+        if channel is not None and not channel.is_closed and self._connection is not None \
+                and not self._connection.is_closed:
+            return channel
+        async with self._connect_lock:
+            if self._channel is not None and self._channel is not channel:
+                return self._channel  # another task connected meanwhile
+            return await self._connect()
+
+    async def _connect(self) -> AbstractChannel:
+        await self._drop()
+        # connect, not connect_robust: a silent reconnect would renumber delivery tags
+        # under receipts still in our hands.
+        self._connection = await aio_pika.connect(self.url, timeout=30)  # type: ignore[assignment]
+        self._generation += 1
+        self.connections_opened += 1
+        assert self._connection is not None
+        self._channel = await self._connection.channel(publisher_confirms=True)
+        return self._channel
+
+    async def _probe_chan(self) -> AbstractChannel:
+        await self._chan()
+        if self._probe is None or self._probe.is_closed:
+            assert self._connection is not None
+            self._probe = await self._connection.channel(publisher_confirms=False)
+        return self._probe
+
+    def _name(self, queue: str, suffix: str = "") -> str:
+        return f"{self.prefix}.{queue}{suffix}"
+
+    def _dead_name(self, queue: str) -> str:
+        return self._name(queue, ".dead")
+
+    def _bucket_name(self, queue: str, bucket_s: float) -> str:
+        return self._name(queue, f".delay.{round(bucket_s * 1000)}")
+
+    def _view(self, queue: str) -> _QueueView:
+        return self._views.setdefault(queue, _QueueView())
+
+    async def _declare(self, name: str, arguments: dict[str, Any]) -> AbstractQueue:
+        channel = await self._chan()
+        queue = await channel.declare_queue(name, durable=True, arguments={
+            "x-queue-type": "quorum", **arguments})
+        self._declared.add(name)
+        self._queues[name] = queue
+        return queue
+
+    async def _main(self, queue: str) -> AbstractQueue:
+        """The queue (and its dead-letter queue), declared once per connection."""
+        name = self._name(queue)
+        await self._chan()
+        if name in self._queues:
+            return self._queues[name]
+        await self._declare(self._dead_name(queue), {})
+        return await self._declare(name, {
+            "x-delivery-limit": DELIVERY_LIMIT,
+            "x-dead-letter-exchange": "",
+            "x-dead-letter-routing-key": self._dead_name(queue),
+            "x-dead-letter-strategy": "at-least-once",
+            "x-overflow": "reject-publish",
+        })
+
+    async def _bucket(self, queue: str, bucket_s: float) -> str:
+        name = self._bucket_name(queue, bucket_s)
+        if name not in self._queues:
+            await self._declare(name, {
+                "x-message-ttl": round(bucket_s * 1000),
+                "x-dead-letter-exchange": "",
+                "x-dead-letter-routing-key": self._name(queue),
+                "x-dead-letter-strategy": "at-least-once",
+                "x-overflow": "reject-publish",
+            })
+        return name
+
+    async def _count(self, name: str) -> int:
+        """Ready messages on ``name`` (0 when it does not exist)."""
+        probe = await self._probe_chan()
+        try:
+            declared = await probe.declare_queue(name, passive=True)
+        except aiormq.exceptions.ChannelNotFoundEntity:
+            self._probe = None  # the broker closed the channel with its 404
+            return 0
+        return int(declared.declaration_result.message_count or 0)
+
+    # ------------------------------------------------------------ putting copies
+
+    async def _put(self, queue: str, items: Iterable[tuple[_Copy, float]], *, now: float,
+                   dead: dict[str, Any] | None = None) -> None:
+        """Publish copies (each visible at the paired time), all confirmed, in order."""
+        channel = await self._chan()
+        view = self._view(queue)
+        sends = []
+        for copy, visible_at in items:
+            due: float | None = None
+            if dead is not None:
+                target = self._dead_name(queue)
+                extra = {**dead, H_COPY: uuid.uuid4().hex}
+            elif visible_at > now:
+                due = visible_at
+                bucket = bucket_for(visible_at - now)
+                target = await self._bucket(queue, bucket)
+                heapq.heappush(view.delayed, (visible_at, copy.order, bucket, copy.message_id,
+                                              copy.enqueued_at))
+                extra = None
+            else:
+                target = self._name(queue)
+                self._know(view, copy.message_id)
+                extra = None
+            sends.append(channel.default_exchange.publish(
+                copy.message(visible_at=due, extra=extra), routing_key=target,
+                mandatory=True))
+        results = await asyncio.gather(*sends, return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+            if not isinstance(result, aiormq.spec.Basic.Ack):
+                raise TransportError(f"RabbitMQ refused a publish to {queue}: {result!r}")
+
+    @staticmethod
+    def _know(view: _QueueView, message_id: str) -> None:
+        if view.overflow:
+            return
+        if len(view.known) >= KNOWN_LIMIT and message_id not in view.known:
+            view.overflow = True
+            view.known.clear()
+            return
+        view.known[message_id] += 1
+
+    def _next_order(self, now: float) -> str:
+        # Sorts by publish time, then by this instance's sequence.
+        return f"{now:020.6f}:{self._instance}:{next(self._order):012d}"
+
+    # ------------------------------------------------------------ the port
+
+    @retrying
+    async def publish(self, queue: str, messages: Sequence[OutgoingMessage], *, now: float) -> None:
+        """Publish messages, each visible after its ``delay_s``, with publisher confirms."""
+        if not messages:
+            return
+        async with self._io(f"publish to {queue}"):
+            await self._main(queue)
+            await self._put(queue, [
+                (_Copy(message_id=m.message_id, body=m.body.encode("utf-8", "surrogatepass"),
+                       enqueued_at=now, receives=0, failures=0, order=self._next_order(now)),
+                 now + max(0.0, m.delay_s)) for m in messages], now=now)
+        self._wakeups.wake(queue)
+
+    @retrying
+    async def receive(
+        self, queue: str, *, max_messages: int, visibility_s: float, now: float
+    ) -> list[Received]:
+        """Take up to ``max_messages`` visible messages, oldest first, hiding them."""
+        if max_messages <= 0:
+            return []
+        async with self._lock, self._io(f"receive from {queue}"):
+            main = await self._main(queue)
+            view = self._view(queue)
+            view.consumer = True
+            await self._expire(view, now)
+            await self._promote(queue, view, now)
+            del main
+            out: list[Received] = []
+            while len(out) < max_messages:
+                wanted = max_messages - len(out)
+                batch = await self._take_batch(queue, view, wanted)
+                out += await self._hand_out(queue, view, batch, visibility_s=visibility_s,
+                                            now=now)
+                if len(batch) < min(wanted, GET_CHANNELS):
+                    break  # the queue has no more
+            return out
+
+    async def _take_batch(self, queue: str, view: _QueueView, wanted: int) -> list[_Held]:
+        """Up to ``wanted`` messages from the head: the stashed one first, then gets on
+        the get channels side by side (a quorum queue answers one ``basic.get`` per
+        channel at a time), in publish order."""
+        taken: list[_Held] = []
+        while view.stash and len(taken) < wanted:
+            taken.append(view.stash.popleft())
+        if len(taken) < wanted:
+            queues = await self._get_queues(queue)
+            width = min(wanted - len(taken), len(queues))
+            got = await asyncio.gather(*(self._get(queue, q) for q in queues[:width]))
+            taken += [h for h in got if h is not None]
+        return sorted(taken, key=lambda h: h.copy.order)
+
+    async def _hand_out(self, queue: str, view: _QueueView, batch: list[_Held], *,
+                        visibility_s: float, now: float) -> list[Received]:
+        out: list[Received] = []
+        for held in batch:
+            visible_at = _num(dict(held.delivery.headers or {}), H_VISIBLE, default=now)
+            if visible_at > now + EARLY_S:  # a bucket gave it back early: the rest
+                await self._put(queue, [(held.copy, visible_at)], now=now)
+                await held.delivery.ack()
+                continue
+            channel = held.delivery.channel.number if held.delivery.channel else 0
+            receipt = (f"{self._instance}:{self._generation}.{channel}:"
+                       f"{held.delivery.delivery_tag}")
+            held.deadline = now + visibility_s
+            view.held[receipt] = held
+            out.append(Received(
+                queue=queue, message_id=held.copy.message_id, body=body_of(held.copy.body),
+                receipt=receipt, receive_count=held.receive_count,
+                enqueued_at=held.copy.enqueued_at, failures=held.copy.failures))
+        return out
+
+    async def _get_queues(self, queue: str) -> list[AbstractQueue]:
+        """The queue as seen from each get channel (opened once per connection)."""
+        await self._main(queue)
+        name = self._name(queue)
+        if not self._get_channels:
+            assert self._connection is not None
+            for _ in range(GET_CHANNELS):
+                self._get_channels.append(
+                    await self._connection.channel(publisher_confirms=False))
+        found = self._get_views.get(name)
+        if found is None:
+            found = [await c.get_queue(name, ensure=False) for c in self._get_channels]
+            self._get_views[name] = found
+        return found
+
+    async def _get(self, queue: str, main: AbstractQueue) -> _Held | None:
+        delivery = await main.get(no_ack=False, fail=False, timeout=OP_TIMEOUT_S)
+        if delivery is None:
+            return None
+        copy = _Copy.of(delivery)
+        view = self._view(queue)
+        if view.known.get(copy.message_id):
+            view.known[copy.message_id] -= 1
+            if not view.known[copy.message_id]:
+                del view.known[copy.message_id]
+        return _Held(queue=queue, delivery=delivery, copy=copy)
+
+    async def _expire(self, view: _QueueView, now: float) -> None:
+        """Give back what is past its visibility deadline, oldest publish first (the
+        quorum queue delivers returns first, in the order they came back)."""
+        expired = sorted((r for r, h in view.held.items() if h.deadline <= now),
+                         key=lambda r: view.held[r].copy.order)
+        for receipt in expired:
+            held = view.held.pop(receipt)
+            await held.delivery.nack(requeue=True)
+            self._know(view, held.copy.message_id)
+
+    async def _promote(self, queue: str, view: _QueueView, now: float) -> None:
+        """Move the delayed messages this instance knows are due (by the caller's clock)
+        from the head of their bucket to the queue."""
+        buckets: set[float] = set()
+        while view.delayed and view.delayed[0][0] <= now:
+            buckets.add(heapq.heappop(view.delayed)[2])
+        if not buckets:
+            return
+        for bucket in sorted(buckets):
+            source = self._queues[await self._bucket(queue, bucket)]
+            while True:
+                delivery = await source.get(no_ack=False, fail=False, timeout=OP_TIMEOUT_S)
+                if delivery is None:
+                    break
+                visible_at = _num(dict(delivery.headers or {}), H_VISIBLE, default=now)
+                if visible_at > now:
+                    await delivery.nack(requeue=True)  # back to the head of its bucket
+                    break
+                copy = _Copy.of(delivery)
+                copy.receives -= int(_num(dict(delivery.headers or {}), "x-delivery-count"))
+                await self._put(queue, [(copy, now)], now=now)
+                await delivery.ack()
+                self._forget_delayed(view, copy)
+
+    @staticmethod
+    def _forget_delayed(view: _QueueView, copy: _Copy) -> None:
+        for index, entry in enumerate(view.delayed):
+            if entry[1] == copy.order and entry[3] == copy.message_id:
+                view.delayed.pop(index)
+                heapq.heapify(view.delayed)
+                return
+
+    def _take(self, queue: str, receipts: Iterable[str]) -> list[tuple[str, _Held]]:
+        """The deliveries behind receipts this instance holds now (stale ones skipped)."""
+        view = self._view(queue)
+        taken = []
+        for receipt in dict.fromkeys(receipts):
+            held = view.held.pop(receipt, None)
+            if held is not None:
+                taken.append((receipt, held))
+        return taken
+
+    @retrying
+    async def ack(self, queue: str, receipts: Sequence[str]) -> None:
+        """Remove messages for good; unknown or already acked receipts are a no-op."""
+        if not receipts:
+            return
+        async with self._lock, self._io(f"ack on {queue}"):
+            for _, held in self._take(queue, receipts):
+                await held.delivery.ack()
+
+    @retrying
+    async def nack(self, queue: str, receipts: Sequence[tuple[str, float]], *, now: float,
+                   failed: bool = False) -> None:
+        """Make messages visible again after the paired delay, counting a failure on each
+        with ``failed``; stale receipts are ignored."""
+        delays = dict(receipts)
+        async with self._lock, self._io(f"nack on {queue}"):
+            view = self._view(queue)
+            taken = self._take(queue, delays)
+            copies = []
+            for receipt, held in taken:
+                delay = max(0.0, delays[receipt])
+                if delay <= 0 and not failed:
+                    await held.delivery.nack(requeue=True)  # the broker counts the return
+                    self._know(view, held.copy.message_id)
+                    continue
+                copy = _Copy(message_id=held.copy.message_id, body=held.copy.body,
+                             enqueued_at=held.copy.enqueued_at, receives=held.receive_count,
+                             failures=held.copy.failures + (1 if failed else 0),
+                             order=held.copy.order)
+                copies.append((held, copy, now + delay))
+            if copies:
+                await self._put(queue, [(c, at) for _, c, at in copies], now=now)
+                for held, _, _ in copies:
+                    await held.delivery.ack()
+        if taken:
+            self._wakeups.wake(queue)
+
+    async def extend(
+        self, queue: str, receipts: Sequence[str], *, visibility_s: float, now: float
+    ) -> None:
+        """Hide in-flight messages until ``now + visibility_s``; stale receipts are ignored."""
+        view = self._view(queue)
+        for receipt in receipts:
+            held = view.held.get(receipt)
+            if held is not None:
+                held.deadline = now + visibility_s
+
+    @retrying
+    async def dead_letter(
+        self, queue: str, receipts: Sequence[tuple[str, str]], *, now: float
+    ) -> None:
+        """Move messages to the dead-letter queue with the paired reason (a header)."""
+        reasons = dict(receipts)
+        async with self._lock, self._io(f"dead-letter on {queue}"):
+            for receipt, held in self._take(queue, reasons):
+                copy = _Copy(message_id=held.copy.message_id, body=held.copy.body,
+                             enqueued_at=held.copy.enqueued_at, receives=held.receive_count,
+                             failures=held.copy.failures, order=held.copy.order)
+                await self._put(queue, [(copy, now)], now=now, dead={
+                    H_REASON: reasons[receipt], H_DEAD_AT: repr(now)})
+                await held.delivery.ack()
+
+    async def _dead_channel(self, queue: str) -> tuple[AbstractChannel, AbstractQueue]:
+        """A channel of its own for reading dead letters: closing it gives them all back."""
+        await self._main(queue)
+        assert self._connection is not None
+        channel = await self._connection.channel(publisher_confirms=False)
+        return channel, await channel.get_queue(self._dead_name(queue), ensure=False)
+
+    def _letter(self, queue: str, delivery: AbstractIncomingMessage) -> DeadLetter:
+        headers = dict(delivery.headers or {})
+        reason = _text(headers, H_REASON)
+        dead_at = _num(headers, H_DEAD_AT, default=-1.0)
+        if reason is None:  # dead-lettered by the broker itself
+            reason = f"broker: {_text(headers, 'x-first-death-reason') or 'unknown'}"
+        if dead_at < 0:
+            deaths = headers.get("x-death")
+            when = deaths[0].get("time") if isinstance(deaths, list) and deaths and \
+                isinstance(deaths[0], dict) else None
+            dead_at = when.timestamp() if isinstance(when, datetime) else 0.0
+        receives = int(_num(headers, H_RECEIVES))
+        return DeadLetter(queue=queue, id=_text(headers, H_COPY) or "",
+                          message_id=message_id_of(delivery), body=shown(delivery.body),
+                          reason=reason, receive_count=receives, dead_at=dead_at)
+
+    @retrying
+    async def dead_letters(self, queue: str, *, limit: int = 100) -> list[DeadLetter]:
+        """The oldest dead letters of ``queue`` (read and given back, in order)."""
+        async with self._io(f"dead letters of {queue}"):
+            channel, dead = await self._dead_channel(queue)
+            try:
+                read: list[AbstractIncomingMessage] = []
+                while len(read) < limit:
+                    delivery = await dead.get(no_ack=False, fail=False, timeout=OP_TIMEOUT_S)
+                    if delivery is None:
+                        break
+                    read.append(delivery)
+                letters = [self._letter(queue, d) for d in read]
+                for delivery in read:
+                    await delivery.nack(requeue=True)
+                return letters
+            finally:
+                with contextlib.suppress(Exception):
+                    await channel.close()
+
+    @retrying
+    async def redrive(self, queue: str, ids: Sequence[str], *, now: float) -> int:
+        """Put dead letters back on their queue as fresh messages visible now."""
+        wanted = set(ids)
+        if not wanted:
+            return 0
+        async with self._lock, self._io(f"redrive on {queue}"):
+            channel, dead = await self._dead_channel(queue)
+            try:
+                chosen: list[AbstractIncomingMessage] = []
+                others: list[AbstractIncomingMessage] = []
+                while len(chosen) < len(wanted) and len(others) < REDRIVE_SCAN_LIMIT:
+                    delivery = await dead.get(no_ack=False, fail=False, timeout=OP_TIMEOUT_S)
+                    if delivery is None:
+                        break
+                    copy_id = _text(dict(delivery.headers or {}), H_COPY)
+                    (chosen if copy_id in wanted else others).append(delivery)
+                if chosen:
+                    await self._put(queue, [
+                        (_Copy(message_id=message_id_of(d), body=d.body, enqueued_at=now,
+                               receives=0, failures=0, order=self._next_order(now)), now)
+                        for d in chosen], now=now)
+                    for delivery in chosen:
+                        await delivery.ack()
+                for delivery in others:
+                    await delivery.nack(requeue=True)
+            finally:
+                with contextlib.suppress(Exception):
+                    await channel.close()
+        if chosen:
+            self._wakeups.wake(queue)
+        return len(chosen)
+
+    async def _counts(self, queue: str) -> tuple[int, int, int]:
+        """Ready (on the broker), delayed and dead counts."""
+        await self._main(queue)
+        ready = await self._count(self._name(queue))
+        delayed = 0
+        for bucket in BUCKETS_S:
+            delayed += await self._count(self._bucket_name(queue, bucket))
+        dead = await self._count(self._dead_name(queue))
+        view = self._view(queue)
+        if delayed == 0:
+            view.delayed.clear()
+        if ready == 0:
+            view.known.clear()
+            view.overflow = False
+        return ready, delayed, dead
+
+    @retrying
+    async def depth(self, queue: str, *, now: float) -> QueueDepth:
+        """Ready, delayed, in-flight (held here) and dead counts, and the oldest age."""
+        async with self._lock, self._io(f"depth of {queue}"):
+            ready, delayed, dead = await self._counts(queue)
+            view = self._view(queue)
+            head = None
+            if ready and not view.stash:
+                head, ready = await self._head(queue, view, now, ready)
+            expired = sum(1 for h in view.held.values() if h.deadline <= now)
+            enqueued = [h.copy.enqueued_at for h in (*view.held.values(), *view.stash)]
+            enqueued += [entry[4] for entry in view.delayed]
+            enqueued += [] if head is None else [head]
+            oldest = min(enqueued, default=None)
+            return QueueDepth(
+                ready=ready + len(view.stash) + expired, delayed=delayed,
+                in_flight=len(view.held) - expired, dead=dead,
+                oldest_age_s=0.0 if oldest is None else max(0.0, now - oldest))
+
+    async def _head(self, queue: str, view: _QueueView, now: float, ready: int
+                    ) -> tuple[float | None, int]:
+        """The enqueued time of the head of the queue, and the ready count left.
+
+        A consumer of the queue takes the head and keeps it for its next receive (no
+        return counted). Another process (the CLI's status, another channel's worker)
+        reads it and gives it back, which counts a return on it: at most once per
+        ``PEEK_EVERY_S``, the answer kept meanwhile."""
+        if view.consumer:
+            held = await self._get(queue, await self._main(queue))
+            if held is None:
+                return None, ready
+            view.stash.append(held)
+            return None, ready - 1
+        if view.peeked is not None and now - view.peeked[0] < PEEK_EVERY_S:
+            return view.peeked[1], ready
+        main = await self._main(queue)
+        delivery = await main.get(no_ack=False, fail=False, timeout=OP_TIMEOUT_S)
+        enqueued = None
+        if delivery is not None:
+            enqueued = _Copy.of(delivery).enqueued_at
+            await delivery.nack(requeue=True)
+        view.peeked = (now, enqueued)
+        return enqueued, ready
+
+    @retrying
+    async def contains(self, queue: str, message_ids: Sequence[str]) -> set[str]:
+        """Which of ``message_ids`` still have a message on the queue (any visibility):
+        exact when this instance accounts for every message on it, else all of them."""
+        asked = set(message_ids)
+        if not asked:
+            return set()
+        async with self._lock, self._io(f"contains on {queue}"):
+            ready, delayed, _dead = await self._counts(queue)
+            view = self._view(queue)
+            here = {h.copy.message_id for h in (*view.held.values(), *view.stash)}
+            exact = (not view.overflow and ready == sum(view.known.values())
+                     and delayed == len(view.delayed))
+            if not exact:
+                return asked
+            return asked & (here | set(view.known) | {e[3] for e in view.delayed})
+
+    @retrying
+    async def wait(self, queue: str, *, timeout_s: float, now: float) -> None:
+        """Sleep until a message is ready here or on the broker, until what this instance
+        holds or delayed falls due, a publish in this process, or ``timeout_s``."""
+        async def ready_in() -> float | None:
+            view = self._view(queue)
+            if view.stash:
+                return 0.0
+            dues = [h.deadline for h in view.held.values()]
+            if view.delayed:
+                dues.append(view.delayed[0][0])
+            async with self._io(f"wait on {queue}"):
+                await self._main(queue)
+                ready = await self._count(self._name(queue))
+            if ready:
+                return 0.0
+            return max(0.0, min(dues) - now) if dues else None
+
+        await self._wakeups.wait(queue, timeout_s, ready_in)
+
+    async def close(self) -> None:
+        """Close the connection; what is held goes back to the queues with it."""
+        if self._closed:
+            return
+        await self._drop()
+        self._closed = True
+
+    @retrying
+    async def delete_queues(self, queues: Iterable[str]) -> int:
+        """Delete the broker queues of ``queues`` (their delay and dead-letter queues
+        too); return how many there were."""
+        names = [name for queue in queues for name in (
+            self._name(queue), self._dead_name(queue),
+            *(self._bucket_name(queue, b) for b in BUCKETS_S))]
+        deleted = 0
+        async with self._lock, self._io("delete queues"):
+            for name in names:
+                channel = await self._probe_chan()
+                try:
+                    await channel.declare_queue(name, passive=True)
+                except aiormq.exceptions.ChannelNotFoundEntity:
+                    self._probe = None
+                    continue
+                await channel.queue_delete(name)
+                deleted += 1
+            await self._drop()
+        return deleted
+
+    async def drop_all(self) -> int:
+        """Delete every queue of every channel this instance has used (a demo's or a
+        test's clean-up: AMQP cannot list queues); return how many there were."""
+        return await self.delete_queues(list(self._views))

@@ -1,0 +1,158 @@
+"""What the RabbitMQ transport does beyond the Transport conformance suite, judged by the
+broker: a dead connection's deliveries come back (counted), receipts of a lost
+connection never touch a message of the next one, delays run on the broker's timers
+for a receiver that never saw the publish, the broker's own delivery limit dead-letters
+with its reason, and ``contains`` is conservative where the instance cannot account for
+every message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+import aio_pika
+import pytest
+
+from tidings.model import OutgoingMessage
+from tidings.transports.rabbitmq import DELIVERY_LIMIT, RabbitTransport
+
+VIS = 30.0
+GUARD_S = 30.0
+
+
+def msg(message_id: str, delay_s: float = 0.0) -> OutgoingMessage:
+    return OutgoingMessage(message_id=message_id, body=f'{{"key":"{message_id}"}}',
+                           delay_s=delay_s)
+
+
+@pytest.fixture
+async def transports(amqp_url: str) -> AsyncIterator[list[RabbitTransport]]:
+    opened: list[RabbitTransport] = []
+    yield opened
+    for transport in opened:
+        await transport.close()
+
+
+async def open_one(url: str, into: list[RabbitTransport]) -> RabbitTransport:
+    transport = await RabbitTransport.open(url)
+    into.append(transport)
+    return transport
+
+
+async def test_a_dead_connections_deliveries_come_back_counted(
+    amqp_url: str, transports: list[RabbitTransport]
+) -> None:
+    publisher = await open_one(amqp_url, transports)
+    doomed = await open_one(amqp_url, transports)
+    survivor = await open_one(amqp_url, transports)
+    now = time.time()
+    await publisher.publish("email", [msg("a"), msg("b")], now=now)
+    held = await doomed.receive("email", max_messages=10, visibility_s=VIS, now=now)
+    assert [r.message_id for r in held] == ["a", "b"]
+    assert await survivor.receive("email", max_messages=10, visibility_s=VIS, now=now) == []
+
+    await doomed.close()  # as a process that died: the broker sees its connection go
+
+    back = await survivor.receive("email", max_messages=10, visibility_s=VIS, now=now)
+    assert sorted((r.message_id, r.receive_count) for r in back) == [("a", 2), ("b", 2)]
+
+
+async def test_a_receipt_of_a_lost_connection_never_acks_a_message_of_the_next(
+    amqp_url: str, transports: list[RabbitTransport]
+) -> None:
+    transport = await open_one(amqp_url, transports)
+    now = time.time()
+    await transport.publish("email", [msg("first"), msg("second")], now=now)
+    [old] = await transport.receive("email", max_messages=1, visibility_s=VIS, now=now)
+    assert transport._channel is not None
+    await transport._channel.close()  # the channel dies under the held delivery
+
+    # the next receive is on a new channel whose delivery tags start at 1 again
+    fresh = await transport.receive("email", max_messages=10, visibility_s=VIS, now=now)
+    assert sorted(r.message_id for r in fresh) == ["first", "second"]
+    await transport.ack("email", [old.receipt])  # the same tag number, another channel
+
+    depth = await transport.depth("email", now=now)
+    assert depth.in_flight == 2 and old.receipt not in {r.receipt for r in fresh}
+
+
+async def test_a_delay_runs_on_the_brokers_timer_for_a_receiver_that_never_saw_it(
+    amqp_url: str, transports: list[RabbitTransport]
+) -> None:
+    publisher = await open_one(amqp_url, transports)
+    receiver = await open_one(amqp_url, transports)
+    await publisher.publish("email", [msg("soon", delay_s=0.6)], now=time.time())
+    assert await receiver.receive("email", max_messages=1, visibility_s=VIS,
+                                  now=time.time()) == []
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + GUARD_S
+    got = []
+    while not got and loop.time() < deadline:
+        await asyncio.sleep(0.1)
+        got = await receiver.receive("email", max_messages=1, visibility_s=VIS,
+                                     now=time.time())
+    assert [r.message_id for r in got] == ["soon"]
+    assert (await receiver.depth("email", now=time.time())).delayed == 0
+
+
+async def test_the_brokers_delivery_limit_dead_letters_with_its_reason(
+    amqp_url: str, transports: list[RabbitTransport]
+) -> None:
+    # given a message returned more often than the limit (a consumer that dies each time)
+    transport = await open_one(amqp_url, transports)
+    now = time.time()
+    await transport.publish("email", [msg("crash-loop")], now=now)
+    name = f"{transport.prefix}.email"
+    connection = await aio_pika.connect(transport.url)
+    try:
+        channel = await connection.channel()
+        queue = await channel.get_queue(name, ensure=False)
+        for _ in range(DELIVERY_LIMIT + 1):
+            delivery = await queue.get(no_ack=False, fail=False)
+            assert delivery is not None
+            await delivery.nack(requeue=True)
+        assert await queue.get(no_ack=False, fail=False) is None
+    finally:
+        await connection.close()
+
+    # then it is on the dead letters, with the broker's reason, and can be redriven
+    [dead] = await transport.dead_letters("email")
+    assert (dead.message_id, dead.reason) == ("crash-loop", "broker: delivery_limit")
+    assert await transport.redrive("email", [dead.id], now=now) == 1
+    [back] = await transport.receive("email", max_messages=1, visibility_s=VIS, now=now)
+    assert (back.message_id, back.receive_count, back.failures) == ("crash-loop", 1, 0)
+
+
+async def test_contains_is_conservative_where_another_instance_published(
+    amqp_url: str, transports: list[RabbitTransport]
+) -> None:
+    publisher = await open_one(amqp_url, transports)
+    asker = await open_one(amqp_url, transports)
+    await publisher.publish("email", [msg("theirs")], now=time.time())
+
+    assert await publisher.contains("email", ["theirs", "never"]) == {"theirs"}
+    # the asker cannot account for the message on the queue: it may be any of them
+    assert await asker.contains("email", ["theirs", "never"]) == {"theirs", "never"}
+
+    [got] = await asker.receive("email", max_messages=1, visibility_s=VIS, now=time.time())
+    await asker.ack("email", [got.receipt])
+    assert await asker.contains("email", ["theirs", "never"]) == set()  # an empty queue
+
+
+async def test_drop_all_deletes_the_queues_it_used(
+    amqp_url: str, transports: list[RabbitTransport]
+) -> None:
+    transport = await open_one(amqp_url, transports)
+    now = time.time()
+    await transport.publish("email", [msg("a"), msg("later", delay_s=100)], now=now)
+    await transport.publish("sms", [msg("b")], now=now)
+
+    # the queue, dead letters and one delay queue of email; the queue and dead letters of sms
+    assert await transport.drop_all() == 5
+
+    other = await open_one(amqp_url, transports)
+    assert await other.receive("email", max_messages=10, visibility_s=VIS, now=now) == []
+    assert (await other.depth("sms", now=now)).ready == 0
