@@ -3,14 +3,15 @@ deliver every key once.
 
 As ``test_crash_points.py`` (a SQLite ledger, the sandbox over a real socket with
 ``dedupe`` off, ``crash_worker.py`` dying with ``os._exit(137)``), with the queue on a
-real broker (``transport = "amqp://…"``), so the outbox relay is real: ``notify``
-writes intents ``selected`` and the relay publishes them. The dead process held
-deliveries the broker gives back only when it sees the connection close, and the
-survivor must take them over; two points more than the embedded queue has:
-``before_ack`` (the outcome committed, the ack never sent) and ``during_publish`` (the
-relay published half a page, confirmed, and died before marking anything enqueued).
-The verdict is the sandbox's own count: every key accepted exactly once, and the
-broker's queue empty at the end.
+real broker (``transport = "redis://…"`` or ``"amqp://…"``), so the outbox relay is
+real: ``notify`` writes intents ``selected`` and the relay publishes them. The dead
+process held deliveries (RabbitMQ gives them back when it sees the connection close;
+Redis keeps them pending until their visibility passes), and the survivor must take
+them over. Two points more than the embedded queue has: ``before_ack`` (the outcome
+committed, the ack never sent) and ``during_publish`` (the relay published half a
+page, confirmed, and died before marking anything enqueued). The verdict is the
+sandbox's own count: every key accepted exactly once, and the broker's queue empty at
+the end.
 
 A broker joins by adding its URL fixture (``tests/conftest.py``) to ``BROKERS``.
 """
@@ -34,7 +35,7 @@ from tidings.states import DONE, State
 pytestmark = pytest.mark.slow
 
 CRASH_WORKER = Path(__file__).with_name("crash_worker.py")
-BROKERS = ["amqp_url"]
+BROKERS = ["redis_url", "amqp_url"]
 INTENTS = 40
 LEASE_S = 1.0
 VISIBILITY_S = 1.5
