@@ -43,10 +43,15 @@ log = logging.getLogger("tidings.liveness")
 _APPLICATION_NAME_BYTES = 63
 
 
-def application_name(host: str | None = None, pid: int | None = None) -> str:
+def application_name(host: str | None = None, pid: int | None = None, *,
+                     label: str | None = None) -> str:
     """The name every PostgreSQL connection of this process carries, by which the
-    reconciler ends the backends of a worker declared gone (``worker_disconnect``)."""
+    reconciler ends the backends of a worker declared gone (``worker_disconnect``
+    matches it, alone or followed by a space). ``label`` is the application_name the
+    store URL asked for: kept after ours, so a deployment's own name still shows."""
     name = f"tidings {host or socket.gethostname()}:{pid or os.getpid()}"
+    if label:
+        name = f"{name} {label}"
     return name.encode()[:_APPLICATION_NAME_BYTES].decode(errors="ignore")
 
 

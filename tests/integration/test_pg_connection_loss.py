@@ -34,8 +34,9 @@ async def terminate_ours(admin_url: str, url: str) -> int:
     async with await psycopg.AsyncConnection.connect(admin_url, autocommit=True) as conn:
         cur = await conn.execute(
             "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-            "WHERE application_name = %s AND datname = %s AND pid <> pg_backend_pid()",
-            (APP, database))
+            # The URL's name follows the process's own (tidings.liveness.application_name).
+            "WHERE application_name LIKE %s AND datname = %s AND pid <> pg_backend_pid()",
+            (f"tidings % {APP}", database))
         row = await cur.fetchone()
         return int(row[0]) if row else 0
 

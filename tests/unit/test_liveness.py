@@ -293,3 +293,13 @@ async def test_an_unreachable_store_closes_the_fence_and_is_told_once(
             if r.msg.startswith("heartbeat failed")]
     assert len(told) == 1
     assert not marker.live(clock.now())  # 5 s after the last beat: past fence_s
+
+
+def test_the_store_urls_application_name_follows_the_processs_own() -> None:
+    from tidings.liveness import application_name
+
+    assert application_name("h", 7) == "tidings h:7"
+    assert application_name("h", 7, label="billing") == "tidings h:7 billing"
+    # PostgreSQL keeps 63 bytes: the label is what gets cut, never the process's name
+    long = application_name("h", 7, label="x" * 100)
+    assert long.startswith("tidings h:7 ") and len(long.encode()) == 63

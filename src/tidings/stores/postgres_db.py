@@ -96,6 +96,10 @@ class PostgresDatabase(SharedDatabase):
     def __init__(self, url: str, *, min_size: int = 1, max_size: int = 8) -> None:
         self.url = url
         self.safe_url = redact(url)
+        label = conninfo_to_dict(url).get("application_name")
+        self.application_label = str(label) if label else None
+        """The application_name the URL asks for; every connection keeps it after the
+        process's own name (``tidings.liveness.application_name``)."""
         self.sql = queries.load(DIALECT)
         self._min_size = min_size
         self._max_size = max_size
@@ -150,7 +154,7 @@ class PostgresDatabase(SharedDatabase):
             # Named for this process: the reconciler ends the sessions of a worker it
             # declared gone by this name (tidings.liveness).
             kwargs={"autocommit": True, "connect_timeout": int(CONNECT_TIMEOUT_S),
-                    "application_name": application_name()},
+                    "application_name": application_name(label=self.application_label)},
             timeout=POOL_TIMEOUT_S, name="tidings",
         )
         try:

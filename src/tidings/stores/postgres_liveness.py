@@ -37,7 +37,7 @@ class PostgresRegistry:
         try:
             conn: Conn = await psycopg.AsyncConnection.connect(
                 self.db.url, autocommit=True, connect_timeout=int(CONNECT_TIMEOUT_S),
-                application_name=application_name())
+                application_name=application_name(label=self.db.application_label))
         except psycopg.Error as exc:
             raise StoreError(f"{self.db.safe_url}: {exc}") from exc
         return conn

@@ -68,7 +68,9 @@ SELECT pg_advisory_unlock(hashtext(current_schema()), marker::int) FROM removed
 -- tidings.liveness.application_name), so what they hold goes now: row locks of a
 -- transaction cut off mid-way, and the marker lock.
 SELECT count(pg_terminate_backend(pid))::int FROM pg_stat_activity
-WHERE application_name = %(application_name)s AND pid <> pg_backend_pid()
+WHERE (application_name = %(application_name)s
+       OR starts_with(application_name, %(application_name)s || ' '))
+  AND pid <> pg_backend_pid()
 
 -- name: worker_relock
 -- The marker's connection was lost while the worker lives (a server restart, a network
