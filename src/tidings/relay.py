@@ -6,8 +6,8 @@ intents whose window opened, intents of a paused channel once it resumes. With a
 broker transport the outbox is real: admission writes intents ``selected`` and returns
 without waiting for the broker, and the relay (``relay_loop``, run by the scheduler
 service; every reconciler pass too) leases a page of them and publishes it by chunks,
-marking each chunk ``enqueued`` once confirmed and extending the lease of the page's
-rest while it is still publishing (``publish_page``). The message id is always the
+extending the lease of the page's rest while it is still publishing, and marks what
+was confirmed ``enqueued`` (``publish_page``). The message id is always the
 intent key, so a second publication (a publish whose answer was lost, a relay that died
 between publishing and marking) is a harmless duplicate: the worker's ledger check
 turns it into ``duplicate_observed``.
@@ -42,8 +42,8 @@ class RelayConfig:
     """Relay loops side by side (a server store hands each a page of its own)."""
     chunk: int = 500
     """Messages a page is published by (one ``transport.publish`` call a channel each):
-    each chunk is marked ``enqueued`` once the transport confirmed it, and between
-    chunks the lease of the page's rest is extended once half of it has passed."""
+    between chunks, once half the lease has passed, the chunks confirmed so far are
+    marked ``enqueued`` and the lease of the page's rest is extended."""
 
 
 async def publish(
@@ -89,10 +89,11 @@ async def publish_page(
     store: Ledger, transport: Transport, items: Sequence[PublishItem], *, now: float,
     config: RelayConfig, clock: Clock | None = None,
 ) -> int:
-    """Publish a page leased at ``now`` chunk by chunk, mark each chunk ``enqueued`` as
-    soon as it is confirmed, and keep the lease of the rest from lapsing while the page
-    is being published: between chunks, once more than half of the lease has passed,
-    it is extended for another ``lease_s``. So a slow broker never lets a second relay
+    """Publish a page leased at ``now`` chunk by chunk and keep the lease of the rest
+    from lapsing while the page is being published: between chunks, once more than half
+    of the lease has passed, the chunks confirmed so far are marked ``enqueued`` and the
+    lease of the rest is extended for another ``lease_s``; the page's end marks the
+    remaining confirmed chunks. So a slow broker never lets a second relay
     pass take the page's rest and publish it again; a row whose lease did lapse (a chunk
     slower than the whole lease) and that another relay took meanwhile is left to it.
     ``clock`` measures the time spent (without one the pass is taken as instant);
@@ -107,24 +108,33 @@ async def publish_page(
     held_until = now + config.lease_s
     leased_at = now
     rest = list(items)
+    # Confirmed but not yet marked: marked in one statement when the lease is extended
+    # and when the page ends (a page quicker than half its lease costs one mark).
+    confirmed: list[str] = []
     published = 0
-    while rest:
-        t = at()
-        if t - leased_at > config.lease_s / 2:
-            still = set(await store.intent_extend_publish(
-                [i.key for i in rest], held_until=held_until,
-                lease_until=t + config.lease_s))
-            if len(still) < len(rest):
-                log.info("publish lease lapsed; leaving the rows another pass took", extra={
-                    "count": len(rest) - len(still)})
-                rest = [i for i in rest if i.key in still]
-            held_until, leased_at = t + config.lease_s, t
-            if not rest:
-                break
-        chunk, rest = rest[:config.chunk], rest[config.chunk:]
-        await publish_leased(transport, chunk, now=t)
-        await store.intent_mark_enqueued([i.key for i in chunk], now=at())
-        published += len(chunk)
+    try:
+        while rest:
+            t = at()
+            if t - leased_at > config.lease_s / 2:
+                await store.intent_mark_enqueued(confirmed, now=t)
+                confirmed = []
+                still = set(await store.intent_extend_publish(
+                    [i.key for i in rest], held_until=held_until,
+                    lease_until=t + config.lease_s))
+                if len(still) < len(rest):
+                    log.info("publish lease lapsed; leaving the rows another pass took",
+                             extra={"count": len(rest) - len(still)})
+                    rest = [i for i in rest if i.key in still]
+                held_until, leased_at = t + config.lease_s, t
+                if not rest:
+                    break
+            chunk, rest = rest[:config.chunk], rest[config.chunk:]
+            await publish_leased(transport, chunk, now=t)
+            confirmed.extend(i.key for i in chunk)
+            published += len(chunk)
+    finally:
+        # What the transport confirmed is marked even when a later chunk failed.
+        await store.intent_mark_enqueued(confirmed, now=at())
     return published
 
 
