@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
+from tidings.clock import Clock
 from tidings.liveness import LivenessConfig, Registry, WorkerMark, gone
 from tidings.model import Event, Intent
 from tidings.outcomes import Lookup, LookupHint
@@ -97,10 +98,12 @@ class Reconciler:
                  config: ReconcilerConfig | None = None, worker_id: str = "reconciler",
                  policies: Mapping[str, UncertainPolicy] | None = None,
                  registry: Registry | None = None, liveness: LivenessConfig | None = None,
-                 host: str | None = None) -> None:
+                 host: str | None = None, clock: Clock | None = None) -> None:
         self.store = store
         self.transport = transport
         self.providers = providers
+        # Measures a relay page's publishing, so its lease is extended while it lasts.
+        self.clock = clock
         self.config = config or ReconcilerConfig()
         self.worker_id = worker_id
         # A channel without a given policy takes its provider's default: lookup where
@@ -120,7 +123,7 @@ class Reconciler:
         result.leases_expired = await self._expire_leases(now)
         result.republished_stuck = await relay_pass(
             self.store, self.transport, now=now, config=self.config.relay,
-            paused_channels=paused_channels)
+            paused_channels=paused_channels, clock=self.clock)
         result.republished_lost = await self._republish_lost(now)
         await self._resolve_uncertain(now, result)
         result.awaiting_operator = await self._count_awaiting(now)

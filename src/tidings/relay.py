@@ -5,10 +5,12 @@ transaction and the relay only picks up what was left ``selected``: future-dated
 intents whose window opened, intents of a paused channel once it resumes. With a
 broker transport the outbox is real: admission writes intents ``selected`` and returns
 without waiting for the broker, and the relay (``relay_loop``, run by the scheduler
-service; every reconciler pass too) leases a page of them, publishes it, and marks it
-``enqueued``. The message id is always the intent key, so a second publication (a
-publish whose answer was lost, a relay that died between publishing and marking) is a
-harmless duplicate: the worker's ledger check turns it into ``duplicate_observed``.
+service; every reconciler pass too) leases a page of them and publishes it by chunks,
+extending the lease of the page's rest while it is still publishing, and marks what
+was confirmed ``enqueued`` (``publish_page``). The message id is always the
+intent key, so a second publication (a publish whose answer was lost, a relay that died
+between publishing and marking) is a harmless duplicate: the worker's ledger check
+turns it into ``duplicate_observed``.
 """
 
 from __future__ import annotations
@@ -38,6 +40,10 @@ class RelayConfig:
     max_idle_s: float = 0.5
     pages_in_flight: int = 1
     """Relay loops side by side (a server store hands each a page of its own)."""
+    chunk: int = 500
+    """Messages a page is published by (one ``transport.publish`` call a channel each):
+    between chunks, once half the lease has passed, the chunks confirmed so far are
+    marked ``enqueued`` and the lease of the page's rest is extended."""
 
 
 async def publish(
@@ -79,22 +85,78 @@ async def publish_leased(transport: Transport, items: Sequence[PublishItem], *,
             await asyncio.sleep(RETRY_PAUSE_S)
 
 
+async def publish_page(
+    store: Ledger, transport: Transport, items: Sequence[PublishItem], *, now: float,
+    config: RelayConfig, clock: Clock | None = None,
+) -> int:
+    """Publish a page leased at ``now`` chunk by chunk and keep the lease of the rest
+    from lapsing while the page is being published: between chunks, once more than half
+    of the lease has passed, the chunks confirmed so far are marked ``enqueued`` and the
+    lease of the rest is extended for another ``lease_s``; the page's end marks the
+    remaining confirmed chunks. So a slow broker never lets a second relay
+    pass take the page's rest and publish it again; a row whose lease did lapse (a chunk
+    slower than the whole lease) and that another relay took meanwhile is left to it.
+    ``clock`` measures the time spent (without one the pass is taken as instant);
+    time is counted from ``now``, the time the page was leased at. Returns how many
+    were published."""
+    started = clock.now() if clock is not None else 0.0
+
+    def at() -> float:
+        return now if clock is None else now + (clock.now() - started)
+
+    # What the store's intent_claim_publish set: now + lease_s.
+    held_until = now + config.lease_s
+    leased_at = now
+    rest = list(items)
+    # Confirmed but not yet marked: marked in one statement when the lease is extended
+    # and when the page ends (a page quicker than half its lease costs one mark).
+    confirmed: list[str] = []
+    published = 0
+    try:
+        while rest:
+            t = at()
+            if t - leased_at > config.lease_s / 2:
+                await store.intent_mark_enqueued(confirmed, now=t)
+                confirmed = []
+                still = set(await store.intent_extend_publish(
+                    [i.key for i in rest], held_until=held_until,
+                    lease_until=t + config.lease_s))
+                if len(still) < len(rest):
+                    log.info("publish lease lapsed; leaving the rows another pass took",
+                             extra={"count": len(rest) - len(still)})
+                    rest = [i for i in rest if i.key in still]
+                held_until, leased_at = t + config.lease_s, t
+                if not rest:
+                    break
+            chunk, rest = rest[:config.chunk], rest[config.chunk:]
+            await publish_leased(transport, chunk, now=t)
+            confirmed.extend(i.key for i in chunk)
+            published += len(chunk)
+    finally:
+        # What the transport confirmed is marked even when a later chunk failed.
+        await store.intent_mark_enqueued(confirmed, now=at())
+    return published
+
+
 async def relay_pass(
     store: Ledger, transport: Transport, *, now: float, config: RelayConfig,
-    paused_channels: Sequence[str] = (), max_pages: int = 20,
+    paused_channels: Sequence[str] = (), max_pages: int = 20, clock: Clock | None = None,
 ) -> int:
-    """Publish due ``selected`` intents, page by page; return how many were published."""
+    """Publish due ``selected`` intents, page by page (see ``publish_page``; ``clock``
+    keeps a slow page's lease from lapsing); return how many were published."""
     total = 0
+    started = clock.now() if clock is not None else 0.0
     for _ in range(max_pages):
+        page_now = now if clock is None else now + (clock.now() - started)
         claimed: list[PublishItem] = await store.intent_claim_publish(
-            now=now, horizon_s=config.horizon_s, lease_s=config.lease_s, limit=config.page)
+            now=page_now, horizon_s=config.horizon_s, lease_s=config.lease_s,
+            limit=config.page)
         # A paused channel keeps its intents selected; their lease lapses and a later
         # pass takes them once the channel is resumed.
         ready = [i for i in claimed if i.channel not in paused_channels]
         if ready:
-            await publish_leased(transport, ready, now=now)
-            await store.intent_mark_enqueued([i.key for i in ready], now=now)
-            total += len(ready)
+            total += await publish_page(store, transport, ready, now=page_now,
+                                        config=config, clock=clock)
         if len(claimed) < config.page:
             break
     return total
@@ -114,7 +176,8 @@ async def relay_loop(store: Ledger, transport: Transport, config: RelayConfig, *
             count = 0
             try:
                 count = await relay_pass(store, transport, now=clock.now(), config=config,
-                                         paused_channels=await paused_channels())
+                                         paused_channels=await paused_channels(),
+                                         clock=clock)
             except Exception:
                 log.exception("relay pass failed")
                 idle = config.max_idle_s

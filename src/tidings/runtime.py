@@ -247,7 +247,7 @@ class Runtime:
                              pages_in_flight=s.pages_in_flight or shape.pages_in_flight,
                              enqueue_in_store=self.enqueue_in_store,
                              relay_in_pass=relay_in_pass,
-                             relay=self.relay_config()))
+                             relay=self.relay_config()), clock=self.clock)
 
     def guardrails(self) -> GuardrailConfig:
         """The thresholds of every declared channel and campaign (overrides applied)."""
@@ -292,7 +292,7 @@ class Runtime:
                                                   lease_s=self.settings.worker.lease_s,
                                                   relay=self.relay_config()),
                           policies=self.uncertain_policies(), registry=self.registry(),
-                          liveness=self.liveness())
+                          liveness=self.liveness(), clock=self.clock)
 
     def liveness(self) -> LivenessConfig:
         """``[worker]`` heartbeat settings as ``tidings.liveness`` takes them."""

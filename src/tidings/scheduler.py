@@ -16,6 +16,7 @@ from datetime import date, datetime, timedelta
 from typing import Protocol
 
 from tidings.campaign import Campaign
+from tidings.clock import Clock
 from tidings.cron import OccurrenceTime
 from tidings.errors import InvalidInput, unknown_name
 from tidings.keys import campaign_key, campaign_key_parts, check_recipient_ids, template_ref
@@ -158,11 +159,13 @@ class Scheduler:
 
     def __init__(self, *, store: AdmissionStore, transport: Transport,
                  campaigns: Sequence[Campaign],
-                 config: SchedulerConfig | None = None) -> None:
+                 config: SchedulerConfig | None = None, clock: Clock | None = None) -> None:
         self.store = store
         self.transport = transport
         self.campaigns = {c.name: c for c in campaigns}
         self.config = config or SchedulerConfig()
+        # Measures a relay page's publishing, so its lease is extended while it lasts.
+        self.clock = clock
 
     async def run_pass(self, *, now: float) -> PassResult:
         """One bounded pass over every campaign, then the relay for one-off intents."""
@@ -192,7 +195,7 @@ class Scheduler:
         if self.config.relay_in_pass:
             result.published += await relay_pass(
                 self.store, self.transport, now=now, config=self.config.relay,
-                paused_channels=switches.paused_channels())
+                paused_channels=switches.paused_channels(), clock=self.clock)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("scheduler pass", extra={
                 "occurrences": len(result.occurrences), "members": result.members,

@@ -344,6 +344,31 @@ async def test_claim_publish_leases_due_selected_intents_oldest_first(store: Sto
     assert [i.key for i in after] == ["leased", "early", "mid", "late"]
 
 
+async def test_extend_publish_moves_only_the_lease_the_caller_still_holds(
+        store: Store) -> None:
+    await store.intent_admit([draft(k, due_at=T0 - 5) for k in ("a", "b", "c", "d")], now=T0)
+    page = await store.intent_claim_publish(now=T0, horizon_s=0, lease_s=30, limit=10)
+    assert [i.key for i in page] == ["a", "b", "c", "d"]
+    await store.intent_mark_enqueued(["a"], now=T0 + 1)
+    # "c"'s lease lapsed and another relay took it under a lease of its own.
+    [taken] = await store.intent_claim_publish(now=T0 + 31, horizon_s=0, lease_s=30, limit=1)
+    assert taken.key == "b"
+    [taken] = await store.intent_claim_publish(now=T0 + 31, horizon_s=0, lease_s=40, limit=1)
+    assert taken.key == "c"
+
+    held = await store.intent_extend_publish(["d", "a", "c", "ghost", "d"],
+                                             held_until=T0 + 30, lease_until=T0 + 61)
+
+    assert held == ["d"]
+    # "b" and "d" are leased until T0 + 61, "c" stays the other relay's until T0 + 71.
+    assert await store.intent_claim_publish(now=T0 + 60, horizon_s=0, lease_s=5,
+                                            limit=10) == []
+    later = await store.intent_claim_publish(now=T0 + 62, horizon_s=0, lease_s=5, limit=10)
+    assert [i.key for i in later] == ["b", "d"]
+    assert await state_of(store, "a") is State.ENQUEUED
+    assert await store.intent_extend_publish([], held_until=T0, lease_until=T0 + 1) == []
+
+
 async def test_mark_enqueued_moves_selected_and_retryable_only(store: Store) -> None:
     await store.intent_admit([draft("sel"), draft("sel2")], now=T0)
     await in_state(store, "retry", State.RETRYABLE, next_attempt_at=T0 + 100)

@@ -477,6 +477,14 @@ class Ledger(Protocol):
         absent or expired, for ``lease_s`` seconds. Oldest due first."""
         ...
 
+    async def intent_extend_publish(self, keys: Sequence[str], *, held_until: float,
+                                    lease_until: float) -> list[str]:
+        """Move the publish lease of ``keys`` from ``held_until`` (the lease the caller
+        set) to ``lease_until``, for those still ``selected`` and still under that lease;
+        return them. A key missing from the answer was taken by another relay after its
+        lease lapsed (or left ``selected``): the caller no longer publishes it."""
+        ...
+
     async def intent_mark_enqueued(self, keys: Sequence[str], *, now: float) -> int:
         """``selected``/``retryable`` -> ``enqueued`` with an ``enqueued`` event;
         clears the publish lease. Keys in other states are skipped. Returns the count."""

@@ -266,6 +266,21 @@ class PostgresStore(DatabaseStore[PostgresDatabase], StoreReads):
         items.sort(key=lambda item: (item.due_at, item.key))
         return items
 
+    async def intent_extend_publish(self, keys: Sequence[str], *, held_until: float,
+                                    lease_until: float) -> list[str]:
+        """Extend the publish lease of the keys still held under ``held_until``."""
+        if not keys:
+            return []
+        params = {"keys": list(dict.fromkeys(keys)), "held_until": held_until,
+                  "lease_until": lease_until}
+
+        async def fn(conn: Conn) -> list[str]:
+            cur = await conn.execute(self._sql["intent_extend_publish"], params)
+            return [str(row[0]) for row in await cur.fetchall()]
+
+        held = set(await self.db.write(fn))
+        return [k for k in dict.fromkeys(keys) if k in held]
+
     async def intent_mark_enqueued(self, keys: Sequence[str], *, now: float) -> int:
         """``selected``/``retryable`` -> ``enqueued`` with an event; returns the count."""
         if not keys:

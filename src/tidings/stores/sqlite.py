@@ -174,6 +174,21 @@ class SqliteStore(DatabaseStore[SqliteDatabase], StoreReads):
         items.sort(key=lambda item: (item.due_at, item.key))
         return items
 
+    async def intent_extend_publish(self, keys: Sequence[str], *, held_until: float,
+                                    lease_until: float) -> list[str]:
+        """Extend the publish lease of the keys still held under ``held_until``."""
+        if not keys:
+            return []
+        params = {"keys": json.dumps(list(dict.fromkeys(keys))), "held_until": held_until,
+                  "lease_until": lease_until}
+
+        def fn(conn: sqlite3.Connection) -> list[str]:
+            cursor = conn.execute(self._sql["intent_extend_publish"], params)
+            return [str(row[0]) for row in cursor]
+
+        held = set(await self.db.write(fn))
+        return [k for k in dict.fromkeys(keys) if k in held]
+
     async def intent_mark_enqueued(self, keys: Sequence[str], *, now: float) -> int:
         """``selected``/``retryable`` -> ``enqueued`` with an event; returns the count."""
         if not keys:

@@ -209,6 +209,15 @@ WHERE key IN (
 )
 RETURNING key, channel, due_at, state
 
+-- name: intent_extend_publish
+-- A relay still publishing a page moves the lease of its unpublished rest forward, but
+-- only of the rows it still holds (the lease it set, still selected): a row whose lease
+-- lapsed and that another relay took since is not extended, and is left to that relay.
+UPDATE intents SET publish_lease_until = %(lease_until)s
+WHERE key = ANY(%(keys)s::text[]) AND state = 'selected'
+  AND publish_lease_until = %(held_until)s
+RETURNING key
+
 -- name: intent_mark_enqueued
 -- selected/retryable -> enqueued and one enqueued event per intent moved, in one
 -- statement (so no other transaction can slip between the events and the update).

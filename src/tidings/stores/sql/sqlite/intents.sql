@@ -44,6 +44,16 @@ WHERE key IN (
 )
 RETURNING key, channel, due_at, state
 
+-- name: intent_extend_publish
+-- A relay still publishing a page moves the lease of its unpublished rest forward, but
+-- only of the rows it still holds (the lease it set, still selected): a row whose lease
+-- lapsed and that another relay took since is not extended, and is left to that relay.
+-- :keys is a JSON array; + keeps the planner on the primary key.
+UPDATE intents SET publish_lease_until = :lease_until
+WHERE key IN (SELECT value FROM json_each(:keys))
+  AND +state = 'selected' AND +publish_lease_until = :held_until
+RETURNING key
+
 -- name: intent_mark_enqueued_events
 -- Written just before intent_mark_enqueued, with the same filter in the same
 -- transaction: one enqueued event per intent it is about to move. (RETURNING the
