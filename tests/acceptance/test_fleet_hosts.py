@@ -64,6 +64,7 @@ WORKERS_PER_HOST = 2
 QUOTA = 200
 STEADY_S = 8.0
 OUTAGE_S = 20.0
+QUOTA_SAFETY = 0.97
 INTENTS = 4400  # about 22 s at the quota: the others still have work when host 2 is cut
 LEASE_S = 30.0
 GONE_AFTER_S = 3.0
@@ -169,6 +170,15 @@ def busiest_second(arrivals: list[float]) -> int:
                default=0)
 
 
+def busiest_window_at(arrivals: list[float]) -> float:
+    """Where the busiest sliding second starts, in seconds from the first arrival."""
+    times = sorted(arrivals)
+    if not times:
+        return 0.0
+    i = max(range(len(times)), key=lambda i: bisect.bisect_left(times, times[i] + 1.0) - i)
+    return times[i] - times[0]
+
+
 def per_second(arrivals: list[float]) -> list[int]:
     first = min(arrivals, default=0.0)
     counts: dict[int, int] = {}
@@ -262,7 +272,11 @@ async def test_a_host_cut_off_and_back_loses_nothing_and_sends_nothing_twice(
         f'[worker]\nlease_s = {LEASE_S}\nvisibility_s = {2 * LEASE_S}\n'
         f'reconcile_every_s = 1.0\nheartbeat_s = 0.5\ngone_after_s = {GONE_AFTER_S}\n'
         '[reconciler]\nuncertain_after_s = 0.5\n'
-        f'[channels.email]\nquota = "{QUOTA}/s"\n'
+        # Aim 3 % under the quota, not the default 2 %: six processes on three hosts
+        # start their first sends over new connections, and at 200/s a 2 % margin is 4
+        # requests, which those first sends' arrival jitter used up (a sliding second of
+        # 202 at the start of one run, with every start spaced by the pacer).
+        f'[channels.email]\nquota = "{QUOTA}/s"\nquota_safety = {QUOTA_SAFETY}\n'
         f'provider = {{ kind = "sandbox", url = "{sandbox_url}" }}\n')
     # The test's own view of the store goes straight to the server, not over the bridge.
     local = Settings.load(settings_file).model_copy(update={"store": pg_url})
@@ -339,7 +353,8 @@ async def test_a_host_cut_off_and_back_loses_nothing_and_sends_nothing_twice(
         refused = [e for log in (p for h, _, p in workers if h is cut_off)
                    for e in events_of(log, "lease lost")]
         print(f"\n[fleet] {HOSTS} hosts x {WORKERS_PER_HOST} workers, {INTENTS} intents at "
-              f"{QUOTA}/s: busiest sliding second {busiest_second(arrivals)}, "
+              f"{QUOTA}/s: busiest sliding second {busiest_second(arrivals)} (from "
+              f"{busiest_window_at(arrivals):.2f} s; cut at {down_at - first:.2f} s), "
               f"utilisation {steady:.1%} over {steady_n} s before the cut and {after:.1%} "
               f"over {after_n} s after the takeover; host {CUT_OFF} cut off with "
               f"{len(held)} leases held, taken over after {taken_s:.2f} s (gone_after_s "
