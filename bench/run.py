@@ -169,6 +169,17 @@ def parser() -> argparse.ArgumentParser:
                      help="database file (must not exist), or a PostgreSQL database holding "
                           "no tidings tables (created if missing); default: a temporary folder")
     common(cap)
+
+    pub = sub.add_parser("api-publish", help="POST /v1/queue/publish, 200 connections",
+                         description=api_publish.__doc__,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    pub.add_argument("--n", type=_positive, default=20_000, help="measured requests")
+    pub.add_argument("--connections", type=_positive, default=200)
+    pub.add_argument("--processes", type=_positive, default=2, help="API processes")
+    pub.add_argument("--pg", default=api_publish.DEFAULT_PG,
+                     help="a PostgreSQL URL whose server may hold throw-away databases")
+    pub.add_argument("--sqlite", action="store_true", help="measure a SQLite file too")
+    pub.add_argument("--json", action="store_true", help="print one JSON object")
     return main
 
 
