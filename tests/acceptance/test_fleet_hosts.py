@@ -52,6 +52,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 import pytest
 
+from support import waits
 from tidings.intake import NotifyRequest
 from tidings.runtime import Runtime, build_runtime
 from tidings.settings import Settings
@@ -198,15 +199,7 @@ def utilisation(arrivals: list[float], start: float, end: float) -> tuple[float,
 
 
 async def until(predicate: Callable[[], Any], what: str, guard_s: float = GUARD_S) -> None:
-    deadline = time.monotonic() + guard_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
+    await waits.until(predicate, what, guard_s)
 
 
 def events_of(path: Path, event: str) -> list[dict[str, Any]]:

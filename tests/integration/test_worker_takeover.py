@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from support import waits
 from tidings.intake import NotifyRequest
 from tidings.liveness import LivenessConfig, gone
 from tidings.runtime import Runtime, build_runtime
@@ -45,16 +46,8 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return url
 
 
-async def until(predicate: Callable[[], Any], what: str) -> None:
-    deadline = time.monotonic() + GUARD_S
-    while time.monotonic() < deadline:
-        value = predicate()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
+async def until(predicate: Callable[[], Any], what: str, guard_s: float = GUARD_S) -> None:
+    await waits.until(predicate, what, guard_s)
 
 
 async def claimed_by(runtime: Runtime, pid: int) -> set[str]:
