@@ -83,3 +83,8 @@ class TransportError(TidingsError):
 
 class MessageDecodeError(TidingsError):
     """A queue message cannot be decoded; it is dead-lettered with this reason."""
+
+
+class SendDeadlineExceeded(TidingsError):
+    """A provider call outlived the worker's send deadline and was cut off; by then the
+    request may have reached the provider, so the send is uncertain."""

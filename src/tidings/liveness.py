@@ -165,6 +165,23 @@ def gone(mark: WorkerMark, *, now: float, host: str, config: LivenessConfig,
     return None
 
 
+def sends_land_by(mark: WorkerMark, *, host: str, config: LivenessConfig,
+                  send_deadline_s: float, alive: Callable[[int], bool] = pid_alive
+                  ) -> float | None:
+    """The latest time a send that ``mark``'s worker started can still reach its
+    provider (None: nothing of it can any more).
+
+    Its process gone from this very host: None, its connections were reset as it died
+    (``providers.aiohttp_transport.reset_on_close_socket``). Otherwise it may be cut off
+    from the store and still running: it starts no send once its last heartbeat is
+    ``fence_s`` old, and cuts each send off after ``send_deadline_s``. Until then a
+    lookup's "not found" says nothing: the request may be on its way (a partition
+    heals, the kernel retransmits it), and resending it would send it twice."""
+    if mark.host == host and not alive(mark.pid):
+        return None
+    return mark.heartbeat_at + config.fence_s + send_deadline_s
+
+
 class Marker:
     """A worker process's marker: registered at start, beaten every ``beat_s``,
     removed at a clean stop. ``live(now)`` is the worker's fence."""

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
 from tidings.clock import Clock
-from tidings.liveness import LivenessConfig, Registry, WorkerMark, gone
+from tidings.liveness import LivenessConfig, Registry, WorkerMark, gone, sends_land_by
 from tidings.model import Event, Intent
 from tidings.outcomes import Lookup, LookupHint
 from tidings.providers.base import Provider
@@ -62,6 +62,11 @@ class ReconcilerConfig:
     lease_s: float = 30.0
     """The workers' lease: a send began at most this long before it became uncertain."""
     lookups_in_flight: int = 16
+    send_deadlines: Mapping[str, float] = field(default_factory=dict)
+    """Each channel's worker send deadline (``WorkerConfig.send_deadline_s``): how long
+    a gone worker's send may still be in flight after its fence closed."""
+    send_deadline_s: float = 15.0
+    """The deadline of a channel not in ``send_deadlines``."""
     relay: RelayConfig = field(default_factory=RelayConfig)
 
 
@@ -173,12 +178,8 @@ class Reconciler:
             held = await self.store.intent_find(states=[State.CLAIMED],
                                                 lease_owner=mark.worker_id,
                                                 limit=self.config.limit)
-            changes = [Change(
-                key=i.key, from_state=State.CLAIMED, to_state=State.UNCERTAIN,
-                event="lease_ended", lease_token=i.lease_token, worker=self.worker_id,
-                reason=f"lease of {i.lease_owner} ended before it expired at "
-                       f"{i.lease_expires_at or 0:.3f}: its worker is gone")
-                for i in held if i.lease_owner == mark.worker_id]
+            changes = [self._lease_ended(i, mark, now)
+                       for i in held if i.lease_owner == mark.worker_id]
             applied = await self.store.intent_apply_many(changes, now=now) if changes else []
             result.leases_ended += len(applied)
             if len(held) < self.config.limit or not applied:
@@ -186,6 +187,22 @@ class Reconciler:
         if isinstance(self.transport, RecordsReceiver):
             result.messages_released += await self.transport.release_receiver(
                 mark.worker_id, now=now)
+
+    def _lease_ended(self, intent: Intent, mark: WorkerMark, now: float) -> Change:
+        """``intent``'s lease, held by gone ``mark``, ended: uncertain, and not settled
+        (``next_attempt_at``) before its send, if one is in flight, can no longer land."""
+        deadline = self.config.send_deadlines.get(intent.channel, self.config.send_deadline_s)
+        landed_by = sends_land_by(mark, host=self.host, config=self.liveness,
+                                  send_deadline_s=deadline)
+        wait = landed_by is not None and landed_by > now
+        reason = (f"lease of {intent.lease_owner} ended before it expired at "
+                  f"{intent.lease_expires_at or 0:.3f}: its worker is gone")
+        if wait:
+            reason += f"; settled from {landed_by:.3f}, when a send in flight has landed"
+        return Change(key=intent.key, from_state=State.CLAIMED, to_state=State.UNCERTAIN,
+                      event="lease_ended", lease_token=intent.lease_token,
+                      worker=self.worker_id, reason=reason,
+                      next_attempt_at=landed_by if wait else None)
 
     async def _expire_leases(self, now: float) -> int:
         """Expired leases: the holder may have sent before it died, so the intent is
@@ -234,8 +251,12 @@ class Reconciler:
         timelines = {i.key: await self.store.events_for(i.key) for i in pending}
         # A webhook that came while the send was in flight already settled it.
         seen = {key: early_evidence(events) for key, events in timelines.items()}
-        asks = [i for i in pending
-                if seen[i.key] is None and self.policy(i.channel).mode is Policy.LOOKUP]
+        # A gone worker's send may still land (``_lease_ended``): asked now, a "not
+        # found" could be resent beside it.
+        landing = {i.key for i in pending
+                   if i.next_attempt_at is not None and i.next_attempt_at > now}
+        asks = [i for i in pending if seen[i.key] is None and i.key not in landing
+                and self.policy(i.channel).mode is Policy.LOOKUP]
         hints = {i.key: hint_for(i, timelines[i.key], lease_s=self.config.lease_s)
                  for i in asks}
         answers = dict(zip((i.key for i in asks), await self._lookups(asks, hints),
@@ -247,6 +268,9 @@ class Reconciler:
             verdict: Verdict | None = seen[intent.key]
             if verdict is not None:
                 pass
+            elif intent.key in landing:
+                result.uncertain_waiting += 1
+                continue
             elif found is not None:
                 verdict = after_lookup(intent, policy, found, now=now)
             else:

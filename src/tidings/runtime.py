@@ -222,9 +222,20 @@ class Runtime:
             pacer=self.pacer(channel, wid), clock=self.clock, policy=self.policy,
             worker_id=wid, rng=random.Random(self.rng.getrandbits(64)),
             config=WorkerConfig(batch_size=w.batch_size, lease_s=w.lease_s,
-                                visibility_s=w.visibility_s, max_receives=w.max_receives),
+                                visibility_s=w.visibility_s, max_receives=w.max_receives,
+                                send_deadline_s=self.send_deadline_s(channel)),
             composer=self.composer(), holds=HoldGate(self.store, self.clock),
         )
+
+    def send_deadline_s(self, channel: str) -> float:
+        """The longest one send on ``channel`` may take before the worker cuts it off:
+        three of its provider's timeouts (a pooled connection, connecting, the answer),
+        plus the SMTP DATA timeout where there is one."""
+        spec = self.settings.channels.get(channel)
+        if spec is None:
+            return WorkerConfig.send_deadline_s
+        provider = spec.provider
+        return 3 * provider.timeout_s + float(getattr(provider, "data_timeout_s", 0.0))
 
     def relay_config(self) -> RelayConfig:
         s = self.settings.scheduler
@@ -290,6 +301,9 @@ class Runtime:
                           config=ReconcilerConfig(lost_after_s=r.lost_after_s,
                                                   uncertain_after_s=r.uncertain_after_s,
                                                   lease_s=self.settings.worker.lease_s,
+                                                  send_deadlines={
+                                                      c: self.send_deadline_s(c)
+                                                      for c in self.channels},
                                                   relay=self.relay_config()),
                           policies=self.uncertain_policies(), registry=self.registry(),
                           liveness=self.liveness(), clock=self.clock)

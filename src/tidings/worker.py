@@ -31,10 +31,10 @@ from functools import partial
 
 from tidings.clock import Clock
 from tidings.compose import Composed, Composer, Deferred, Ready
-from tidings.errors import MessageDecodeError, StoreError
+from tidings.errors import MessageDecodeError, SendDeadlineExceeded, StoreError
 from tidings.holds import HoldGate
 from tidings.model import Event, Intent, Message, Received, SendRequest
-from tidings.outcomes import RateLimited
+from tidings.outcomes import Outcome, RateLimited
 from tidings.pacing.pacer import Pacer
 from tidings.policy import RetryPolicy
 from tidings.providers.base import Provider
@@ -86,6 +86,12 @@ class WorkerConfig:
     fed while the next batch is received and claimed, little enough that a crash
     expires only what was about to go."""
     claim_depth_every_s: float = 1.0
+    send_deadline_s: float = 15.0
+    """The longest one provider call may take, waiting for a connection included; a
+    call still running then is cut off (uncertain). Together with the fence it bounds
+    when a gone worker's last send can still reach the provider, which the reconciler
+    waits out before it looks that send up (``liveness.sends_land_by``). Loop seconds,
+    not the injected clock's: it bounds a socket."""
 
 
 def request_for(intent: Intent) -> SendRequest:
@@ -638,12 +644,27 @@ class Worker:
                 return None
             may_have_left = True
             self.stats.sent += 1
-            outcome = await self.provider.send(request)
+            outcome = await self._send_within_deadline(request)
             streak = self.pacer.streak + 1 if isinstance(outcome, RateLimited) else 1
             return decide(outcome, failures=intent.failures, policy=self.policy,
                           now=self.clock.now(), rng=self.rng, consecutive_rate_limits=streak)
         except Exception as exc:
             return self._raised(exc, intent, may_have_left=may_have_left)
+
+    async def _send_within_deadline(self, request: SendRequest) -> Outcome:
+        """The provider's answer, or SendDeadlineExceeded once ``send_deadline_s`` has
+        passed: the call is cancelled, which closes (resets) its connection, so the
+        request cannot reach the provider any later."""
+        deadline = asyncio.timeout(self.config.send_deadline_s)
+        try:
+            async with deadline:
+                return await self.provider.send(request)
+        except TimeoutError as exc:
+            if not deadline.expired():
+                raise  # the provider's own timeout, told as it is
+            raise SendDeadlineExceeded(
+                f"no answer within send_deadline_s ({self.config.send_deadline_s:g} s); "
+                "the call was cut off") from exc
 
     async def _pacer_call(self, what: str, call: Callable[..., Awaitable[object]],
                           *args: float) -> None:

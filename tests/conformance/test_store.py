@@ -544,6 +544,16 @@ async def test_apply_accepted_stores_the_receipt_and_clears_the_lease(store: Sto
         "accepted", "email", T0 + 5, "accepted", 1, "w1", "m-1", "req-1")
 
 
+async def test_an_uncertain_intent_keeps_when_it_may_be_settled(store: Store) -> None:
+    """``next_attempt_at`` on an uncertain intent: not settled before (a gone worker's
+    send may still land); an uncertain episode without one clears it."""
+    await in_state(store, "later", State.UNCERTAIN, next_attempt_at=T0 + 20)
+    await in_state(store, "now", State.UNCERTAIN)
+    later, now = await store.intent_get("later"), await store.intent_get("now")
+    assert later is not None and now is not None
+    assert (later.next_attempt_at, now.next_attempt_at) == (T0 + 20, None)
+
+
 async def test_apply_field_effects_of_retry_failure_and_terminal(store: Store) -> None:
     token = await claimed(store, "k")
 

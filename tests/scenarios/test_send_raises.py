@@ -13,6 +13,7 @@ Judged, as everywhere, by the sandbox's own counts.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -247,6 +248,43 @@ async def test_a_provider_that_returns_no_outcome_is_uncertain(h: Harness) -> No
     await h.reconcile()
     assert (await h.intent(key)).state is State.ACCEPTED
     assert h.stats()["requests"] == 1
+
+
+async def test_a_send_past_its_deadline_is_cut_off_and_uncertain(h: Harness) -> None:
+    # given an adapter whose call never returns (a connection the network swallowed),
+    # and a send deadline that expires at the call's first wait
+    key = await h.notify("ship-6:c6", address=ADDRESS)
+    w = h.worker()
+    w.config = dataclasses.replace(w.config, send_deadline_s=0.0)
+    cancelled = asyncio.Event()
+
+    class Swallowed:
+        name, supports_lookup = "swallowed", True
+
+        async def send(self, request: Any) -> Any:
+            try:
+                await asyncio.Event().wait()
+            finally:
+                cancelled.set()
+
+    w.provider = Swallowed()  # type: ignore[assignment]
+
+    # when the worker handles it, then the call was cancelled (its connection with it),
+    # the intent is uncertain, the event names the deadline, and the slot is free
+    await h.run_once(w)
+    assert cancelled.is_set()
+    assert (await h.intent(key)).state is State.UNCERTAIN
+    assert w.held == 0 and w.stats.raised == 1
+    detail = (await last_event(h, key)).detail
+    assert detail.startswith("raised during the send, which may have reached the provider: "
+                             "tidings.errors.SendDeadlineExceeded: no answer within "
+                             "send_deadline_s (0 s)"), detail
+    # and the reconciler settles it as any uncertain send: once
+    w.provider = h.provider
+    h.clock.advance(h.rt.settings.reconciler.uncertain_after_s + 1)
+    await h.drive(w)
+    assert (await h.intent(key)).state is State.ACCEPTED
+    assert (h.stats()["accepted_keys"], h.stats()["keys_accepted_twice"]) == (1, 0)
 
 
 # ---------------------------------------------------------------- every time

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from tidings.clock import FakeClock
-from tidings.liveness import LivenessConfig, Marker, WorkerMark, gone
+from tidings.liveness import LivenessConfig, Marker, WorkerMark, gone, sends_land_by
 from tidings.model import Event, Received
+from tidings.outcomes import Lookup
 from tidings.reconciler import Reconciler
 from tidings.runtime import Runtime, build_runtime
 from tidings.settings import Settings
@@ -59,6 +60,20 @@ def test_the_rule_that_a_worker_is_gone(seen: WorkerMark, silent: float, alive: 
 
 def test_a_worker_fences_itself_before_any_peer_may_declare_it_gone() -> None:
     assert CONFIG.fence_s < CONFIG.stale_after_s
+
+
+@pytest.mark.parametrize(("seen", "alive", "landed_by"), [
+    # Cut off, it may still run: its last send started by the fence, and is cut off
+    # (its connection reset) a send deadline later.
+    (mark(), True, T0 + CONFIG.fence_s + 15.0),
+    (mark(marker_held=False), True, T0 + CONFIG.fence_s + 15.0),
+    (mark(host=HOST), True, T0 + CONFIG.fence_s + 15.0),
+    (mark(host=HOST), False, None),  # died here: its connections were reset with it
+])
+def test_when_a_gone_workers_last_send_has_landed(seen: WorkerMark, alive: bool,
+                                                  landed_by: float | None) -> None:
+    assert sends_land_by(seen, host=HOST, config=CONFIG, send_deadline_s=15.0,
+                         alive=lambda _pid: alive) == landed_by
 
 
 @pytest.fixture
@@ -176,6 +191,66 @@ async def test_a_dead_process_on_this_host_is_seen_at_once(rt: Runtime) -> None:
     await hold_work(rt, "w-dead", 3)
     result = await reconciler_of(rt).end_gone_workers(clock.now())  # not a second later
     assert (result.leases_ended, result.messages_released) == (3, 3)
+
+
+class NotFoundAnywhere:
+    """A lookup that never finds the send, and counts how often it was asked."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    async def lookup(self, key: str) -> Lookup:
+        self.asked.append(key)
+        return Lookup.of_not_found("no such message")
+
+
+async def test_a_cut_off_workers_sends_are_not_looked_up_before_they_can_have_landed(
+        rt: Runtime) -> None:
+    """Its process may run on, its last request on the wire: a "not found" asked before
+    that request is cut off would be resent beside it (sent twice once it lands)."""
+    clock = clock_of(rt)
+    marker = rt.marker("w-cut")
+    assert marker is not None
+    await marker.start()
+    tokens = await hold_work(rt, "w-cut", 3)
+    reconciler = reconciler_of(rt)
+    provider = NotFoundAnywhere()
+    reconciler.providers["email"].lookup = provider.lookup  # type: ignore[method-assign]
+    deadline = rt.send_deadline_s("email")
+    landed_by = T0 + CONFIG.fence_s + deadline
+
+    clock.advance(CONFIG.stale_after_s)
+    result = await reconciler.run_pass(now=clock.now())
+    assert result.leases_ended == 3
+    for key in tokens:
+        intent = await rt.store.intent_get(key)
+        assert intent is not None and intent.state == State.UNCERTAIN
+        assert intent.next_attempt_at == pytest.approx(landed_by)
+    clock.set(landed_by - 0.01)
+    result = await reconciler.run_pass(now=clock.now())
+    assert provider.asked == [] and result.uncertain_waiting == 3
+    clock.set(landed_by)
+    result = await reconciler.run_pass(now=clock.now())
+    assert sorted(provider.asked) == sorted(tokens)
+    assert result.uncertain_retried == 3
+
+
+async def test_a_dead_processs_sends_are_looked_up_at_once(rt: Runtime) -> None:
+    clock = clock_of(rt)
+    marker = Marker(rt.registry(), "w-died", clock=clock, config=CONFIG,  # type: ignore[arg-type]
+                    host=HOST, pid=2**22 + 9)  # above any pid_max: no such process
+    await marker.start()
+    tokens = await hold_work(rt, "w-died", 2)
+    reconciler = reconciler_of(rt)
+    provider = NotFoundAnywhere()
+    reconciler.providers["email"].lookup = provider.lookup  # type: ignore[method-assign]
+    assert (await reconciler.run_pass(now=clock.now())).leases_ended == 2
+    for key in tokens:
+        intent = await rt.store.intent_get(key)
+        assert intent is not None and intent.next_attempt_at is None
+    clock.advance(rt.settings.reconciler.uncertain_after_s + 0.01)  # as any uncertain send
+    await reconciler.run_pass(now=clock.now())
+    assert sorted(provider.asked) == sorted(tokens)
 
 
 async def test_a_pass_that_died_half_way_is_finished_by_the_next(rt: Runtime) -> None:

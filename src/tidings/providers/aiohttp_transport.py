@@ -8,11 +8,32 @@ exception family whichever transport is underneath.
 
 from __future__ import annotations
 
+import socket
+import struct
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
 import httpx
+
+#: ``SO_LINGER`` on with a zero timeout: closing the socket resets the connection and
+#: drops whatever the kernel has not delivered yet.
+_RESET_ON_CLOSE = struct.pack("ii", 1, 0)
+
+
+def reset_on_close_socket(addr_info: tuple[Any, ...]) -> socket.socket:
+    """A provider connection's socket, which is reset when closed, never drained.
+
+    A request whose answer the client gave up on (a timeout, a cancelled send, a killed
+    process) must not reach the provider later: with an ordinary close the kernel keeps
+    retransmitting the unacknowledged bytes, so after a partition heals a send that was
+    settled as not found, and sent again, can still arrive: a duplicate. Reset on close,
+    a request either reached the provider while the client waited or never does, which
+    bounds how long after its start a send can land (``Worker``'s send deadline)."""
+    family, kind, proto, _, _ = addr_info
+    sock = socket.socket(family=family, type=kind, proto=proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET_ON_CLOSE)
+    return sock
 
 
 class AiohttpTransport(httpx.AsyncBaseTransport):
@@ -35,7 +56,8 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         if self._session is None:
             connector = aiohttp.TCPConnector(limit=self._max_connections,
                                              limit_per_host=self._max_connections,
-                                             keepalive_timeout=self._keepalive_s)
+                                             keepalive_timeout=self._keepalive_s,
+                                             socket_factory=reset_on_close_socket)
             # httpx decodes Content-Encoding itself; aiohttp must hand over raw bytes.
             self._session = aiohttp.ClientSession(connector=connector, auto_decompress=False,
                                                   cookie_jar=aiohttp.DummyCookieJar())

@@ -81,7 +81,8 @@ class Change:
     Field effects by target state, applied by every store alike:
     enqueued -> enqueued_at=now; accepted -> accepted_at=now, receipt;
     leaving claimed -> lease cleared; a terminal state -> finished_at=now,
-    disposition=to_state, reason; retryable -> next_attempt_at.
+    disposition=to_state, reason; retryable -> next_attempt_at (when it may be tried
+    again); uncertain -> next_attempt_at (when it may be settled: None at once).
     """
 
     key: str

@@ -287,7 +287,7 @@ UPDATE intents SET
                                ELSE accepted_at END,
     receipt             = CASE WHEN %(to_state)s::text = 'accepted' THEN %(receipt)s::text
                                ELSE receipt END,
-    next_attempt_at     = CASE WHEN %(to_state)s::text = 'retryable'
+    next_attempt_at     = CASE WHEN %(to_state)s::text IN ('retryable', 'uncertain')
                                THEN %(next_attempt_at)s::float8 ELSE next_attempt_at END,
     lease_owner         = CASE WHEN %(leaves_claimed)s::bool THEN NULL ELSE lease_owner END,
     lease_expires_at    = CASE WHEN %(leaves_claimed)s::bool THEN NULL

@@ -113,7 +113,7 @@ UPDATE intents SET
     publish_lease_until = CASE WHEN :to_state = 'enqueued' THEN NULL ELSE publish_lease_until END,
     accepted_at         = CASE WHEN :to_state = 'accepted' THEN :now ELSE accepted_at END,
     receipt             = CASE WHEN :to_state = 'accepted' THEN :receipt ELSE receipt END,
-    next_attempt_at     = CASE WHEN :to_state = 'retryable' THEN :next_attempt_at
+    next_attempt_at     = CASE WHEN :to_state IN ('retryable', 'uncertain') THEN :next_attempt_at
                                ELSE next_attempt_at END,
     lease_owner         = CASE WHEN :leaves_claimed THEN NULL ELSE lease_owner END,
     lease_expires_at    = CASE WHEN :leaves_claimed THEN NULL ELSE lease_expires_at END,
