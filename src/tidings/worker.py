@@ -800,6 +800,9 @@ class Worker:
     async def _record(self, outcomes: list[tuple[Change, Received]]) -> None:
         now = self.clock.now()
         applied = set(await self.store.intent_apply_many([c for c, _ in outcomes], now=now))
+        # A commit can hang for as long as the store is out of reach (a partition): runs
+        # of lost leases are timed by when they are found, not by when the commit began.
+        found_at = self.clock.now()
         self.stats.commits += 1
         lost: list[Event] = []
         for change, received in outcomes:
@@ -817,8 +820,8 @@ class Worker:
                                   provider_request_id=change.provider_request_id,
                                   detail=f"outcome {change.event} not recorded: lease lost"))
                 quiet = (self._lease_lost_at is not None
-                         and now - self._lease_lost_at < self.config.lease_s)
-                self._lease_lost_at = now
+                         and found_at - self._lease_lost_at < self.config.lease_s)
+                self._lease_lost_at = found_at
                 log.log(logging.DEBUG if quiet else logging.WARNING, "lease lost", extra={
                     "key": change.key, "channel": self.channel, "message_id": change.message_id,
                     "provider_request_id": change.provider_request_id,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -343,6 +344,39 @@ async def test_a_later_run_of_lost_leases_is_told_again(
     warned = [r for r in records_of(caplog, "tidings.worker")
               if r.msg == "lease lost" and r.levelno == logging.WARNING]
     assert len(warned) == 2
+
+
+async def test_a_run_of_lost_leases_is_timed_from_when_a_hung_commit_found_it(
+        rt: Runtime, caplog: pytest.LogCaptureFixture) -> None:
+    """A commit that hung through a partition longer than a lease finds its leases lost
+    when the store is back; a loss found a moment later is the same run (quiet)."""
+    clock = clock_of(rt)
+    worker = rt.worker("email", "w-hung")
+    tokens = await hold_work(rt, "w-hung", 2)
+    await rt.store.intent_apply_many([
+        Change(key=k, from_state=State.CLAIMED, to_state=State.UNCERTAIN, event="lease_ended",
+               lease_token=t, worker="peer") for k, t in tokens.items()], now=clock.now())
+    store = worker.store
+    apply = store.intent_apply_many
+
+    async def hangs_through_a_partition(*args: Any, **kw: Any) -> Any:
+        clock.advance(LEASE_S + 5)  # the store was out of reach all that time
+        return await apply(*args, **kw)
+
+    outcomes = [(Change(key=k, from_state=State.CLAIMED, to_state=State.ACCEPTED,
+                        event="accepted", lease_token=t, worker="w-hung"),
+                 Received(queue="email", message_id=k, body="", receipt=f"{i}:1",
+                          receive_count=1, enqueued_at=T0))
+                for i, (k, t) in enumerate(tokens.items(), start=1)]
+    with caplog.at_level(logging.INFO, logger="tidings.worker"):
+        store.intent_apply_many = hangs_through_a_partition  # type: ignore[method-assign]
+        await worker._record(outcomes[:1])
+        store.intent_apply_many = apply  # type: ignore[method-assign]
+        clock.advance(1.0)
+        await worker._record(outcomes[1:])
+    warned = [r for r in records_of(caplog, "tidings.worker")
+              if r.msg == "lease lost" and r.levelno == logging.WARNING]
+    assert len(warned) == 1
 
 
 class Unreachable:
