@@ -21,7 +21,8 @@ sending well
 before any peer can declare it gone (clocks across hosts must agree to better than
 that half). A worker that comes back after it was declared gone finds its row ended:
 it says so once in its log, waits until its work has been taken back (every outcome
-it still holds is refused by the lease token), and registers afresh.
+it still holds is refused by the lease token), and registers afresh; it starts no send
+under a claim made before that (``Fence.epoch``), though its fence is open again.
 """
 
 from __future__ import annotations
@@ -182,9 +183,23 @@ def sends_land_by(mark: WorkerMark, *, host: str, config: LivenessConfig,
     return mark.heartbeat_at + config.fence_s + send_deadline_s
 
 
+class Fence(Protocol):
+    """What a worker asks before each send (``Marker`` is one)."""
+
+    @property
+    def epoch(self) -> int:
+        """Which registration this is: it grows each time the worker registers again
+        after it was declared gone. A lease claimed under an earlier one was ended."""
+        ...
+
+    def live(self, now: float) -> bool:
+        """Whether a send may start now."""
+        ...
+
+
 class Marker:
     """A worker process's marker: registered at start, beaten every ``beat_s``,
-    removed at a clean stop. ``live(now)`` is the worker's fence."""
+    removed at a clean stop. ``live(now)`` and ``epoch`` are the worker's fence."""
 
     def __init__(self, registry: Registry, worker_id: str, *, clock: Clock,
                  config: LivenessConfig | None = None, host: str | None = None,
@@ -197,9 +212,15 @@ class Marker:
         self.pid = pid or os.getpid()
         self._confirmed_at: float | None = None
         self._registered = False
+        self._epoch = 0
         self._unreachable = False
         self.declared_gone = 0
         """How often this worker found itself declared gone (each said once in the log)."""
+
+    @property
+    def epoch(self) -> int:
+        """The registration this worker runs under (``Fence.epoch``)."""
+        return self._epoch
 
     def live(self, now: float) -> bool:
         """May this worker start a send now: registered, and a beat confirmed recently
@@ -215,6 +236,7 @@ class Marker:
             raise RuntimeError(f"worker {self.worker_id!r} was declared gone and its work "
                                "is still being taken back; start it again in a moment")
         self._registered, self._confirmed_at = True, now
+        self._epoch += 1
 
     async def step(self) -> None:
         """One beat: renew; when found ended, say so once and register again as soon as
@@ -231,6 +253,7 @@ class Marker:
             if not self._registered and await self.registry.register(
                     self.worker_id, host=self.host, pid=self.pid, now=now):
                 self._registered, self._confirmed_at = True, now
+                self._epoch += 1
                 log.info("registered again", extra={"worker": self.worker_id})
         except Exception as exc:
             if not self._unreachable:

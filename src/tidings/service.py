@@ -190,7 +190,7 @@ async def start_marker(runtime: Runtime, worker: Worker) -> Marker | None:
     if marker is None:
         return None
     await marker.start()
-    worker.liveness = marker.live
+    worker.liveness = marker
     if isinstance(runtime.transport, RecordsReceiver):
         runtime.transport.receive_as(worker.worker_id)
     return marker

@@ -33,6 +33,7 @@ from tidings.clock import Clock
 from tidings.compose import Composed, Composer, Deferred, Ready
 from tidings.errors import MessageDecodeError, SendDeadlineExceeded, StoreError
 from tidings.holds import HoldGate
+from tidings.liveness import Fence
 from tidings.model import Event, Intent, Message, Received, SendRequest
 from tidings.outcomes import Outcome, RateLimited
 from tidings.pacing.pacer import Pacer
@@ -181,7 +182,9 @@ class Worker:
         self._failed: list[tuple[str, float]] = []
         self._faulted: set[str] = set()
         # Leases held: key -> (token, message, lease expiry as last renewed).
-        self._held: dict[str, tuple[int, Received, float]] = {}
+        # key -> (lease token, its message, lease good until, the liveness registration
+        # it was claimed under).
+        self._held: dict[str, tuple[int, Received, float, int]] = {}
         self._sends: set[asyncio.Task[None]] = set()
         # Sends waiting for a pacer slot, and those of them ``stop()`` cancelled.
         self._acquiring: set[asyncio.Task[object]] = set()
@@ -196,9 +199,11 @@ class Worker:
         # known), and when that was last worked out.
         self._claim_depth: int | None = None
         self._depth_at = float("-inf")
-        # The process's liveness fence (``tidings.liveness.Marker.live``): no send starts
-        # while it says no, so a peer that declares this worker gone finds it stopped.
-        self.liveness: Callable[[float], bool] | None = None
+        # The process's liveness fence (``tidings.liveness.Marker``): no send starts
+        # while it is closed, so a peer that declares this worker gone finds it stopped;
+        # nor under a claim made before the worker registered again (``Fence.epoch``):
+        # such a lease was ended when the worker was declared gone.
+        self.liveness: Fence | None = None
         # Lost leases are told once per run of them (none lost for a lease_s ends a run),
         # not once per intent: a worker back from a partition loses all it held.
         self._lease_lost_at: float | None = None
@@ -348,6 +353,9 @@ class Worker:
             except MessageDecodeError as exc:  # whatever the body, this is all decode raises
                 self.stats.poison += 1
                 self._dead_letter(item, f"undecodable message: {exc}", "undecodable message")
+        # Taken before the claim: a claim answered after the worker registered again
+        # (it hung through a partition) was made under the ended registration.
+        epoch = self.liveness.epoch if self.liveness is not None else 0
         claims = await self.store.intent_claim_many(
             keys, owner=self.worker_id, lease_s=self.config.lease_s, now=now,
             message_ids=[r.message_id for r in decoded]) if keys else []
@@ -358,7 +366,7 @@ class Worker:
         ready: list[tuple[Received, Intent, int]] = []
         for received, claim in zip(decoded, claims, strict=True):
             self.stats.by_kind[claim.kind] = self.stats.by_kind.get(claim.kind, 0) + 1
-            sendable = self._route(received, claim, now)
+            sendable = self._route(received, claim, now, epoch)
             if sendable is not None:
                 ready.append(sendable)
         await self._compose_and_send(ready, now)
@@ -417,8 +425,8 @@ class Worker:
         self._sends.add(task)
         task.add_done_callback(partial(self._sent, intent.key))
 
-    def _route(self, received: Received, claim: Claim,
-               now: float) -> tuple[Received, Intent, int] | None:
+    def _route(self, received: Received, claim: Claim, now: float,
+               epoch: int) -> tuple[Received, Intent, int] | None:
         """Settle what needs no send; return what does, for the composer."""
         kind = claim.kind
         if kind in (ClaimKind.DONE, ClaimKind.HELD):
@@ -438,7 +446,7 @@ class Worker:
         else:
             intent, token = claim.intent, claim.token
             assert intent is not None and token is not None
-            self._held[intent.key] = (token, received, intent.lease_expires_at or now)
+            self._held[intent.key] = (token, received, intent.lease_expires_at or now, epoch)
             instead = self._instead_of_send(received, intent, token, now)
             if instead is not None:
                 self._queue_outcome(instead, received, intent)
@@ -636,11 +644,12 @@ class Worker:
                 return late
             held = self._held.get(intent.key)
             now = self.clock.now()
-            if held is None or now >= held[2] or (
-                    self.liveness is not None and not self.liveness(now)):
+            if held is None or now >= held[2] or (self.liveness is not None and (
+                    not self.liveness.live(now) or self.liveness.epoch != held[3])):
                 # Never send under a lease that may already belong to someone else (or
-                # that a peer may end any moment, this worker's heartbeat being stale);
-                # checked last, right before the request, after every await.
+                # that a peer may end any moment, this worker's heartbeat being stale, or
+                # ended when this worker was declared gone); checked last, right before
+                # the request, after every await.
                 return None
             may_have_left = True
             self.stats.sent += 1
@@ -861,14 +870,14 @@ class Worker:
         now = self.clock.now()
         held = list(self._held.items())
         lost = set(await self.store.intent_renew_leases(
-            [(key, token) for key, (token, _, _) in held], owner=self.worker_id,
+            [(key, token) for key, (token, _, _, _) in held], owner=self.worker_id,
             lease_s=self.config.lease_s, now=now))
-        for key, (token, received, _) in held:
+        for key, (token, received, _, epoch) in held:
             if key in self._held:
                 until = 0.0 if key in lost else now + self.config.lease_s
-                self._held[key] = (token, received, until)
+                self._held[key] = (token, received, until, epoch)
         await self.transport.extend(
-            self.channel, [received.receipt for _, (_, received, _) in held],
+            self.channel, [received.receipt for _, (_, received, _, _) in held],
             visibility_s=self.config.visibility_s, now=now)
 
 

@@ -6,6 +6,7 @@ back."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -182,6 +183,52 @@ async def test_a_worker_that_comes_back_is_refused_and_says_so_once(
         Change(key=k, from_state=State.CLAIMED, to_state=State.ACCEPTED, event="accepted",
                lease_token=t, worker="w-back") for k, t in tokens.items()], now=clock.now())
     assert refused == []
+
+
+async def test_a_worker_back_from_a_partition_sends_nothing_under_what_it_held(
+        rt: Runtime) -> None:
+    """Its sends waited (for the pacer, say) through the partition; it was declared gone,
+    its leases ended, and it registered again: the fence is open, but no send starts
+    under a claim made before (``Fence.epoch``), or its intents would go out twice."""
+    clock = clock_of(rt)
+    marker = rt.marker("w-part")
+    assert marker is not None
+    await marker.start()
+    worker = rt.worker("email", "w-part")
+    worker.liveness = marker
+    gate = asyncio.Event()
+    acquire = worker.pacer.acquire
+
+    async def held_up() -> None:
+        await gate.wait()
+        await acquire()
+
+    sent: list[str] = []
+
+    async def send(request: Any) -> Any:
+        sent.append(request.key)
+        raise AssertionError("sent under an ended lease")
+
+    worker.pacer.acquire = held_up  # type: ignore[method-assign]
+    worker.provider.send = send  # type: ignore[method-assign]
+    key = (await rt.notify(key="part-1", recipient={"id": "r1", "email": "r1@example.com"},
+                           channels=["email"], template="t/v1"))[0]
+    batch = await rt.transport.receive("email", max_messages=10, visibility_s=VISIBILITY_S,
+                                       now=clock.now())
+    await worker._take(batch)
+    assert worker.held == 1
+
+    clock.advance(CONFIG.stale_after_s)
+    assert (await reconciler_of(rt).end_gone_workers(clock.now())).leases_ended == 1
+    await marker.step()  # declared gone; its work taken back: registered again
+    assert marker.live(clock.now()) and marker.epoch == 2
+    gate.set()
+    while worker._sends:
+        await asyncio.gather(*list(worker._sends))
+    assert sent == []
+    assert worker.stats.released == 1
+    intent = await rt.store.intent_get(key)
+    assert intent is not None and intent.state == State.UNCERTAIN
 
 
 async def test_a_dead_process_on_this_host_is_seen_at_once(rt: Runtime) -> None:
