@@ -288,6 +288,18 @@ async def _count(store: str) -> Report:
             "by_state": counts, "queued": depth.ready + depth.delayed + depth.in_flight}
 
 
+def _write_groups(store: str) -> int:
+    """Transactions that wrote the run's intents (one ``created_at`` each)."""
+    if store.startswith(("postgresql://", "postgres://")):
+        from pglib import write_groups
+
+        return write_groups(store)
+    import sqlite3
+
+    with sqlite3.connect(store.removeprefix("sqlite:///")) as conn:
+        return int(conn.execute("SELECT count(DISTINCT created_at) FROM intents").fetchone()[0])
+
+
 def run_store(kind: str, store: str, n: int, connections: int, processes: int,
               folder: Path, client: str = "raw") -> Report:
     config = _settings(folder, store)
@@ -308,6 +320,7 @@ def run_store(kind: str, store: str, n: int, connections: int, processes: int,
     finally:
         _stop(proc)
     counted = asyncio.run(_count(store))
+    counted["write_groups"] = _write_groups(store)
     ok = sum(v for k, v in result["statuses"].items() if k.startswith("2"))
     ok += sum(v for k, v in warm["statuses"].items() if k.startswith("2"))
     new = result["new_per_answer"].get("1", 0) + warm["new_per_answer"].get("1", 0)
@@ -345,7 +358,8 @@ def summary(report: Report) -> str:
         lines.append(
             f"  {r['store']:<8} {r['processes']} processes {r['rate_per_s']:>8,.0f} req/s   "
             f"p50 {r['p50_ms']:>6.1f} ms  p99 {r['p99_ms']:>7.1f} ms  max {r['max_ms']:>7.1f} ms"
-            f"   statuses {r['statuses']}   intents {r['counted']['intents']}{source}\n"
+            f"   statuses {r['statuses']}   intents {r['counted']['intents']} in "
+            f"{r['counted']['write_groups']:,} transactions{source}\n"
             f"           API CPU {r['api_cpu_ms_per_request']:.2f} ms/request "
             f"({r['api_requests_per_cpu_s']:,.0f} requests per CPU second), "
             f"{r['client']} client CPU {r['client_cpu_ms_per_request']:.2f} ms/request, "
