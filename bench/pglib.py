@@ -129,3 +129,11 @@ def receipts_mismatched(url: str, receipts: dict[str, str]) -> int:
         for key, receipt in cur:
             wrong += receipts.get(key) != receipt
     return wrong
+
+
+def write_groups(url: str) -> int:
+    """How many transactions wrote the intents: a group commit stamps every intent of
+    one transaction with its one ``created_at``."""
+    with _psycopg().connect(url) as conn:
+        row = conn.execute("SELECT count(DISTINCT created_at) FROM intents").fetchone()
+    return int(row[0]) if row else 0

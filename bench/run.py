@@ -6,8 +6,9 @@
                                   [--quota 200] [--seconds 15] [--json]
     python bench/run.py capacity  [--n 1000000] [--workers 2] [--calibrate 20000]
                                   [--quota Q] [--store sqlite:///…|postgresql://…] [--json]
-    python bench/run.py api-publish [--n 20000] [--connections 200] [--processes 2]
-                                  [--pg URL] [--sqlite] [--json]
+    python bench/run.py api-publish [--n 20000] [--connections 200] [--processes 2|1,2]
+                                  [--client raw|aiohttp] [--against SRC] [--pg URL]
+                                  [--sqlite] [--json]
 
 Each prints one JSON object with ``--json`` (a readable summary otherwise). See
 bench/README.md for how to read the figures.
@@ -175,7 +176,13 @@ def parser() -> argparse.ArgumentParser:
                          formatter_class=argparse.RawDescriptionHelpFormatter)
     pub.add_argument("--n", type=_positive, default=20_000, help="measured requests")
     pub.add_argument("--connections", type=_positive, default=200)
-    pub.add_argument("--processes", type=_positive, default=2, help="API processes")
+    pub.add_argument("--processes", default="2",
+                     help="API processes; several (1,2) are measured one after another")
+    pub.add_argument("--client", choices=sorted(api_publish.CLIENTS), default="raw",
+                     help="the load generator (default raw: plain HTTP/1.1 on asyncio)")
+    pub.add_argument("--against", metavar="SRC", default=None,
+                     help="also serve from this source tree (another checkout's src/), in "
+                          "the same run, for a before/after ratio")
     pub.add_argument("--pg", default=api_publish.DEFAULT_PG,
                      help="a PostgreSQL URL whose server may hold throw-away databases")
     pub.add_argument("--sqlite", action="store_true", help="measure a SQLite file too")
@@ -194,7 +201,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.benchmark == "api-publish":
         sys.exit(api_publish.main([
             "--n", str(args.n), "--connections", str(args.connections),
-            "--processes", str(args.processes), "--pg", args.pg,
+            "--processes", args.processes, "--pg", args.pg, "--client", args.client,
+            *(["--against", args.against] if args.against else []),
             *(["--sqlite"] if args.sqlite else []), *(["--json"] if args.json else [])]))
     if args.benchmark == "pacing":
         if args.store is not None and args.store.startswith("sqlite:"):

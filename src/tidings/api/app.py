@@ -184,6 +184,7 @@ def create_app(runtime: Runtime, *, env: Mapping[str, str] | None = None,
 
     install(app, refused)
     ui.install(app)
+    publish.install(app)
     # Webhook batches (SendGrid's) outgrow the API's limit: the route applies
     # webhooks.max_body_bytes itself.
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, exempt=("/v1/webhooks/",))

@@ -334,7 +334,9 @@ async def authorize(request: Request) -> Principal:
     state = request.app.state
     scope_map: ScopeMap = state.scope_map
     route = request.scope.get("route")
-    path = getattr(route, "path", request.url.path)
+    # The matched route's template; request.url (built afresh) only when none matched.
+    template = getattr(route, "path", None)
+    path = template if isinstance(template, str) else request.url.path
     wanted = scope_map.scope_for(request.method, path)
     if wanted is None:
         raise ApiError(403, "path", f"{request.method} {path} is not mapped to a scope")

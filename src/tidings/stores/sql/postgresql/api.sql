@@ -42,8 +42,11 @@ SELECT key, request_hash, status, body, created_at FROM api_idempotency WHERE ke
 
 -- name: api_idempotency_get_many
 -- The records of several keys at once (concurrent publishes share one read).
+-- The arrays of this and the group writes below are sent in binary (the b
+-- placeholders): psycopg's text form escapes them element by element, some twenty
+-- times the CPU for a group's keys and answers.
 SELECT key, request_hash, status, body, created_at FROM api_idempotency
-WHERE key = ANY(%(keys)s::text[])
+WHERE key = ANY(%(keys)b::text[])
 
 -- name: api_idempotency_prune
 DELETE FROM api_idempotency WHERE created_at < %(before)s
@@ -64,7 +67,7 @@ WHERE key = %(key)s AND request_hash = %(request_hash)s AND status = 0
 -- ON CONFLICT waits for a concurrent insert of a key and then skips it.
 INSERT INTO api_idempotency (key, request_hash, status, body, created_at)
 SELECT r.key, r.request_hash, 0, '', %(created_at)s
-FROM unnest(%(keys)s::text[], %(hashes)s::text[]) WITH ORDINALITY AS r(key, request_hash, n)
+FROM unnest(%(keys)b::text[], %(hashes)b::text[]) WITH ORDINALITY AS r(key, request_hash, n)
 ORDER BY r.n
 ON CONFLICT (key) DO NOTHING
 RETURNING key, request_hash
@@ -72,7 +75,7 @@ RETURNING key, request_hash
 -- name: api_idempotency_finish_many
 -- The reservations of a group become their answers (one status and body each).
 UPDATE api_idempotency AS a SET status = r.status, body = r.body
-FROM unnest(%(keys)s::text[], %(hashes)s::text[], %(statuses)s::int[], %(bodies)s::text[])
+FROM unnest(%(keys)b::text[], %(hashes)b::text[], %(statuses)b::int[], %(bodies)b::text[])
      AS r(key, request_hash, status, body)
 WHERE a.key = r.key AND a.request_hash = r.request_hash AND a.status = 0
 
