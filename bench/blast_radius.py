@@ -3,13 +3,17 @@
     python bench/blast_radius.py [--intents 3000] [--workers 3] [--quota 200]
         [--lease-s 5] [--visibility-s 5] [--kill-every-s 2] [--drop 0.02]
         [--witness sandbox|smtp] [--seed N] [--before REV] [--only before|after] [--json]
+        [--store postgresql://user@host:port/db]
+    python bench/blast_radius.py --chaos [--intents 20000] ...
 
-The kill loop: a SQLite store, ``--intents`` intents on one email channel paced at
-``--quota``/s, ``--workers`` real ``tidings worker`` processes (each running the
-reconciler beside it), the sandbox HTTP server in this process as the witness (dedupe
-off: a second send of a key counts twice; ``--drop`` of its replies lost after the
-acceptance), and every ``--kill-every-s`` one worker SIGKILLed and started again, in
-turn, until every intent is terminal (or held) and the queue is empty.
+The kill loop: a SQLite store (``--store postgresql://…/db``: a fresh database
+``db_blast_<pid>`` per run, migrated, left behind for inspection), ``--intents`` intents
+on one email channel paced at ``--quota``/s, ``--workers`` real ``tidings worker``
+processes (each running the reconciler beside it), the sandbox HTTP server in this
+process as the witness (dedupe off: a second send of a key counts twice; ``--drop`` of
+its replies lost after the acceptance), and every ``--kill-every-s`` one worker
+SIGKILLed and started again, in turn, until every intent is terminal (or held) and the
+queue is empty.
 
 ``--witness smtp`` puts a real SMTP server in the sandbox's place: the aiosmtpd
 process of ``tests/support/smtp_server.py``, reached through the SMTP adapter, which
@@ -21,7 +25,12 @@ worker killed holding the lease) is held for evidence and never resent. The inbo
 then the judge: copies per ``X-Tidings-Key`` and per ``Message-ID``, every accepted
 intent in it once, every held one at most once, every dropped key held.
 
-It runs twice: *before*, with the code of ``--before`` (default ``main``, taken out
+``--chaos`` runs this checkout twice instead: fault-free (no kills, no lost replies),
+then the kill loop, and prints ``chaos_ratio`` = the kill loop's total time over the
+fault-free run's (the fleet target: at most 1.3 with 3 workers, a kill every 2 s and
+20,000 intents). ``--kill-every-s 0`` alone is a fault-free run.
+
+Otherwise it runs twice: *before*, with the code of ``--before`` (default ``main``, taken out
 with ``git archive`` into a temporary folder and put first on ``PYTHONPATH`` of every
 process of that run), and *after*, with this checkout. For each it prints the kills,
 the leases each kill cut (``lease_expired`` events, and ``lease_ended`` where the
@@ -36,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import email.parser
 import email.policy
 import json
@@ -49,6 +59,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +71,7 @@ _OWNER = re.compile(r"^lease of (\S+) (?:expired|ended)")
 Report = dict[str, Any]
 
 
-def config_text(*, db: Path, url: str, quota: int, lease_s: float, visibility_s: float,
+def config_text(*, db: Path | str, url: str, quota: int, lease_s: float, visibility_s: float,
                 smtp_port: int | None = None, templates: Path | None = None) -> str:
     """The settings of the run (every worker reads the same file); with ``smtp_port`` the
     channel sends over SMTP to that port, rendering ``templates``, and holds uncertain
@@ -91,7 +102,8 @@ timeout_s = 5.0
 data_timeout_s = 5.0
 max_connections = 4
 """
-    return f"""store = "sqlite:///{db}"
+    store = db if isinstance(db, str) else f"sqlite:///{db}"
+    return f"""store = "{store}"
 
 {channel}
 [worker]
@@ -155,31 +167,43 @@ class Fleet:
                 proc.wait()
 
 
-def _settled(db: Path, n: int) -> bool:
+@contextlib.contextmanager
+def _ledger_sql(db: Path | str) -> Iterator[Callable[[str], list[tuple[Any, ...]]]]:
+    """Raw reads of the run's ledger (the same SQL on both stores: no parameters)."""
+    if isinstance(db, str):
+        import psycopg
+
+        with psycopg.connect(db, autocommit=True) as pg:
+            yield lambda sql: list(pg.execute(sql).fetchall())
+        return
+    with sqlite3.connect(db, timeout=30) as conn:
+        yield lambda sql: list(conn.execute(sql).fetchall())
+
+
+def _settled(db: Path | str, n: int) -> bool:
     # Held is settled for the loop: the policy has decided, and only evidence or an
     # operator moves a held intent on (it is never resent on its own).
-    with sqlite3.connect(db, timeout=30) as conn:
-        open_intents = conn.execute(
+    with _ledger_sql(db) as query:
+        open_intents = query(
             "SELECT count(*) FROM intents WHERE state NOT IN "
             "('accepted', 'delivered', 'bounced', 'complained', 'rejected', 'dead', "
-            "'cancelled', 'expired', 'held')").fetchone()[0]
-        total = conn.execute("SELECT count(*) FROM intents").fetchone()[0]
-        queued = conn.execute("SELECT count(*) FROM messages").fetchone()[0]
+            "'cancelled', 'expired', 'held')")[0][0]
+        total = query("SELECT count(*) FROM intents")[0][0]
+        queued = query("SELECT count(*) FROM messages")[0][0]
     return bool(total == n and open_intents == 0 and queued == 0)
 
 
-def _ledger(db: Path, killed: list[int]) -> Report:
-    with sqlite3.connect(db, timeout=30) as conn:
+def _ledger(db: Path | str, killed: list[int]) -> Report:
+    with _ledger_sql(db) as query:
         # A lease ends early when its worker's liveness marker is seen gone, or
         # expires when it is not: either way the kill cut it.
-        cut = list(conn.execute(
-            "SELECT type, detail FROM events WHERE type IN ('lease_expired', 'lease_ended')"))
+        cut = query(
+            "SELECT type, detail FROM events WHERE type IN ('lease_expired', 'lease_ended')")
         expired = [detail for (kind, detail) in cut if kind == "lease_expired"]
         ended = [detail for (kind, detail) in cut if kind == "lease_ended"]
-        states = dict(conn.execute("SELECT state, count(*) FROM intents GROUP BY state"))
-        dead_reasons = [r for (r,) in conn.execute(
-            "SELECT reason FROM intents WHERE state = 'dead'")]
-        letters = [r for (r,) in conn.execute("SELECT reason FROM dead_letters")]
+        states = dict(query("SELECT state, count(*) FROM intents GROUP BY state"))
+        dead_reasons = [r for (r,) in query("SELECT reason FROM intents WHERE state = 'dead'")]
+        letters = [r for (r,) in query("SELECT reason FROM dead_letters")]
     owners = Counter(m.group(1) for d in expired + ended if d and (m := _OWNER.match(d)))
     per_kill = [sum(c for owner, c in owners.items() if f":{pid}:" in owner) for pid in killed]
     poison = [r for r in dead_reasons + letters if r and r.startswith("poison")]
@@ -235,7 +259,7 @@ class SmtpWitness:
             self.process.terminate()
         await self.process.wait()
 
-    def judge(self, db: Path) -> Report:
+    def judge(self, db: Path | str) -> Report:
         """The inbox's copies per key and per Message-ID, against each intent's state."""
         parser = email.parser.BytesHeaderParser(policy=email.policy.default)
         per_key: Counter[str] = Counter()
@@ -251,8 +275,8 @@ class SmtpWitness:
         entries = ([json.loads(line) for line in log_path.read_text().splitlines()]
                    if log_path.exists() else [])
         dropped = {e["key"] for e in entries if e.get("dropped")}
-        with sqlite3.connect(db, timeout=30) as conn:
-            state_of = dict(conn.execute("SELECT key, state FROM intents"))
+        with _ledger_sql(db) as query:
+            state_of = dict(query("SELECT key, state FROM intents"))
         accepted = [k for k, state in state_of.items() if state == "accepted"]
         held = [k for k, state in state_of.items() if state == "held"]
         return {
@@ -284,8 +308,9 @@ def _templates(folder: Path) -> Path:
 async def kill_loop(folder: Path, *, intents: int, workers: int, quota: int, lease_s: float,
                     visibility_s: float, kill_every_s: float, drop: float,
                     witness: str = "sandbox", seed: int = 0, guard_s: float = 600.0,
-                    env: dict[str, str] | None = None) -> Report:
-    """One kill loop in ``folder``; the figures, the witness's counts and the ledger's."""
+                    env: dict[str, str] | None = None, store: str | None = None) -> Report:
+    """One kill loop in ``folder`` (on SQLite there, or on the PostgreSQL database
+    ``store``); the figures, the witness's counts and the ledger's."""
     from tidings.sandbox import LatencySpec, SandboxConfig, serve
 
     if witness not in WITNESSES:
@@ -294,7 +319,7 @@ async def kill_loop(folder: Path, *, intents: int, workers: int, quota: int, lea
     sandbox = None if smtp is not None else await serve(SandboxConfig(
         dedupe=False, quotas={"email": quota}, lost_response=drop,
         latency={"email": LatencySpec(median_ms=3, p99_ms=15)}), "127.0.0.1", 0)
-    db = folder / "blast.db"
+    db: Path | str = store if store is not None else folder / "blast.db"
     config = folder / "tidings.toml"
     config.write_text(config_text(
         db=db, url=sandbox.url if sandbox is not None else "", quota=quota, lease_s=lease_s,
@@ -313,7 +338,7 @@ async def kill_loop(folder: Path, *, intents: int, workers: int, quota: int, lea
                 raise RuntimeError(f"the SMTP server exited: {smtp.process.returncode}")
             if time.monotonic() > began + guard_s:
                 raise RuntimeError(f"not settled after {guard_s:.0f} s")
-            if time.monotonic() >= next_kill:
+            if kill_every_s > 0 and time.monotonic() >= next_kill:
                 fleet.kill_and_restart(victim)
                 victim = (victim + 1) % workers
                 next_kill += kill_every_s
@@ -374,7 +399,8 @@ def _run_child(label: str, args: argparse.Namespace, src: Path | None) -> Report
             "--workers", str(args.workers), "--quota", str(args.quota),
             "--lease-s", str(args.lease_s), "--visibility-s", str(args.visibility_s),
             "--kill-every-s", str(args.kill_every_s), "--drop", str(args.drop),
-            "--witness", args.witness, "--seed", str(args.seed)]
+            "--witness", args.witness, "--seed", str(args.seed),
+            *(["--store", args.store] if args.store else [])]
     done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"{label} run failed:\n{done.stderr[-4000:]}")
@@ -388,7 +414,8 @@ def summary(report: Report) -> str:
             f"{report['held_twice']}), replies dropped {report['lost_responses']}, "
             f"Message-IDs twice {report['message_ids_twice']}"
             if report["witness"] == "smtp" else "")
-    return (f"{report['label']:>6} [{report['witness']}]: {report['kills']} kills in "
+    return (f"{report['label']:>6} [{report['witness']}, {report.get('store', 'sqlite')}]: "
+            f"{report['kills']} kills in "
             f"{report['elapsed_s']} s; "
             f"lease_expired {report['lease_expired']} + lease_ended "
             f"{report.get('lease_ended', 0)} = {report['expired_per_kill_mean']} "
@@ -398,6 +425,24 @@ def summary(report: Report) -> str:
             f"{report['keys_accepted_twice']}; dead intents {report['dead_intents']}, dead "
             f"letters {report['dead_letters']}, by receive count "
             f"{report['dead_by_receive_count']}{held}")
+
+
+def chaos(args: argparse.Namespace) -> int:
+    """This checkout fault-free, then under the kill loop; the ratio of their times."""
+    calm = argparse.Namespace(**{**vars(args), "kill_every_s": 0.0, "drop": 0.0})
+    reports = [_run_child("fault-free", calm, ROOT / "src")]
+    if not args.json:
+        print(summary(reports[-1]), flush=True)
+    reports.append(_run_child("chaos", args, ROOT / "src"))
+    if not args.json:
+        print(summary(reports[-1]), flush=True)
+    ratio = reports[1]["elapsed_s"] / max(reports[0]["elapsed_s"], 1e-9)
+    if args.json:
+        print(json.dumps({"runs": reports, "chaos_ratio": round(ratio, 3)}, indent=2))
+    else:
+        print(f"chaos_ratio {ratio:.2f} (kill loop {reports[1]['elapsed_s']} s / fault-free "
+              f"{reports[0]['elapsed_s']} s; target <= 1.3)")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -416,17 +461,31 @@ def main(argv: list[str] | None = None) -> int:
                         help="with --witness smtp: chooses the keys whose replies are lost")
     parser.add_argument("--before", default="main", help="the git revision to compare with")
     parser.add_argument("--only", choices=["before", "after"])
+    parser.add_argument("--store", metavar="URL",
+                        help="postgresql://user@host:port/db: each run in a fresh sibling "
+                             "database db_<run> (default: a SQLite file per run)")
+    parser.add_argument("--chaos", action="store_true",
+                        help="this checkout fault-free, then with the kills: the time ratio")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.chaos:
+        return chaos(args)
 
     if args.child:
+        store = None
+        if args.store is not None:
+            from pglib import migrate, sibling_pg
+
+            store = sibling_pg(args.store, f"blast_{os.getpid()}")
+            migrate(store)
         with tempfile.TemporaryDirectory(prefix="blast-") as folder:
             report = asyncio.run(kill_loop(
                 Path(folder), intents=args.intents, workers=args.workers, quota=args.quota,
                 lease_s=args.lease_s, visibility_s=args.visibility_s,
                 kill_every_s=args.kill_every_s, drop=args.drop, witness=args.witness,
-                seed=args.seed))
+                seed=args.seed, store=store))
+        report["store"] = "postgresql" if store is not None else "sqlite"
         print(json.dumps(report))
         return 0
 
