@@ -46,7 +46,6 @@ from tidings.intake import NotifyRequest
 from tidings.model import Recipient
 from tidings.runtime import build_runtime
 from tidings.sandbox.core import SandboxConfig, SandboxCore
-from tidings.service import serving_gc
 from tidings.settings import Settings
 
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -97,7 +96,13 @@ async def drain(config: Path, n: int, gc_mode: str) -> dict[str, Any]:
         else:
             collected["s"] += time.perf_counter() - collected["since"]
 
-    tuned = serving_gc() if gc_mode == "serving" else contextlib.nullcontext()
+    if gc_mode == "serving":
+        # Imported here, so that --gc default also measures trees from before it.
+        from tidings.service import serving_gc
+
+        tuned: contextlib.AbstractContextManager[None] = serving_gc()
+    else:
+        tuned = contextlib.nullcontext()
     with tuned:
         gc.callbacks.append(timed)
         try:
