@@ -39,8 +39,9 @@ def serving_gc(young: int = WORKER_GC_YOUNG) -> Iterator[None]:
     (its task, coroutines, claim, request, outcome, event) that reference counting frees
     almost all of; at the default threshold the collector ran every few deliveries and
     promoted the ones in flight, for older collections to walk again and again: with
-    one Redis round trip per send it took about a third of a worker's time
-    (``bench/RESULTS.md``, "where a delivery's time goes"). Cycles still go, later.
+    one Redis round trip per send it took a sixth to a third of a worker's CPU
+    (``bench/RESULTS.md``, "the io workload, where a delivery's CPU goes"). Cycles
+    are still collected, less often.
     """
     before = gc.get_threshold()
     gc.collect()
