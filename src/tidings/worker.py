@@ -606,7 +606,8 @@ class Worker:
         finally:
             await self._pacer_call("release a slot", self.pacer.release)
         if (decision is not None and decision.channel_pause_until is None
-                and decision.to == State.ACCEPTED):
+                and decision.to == State.ACCEPTED and self.pacer.streak):
+            # Only a streak has anything to end (no call, and no await, per send else).
             await self._pacer_call("end the 429 streak", self.pacer.succeeded)
         return decision
 

@@ -622,6 +622,36 @@ async def test_apply_with_lease_expired_by_leaves_a_renewed_lease_alone(store: S
     assert await store.intent_apply_many([later], now=T0 + 60) == ["k1"]
 
 
+async def test_a_batch_of_distinct_keys_applies_each_guarded_change_with_its_fields(
+        store: Store) -> None:
+    # Given three claimed intents, one of whose leases moved on (a stale token)
+    tokens = {key: await claimed(store, key) for key in ("a", "b", "c")}
+    # When a worker commits their outcomes in one batch (PostgreSQL: one statement)
+    applied = await store.intent_apply_many([
+        Change(key="a", from_state=State.CLAIMED, to_state=State.ACCEPTED, event="accepted",
+               lease_token=tokens["a"], receipt="rcpt-a", provider_request_id="req-a"),
+        Change(key="b", from_state=State.CLAIMED, to_state=State.ACCEPTED, event="accepted",
+               lease_token=tokens["b"] + 1, receipt="rcpt-b"),
+        Change(key="c", from_state=State.CLAIMED, to_state=State.RETRYABLE, event="transient",
+               lease_token=tokens["c"], next_attempt_at=T0 + 60, count_failure=True,
+               reason="503"),
+    ], now=T0 + 5)
+    # Then the two whose guard holds apply, in order, each with its own fields and event
+    assert applied == ["a", "c"]
+    a, b, c = [await store.intent_get(key) for key in ("a", "b", "c")]
+    assert a is not None and b is not None and c is not None
+    assert (a.state, a.receipt, a.accepted_at, a.finished_at, a.lease_owner) == (
+        State.ACCEPTED, "rcpt-a", T0 + 5, T0 + 5, None)
+    assert (b.state, b.receipt) == (State.CLAIMED, None)
+    assert (c.state, c.next_attempt_at, c.failures, c.finished_at, c.lease_owner) == (
+        State.RETRYABLE, T0 + 60, 1, None, None)
+    assert await event_types(store, "a") == ["selected", "enqueued", "claimed", "accepted"]
+    assert await event_types(store, "b") == ["selected", "enqueued", "claimed"]
+    assert await event_types(store, "c") == ["selected", "enqueued", "claimed", "transient"]
+    [event_a] = [e for e in await store.events_for("a") if e.type == "accepted"]
+    assert event_a.provider_request_id == "req-a"
+
+
 async def test_apply_runs_changes_in_order_so_a_repeat_fails_its_guard(store: Store) -> None:
     token = await claimed(store, "k")
     change = Change(key="k", from_state=State.CLAIMED, to_state=State.ACCEPTED,

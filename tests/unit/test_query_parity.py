@@ -57,6 +57,9 @@ DIALECT_ONLY: dict[str, dict[str, str]] = {
         # One statement where SQLite needs two (data-modifying CTEs).
         "message_dead_letter": "SQLite: message_dead_letter_copy + _delete",
         "dead_letter_redrive": "SQLite: dead_letter_redrive_copy + _delete",
+        # SQLite's executemany binds rows in C; psycopg's adapts each row in Python.
+        "event_insert_columns": "many events in one statement, an array per column",
+        "intent_apply_columns": "many changes in one statement, an array per field",
         # Row locks and advisory locks: SQLite has one writer, so nothing to lock.
         "intent_lock_keys": "lock a batch's rows in key order (no deadlock)",
         "pacer_lock": "SELECT ... FOR UPDATE of a channel's pacer row",

@@ -110,7 +110,8 @@ class Pacer:
                     self.forfeited += 1
                     self._to_release += 1
                     continue
-                if await self._is_paused(now):
+                if (now - self._checked_at >= self._pause_check
+                        or self._paused_until > now) and await self._is_paused(now):
                     self._to_release += 1
                     continue
                 return
@@ -188,6 +189,11 @@ class Pacer:
         self._slots.clear()
 
     async def _next_slot(self) -> float | None:
+        if self._slots and not self._lock.locked():
+            # A slot in hand and no refill under way: nothing awaits between this look
+            # and the pop, so the lock, there to keep refills one at a time, is not
+            # taken once per send.
+            return self._slots.popleft()
         async with self._lock:
             if not self._slots:
                 await self._refill()

@@ -84,9 +84,33 @@ async def _in_page_order(previous: Awaitable[object]) -> None:
 
 
 async def _insert_events(conn: Conn, sql: Mapping[str, str], events: Sequence[Any]) -> None:
-    if events:
-        async with conn.cursor() as cur:
-            await cur.executemany(sql["event_insert"], events)
+    if len(events) == 1:
+        await conn.execute(sql["event_insert"], events[0])
+    elif events:
+        # One statement with an array per column: an executemany binds and adapts each
+        # row's ten parameters in Python on the event loop, and a worker leaves one
+        # event per claim and one per outcome.
+        await conn.execute(sql["event_insert_columns"],
+                           [list(column) for column in zip(*events, strict=True)])
+
+
+_APPLY_COLUMNS = {"keys": "key", "from_states": "from_state", "to_states": "to_state",
+                  "lease_tokens": "lease_token", "lease_expired_bys": "lease_expired_by",
+                  "receipts": "receipt", "next_attempt_ats": "next_attempt_at",
+                  "leaves_claimed": "leaves_claimed", "terminals": "terminal",
+                  "reopens": "reopens", "reasons": "reason",
+                  "count_attempts": "count_attempt", "count_failures": "count_failure",
+                  "reset_failures": "reset_failures",
+                  "provider_request_ids": "provider_request_id"}
+
+
+def _apply_columns(params: Sequence[Mapping[str, Any]], now: float) -> dict[str, Any]:
+    """``intent_apply`` parameters of many changes as ``intent_apply_columns`` binds
+    them: one list per field, in the changes' order."""
+    columns: dict[str, Any] = {name: [p[field] for p in params]
+                               for name, field in _APPLY_COLUMNS.items()}
+    columns["now"] = now
+    return columns
 
 
 async def _all(conn: Conn, shape: rows.Shape[R], statement: str, params: Any = None) -> list[R]:
@@ -358,21 +382,32 @@ class PostgresStore(DatabaseStore[PostgresDatabase], StoreReads):
 
         keys = sorted({change.key for change in changes})
 
+        params = [rows.change_params(change, now) for change in changes]
+
         async def fn(conn: Conn) -> list[str]:
             await conn.execute(sql["intent_lock_keys"], {"keys": keys})
             applied: list[str] = []
             events: list[Any] = []
-            # One pipelined executemany instead of a round trip per change; the changes
-            # still apply in order, so a repeated key meets the guard its twin left.
-            cur = conn.cursor()
-            await cur.executemany(sql["intent_apply"],
-                                  [rows.change_params(change, now) for change in changes],
-                                  returning=True)
-            results: list[tuple[Any, ...] | None] = []
-            while True:
-                results.append(await cur.fetchone())
-                if not cur.nextset():
-                    break
+            results: list[tuple[Any, ...] | None]
+            if len(keys) == len(changes) > 1:
+                # Distinct keys (a worker's commit): one statement, an array per field,
+                # instead of binding each change's parameters on the event loop.
+                cur = await conn.execute(sql["intent_apply_columns"],
+                                         _apply_columns(params, now))
+                found = {ord_: (channel, attempts)
+                         for ord_, channel, attempts in await cur.fetchall()}
+                results = [found.get(i) for i in range(1, len(changes) + 1)]
+            else:
+                # One pipelined executemany instead of a round trip per change; the
+                # changes still apply in order, so a repeated key meets the guard its
+                # twin left.
+                cur = conn.cursor()
+                await cur.executemany(sql["intent_apply"], params, returning=True)
+                results = []
+                while True:
+                    results.append(await cur.fetchone())
+                    if not cur.nextset():
+                        break
             for change, row in zip(changes, results, strict=True):
                 if row is None:
                     continue

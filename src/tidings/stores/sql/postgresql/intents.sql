@@ -308,6 +308,48 @@ WHERE key = %(key)s::text
        OR lease_expires_at <= %(lease_expired_by)s::float8)
 RETURNING channel, attempts
 
+-- name: intent_apply_columns
+-- intent_apply for a batch of changes to distinct keys in one statement, one array per
+-- field (a worker's commit of outcomes); returns the position of each change applied.
+UPDATE intents AS i SET
+    state               = c.to_state,
+    updated_at          = %(now)s::float8,
+    enqueued_at         = CASE WHEN c.to_state = 'enqueued' THEN %(now)s::float8
+                               ELSE i.enqueued_at END,
+    publish_lease_until = CASE WHEN c.to_state = 'enqueued' THEN NULL
+                               ELSE i.publish_lease_until END,
+    accepted_at         = CASE WHEN c.to_state = 'accepted' THEN %(now)s::float8
+                               ELSE i.accepted_at END,
+    receipt             = CASE WHEN c.to_state = 'accepted' THEN c.receipt ELSE i.receipt END,
+    next_attempt_at     = CASE WHEN c.to_state = 'retryable' THEN c.next_attempt_at
+                               ELSE i.next_attempt_at END,
+    lease_owner         = CASE WHEN c.leaves_claimed THEN NULL ELSE i.lease_owner END,
+    lease_expires_at    = CASE WHEN c.leaves_claimed THEN NULL ELSE i.lease_expires_at END,
+    finished_at         = CASE WHEN c.terminal THEN %(now)s::float8
+                               WHEN c.reopens THEN NULL ELSE i.finished_at END,
+    disposition         = CASE WHEN c.terminal THEN c.to_state
+                               WHEN c.reopens THEN NULL ELSE i.disposition END,
+    reason              = CASE WHEN c.terminal THEN c.reason ELSE i.reason END,
+    attempts            = i.attempts + c.count_attempt,
+    failures            = CASE WHEN c.reset_failures THEN 0
+                               ELSE i.failures + c.count_failure END,
+    provider_request_id = coalesce(c.provider_request_id, i.provider_request_id)
+FROM unnest(%(keys)s::text[], %(from_states)s::text[], %(to_states)s::text[],
+            %(lease_tokens)s::bigint[], %(lease_expired_bys)s::float8[],
+            %(receipts)s::text[], %(next_attempt_ats)s::float8[],
+            %(leaves_claimed)s::bool[], %(terminals)s::bool[], %(reopens)s::bool[],
+            %(reasons)s::text[], %(count_attempts)s::int[], %(count_failures)s::int[],
+            %(reset_failures)s::bool[], %(provider_request_ids)s::text[])
+     WITH ORDINALITY AS c(key, from_state, to_state, lease_token, lease_expired_by,
+                          receipt, next_attempt_at, leaves_claimed, terminal, reopens,
+                          reason, count_attempt, count_failure, reset_failures,
+                          provider_request_id, ord)
+WHERE i.key = c.key
+  AND i.state = c.from_state
+  AND (c.lease_token IS NULL OR i.lease_token = c.lease_token)
+  AND (c.lease_expired_by IS NULL OR i.lease_expires_at <= c.lease_expired_by)
+RETURNING c.ord, i.channel, i.attempts
+
 -- name: intent_cancel_read
 SELECT state, channel, attempts, cancel_requested FROM intents WHERE key = %s FOR UPDATE
 
