@@ -10,7 +10,7 @@ send, on keys of this script's own prefix, deleted after). It prints one JSON li
 the drain rate, the process's CPU per delivery (both its threads: the event loop and,
 on SQLite, the database thread), the time the cyclic garbage collector took per
 delivery (``gc.callbacks``), and the store and transport calls per 1,000 deliveries.
-``--gc serving`` (the default) runs the worker under ``service.serving_gc``, as
+``--gc serving`` (the default) runs the worker under ``gc_tuning.serving_gc``, as
 ``tidings worker`` does; ``--gc default`` keeps the interpreter's collector settings.
 
 Every figure is absolute, so on a shared machine compare runs made one after the other,
@@ -98,7 +98,7 @@ async def drain(config: Path, n: int, gc_mode: str) -> dict[str, Any]:
 
     if gc_mode == "serving":
         # Imported here, so that --gc default also measures trees from before it.
-        from tidings.service import serving_gc
+        from tidings.gc_tuning import serving_gc
 
         tuned: contextlib.AbstractContextManager[None] = serving_gc()
     else:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import signal
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from tidings import progress
+from tidings.gc_tuning import serving_gc
 from tidings.guardrails import enforce
 from tidings.holds import sweep as holds_sweep
 from tidings.liveness import Marker
@@ -22,36 +22,6 @@ from tidings.transports.base import RecordsReceiver
 from tidings.worker import Worker
 
 log = logging.getLogger("tidings.service")
-
-
-#: Allocations (net of frees) between two collections of the youngest generation while
-#: a worker serves; the interpreter's default is 700.
-WORKER_GC_YOUNG = 10_000
-
-
-@contextlib.contextmanager
-def serving_gc(young: int = WORKER_GC_YOUNG) -> Iterator[None]:
-    """The cyclic garbage collector tuned for a serving process, put back after.
-
-    What the process built before serving (modules, settings, the runtime) is frozen out
-    of every collection, and the youngest generation is collected every ``young``
-    allocations instead of every 700. A delivery allocates a few dozen tracked objects
-    (its task, coroutines, claim, request, outcome, event) that reference counting frees
-    almost all of; at the default threshold the collector ran every few deliveries and
-    promoted the ones in flight, for older collections to walk again and again: with
-    one Redis round trip per send it took a sixth to a third of a worker's CPU
-    (``bench/RESULTS.md``, "the io workload, where a delivery's CPU goes"). Cycles
-    are still collected, less often.
-    """
-    before = gc.get_threshold()
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(young, *before[1:])
-    try:
-        yield
-    finally:
-        gc.set_threshold(*before)
-        gc.unfreeze()
 
 
 def on_signals(stop: Callable[[], None]) -> None:

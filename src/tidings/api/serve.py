@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import socket
 import sys
@@ -14,6 +13,7 @@ from typing import Any, cast
 import uvicorn
 
 from tidings.api.app import create_app
+from tidings.gc_tuning import API_GC_YOUNG, tune_for_serving
 from tidings.runtime import Runtime
 from tidings.service import on_signals
 
@@ -36,26 +36,10 @@ class _Server(uvicorn.Server):
             # One line on stderr with the bound address (port 0 picks a free one).
             bound = [s.getsockname() for srv in self.servers for s in srv.sockets]
             host, port = bound[0][:2] if bound else (self.config.host, self.config.port)
-            tune_gc()
+            tune_for_serving(API_GC_YOUNG)
             print(f"tidings api listening on http://{host}:{port}", file=sys.stderr,
                   flush=True)
             log.info("api listening", extra={"host": host, "port": port})
-
-
-def tune_gc() -> None:
-    """Move everything made so far (imports, the app, its schemas) out of the cyclic
-    collector's sight and collect the young generation less often. Under many
-    connections the collector otherwise walks that whole start-up heap again and again
-    (a quarter of the process's CPU time in a profile of ``bench/api_publish.py``);
-    what requests allocate is still collected."""
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(GC_THRESHOLD, *gc.get_threshold()[1:])
-
-
-#: Container allocations between two young-generation collections (CPython's default
-#: is 700): a request makes hundreds, so the default collects several times a request.
-GC_THRESHOLD = 20_000
 
 
 class _OneWrite:
