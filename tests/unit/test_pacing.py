@@ -1,6 +1,7 @@
 """Pacing: one budget per channel shared by every worker, enforced with a fake clock."""
 
 import asyncio
+import bisect
 import itertools
 from functools import partial
 
@@ -237,3 +238,110 @@ async def test_an_unpaced_channel_has_no_share() -> None:
     interval_only = Pacer(channel="email", limits=PaceLimits(min_interval_s=0.5),
                           backend=MemoryPacerBackend(), clock=FakeClock(), worker="a")
     assert await interval_only.share_per_s(heard_within_s=5) == pytest.approx(2.0)
+
+
+# ---------------------------------------------------------------- a stalled store
+
+
+QUOTA = 200
+SAFETY = 0.97  # what tests/acceptance/test_fleet_hosts.py runs at
+RTT_S = 0.001
+
+
+class StallingBackend(MemoryPacerBackend):
+    """The memory backend behind a network: every call takes ``RTT_S``, and a call made
+    while the store is stalled (``stalled`` = (from, until)) answers at ``until``, as when
+    a cut-off process holds the pacer row's lock, or the server stops answering."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__()
+        self.clock = clock
+        self.stalled = (0.0, 0.0)
+
+    async def _trip(self) -> None:
+        begin, end = self.stalled
+        now = self.clock.now()
+        await self.clock.sleep((end - now) if begin <= now < end else RTT_S)
+
+    async def pacer_transact(self, channel, fn):  # type: ignore[no-untyped-def]
+        await self._trip()
+        return await super().pacer_transact(channel, fn)
+
+    async def pacer_read(self, channel: str):  # type: ignore[no-untyped-def]
+        await self._trip()
+        return await super().pacer_read(channel)
+
+    async def pacer_pause(self, channel: str, until: float) -> None:
+        await self._trip()
+        await super().pacer_pause(channel, until)
+
+    async def pacer_paused_until(self, channel: str) -> float:
+        await self._trip()
+        return await super().pacer_paused_until(channel)
+
+
+def busiest_second(starts: list[float]) -> int:
+    """The most starts in any sliding one-second window [t, t + 1)."""
+    times = sorted(starts)
+    return max((bisect.bisect_left(times, t + 1.0) - i for i, t in enumerate(times)),
+               default=0)
+
+
+async def drive(clock: FakeClock, until: float, step_s: float = 0.0005) -> None:
+    """Move the fake clock to ``until`` in small steps, letting every task run between."""
+    while clock.now() < until:
+        clock.advance(step_s)
+        for _ in range(4):
+            await asyncio.sleep(0)
+
+
+async def run_fleet(stall: tuple[float, float], seconds: float,
+                    check_s: float = 0.0) -> tuple[list[float], list[Pacer]]:
+    """Six processes' pacers at ``QUOTA``/s with ``SAFETY``, forty sends each always
+    waiting; each send holds its slot 20 ms (the provider's answer). Returns when every
+    request left (after ``check_s`` of the caller's own checks between its slot and its
+    start), in seconds from the start."""
+    clock = FakeClock(start=0.0)
+    backend = StallingBackend(clock)
+    backend.stalled = stall
+    limits = PaceLimits(quota_per_s=QUOTA, safety=SAFETY)
+    pacers = [Pacer(channel="email", limits=limits, backend=backend, clock=clock,
+                    worker=f"w{n}") for n in range(6)]
+    starts: list[float] = []
+
+    async def sender(pacer: Pacer) -> None:
+        while True:
+            if check_s:
+                at = await pacer.slot(early_s=2 * check_s)
+                await clock.sleep(check_s)  # e.g. a cancellation re-read from the store
+                await pacer.start(at)
+            else:
+                await pacer.acquire()
+            starts.append(clock.now())
+            await clock.sleep(0.02)
+            await pacer.release()
+
+    tasks = [asyncio.create_task(sender(p)) for p in pacers for _ in range(40)]
+    try:
+        await drive(clock, seconds)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    return starts, pacers
+
+
+async def test_a_stalled_store_never_makes_a_sliding_second_over_the_quota() -> None:
+    # given six processes sending at the quota through one shared pacer state, when the
+    # store stalls for 2.5 s (a cut-off worker holds the pacer row's lock until the
+    # reconciler ends its session) and then answers again
+    starts, _ = await run_fleet(stall=(2.0, 4.5), seconds=7.0)
+
+    # then no sliding second (as the receiver counts) holds more than the quota: starts
+    # that came due during the stall are not made at once beside the on-time ones
+    assert busiest_second(starts) <= QUOTA, busiest_second(starts)
+    # and the budget is used before the stall and once the store answers again
+    paced = QUOTA * SAFETY
+    before = sum(1 for t in starts if 1.0 <= t < 2.0)
+    after = sum(1 for t in starts if 5.0 <= t < 6.0)
+    assert before >= 0.97 * paced and after >= 0.97 * paced, (before, after)
