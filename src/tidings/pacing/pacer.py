@@ -104,8 +104,9 @@ class Pacer:
 
     async def slot(self, *, early_s: float = 0.0) -> float:
         """Take a start slot and return up to ``early_s`` before its start (its time,
-        returned); the caller runs its own last checks meanwhile, then ``start()`` right
-        before its request leaves. The slot is the caller's until ``release()``."""
+        returned; earlier if the look for a pause needs longer); the caller runs its own
+        last checks meanwhile, then ``start()`` right before its request leaves. The
+        slot is the caller's until ``release()``."""
         self._waiting += 1
         try:
             while True:
@@ -125,8 +126,10 @@ class Pacer:
                     # the store: its time has passed, and it is not used late.
                     self._forfeit(late=self._paused_until <= now)
                     continue
-                if at - early_s > now:
-                    await self._clock.sleep(at - early_s - now)
+                # Early enough for the look ahead of the start too (see ``start``).
+                ahead = max(early_s, self._look_lead)
+                if at - ahead > now:
+                    await self._clock.sleep(at - ahead - now)
                 return at
         finally:
             self._waiting -= 1
