@@ -369,3 +369,27 @@ async def test_checks_that_outlast_the_slot_take_a_later_one_not_a_late_start() 
     # then no sliding second is over the quota, and the budget is used after the stall
     assert busiest_second(starts) <= QUOTA
     assert sum(1 for t in starts if 5.0 <= t < 6.0) >= 0.97 * QUOTA * SAFETY
+
+
+async def test_starts_a_stall_made_late_take_fresh_slots_though_they_held_the_whole_budget(
+        ) -> None:
+    # given two callers holding the channel's whole in-flight budget (two slots)
+    clock = FakeClock(start=0.0)
+    pacer = Pacer(channel="email", limits=PaceLimits(quota_per_s=100, max_in_flight=2),
+                  backend=MemoryPacerBackend(), clock=clock, worker="w")
+    slots = [await pacer.slot(early_s=0.05) for _ in range(2)]
+
+    # when the process stalls past both starts before it makes them
+    clock.advance(0.5)
+    starting = asyncio.gather(*(pacer.start(at) for at in slots))
+    for _ in range(2000):
+        if starting.done():
+            break
+        await asyncio.sleep(0)
+        clock.advance(0.001)
+
+    # then each late slot was given back before another was taken (holding it while
+    # waiting for the next, the two would wait for each other for ever), and both start
+    # on fresh slots, after the stall
+    assert starting.done(), "the callers wait for each other's slots"
+    assert all(at >= 0.5 for at in starting.result()) and pacer.forfeited == 2

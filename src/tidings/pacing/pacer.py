@@ -160,11 +160,16 @@ class Pacer:
                 return at
             if paused:
                 self._drop_slots()
-            # The replacement first: if taking it raises, the caller still holds (and
-            # releases) the slot it had.
-            replacement = await self.slot()
+            # Given back before the next is taken: callers each holding a slot while
+            # waiting for another could hold the whole in-flight budget between them.
             self._forfeit(late=not paused)
-            at = replacement
+            try:
+                at = await self.slot()
+            except BaseException:
+                # The caller still releases the slot it had: that release is not to
+                # count twice.
+                self._to_release -= 1
+                raise
 
     def _is_late(self, at: float, now: float) -> bool:
         # Without an interval a slot is only an in-flight token: late or not, it is good.
