@@ -5,6 +5,15 @@ process talks to the backend a few times per second, not once per request. A slo
 started late by more than ``late_tolerance_s`` is forfeited rather than fired late:
 firing it would crowd the next second's window. Finished slots are returned in
 batches with the next reservation.
+
+The guarantee is about the receiver's sliding second: the shared state spaces the
+slots' start times across every process, and a request leaves at most
+``late_tolerance_s`` after its slot's start. So nothing that can take long sits
+between the two: a caller takes its slot ahead of the start (``slot``) and runs its
+own last checks then, the look for another process's 429 begins ahead of the start
+too, and ``start`` judges lateness after both, right before the request leaves.
+After a stall (of the store, or of this process) the slots it made late are given
+up, not used at once beside the on-time starts of the other processes.
 """
 
 from __future__ import annotations
