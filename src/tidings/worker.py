@@ -49,7 +49,7 @@ log = logging.getLogger("tidings.worker")
 #: Seconds before its pacer slot's start that a send is handed its slot: the last checks
 #: (a store read after a long wait) run before the start, so they delay no start; the
 #: pacer gives up a start they outlast (``Pacer.start``) rather than make it late.
-CHECKS_LEAD_S = 0.05
+CHECKS_LEAD_S = 0.02
 
 
 @dataclass(frozen=True, kw_only=True)
