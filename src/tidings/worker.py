@@ -47,6 +47,11 @@ from tidings.transports.base import Transport
 
 log = logging.getLogger("tidings.worker")
 
+#: Seconds before its pacer slot's start that a send is handed its slot: the last checks
+#: (a store read after a long wait) run before the start, so they delay no start; the
+#: pacer gives up a start they outlast (``Pacer.start``) rather than make it late.
+CHECKS_LEAD_S = 0.02
+
 
 @dataclass(frozen=True, kw_only=True)
 class WorkerConfig:
@@ -591,12 +596,13 @@ class Worker:
             return None
         waited_from = self.clock.now()
         try:
-            if not await self._acquire():
+            start = await self._acquire()
+            if start is None:
                 return None
         except Exception as exc:
             return self._raised(exc, intent, may_have_left=False)
         try:
-            decision = await self._last_checks_and_send(intent, request, waited_from)
+            decision = await self._last_checks_and_send(intent, request, waited_from, start)
             if decision is not None and decision.channel_pause_until is not None:
                 # Before anything else, the slot's release included: every process of
                 # the channel must stop before its next start.
@@ -611,31 +617,30 @@ class Worker:
             await self._pacer_call("end the 429 streak", self.pacer.succeeded)
         return decision
 
-    async def _acquire(self) -> bool:
-        """Wait for the pacer's slot; False if ``stop()`` came first. Raises what the
-        pacer raises (then no slot is held).
+    async def _acquire(self) -> float | None:
+        """Wait for the pacer's slot, up to ``CHECKS_LEAD_S`` before its start (returned);
+        None if ``stop()`` came first. Raises what the pacer raises (then no slot is held).
 
         The wait runs in the send's own task (no second task and no race of two
         futures per send): ``stop()`` cancels the sends still waiting here, and such a
-        cancellation reads as False; any other is passed on."""
+        cancellation reads as None; any other is passed on."""
         task = asyncio.current_task()
         if self._stopping.is_set() or task is None:
-            return False
+            return None
         self._acquiring.add(task)
         try:
-            await self.pacer.acquire()
-            return True
+            return await self.pacer.slot(early_s=CHECKS_LEAD_S)
         except asyncio.CancelledError:
             if task not in self._stop_cancelled:
                 raise
             self._stop_cancelled.discard(task)
             task.uncancel()
-            return False
+            return None
         finally:
             self._acquiring.discard(task)
 
     async def _last_checks_and_send(self, intent: Intent, request: SendRequest,
-                                    waited_from: float) -> Decision | None:
+                                    waited_from: float, start: float) -> Decision | None:
         """Re-check, then send and decide; what raises is the decision, uncertain once
         the request may have left."""
         may_have_left = False
@@ -643,6 +648,7 @@ class Worker:
             late = await self._no_longer_wanted(intent, waited_from)
             if late is not None:
                 return late
+            await self.pacer.start(start)  # on time, or a later slot if the checks outlast it
             held = self._held.get(intent.key)
             now = self.clock.now()
             if held is None or now >= held[2] or (self.liveness is not None and (

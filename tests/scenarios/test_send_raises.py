@@ -47,13 +47,13 @@ class FailingPacer:
         if name != self.method:
             return attribute
 
-        async def failing(*args: Any) -> Any:
+        async def failing(*args: Any, **kwargs: Any) -> Any:
             if self.left > 0:
                 self.left -= 1
                 self.raised += 1
                 # As a backend's error would: it names what it was doing, here an address.
                 raise StoreError(f"pacer state locked while pacing {ADDRESS} / +15551234567")
-            return await attribute(*args)
+            return await attribute(*args, **kwargs)
 
         return failing
 
@@ -92,10 +92,10 @@ def assert_no_address(text: str | None) -> None:
 
 async def test_a_pacer_that_raises_before_the_send_is_a_transient_failure_with_backoff(
         h: Harness) -> None:
-    # given an intent, and a pacer whose next acquire raises
+    # given an intent, and a pacer whose next slot raises
     key = await h.notify("ship-1:c1", address=ADDRESS)
     w = h.worker()
-    pacer = FailingPacer(w.pacer, "acquire", times=1)
+    pacer = FailingPacer(w.pacer, "slot", times=1)
     w.pacer = pacer  # type: ignore[assignment]
 
     # when the worker handles it
@@ -300,7 +300,7 @@ async def test_a_send_that_raises_every_time_ends_dead_with_the_reason(
     w = h.worker()
     provider = raising(h, before=1.0)
     if where == "pacer":
-        w.pacer = FailingPacer(w.pacer, "acquire")  # type: ignore[assignment]
+        w.pacer = FailingPacer(w.pacer, "slot")  # type: ignore[assignment]
     else:
         w.provider = provider
 

@@ -1,6 +1,7 @@
 """Pacing: one budget per channel shared by every worker, enforced with a fake clock."""
 
 import asyncio
+import bisect
 import itertools
 from functools import partial
 
@@ -237,3 +238,158 @@ async def test_an_unpaced_channel_has_no_share() -> None:
     interval_only = Pacer(channel="email", limits=PaceLimits(min_interval_s=0.5),
                           backend=MemoryPacerBackend(), clock=FakeClock(), worker="a")
     assert await interval_only.share_per_s(heard_within_s=5) == pytest.approx(2.0)
+
+
+# ---------------------------------------------------------------- a stalled store
+
+
+QUOTA = 200
+SAFETY = 0.97  # what tests/acceptance/test_fleet_hosts.py runs at
+RTT_S = 0.001
+
+
+class StallingBackend(MemoryPacerBackend):
+    """The memory backend behind a network: every call takes ``RTT_S``, and a call made
+    while the store is stalled (``stalled`` = (from, until)) answers at ``until``, as when
+    a cut-off process holds the pacer row's lock, or the server stops answering."""
+
+    def __init__(self, clock: FakeClock, rtt_s: float = RTT_S) -> None:
+        super().__init__()
+        self.clock = clock
+        self.rtt_s = rtt_s
+        self.stalled = (0.0, 0.0)
+
+    async def _trip(self) -> None:
+        begin, end = self.stalled
+        now = self.clock.now()
+        await self.clock.sleep((end - now) if begin <= now < end else self.rtt_s)
+
+    async def pacer_transact(self, channel, fn):  # type: ignore[no-untyped-def]
+        await self._trip()
+        return await super().pacer_transact(channel, fn)
+
+    async def pacer_read(self, channel: str):  # type: ignore[no-untyped-def]
+        await self._trip()
+        return await super().pacer_read(channel)
+
+    async def pacer_pause(self, channel: str, until: float) -> None:
+        await self._trip()
+        await super().pacer_pause(channel, until)
+
+    async def pacer_paused_until(self, channel: str) -> float:
+        await self._trip()
+        return await super().pacer_paused_until(channel)
+
+
+def busiest_second(starts: list[float]) -> int:
+    """The most starts in any sliding one-second window [t, t + 1)."""
+    times = sorted(starts)
+    return max((bisect.bisect_left(times, t + 1.0) - i for i, t in enumerate(times)),
+               default=0)
+
+
+async def drive(clock: FakeClock, until: float, step_s: float = 0.0005) -> None:
+    """Move the fake clock to ``until`` in small steps, letting every task run between."""
+    while clock.now() < until:
+        clock.advance(step_s)
+        for _ in range(4):
+            await asyncio.sleep(0)
+
+
+async def run_fleet(stall: tuple[float, float], seconds: float, *, check_s: float = 0.0,
+                    rtt_s: float = RTT_S) -> tuple[list[float], list[Pacer]]:
+    """Six processes' pacers at ``QUOTA``/s with ``SAFETY``, forty sends each always
+    waiting; each send holds its slot 20 ms (the provider's answer). Returns when every
+    request left (after ``check_s`` of the caller's own checks between its slot and its
+    start), in seconds from the start; every call of the store takes ``rtt_s``."""
+    clock = FakeClock(start=0.0)
+    backend = StallingBackend(clock, rtt_s)
+    backend.stalled = stall
+    limits = PaceLimits(quota_per_s=QUOTA, safety=SAFETY)
+    pacers = [Pacer(channel="email", limits=limits, backend=backend, clock=clock,
+                    worker=f"w{n}") for n in range(6)]
+    starts: list[float] = []
+
+    async def sender(pacer: Pacer) -> None:
+        while True:
+            if check_s:
+                at = await pacer.slot(early_s=2 * check_s)
+                await clock.sleep(check_s)  # e.g. a cancellation re-read from the store
+                await pacer.start(at)
+            else:
+                await pacer.acquire()
+            starts.append(clock.now())
+            await clock.sleep(0.02)
+            await pacer.release()
+
+    tasks = [asyncio.create_task(sender(p)) for p in pacers for _ in range(40)]
+    try:
+        await drive(clock, seconds)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    return starts, pacers
+
+
+async def test_a_stalled_store_never_makes_a_sliding_second_over_the_quota() -> None:
+    # given six processes sending at the quota through one shared pacer state, when the
+    # store stalls for 2.5 s (a cut-off worker holds the pacer row's lock until the
+    # reconciler ends its session) and then answers again
+    starts, _ = await run_fleet(stall=(2.0, 4.5), seconds=7.0)
+
+    # then no sliding second (as the receiver counts) holds more than the quota: starts
+    # that came due during the stall are not made at once beside the on-time ones
+    assert busiest_second(starts) <= QUOTA, busiest_second(starts)
+    # and the budget is used before the stall and once the store answers again
+    paced = QUOTA * SAFETY
+    before = sum(1 for t in starts if 1.0 <= t < 2.0)
+    after = sum(1 for t in starts if 5.0 <= t < 6.0)
+    assert before >= 0.97 * paced and after >= 0.97 * paced, (before, after)
+
+
+async def test_a_store_slower_than_the_late_tolerance_still_has_the_budget_used() -> None:
+    # given a store whose every answer takes 30 ms, three times the pacer's tolerance for
+    # a late start (a loaded server, a distant one)
+    starts, pacers = await run_fleet(stall=(0.0, 0.0), seconds=4.0, rtt_s=0.03)
+
+    # then the look for a pause, begun ahead of each start, is in by then: the starts
+    # are on time, never over the quota, and the budget is used
+    assert busiest_second(starts) <= QUOTA
+    used = sum(1 for t in starts if 2.0 <= t < 3.0)
+    assert used >= 0.97 * QUOTA * SAFETY, used
+    # (a few at first, before the look's lead has learnt the store's pace)
+    assert sum(p.forfeited for p in pacers) < 0.02 * len(starts)
+
+
+async def test_checks_that_outlast_the_slot_take_a_later_one_not_a_late_start() -> None:
+    # given callers whose own checks between slot and start take 10 ms where they took
+    # the slot 20 ms early, and a store that stalls 2.5 s
+    starts, _ = await run_fleet(stall=(2.0, 4.5), seconds=7.0, check_s=0.01)
+    # then no sliding second is over the quota, and the budget is used after the stall
+    assert busiest_second(starts) <= QUOTA
+    assert sum(1 for t in starts if 5.0 <= t < 6.0) >= 0.97 * QUOTA * SAFETY
+
+
+async def test_starts_a_stall_made_late_take_fresh_slots_though_they_held_the_whole_budget(
+        ) -> None:
+    # given two callers holding the channel's whole in-flight budget (two slots)
+    clock = FakeClock(start=0.0)
+    pacer = Pacer(channel="email", limits=PaceLimits(quota_per_s=100, max_in_flight=2),
+                  backend=MemoryPacerBackend(), clock=clock, worker="w")
+    slots = [await pacer.slot(early_s=0.05) for _ in range(2)]
+
+    # when the process stalls past both starts before it makes them
+    clock.advance(0.5)
+    starting = asyncio.gather(*(pacer.start(at) for at in slots))
+    for _ in range(2000):
+        if starting.done():
+            break
+        await asyncio.sleep(0)
+        clock.advance(0.001)
+
+    # then each late slot was given back before another was taken (holding it while
+    # waiting for the next, the two would wait for each other for ever), and both start
+    # on fresh slots, after the stall
+    assert starting.done(), "the callers wait for each other's slots"
+    assert all(at >= 0.5 for at in starting.result()) and pacer.forfeited == 2

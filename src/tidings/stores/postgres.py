@@ -49,6 +49,12 @@ from tidings.stores.provider_events import (
 from tidings.stores.reads import StoreReads
 
 T = TypeVar("T")
+
+#: Seconds a pacer transaction may sit idle holding the channel's pacer row before the
+#: server ends its session (see ``pacer_lock``): far above the few milliseconds a live
+#: client takes between its statements, far below the seconds in which a cut-off
+#: client would otherwise be found gone and its session ended.
+PACER_IDLE_S = 1.0
 R = TypeVar("R")
 #: How long a page's transaction waits for the previous page before rolling back. Two
 #: schedulers admitting overlapping pages can wait on each other's rows while each
@@ -615,14 +621,16 @@ class PostgresStore(DatabaseStore[PostgresDatabase], StoreReads):
         """
         sql = self._sql
 
+        lock = {"channel": channel, "idle_ms": str(round(PACER_IDLE_S * 1000))}
+
         async def transact(conn: Conn) -> T:
-            cur = await conn.execute(sql["pacer_lock"], (channel,))
+            cur = await conn.execute(sql["pacer_lock"], lock)
             row = await cur.fetchone()
             if row is None:  # a new channel: create the row, then lock it
                 await conn.execute(sql["pacer_ensure"], (channel,))
-                cur = await conn.execute(sql["pacer_lock"], (channel,))
+                cur = await conn.execute(sql["pacer_lock"], lock)
                 row = await cur.fetchone()
-            (stored,) = row or (None,)
+            stored = row[0] if row is not None else None
             new_state, result = fn(rows.pacer_state(stored))
             await conn.execute(sql["pacer_write"], (json.dumps(new_state), channel))
             return result

@@ -8,7 +8,13 @@ INSERT INTO pacer_state (channel, state) VALUES (%s, NULL)
 ON CONFLICT (channel) DO NOTHING
 
 -- name: pacer_lock
-SELECT state FROM pacer_state WHERE channel = %s FOR UPDATE
+-- The row's lock is held until COMMIT while the client works out the new state. A
+-- client cut off meanwhile (its host gone from the network: the server sees an idle
+-- session, not a broken one) would hold it, and stall every process of the channel,
+-- until someone ended its session; the server ends it itself once it has been idle
+-- in this transaction for idle_ms (PACER_IDLE_S; set for this transaction only).
+SELECT state, set_config('idle_in_transaction_session_timeout', %(idle_ms)s, true)
+FROM pacer_state WHERE channel = %(channel)s FOR UPDATE
 
 -- name: pacer_read
 SELECT state FROM pacer_state WHERE channel = %s
