@@ -36,13 +36,17 @@ ADDRESS = "ada.lovelace@example.com"
 class FailingPacer:
     """The worker's pacer, but ``method`` raises (``times`` times, then it recovers)."""
 
-    def __init__(self, inner: Any, method: str, *, times: int = 1_000_000) -> None:
+    def __init__(self, inner: Any, method: str, *, times: int = 1_000_000,
+                 streak_to_end: int = 0) -> None:
         self.inner = inner
+        self.streak_to_end = streak_to_end
         self.method = method
         self.left = times
         self.raised = 0
 
     def __getattr__(self, name: str) -> Any:
+        if name == "streak" and self.streak_to_end:
+            return self.streak_to_end  # a 429 streak the next acceptance ends
         attribute = getattr(self.inner, name)
         if name != self.method:
             return attribute
@@ -341,8 +345,8 @@ async def test_a_pacer_that_raises_after_the_answer_leaves_the_answer_standing(
     h = await make_harness(sandbox=sandbox)
     key = await h.notify("ship-7:c7")
     w = h.worker()
-    w.pacer.streak = 1  # so that an acceptance has a 429 streak to end
-    pacer = FailingPacer(w.pacer, method)
+    # (with a 429 streak, so that an acceptance has one to end)
+    pacer = FailingPacer(w.pacer, method, streak_to_end=1)
     w.pacer = pacer  # type: ignore[assignment]
 
     # when the worker handles it
