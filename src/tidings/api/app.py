@@ -10,12 +10,13 @@ from typing import Any
 
 from fastapi import Depends, FastAPI
 from starlette.routing import BaseRoute, Mount, Route
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from tidings import __version__
 from tidings.api import holds, observe, operator, preferences, publish, trigger, ui, uncertain
 from tidings.api.access import AccessLog
 from tidings.api.admission import AdmissionRunner
+from tidings.api.asgi import replay_body
 from tidings.api.auth import (
     Authenticator,
     ScopeMap,
@@ -70,17 +71,7 @@ class BodyLimit:
             chunks.append(chunk)
             if not message.get("more_body", False):
                 break
-        body = b"".join(chunks)
-        delivered = False
-
-        async def replay() -> Message:
-            nonlocal delivered
-            if not delivered:
-                delivered = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
+        await self.app(scope, replay_body(b"".join(chunks), receive), send)
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send, what: str) -> None:
         app = scope.get("app")

@@ -35,9 +35,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_core import PydanticCustomError
 from starlette.responses import Response
 from starlette.routing import Match, Route
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from tidings.api import ratelimit
+from tidings.api.asgi import replay_body
 from tidings.api.auth import authorize
 from tidings.api.context import ApiContext, ctx
 from tidings.api.errors import ApiError, ErrorBody
@@ -508,15 +509,7 @@ class PublishRoute(Route):
         """The request, its body replayed, to the router again: this route now steps
         aside (``matches``) and the documented route takes it."""
         scope[_HANDED_ON] = True
-        delivered = False
-
-        async def replay() -> Message:
-            nonlocal delivered
-            if not delivered:
-                delivered = True
-                return {"type": "http.request", "body": raw, "more_body": False}
-            return await receive()
-
+        replay = replay_body(raw, receive)
         router: Callable[[Scope, Receive, Send], Awaitable[None]] = scope["router"].app
         await router(scope, replay, send)
 
