@@ -341,20 +341,26 @@ async def test_a_clean_stop_removes_the_marker(rt: Runtime) -> None:
     assert await registry.running() == []
 
 
-async def test_lost_leases_are_told_once_not_once_per_intent(
-        rt: Runtime, caplog: pytest.LogCaptureFixture) -> None:
-    clock = clock_of(rt)
-    worker = rt.worker("email", "w-told")
-    tokens = await hold_work(rt, "w-told", 6)
-    # Its leases were ended by a peer meanwhile.
+async def outcomes_under_ended_leases(rt: Runtime, worker_id: str, count: int
+                                      ) -> tuple[dict[str, int], list[tuple[Change, Received]]]:
+    """``count`` intents ``worker_id`` holds, their leases ended by a peer meanwhile, and
+    the acceptances it would commit under them."""
+    tokens = await hold_work(rt, worker_id, count)
     await rt.store.intent_apply_many([
         Change(key=k, from_state=State.CLAIMED, to_state=State.UNCERTAIN, event="lease_ended",
-               lease_token=t, worker="peer") for k, t in tokens.items()], now=clock.now())
+               lease_token=t, worker="peer") for k, t in tokens.items()], now=rt.clock.now())
     outcomes = [(Change(key=k, from_state=State.CLAIMED, to_state=State.ACCEPTED,
-                        event="accepted", lease_token=t, worker="w-told"),
+                        event="accepted", lease_token=t, worker=worker_id),
                  Received(queue="email", message_id=k, body="", receipt=f"{i}:1",
                           receive_count=1, enqueued_at=T0))
                 for i, (k, t) in enumerate(tokens.items(), start=1)]
+    return tokens, outcomes
+
+
+async def test_lost_leases_are_told_once_not_once_per_intent(
+        rt: Runtime, caplog: pytest.LogCaptureFixture) -> None:
+    worker = rt.worker("email", "w-told")
+    tokens, outcomes = await outcomes_under_ended_leases(rt, "w-told", 6)
     with caplog.at_level(logging.DEBUG, logger="tidings.worker"):
         await worker._record(outcomes[:3])
         await worker._record(outcomes[3:])
@@ -399,10 +405,7 @@ async def test_a_run_of_lost_leases_is_timed_from_when_a_hung_commit_found_it(
     when the store is back; a loss found a moment later is the same run (quiet)."""
     clock = clock_of(rt)
     worker = rt.worker("email", "w-hung")
-    tokens = await hold_work(rt, "w-hung", 2)
-    await rt.store.intent_apply_many([
-        Change(key=k, from_state=State.CLAIMED, to_state=State.UNCERTAIN, event="lease_ended",
-               lease_token=t, worker="peer") for k, t in tokens.items()], now=clock.now())
+    _, outcomes = await outcomes_under_ended_leases(rt, "w-hung", 2)
     store = worker.store
     apply = store.intent_apply_many
 
@@ -410,11 +413,6 @@ async def test_a_run_of_lost_leases_is_timed_from_when_a_hung_commit_found_it(
         clock.advance(LEASE_S + 5)  # the store was out of reach all that time
         return await apply(*args, **kw)
 
-    outcomes = [(Change(key=k, from_state=State.CLAIMED, to_state=State.ACCEPTED,
-                        event="accepted", lease_token=t, worker="w-hung"),
-                 Received(queue="email", message_id=k, body="", receipt=f"{i}:1",
-                          receive_count=1, enqueued_at=T0))
-                for i, (k, t) in enumerate(tokens.items(), start=1)]
     with caplog.at_level(logging.INFO, logger="tidings.worker"):
         store.intent_apply_many = hangs_through_a_partition  # type: ignore[method-assign]
         await worker._record(outcomes[:1])
