@@ -8,7 +8,7 @@ for _, uid in ipairs(redis.call('ZRANGEBYSCORE', D, '-inf', now, 'LIMIT', 0, mov
   local packed = redis.call('HGET', P, uid)
   if packed then
     local m = cjson.decode(packed)
-    append(m, uid, m.rc)
+    append(m, uid, m.rc, true)
     redis.call('HDEL', P, uid)
   end
   redis.call('ZREM', D, uid)
