@@ -58,6 +58,10 @@ DIALECT_ONLY: dict[str, dict[str, str]] = {
         "message_dead_letter": "SQLite: message_dead_letter_copy + _delete",
         "dead_letter_redrive": "SQLite: dead_letter_redrive_copy + _delete",
         # Row locks and advisory locks: SQLite has one writer, so nothing to lock.
+        "relay_lock": "advisory lock: one relay lease statement at a time",
+        "relay_plan": "planner settings: walk the state index, never sort the outbox",
+        "intent_release_publish": "ends a page's lease row (migration 0013); SQLite's "
+                                  "lease is a column of each intent",
         "intent_lock_keys": "lock a batch's rows in key order (no deadlock)",
         "pacer_lock": "SELECT ... FOR UPDATE of a channel's pacer row",
         "pacer_ensure": "create the pacer row so that it can be locked",
