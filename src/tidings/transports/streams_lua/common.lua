@@ -71,12 +71,17 @@ local function append(m, uid, rc, moved)
   return eid
 end
 
--- ``redis.call(command, key, ...)`` with the table's items as its arguments, in calls of
--- at most ``UNPACK`` items (Lua's stack limit on unpack).
+-- ``redis.call(command, key[, lead], ...)`` with the table's items as its last
+-- arguments, in calls of at most ``UNPACK`` items (Lua's stack limit on unpack).
 local UNPACK = 4000
-local function call_many(command, key, items)
+local function call_many(command, key, items, lead)
   for first = 1, #items, UNPACK do
-    redis.call(command, key, unpack(items, first, math.min(#items, first + UNPACK - 1)))
+    local last = math.min(#items, first + UNPACK - 1)
+    if lead then
+      redis.call(command, key, lead, unpack(items, first, last))
+    else
+      redis.call(command, key, unpack(items, first, last))
+    end
   end
 end
 
