@@ -41,6 +41,7 @@ the settings file (``PEERS_TIDINGS_CONFIG``, TOML) for each workload:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
 
@@ -104,28 +105,23 @@ async def _produce(runtime: Runtime, ids: range) -> None:
 async def _produce_with_relay(runtime: Runtime, ids: range) -> None:
     """With a broker: the calls write the outbox and return, and the relay loop (what
     ``tidings scheduler`` runs beside admission) publishes it meanwhile; the producer
-    ends once the relay has published every job, so its time is the time to the
-    broker."""
+    ends once no intent is left ``selected`` (the workers' reconcilers may publish some
+    of them too), so its time is the time to the broker."""
     from tidings.relay import relay_loop
 
     stopping = asyncio.Event()
-    published = 0
-
-    def count(n: int) -> None:
-        nonlocal published
-        published += n
-        if published >= len(ids):
-            stopping.set()
 
     async def no_pauses() -> list[str]:
         return []
 
     relay = asyncio.create_task(relay_loop(
         runtime.store, runtime.transport, runtime.relay_config(), clock=runtime.clock,
-        stopping=stopping, paused_channels=no_pauses, published=count))
+        stopping=stopping, paused_channels=no_pauses))
     try:
         await _produce(runtime, ids)
-        await relay  # until count() has seen every job published
+        while (await runtime.store.intent_counts()).get(CHANNEL, {}).get("selected", 0):
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stopping.wait(), timeout=0.05)
     finally:
         stopping.set()
         await relay
