@@ -14,6 +14,14 @@ A second, informative floor inserts every row admission leaves behind (the inten
 its final ``enqueued`` state, its one ``enqueued`` event, its queue message) the same
 raw way: the distance between the two floors is what the schema costs, the distance
 from it to tidings is what the code costs.
+
+With ``--transport redis://…`` (a broker; PostgreSQL store) the relay path is measured:
+the passes write the intents ``selected`` (the outbox) and return, while the relay loop
+(``relay.relay_loop``, as ``tidings scheduler`` runs it beside admission) publishes them
+to the broker and marks them ``enqueued``; the time is until the last intent is
+``enqueued`` (the passes' own time is reported beside it). The floor then adds to the
+COPY of the intents the same N message ids added by plain pipelined ``XADD``
+(``relay_throughput.xadd_floor``): floor rate = N / (COPY time + XADD time).
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
@@ -44,17 +53,20 @@ from benchlib import (
 )
 from pglib import is_pg, migrate, sibling_pg
 from profiling import ThreadProfiles, format_profile
+from relay_throughput import xadd_floor
 from tidings.audience import Audience, GeneratorAudience
 from tidings.campaign import Campaign
 from tidings.clock import FakeClock
 from tidings.cron import Schedule
 from tidings.keys import campaign_key
 from tidings.model import Recipient
+from tidings.relay import RelayConfig, relay_loop
 from tidings.runtime import build_runtime
 from tidings.scheduler import admission_shape, occurrence_id
 from tidings.settings import SchedulerSettings, Settings
 from tidings.stores import queries
 from tidings.stores.sqlite import SqliteStore
+from tidings.transports.open import is_store_queue, redact_url, split_prefix
 
 T = TypeVar("T")
 
@@ -174,23 +186,33 @@ def instrument(store: object, transport: object, timer: PhaseTimer) -> None:
 # ---------------------------------------------------------------- the measured run
 
 
-def admission_child(url: str, plan: Plan, profile_top: int) -> Report:
+def admission_child(url: str, plan: Plan, profile_top: int, transport: str = "sql") -> Report:
     """Admit the whole campaign; runs in its own process."""
-    return asyncio.run(_admit(url, plan, profile_top))
+    return asyncio.run(_admit(url, plan, profile_top, transport))
 
 
-async def _admit(url: str, plan: Plan, profile_top: int) -> Report:
+def broker_url(transport: str) -> str:
+    """``transport`` under a key prefix of this run's own (deleted afterwards)."""
+    plain, _ = split_prefix(transport)
+    return f"{plain}{'&' if '?' in plain else '?'}prefix=bench-admission-{uuid.uuid4().hex}"
+
+
+async def _admit(url: str, plan: Plan, profile_top: int, transport: str = "sql") -> Report:
     timer = PhaseTimer()
     audience = TimedAudience(GeneratorAudience(partial(recipients, plan.n)), timer)
     campaign = Campaign(name=CAMPAIGN, schedule=Schedule(CRON, TIMEZONE), channels=(CHANNEL,),
                         template=TEMPLATE, version=VERSION, audience=audience,
                         expires_after_s=plan.expires_after_s)
-    settings = Settings.parse({"store": url, "channels": {CHANNEL: {}}})
+    broker = not is_store_queue(transport)
+    settings = Settings.parse({"store": url, "channels": {CHANNEL: {}},
+                               **({"transport": broker_url(transport)} if broker else {})})
     clock = FakeClock(plan.now)
     runtime = await build_runtime(settings, clock=clock, campaigns=[campaign])
     store = runtime.store
     sqlite = isinstance(store, SqliteStore)
-    scheduler = runtime.scheduler()
+    # With a broker the relay runs as a loop of its own beside the passes (as the
+    # scheduler service runs it); without one each pass publishes in its transaction.
+    scheduler = runtime.scheduler(relay_in_pass=not broker)
     instrument(store, runtime.transport, timer)
     profiles = ThreadProfiles(store.db) if profile_top and isinstance(store, SqliteStore) \
         else None
@@ -208,15 +230,39 @@ async def _admit(url: str, plan: Plan, profile_top: int) -> Report:
         await profiles.start()
     db_cpu0, loop_cpu0, cpu0 = await db_thread_cpu(), time.thread_time(), cpu_seconds()
     passes = admitted = published = members = 0
+    relayed = 0
+    stopping = asyncio.Event()
+
+    def relay_published(count: int) -> None:
+        nonlocal relayed
+        relayed += count
+        if relayed >= plan.n:
+            stopping.set()
+
+    async def no_pauses() -> list[str]:
+        return []
+
     start = now_s()
-    while True:
-        result = await scheduler.run_pass(now=clock.now())
-        passes += 1
-        admitted += result.admitted
-        published += result.published
-        members += result.members
-        if not result.more:
-            break
+    relay = asyncio.create_task(relay_loop(
+        store, runtime.transport, runtime.relay_config(), clock=clock, stopping=stopping,
+        paused_channels=no_pauses, published=relay_published)) if broker else None
+    try:
+        while True:
+            result = await scheduler.run_pass(now=clock.now())
+            passes += 1
+            admitted += result.admitted
+            published += result.published
+            members += result.members
+            if not result.more:
+                break
+        admission_s = now_s() - start
+        if relay is not None:
+            await relay  # until the relay has published every intent
+            published += relayed
+    finally:
+        stopping.set()
+        if relay is not None:
+            await relay
     elapsed = now_s() - start
     loop_cpu, cpu = time.thread_time() - loop_cpu0, cpu_seconds() - cpu0
     db_cpu = await db_thread_cpu() - db_cpu0
@@ -227,6 +273,9 @@ async def _admit(url: str, plan: Plan, profile_top: int) -> Report:
     counts = await store.intent_counts()
     depth = await runtime.transport.depth(CHANNEL, now=clock.now())
     occurrence = await store.occurrence_get(plan.occurrence)
+    drop = getattr(runtime.transport, "drop_all", None)
+    if broker and drop is not None:
+        await drop()
     await runtime.close()
 
     measured = sum(s for phase, s in timer.seconds.items() if "." not in phase)
@@ -241,6 +290,7 @@ async def _admit(url: str, plan: Plan, profile_top: int) -> Report:
     enqueued = counts.get(CHANNEL, {}).get("enqueued", 0)
     return {
         "elapsed_s": elapsed,
+        **({"admission_s": rounded(admission_s)} if broker else {}),
         "passes": passes,
         "members": members,
         "admitted": admitted,
@@ -389,14 +439,20 @@ def _floor(store: str | None, folder: Path, name: str, plan: Plan, all_rows: boo
 
 
 def run(*, n: int, folder: Path, store: str | None, profile_n: int, profile_top: int,
-        all_rows_floor: bool) -> Report:
+        all_rows_floor: bool, transport: str = "sql") -> Report:
     """Floor, admission, floor again (the floor is the mean of the two: on a shared
     machine the noise then falls on both sides), then the optional extras."""
     plan = Plan.make(n)
     url = store or sqlite_url(folder / "admission.db")
+    broker = not is_store_queue(transport)
+    if broker and not is_pg(url):
+        raise SystemExit("--transport with a broker needs a PostgreSQL --store")
     floors = [_floor(store, folder, "floor-1", plan, False)]
-    measured = run_child(admission_child, url, plan, 0)
+    xadds = [asyncio.run(xadd_floor(transport, n, RelayConfig().chunk))] if broker else []
+    measured = run_child(admission_child, url, plan, 0, transport)
     floors.append(_floor(store, folder, "floor-2", plan, False))
+    if broker:
+        xadds.append(asyncio.run(xadd_floor(transport, n, RelayConfig().chunk)))
     pg = is_pg(url)
     floor_what = (f"plain COPY (psycopg cursor.copy) of the same intent rows into the same "
                   f"table, fresh database, {FLOOR_CHUNK:,} rows per transaction" if pg else
@@ -404,10 +460,17 @@ def run(*, n: int, folder: Path, store: str | None, profile_n: int, profile_top:
                   f"PRAGMAs, {FLOOR_CHUNK:,} rows per transaction")
     rate = per_s(n, measured["elapsed_s"])
     floor_rate = mean([per_s(n, f["elapsed_s"]) for f in floors])
+    if broker:
+        floor_what += (", then the same message ids added by plain XADD pipelined "
+                       f"{RelayConfig().chunk} a round trip (redis: "
+                       f"{' and '.join(f'{x:.2f}' for x in xadds)} s); floor rate = "
+                       "N / (COPY time + XADD time)")
+        floor_rate = per_s(n, mean([f["elapsed_s"] for f in floors]) + mean(xadds))
     report: Report = {
         "benchmark": "admission",
         "n": n,
         "store": url,
+        "transport": redact_url(transport),
         "tidings": source_revision(),
         "page_size": SchedulerSettings().page_size or admission_shape(pg).page_size,
         "pages_in_flight": (SchedulerSettings().pages_in_flight
@@ -455,10 +518,13 @@ def summary(report: Report) -> str:
         f"  tidings at {report['tidings'].get('commit', '?')}"
         f"{' (src modified)' if report['tidings'].get('src_dirty') else ''}, "
         f"{report['tidings']['package']}",
-        f"  tidings : {report['rate_per_s']:>10,} intents/s  ({report['elapsed_s']:.2f} s)",
+        f"  tidings : {report['rate_per_s']:>10,} intents/s  ({report['elapsed_s']:.2f} s"
+        + (f" to enqueued on {report['transport']}; the passes {report['admission_s']:.2f} s)"
+           if "admission_s" in report else ")"),
         f"  floor   : {report['floor_rate_per_s']:>10,} intents/s  "
         f"({' and '.join(f'{s:.2f}' for s in report['floor']['elapsed_s'])} s before and "
-        f"after: raw {'COPY' if is_pg(report['store']) else 'executemany'} of the same rows)",
+        f"after: raw {'COPY' if is_pg(report['store']) else 'executemany'} of the same rows"
+        + (" + plain XADD of their ids)" if "admission_s" in report else ")"),
         f"  ratio   : {report['ratio']:.2f}  (floor / tidings; target <= "
         f"{TARGETS['ratio_max']})",
     ]

@@ -113,6 +113,10 @@ def parser() -> argparse.ArgumentParser:
                      help="functions per thread in the profile (default 15)")
     adm.add_argument("--no-all-rows-floor", action="store_true",
                      help="skip the informative second floor (every row admission writes)")
+    adm.add_argument("--transport", default="sql", metavar="sql|redis://HOST:PORT/DB",
+                     help="sql (the store's own queue, default) or a Redis broker: the "
+                          "relay path, timed until every intent is enqueued (PostgreSQL "
+                          "--store; the keys go under a prefix of the run's own)")
     common(adm)
 
     dlv = sub.add_parser("delivery", help="worker processes vs a queue-only floor",
@@ -233,7 +237,8 @@ def main(argv: list[str] | None = None) -> None:
         if args.benchmark == "admission":
             report = admission.run(
                 n=args.n, folder=folder, store=args.store, profile_n=args.profile_n,
-                profile_top=args.top, all_rows_floor=not args.no_all_rows_floor)
+                profile_top=args.top, all_rows_floor=not args.no_all_rows_floor,
+                transport=args.transport)
             emit(report, as_json=args.json, summary=admission.summary)
         else:
             os.environ[delivery.TRANSPORT_ENV] = args.transport  # spawned workers read it

@@ -35,6 +35,7 @@ class System:
     commands: Commands         # one command per instance
     topology: str              # how P worker processes are laid out
     limiter: str               # the rate-limit feature used by the pacing workload
+    transport: str | None = None  # tidings: a broker transport beside the store
     kill: str = "instance"     # crash: "instance" (driver kills + restarts an instance's
     #                            process group) or "child" (kill a pool process; the
     #                            system's own supervisor replaces it)
@@ -101,6 +102,10 @@ SYSTEMS: dict[str, System] = {s.name: s for s in [
            limiter="tidings pacer, quota 50/s shared through the store"),
     System(name="tidings-pg", module="tidings", packages=("tidings",), backend="postgresql",
            commands=_tidings, topology="P × `tidings worker` (reconciler inside)",
+           limiter="tidings pacer, quota 50/s shared through the store"),
+    System(name="tidings-pg-redis", module="tidings", packages=("tidings", "redis"),
+           backend="postgresql", transport="redis", commands=_tidings,
+           topology="P × `tidings worker` (reconciler inside); the producer runs the relay",
            limiter="tidings pacer, quota 50/s shared through the store"),
     System(name="celery", module="celery", packages=("celery", "kombu", "redis"), backend="redis",
            commands=_celery, topology="1 node, prefork `--concurrency P`",

@@ -291,6 +291,7 @@ class Run:
         self.db: str | None = None
         self.pg_url: str | None = None
         self.tidings_config: Path | None = None
+        self.transport_url: str | None = None
         self.env = {**os.environ,
                     "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
                     "PEERS_WORKLOAD": workload, "PEERS_SANDBOX": sandbox.url,
@@ -319,8 +320,13 @@ class Run:
             else:
                 store = f"sqlite:///{self.folder / f'tidings-{secrets.token_hex(3)}.db'}"
             self.tidings_config = self.folder / "tidings.toml"
+            self.transport_url = None
+            if self.system.transport == "redis":
+                # Db 15 as the Redis peers, under a prefix of this run's own (never flushed).
+                self.transport_url = f"{REDIS_URL}?prefix=peers-tidings-{secrets.token_hex(4)}"
             self.tidings_config.write_text(tidings_settings(self.workload, store,
-                                                            self.sandbox.url))
+                                                            self.sandbox.url,
+                                                            transport=self.transport_url))
             self.env["PEERS_TIDINGS_CONFIG"] = str(self.tidings_config)
             self.ledger_url = store
             self._check([str(BIN / "tidings"), "db", "migrate", "--config",
@@ -330,6 +336,13 @@ class Run:
         if self.db is not None:
             drop_db(self.db)
             self.db = None
+        if self.transport_url:
+            r = redis.Redis.from_url(REDIS_URL)
+            prefix = self.transport_url.rsplit("prefix=", 1)[1]
+            keys = list(r.scan_iter(match=f"{prefix}:*", count=5000))
+            for first in range(0, len(keys), 5000):
+                r.unlink(*keys[first:first + 5000])
+            self.transport_url = None
         if self.workload == "io":
             r = redis.Redis.from_url(REDIS_URL)
             keys = list(r.scan_iter(match=self.env["PEERS_IO_PREFIX"] + "*", count=5000))
@@ -477,8 +490,12 @@ class SinkReader:
                                     first_at=self.first, last_at=self.last)
 
 
-def tidings_settings(workload: str, store: str, sandbox_url: str) -> str:
-    lines = [f'store = "{store}"', ""]
+def tidings_settings(workload: str, store: str, sandbox_url: str,
+                     transport: str | None = None) -> str:
+    lines = [f'store = "{store}"']
+    if transport is not None:
+        lines.append(f'transport = "{transport}"')
+    lines.append("")
     if workload == "crash":
         lines += ["[worker]", "lease_s = 10.0", "visibility_s = 15.0", ""]
     lines += ["[channels.email]"]

@@ -87,19 +87,24 @@ async def publish_leased(transport: Transport, items: Sequence[PublishItem], *,
 
 async def publish_page(
     store: Ledger, transport: Transport, items: Sequence[PublishItem], *, now: float,
-    config: RelayConfig, clock: Clock | None = None,
+    config: RelayConfig, clock: Clock | None = None, leased_on: float | None = None,
 ) -> int:
     """Publish a page leased at ``now`` chunk by chunk and keep the lease of the rest
     from lapsing while the page is being published: between chunks, once more than half
     of the lease has passed, the chunks confirmed so far are marked ``enqueued`` and the
-    lease of the rest is extended for another ``lease_s``; the page's end marks the
-    remaining confirmed chunks. So a slow broker never lets a second relay
-    pass take the page's rest and publish it again; a row whose lease did lapse (a chunk
-    slower than the whole lease) and that another relay took meanwhile is left to it.
-    ``clock`` measures the time spent (without one the pass is taken as instant);
-    time is counted from ``now``, the time the page was leased at. Returns how many
-    were published."""
-    started = clock.now() if clock is not None else 0.0
+    lease of the rest is extended for another ``lease_s``. So a slow broker never lets a
+    second relay pass take the page's rest and publish it again; a row whose lease did
+    lapse (a chunk slower than the whole lease) and that another relay took meanwhile is
+    left to it.
+
+    Confirmed chunks are marked while the next ones are published: one marking
+    statement at a time, for everything confirmed since the last one began (so the
+    store's marking and the broker's publishing overlap, and a slower store marks in
+    larger statements); the page's end marks what is left. ``clock`` measures the time
+    spent (without one the pass is taken as instant); time is counted from ``now``, the
+    time the page was leased at, which ``clock`` read as ``leased_on`` (default: now,
+    for a page leased just before the call). Returns how many were published."""
+    started = leased_on if leased_on is not None else clock.now() if clock is not None else 0.0
 
     def at() -> float:
         return now if clock is None else now + (clock.now() - started)
@@ -108,14 +113,25 @@ async def publish_page(
     held_until = now + config.lease_s
     leased_at = now
     rest = list(items)
-    # Confirmed but not yet marked: marked in one statement when the lease is extended
-    # and when the page ends (a page quicker than half its lease costs one mark).
+    # The keys under this relay's lease (the page, then what each extension kept).
+    held = [i.key for i in items]
+    # Confirmed but not yet marked, and the marking statement in flight (if any).
     confirmed: list[str] = []
+    marking: asyncio.Task[int] | None = None
+
+    async def settle() -> None:
+        """Wait for the marking in flight; its failure is raised."""
+        nonlocal marking
+        if marking is not None:
+            task, marking = marking, None
+            await task
+
     published = 0
     try:
         while rest:
             t = at()
             if t - leased_at > config.lease_s / 2:
+                await settle()
                 await store.intent_mark_enqueued(confirmed, now=t)
                 confirmed = []
                 still = set(await store.intent_extend_publish(
@@ -126,15 +142,30 @@ async def publish_page(
                              extra={"count": len(rest) - len(still)})
                     rest = [i for i in rest if i.key in still]
                 held_until, leased_at = t + config.lease_s, t
+                held = [i.key for i in rest]
                 if not rest:
                     break
             chunk, rest = rest[:config.chunk], rest[config.chunk:]
             await publish_leased(transport, chunk, now=t)
             confirmed.extend(i.key for i in chunk)
             published += len(chunk)
+            if rest and (marking is None or marking.done()):
+                await settle()
+                marking = asyncio.create_task(
+                    store.intent_mark_enqueued(confirmed, now=at()))
+                confirmed = []
     finally:
-        # What the transport confirmed is marked even when a later chunk failed.
-        await store.intent_mark_enqueued(confirmed, now=at())
+        # What the transport confirmed is marked even when a later chunk failed (and
+        # when the marking in flight failed: its keys are lost to this pass only, the
+        # rows stay selected and a later pass publishes them again). Then the page's
+        # lease ends (a store with a lease per page frees its row).
+        try:
+            await settle()
+        finally:
+            try:
+                await store.intent_mark_enqueued(confirmed, now=at())
+            finally:
+                await store.intent_release_publish(held, held_until=held_until)
     return published
 
 
@@ -146,19 +177,43 @@ async def relay_pass(
     keeps a slow page's lease from lapsing); return how many were published."""
     total = 0
     started = clock.now() if clock is not None else 0.0
-    for _ in range(max_pages):
-        page_now = now if clock is None else now + (clock.now() - started)
-        claimed: list[PublishItem] = await store.intent_claim_publish(
-            now=page_now, horizon_s=config.horizon_s, lease_s=config.lease_s,
+
+    def at() -> float:
+        return now if clock is None else now + (clock.now() - started)
+
+    async def claim() -> tuple[float, float | None, list[PublishItem]]:
+        leased_at, read = at(), clock.now() if clock is not None else None
+        return leased_at, read, await store.intent_claim_publish(
+            now=leased_at, horizon_s=config.horizon_s, lease_s=config.lease_s,
             limit=config.page)
-        # A paused channel keeps its intents selected; their lease lapses and a later
-        # pass takes them once the channel is resumed.
-        ready = [i for i in claimed if i.channel not in paused_channels]
-        if ready:
-            total += await publish_page(store, transport, ready, now=page_now,
-                                        config=config, clock=clock)
-        if len(claimed) < config.page:
-            break
+
+    # The next page is leased while this one is being published (a full page says
+    # there may be more), so the store's lease statement overlaps the broker too; its
+    # time is counted from its own lease (``leased_on``), so a long wait behind this
+    # page extends its lease before its first chunk.
+    following: asyncio.Task[tuple[float, float | None, list[PublishItem]]] | None = None
+    try:
+        page_now, leased_on, claimed = await claim()
+        for page_number in range(1, max_pages + 1):
+            if len(claimed) == config.page and page_number < max_pages:
+                following = asyncio.create_task(claim())
+            # A paused channel keeps its intents selected; their lease lapses and a later
+            # pass takes them once the channel is resumed.
+            ready = [i for i in claimed if i.channel not in paused_channels]
+            if ready:
+                total += await publish_page(store, transport, ready, now=page_now,
+                                            config=config, clock=clock, leased_on=leased_on)
+            if following is None:
+                break
+            task, following = following, None
+            page_now, leased_on, claimed = await task
+    finally:
+        if following is not None:
+            # A page leased but not published (this pass failed): its lease lapses and a
+            # later pass publishes it.
+            following.cancel()
+            with contextlib.suppress(BaseException):
+                await following
     return total
 
 

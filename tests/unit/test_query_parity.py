@@ -61,6 +61,10 @@ DIALECT_ONLY: dict[str, dict[str, str]] = {
         "event_insert_columns": "many events in one statement, an array per column",
         "intent_apply_columns": "many changes in one statement, an array per field",
         # Row locks and advisory locks: SQLite has one writer, so nothing to lock.
+        "relay_lock": "advisory lock: one relay lease statement at a time",
+        "relay_plan": "planner settings: walk the state index, never sort the outbox",
+        "intent_release_publish": "ends a page's lease row (migration 0013); SQLite's "
+                                  "lease is a column of each intent",
         "intent_lock_keys": "lock a batch's rows in key order (no deadlock)",
         "pacer_lock": "SELECT ... FOR UPDATE of a channel's pacer row",
         "pacer_ensure": "create the pacer row so that it can be locked",

@@ -2,7 +2,13 @@
 
 The store is a fresh SQLite file (WAL) in the run's folder, or a throw-away PostgreSQL
 database ``tidings_bench_<random>``; the transport is the store's own queue table, so
-a job is an intent row plus a queue row written in one transaction. The driver writes
+a job is an intent row plus a queue row written in one transaction. ``tidings-pg-redis``
+keeps the ledger in PostgreSQL and the queue in Redis Streams (``transport =
+"redis://…/15?prefix=<run's own>"``, the Redis database the Redis peers use, under a
+key prefix of the run's own, deleted at teardown): a job is an intent row written
+``selected`` (the outbox), then a stream entry published by the relay, then marked
+``enqueued``; the producer runs the relay loop (as ``tidings scheduler`` does beside
+admission) and ends once every job is on the stream. The driver writes
 the settings file (``PEERS_TIDINGS_CONFIG``, TOML) for each workload:
 
 * every workload: channel ``email``; default worker settings (outcomes committed in
@@ -35,6 +41,7 @@ the settings file (``PEERS_TIDINGS_CONFIG``, TOML) for each workload:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
 
@@ -74,18 +81,50 @@ class SinkTwin(SandboxTwinProvider):
 async def enqueue(ids: range) -> None:
     runtime = await build_runtime(Settings.load(CONFIG))
     try:
-        if SINGLE:
-            await _one_call_per_job(runtime, ids)
-            return
-        items = list(ids)
-        for first in range(0, len(items), BATCH):
-            await runtime.notify_many([
-                NotifyRequest(key=jobs.key_of(i),
-                              recipient=Recipient(id=f"c{i}", email=f"r{i}@example.com"),
-                              channels=[CHANNEL], template="bench")
-                for i in items[first:first + BATCH]])
+        if runtime.enqueue_in_store:
+            await _produce(runtime, ids)
+        else:
+            await _produce_with_relay(runtime, ids)
     finally:
         await runtime.close()
+
+
+async def _produce(runtime: Runtime, ids: range) -> None:
+    if SINGLE:
+        await _one_call_per_job(runtime, ids)
+        return
+    items = list(ids)
+    for first in range(0, len(items), BATCH):
+        await runtime.notify_many([
+            NotifyRequest(key=jobs.key_of(i),
+                          recipient=Recipient(id=f"c{i}", email=f"r{i}@example.com"),
+                          channels=[CHANNEL], template="bench")
+            for i in items[first:first + BATCH]])
+
+
+async def _produce_with_relay(runtime: Runtime, ids: range) -> None:
+    """With a broker: the calls write the outbox and return, and the relay loop (what
+    ``tidings scheduler`` runs beside admission) publishes it meanwhile; the producer
+    ends once no intent is left ``selected`` (the workers' reconcilers may publish some
+    of them too), so its time is the time to the broker."""
+    from tidings.relay import relay_loop
+
+    stopping = asyncio.Event()
+
+    async def no_pauses() -> list[str]:
+        return []
+
+    relay = asyncio.create_task(relay_loop(
+        runtime.store, runtime.transport, runtime.relay_config(), clock=runtime.clock,
+        stopping=stopping, paused_channels=no_pauses))
+    try:
+        await _produce(runtime, ids)
+        while (await runtime.store.intent_counts()).get(CHANNEL, {}).get("selected", 0):
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stopping.wait(), timeout=0.05)
+    finally:
+        stopping.set()
+        await relay
 
 
 async def _one_call_per_job(runtime: Runtime, ids: range) -> None:

@@ -486,6 +486,13 @@ class Ledger(Protocol):
         lease lapsed (or left ``selected``): the caller no longer publishes it."""
         ...
 
+    async def intent_release_publish(self, keys: Sequence[str], *, held_until: float) -> None:
+        """The caller is done with ``keys`` of the page it leased until ``held_until``:
+        their published chunks are marked, or it gave up. What it did not mark may be
+        taken by the next pass at once, the page's other keys stay leased; a store may
+        instead let the lease of them all lapse."""
+        ...
+
     async def intent_mark_enqueued(self, keys: Sequence[str], *, now: float) -> int:
         """``selected``/``retryable`` -> ``enqueued`` with an ``enqueued`` event;
         clears the publish lease. Keys in other states are skipped. Returns the count."""

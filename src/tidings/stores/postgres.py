@@ -289,6 +289,8 @@ class PostgresStore(DatabaseStore[PostgresDatabase], StoreReads):
                   "limit": limit}
 
         async def fn(conn: Conn) -> list[base.PublishItem]:
+            await conn.execute(self._sql["relay_lock"])
+            await conn.execute(self._sql["relay_plan"])
             cur = await conn.execute(self._sql["intent_claim_publish"], params)
             return rows.PUBLISH_ITEM.all(cur.description, await cur.fetchall())
 
@@ -305,11 +307,24 @@ class PostgresStore(DatabaseStore[PostgresDatabase], StoreReads):
                   "lease_until": lease_until}
 
         async def fn(conn: Conn) -> list[str]:
+            await conn.execute(self._sql["relay_lock"])
             cur = await conn.execute(self._sql["intent_extend_publish"], params)
             return [str(row[0]) for row in await cur.fetchall()]
 
         held = set(await self.db.write(fn))
         return [k for k in dict.fromkeys(keys) if k in held]
+
+    async def intent_release_publish(self, keys: Sequence[str], *, held_until: float) -> None:
+        """Take ``keys`` out of the page lease until ``held_until`` that holds them."""
+        if not keys:
+            return
+        params = {"keys": list(dict.fromkeys(keys)), "held_until": held_until}
+
+        async def fn(conn: Conn) -> None:
+            await conn.execute(self._sql["relay_lock"])
+            await conn.execute(self._sql["intent_release_publish"], params)
+
+        await self.db.write(fn)
 
     async def intent_mark_enqueued(self, keys: Sequence[str], *, now: float) -> int:
         """``selected``/``retryable`` -> ``enqueued`` with an event; returns the count."""

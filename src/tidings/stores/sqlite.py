@@ -189,6 +189,10 @@ class SqliteStore(DatabaseStore[SqliteDatabase], StoreReads):
         held = set(await self.db.write(fn))
         return [k for k in dict.fromkeys(keys) if k in held]
 
+    async def intent_release_publish(self, keys: Sequence[str], *, held_until: float) -> None:
+        """A no-op: the lease is a column of each intent (marking clears it), so a page
+        given up keeps its unmarked rows leased until the lease lapses."""
+
     async def intent_mark_enqueued(self, keys: Sequence[str], *, now: float) -> int:
         """``selected``/``retryable`` -> ``enqueued`` with an event; returns the count."""
         if not keys:

@@ -5,10 +5,15 @@
 -- KEYS[4] parked   hash: message uid -> the delayed message (JSON of strings)
 -- KEYS[5] failures hash: message uid -> failures counted by failed nacks
 -- KEYS[6] ids      hash: message id -> copies on the queue (contains)
--- KEYS[7] ages     sorted set: message uid -> enqueued at (the oldest message)
+-- KEYS[7] ages     sorted set: message uid -> enqueued at, for a message out of its
+--                  place in enqueue order (parked, nacked back to the tail); a fresh
+--                  entry's age is its own field: the oldest message is the older of
+--                  the stream's first entry and this set's first
 -- KEYS[8] dead     stream of dead letters with their reason
 -- KEYS[9] seq      counter of message uids
--- KEYS[10] where   hash: message uid -> its stream entry id, or 'p' while parked
+-- KEYS[10] where   hash: message uid -> its stream entry id, or 'p' while parked; only
+--                  for a message that moved (nacked, parked): a message absent from it
+--                  is still at the entry it was published as (publish writes no field)
 local S, V, D, P, F, I, A, DL, SEQ, W =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local GROUP = 'tidings'
@@ -53,11 +58,31 @@ local function held(eid, token)
   return m
 end
 
-local function append(m, uid, rc)
+-- A new entry for the message. A ``moved`` one (nacked, or parked until now) records
+-- where it went and its age; a fresh one is found at its receipt's entry and is in
+-- enqueue order at the stream's tail.
+local function append(m, uid, rc, moved)
   local eid = redis.call('XADD', S, '*', 'id', m.id, 'body', m.body, 'enq', m.enq, 'uid', uid,
                          'rc', rc)
-  redis.call('HSET', W, uid, eid)
+  if moved then
+    redis.call('HSET', W, uid, eid)
+    redis.call('ZADD', A, m.enq, uid)
+  end
   return eid
+end
+
+-- ``redis.call(command, key[, lead], ...)`` with the table's items as its last
+-- arguments, in calls of at most ``UNPACK`` items (Lua's stack limit on unpack).
+local UNPACK = 4000
+local function call_many(command, key, items, lead)
+  for first = 1, #items, UNPACK do
+    local last = math.min(#items, first + UNPACK - 1)
+    if lead then
+      redis.call(command, key, lead, unpack(items, first, last))
+    else
+      redis.call(command, key, unpack(items, first, last))
+    end
+  end
 end
 
 -- Park a message until ``at`` (a delayed publish, a nack with a delay).
@@ -65,6 +90,7 @@ local function park(m, uid, rc, at)
   redis.call('HSET', P, uid, cjson.encode({id = m.id, body = m.body, enq = m.enq, rc = rc}))
   redis.call('ZADD', D, at, uid)
   redis.call('HSET', W, uid, 'p')
+  redis.call('ZADD', A, m.enq, uid)
 end
 
 -- Remove a pending entry from the stream and the group.

@@ -7,7 +7,12 @@ local vis_due = redis.call('ZCOUNT', V, '-inf', now)
 local delayed_all = redis.call('ZCARD', D)
 local delayed_due = redis.call('ZCOUNT', D, '-inf', now)
 local ready = (in_stream - vis_all) + vis_due + delayed_due
-local oldest = redis.call('ZRANGE', A, 0, 0, 'WITHSCORES')
+local oldest = redis.call('ZRANGE', A, 0, 0, 'WITHSCORES')[2]
+local head = redis.call('XRANGE', S, '-', '+', 'COUNT', 1)[1]
+if head then
+  local enq = fields_of(head[2]).enq
+  if oldest == nil or tonumber(enq) < tonumber(oldest) then oldest = enq end
+end
 local next_at = ''
 for _, key in ipairs({V, D}) do
   local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
@@ -17,4 +22,4 @@ for _, key in ipairs({V, D}) do
 end
 local last = redis.call('XREVRANGE', S, '+', '-', 'COUNT', 1)
 return {ready, delayed_all - delayed_due, vis_all - vis_due, redis.call('XLEN', DL),
-        oldest[2] or '', next_at, last[1] and last[1][1] or '0-0'}
+        oldest or '', next_at, last[1] and last[1][1] or '0-0'}

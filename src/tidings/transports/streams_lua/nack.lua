@@ -9,7 +9,7 @@ for i = 3, #ARGV, 3 do
     local rc = tostring(tonumber(m.rc) + m.deliveries)
     drop(eid)
     if tonumber(at) <= now then
-      append(m, m.uid, rc)
+      append(m, m.uid, rc, true)
     else
       park(m, m.uid, rc, at)
     end

@@ -8,7 +8,7 @@ for _, uid in ipairs(redis.call('ZRANGEBYSCORE', D, '-inf', now, 'LIMIT', 0, mov
   local packed = redis.call('HGET', P, uid)
   if packed then
     local m = cjson.decode(packed)
-    append(m, uid, m.rc)
+    append(m, uid, m.rc, true)
     redis.call('HDEL', P, uid)
   end
   redis.call('ZREM', D, uid)
@@ -45,12 +45,25 @@ if #taken < max then
     end
   end
 end
-local out = {}
+-- One ZADD and one HMGET for the batch.
+local hidden, uids = {}, {}
 for _, m in ipairs(taken) do
-  redis.call('ZADD', V, until_at, m.eid)
-  local failures = redis.call('HGET', F, m.uid) or '0'
+  hidden[#hidden + 1] = until_at
+  hidden[#hidden + 1] = m.eid
+  uids[#uids + 1] = m.uid
+end
+local failures = {}
+if #uids > 0 then
+  call_many('ZADD', V, hidden)
+  for first = 1, #uids, UNPACK do
+    local part = redis.call('HMGET', F, unpack(uids, first, math.min(#uids, first + UNPACK - 1)))
+    for _, v in ipairs(part) do failures[#failures + 1] = v end
+  end
+end
+local out = {}
+for n, m in ipairs(taken) do
   for _, v in ipairs({m.eid, m.id, m.body, m.enq, tostring(tonumber(m.rc) + m.deliveries),
-                      failures, tostring(m.deliveries), m.uid}) do
+                      failures[n] or '0', tostring(m.deliveries), m.uid}) do
     table.insert(out, v)
   end
 end

@@ -8,8 +8,7 @@ for i = 2, #ARGV do
     local d = fields_of(found[1][2])
     local uid = tostring(redis.call('INCR', SEQ))
     redis.call('HINCRBY', I, d.id, 1)
-    redis.call('ZADD', A, now, uid)
-    append({id = d.id, body = d.body, enq = now}, uid, '0')
+    append({id = d.id, body = d.body, enq = now}, uid, '0', false)
     redis.call('XDEL', DL, ARGV[i])
     count = count + 1
   end
