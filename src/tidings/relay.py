@@ -42,8 +42,9 @@ class RelayConfig:
     """Relay loops side by side (a server store hands each a page of its own)."""
     chunk: int = 500
     """Messages a page is published by (one ``transport.publish`` call a channel each):
-    between chunks, once half the lease has passed, the chunks confirmed so far are
-    marked ``enqueued`` and the lease of the page's rest is extended."""
+    between chunks, once half the lease has passed (or less is left than two of the
+    slowest chunk so far), the chunks confirmed so far are marked ``enqueued`` and the
+    lease of the page's rest is extended."""
 
 
 async def publish(
@@ -91,7 +92,9 @@ async def publish_page(
 ) -> int:
     """Publish a page leased at ``now`` chunk by chunk and keep the lease of the rest
     from lapsing while the page is being published: between chunks, once more than half
-    of the lease has passed, the chunks confirmed so far are marked ``enqueued`` and the
+    of the lease has passed, or less of it is left than two of the slowest chunk so far
+    (a chunk just under half the lease would otherwise end at the lease's last
+    instant), the chunks confirmed so far are marked ``enqueued`` and the
     lease of the rest is extended for another ``lease_s``. So a slow broker never lets a
     second relay pass take the page's rest and publish it again; a row whose lease did
     lapse (a chunk slower than the whole lease) and that another relay took meanwhile is
@@ -127,10 +130,14 @@ async def publish_page(
             await task
 
     published = 0
+    slowest = 0.0  # the longest a chunk took so far
     try:
         while rest:
             t = at()
-            if t - leased_at > config.lease_s / 2:
+            # Past half the lease, or with less of it left than two of the slowest chunk
+            # so far: a chunk as slow as one just under half the lease still lands
+            # inside the lease, with room to spare (not at its very last instant).
+            if t - leased_at > config.lease_s / 2 or held_until - t < 2 * slowest:
                 await settle()
                 await store.intent_mark_enqueued(confirmed, now=t)
                 confirmed = []
@@ -147,6 +154,7 @@ async def publish_page(
                     break
             chunk, rest = rest[:config.chunk], rest[config.chunk:]
             await publish_leased(transport, chunk, now=t)
+            slowest = max(slowest, at() - t)
             confirmed.extend(i.key for i in chunk)
             published += len(chunk)
             if rest and (marking is None or marking.done()):
