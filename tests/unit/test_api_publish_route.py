@@ -5,6 +5,7 @@ and the requests it takes are the valid ones."""
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -131,3 +132,14 @@ async def test_the_valid_publishes_are_the_ones_it_serves(tmp_path: Path) -> Non
 
     # A refused credential is answered here too (the same check, the same 401).
     assert served == ["served", "served", "handed on", "handed on", "served"]
+
+
+async def test_what_it_serves_is_logged_and_counted_under_the_routes_template(
+        pair: tuple[Api, Api], caplog: pytest.LogCaptureFixture) -> None:
+    served, documented = pair
+    with caplog.at_level(logging.INFO, logger="tidings.api.access"):
+        for api in (served, documented):
+            body, headers = _case(api, "good")
+            assert (await api.client.post(URL, content=body, headers=headers)).status_code == 202
+    routes = [getattr(r, "route", None) for r in caplog.records if r.msg == "request"]
+    assert routes == [URL, URL]

@@ -470,7 +470,12 @@ class PublishRoute(Route):
     def matches(self, scope: Scope) -> tuple[Match, Scope]:
         if scope.get("method") != "POST" or scope.get(_HANDED_ON):
             return Match.NONE, {}
-        return super().matches(scope)
+        match, child = super().matches(scope)
+        if match is Match.FULL:
+            # As FastAPI's routes do: the access log, /metrics and authorize read the
+            # matched route's template from the scope.
+            child["route"] = self
+        return match, child
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self._serve(scope, receive, send)
