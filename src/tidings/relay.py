@@ -86,6 +86,16 @@ async def publish_leased(transport: Transport, items: Sequence[PublishItem], *,
             await asyncio.sleep(RETRY_PAUSE_S)
 
 
+def _clock_from(now: float, clock: Clock | None, *, read_at: float | None = None
+                ) -> Callable[[], float]:
+    """``now`` moved on by the time ``clock`` measures from ``read_at`` (its reading at
+    ``now``; default: its reading at this call); without a clock, always ``now``."""
+    if clock is None:
+        return lambda: now
+    started = read_at if read_at is not None else clock.now()
+    return lambda: now + (clock.now() - started)
+
+
 async def publish_page(
     store: Ledger, transport: Transport, items: Sequence[PublishItem], *, now: float,
     config: RelayConfig, clock: Clock | None = None, leased_on: float | None = None,
@@ -107,10 +117,7 @@ async def publish_page(
     spent (without one the pass is taken as instant); time is counted from ``now``, the
     time the page was leased at, which ``clock`` read as ``leased_on`` (default: now,
     for a page leased just before the call). Returns how many were published."""
-    started = leased_on if leased_on is not None else clock.now() if clock is not None else 0.0
-
-    def at() -> float:
-        return now if clock is None else now + (clock.now() - started)
+    at = _clock_from(now, clock, read_at=leased_on)
 
     # What the store's intent_claim_publish set: now + lease_s.
     held_until = now + config.lease_s
@@ -184,10 +191,7 @@ async def relay_pass(
     """Publish due ``selected`` intents, page by page (see ``publish_page``; ``clock``
     keeps a slow page's lease from lapsing); return how many were published."""
     total = 0
-    started = clock.now() if clock is not None else 0.0
-
-    def at() -> float:
-        return now if clock is None else now + (clock.now() - started)
+    at = _clock_from(now, clock)
 
     async def claim() -> tuple[float, float | None, list[PublishItem]]:
         leased_at, read = at(), clock.now() if clock is not None else None

@@ -49,13 +49,14 @@ from tidings.stores.provider_events import (
 from tidings.stores.reads import StoreReads
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 #: Seconds a pacer transaction may sit idle holding the channel's pacer row before the
 #: server ends its session (see ``pacer_lock``): far above the few milliseconds a live
 #: client takes between its statements, far below the seconds in which a cut-off
 #: client would otherwise be found gone and its session ended.
 PACER_IDLE_S = 1.0
-R = TypeVar("R")
+
 #: How long a page's transaction waits for the previous page before rolling back. Two
 #: schedulers admitting overlapping pages can wait on each other's rows while each
 #: waits for its own previous page, a cycle PostgreSQL cannot see; rolling back after
