@@ -6,6 +6,7 @@ are the docstring of its ``systems/<module>.py``.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -13,7 +14,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 BIN = Path(sys.executable).parent
-REDIS_URL = "redis://127.0.0.1:6379/15"
+#: The Redis database the benchmark owns: emptied before each Redis peer's run. Two runs
+#: at once need a database each (``PEERS_REDIS=redis://127.0.0.1:6379/14``).
+REDIS_URL = os.environ.get("PEERS_REDIS", "redis://127.0.0.1:6379/15")
 
 
 @dataclass(frozen=True, kw_only=True)

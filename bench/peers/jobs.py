@@ -139,7 +139,8 @@ async def send_async(i: int) -> None:
 
 
 REDIS_IO = os.environ.get("PEERS_REDIS", "redis://127.0.0.1:6379/15")
-IO_PREFIX = "peers-io:"
+#: The run's own key prefix (the driver sets it); the repeats check reads these keys.
+IO_PREFIX = os.environ.get("PEERS_IO_PREFIX", "peers-io:")
 IO_POOL = 100  # connections per process, for every system alike
 _redis: Any = None
 _redis_pid = 0

@@ -349,9 +349,11 @@ class Run:
             for first in range(0, len(keys), 5000):
                 r.unlink(*keys[first:first + 5000])
 
-    def io_repeats(self) -> int | None:
-        """io: jobs whose Redis key was incremented more than once (a second run of the
-        job), the handlers' own witness beside the sink."""
+    def io_counts(self) -> tuple[int, int] | None:
+        """io: (keys, repeats) under this run's prefix: how many jobs' Redis keys the
+        handlers incremented, and how many more than once (a second run of the job), the
+        handlers' own witness beside the sink. Keys short of the jobs done mean the
+        handlers wrote elsewhere and the repeats say nothing."""
         if self.workload != "io":
             return None
         r = redis.Redis.from_url(REDIS_URL)
@@ -359,7 +361,7 @@ class Run:
         repeats = 0
         for first in range(0, len(keys), 5000):
             repeats += sum(int(v) > 1 for v in r.mget(keys[first:first + 5000]) if v)
-        return repeats
+        return len(keys), repeats
 
     def _check(self, command: list[str]) -> None:
         done = subprocess.run(command, cwd=HERE, env=self.env, capture_output=True, text=True,
@@ -566,7 +568,7 @@ def run_throughput(run: Run) -> Report:
         out["processing_s"] = (end - sink.first_at) if end and sink.first_at else None
         out["drained"] = ok
         out["done"], out["repeats"] = sink.done, sink.repeats
-        out["io_repeats"] = run.io_repeats()
+        out["io_keys"], out["io_repeats"] = run.io_counts() or (None, None)
         done_2 = sink.done
         peak = (workers.peak_total_mb, workers.peak_process_mb)
         if not ok:
@@ -600,7 +602,7 @@ def run_throughput(run: Run) -> Report:
         out["enqueue_concurrent_s"] = produced["elapsed_s"]
         out["e2e_done"], out["e2e_repeats"] = sink.done, sink.repeats
         out["e2e_enqueue_how"] = produced["how"]
-        out["e2e_io_repeats"] = run.io_repeats()
+        out["e2e_io_keys"], out["e2e_io_repeats"] = run.io_counts() or (None, None)
         peak = (max(peak[0], workers.peak_total_mb), max(peak[1], workers.peak_process_mb))
     finally:
         run.teardown()
@@ -612,7 +614,9 @@ def run_throughput(run: Run) -> Report:
     out["enqueue_e2e_rate"] = analysis.rate(n, out["enqueue_concurrent_s"])
     out["peak_rss_total_mb"], out["peak_rss_process_mb"] = peak
     out["ok"] = (out["repeats"] == 0 and out["e2e_repeats"] == 0
-                 and not out["io_repeats"] and not out["e2e_io_repeats"])
+                 and not out["io_repeats"] and not out["e2e_io_repeats"]
+                 and (out["io_keys"] is None or out["io_keys"] >= out["done"])
+                 and (out["e2e_io_keys"] is None or out["e2e_io_keys"] >= out["e2e_done"]))
     return out
 
 
