@@ -157,7 +157,7 @@ class TimedAudience:
 
 
 # The wrapped calls, by phase. What is left of a pass is the scheduler's own loop:
-# building an IntentDraft (and its key and data) per member.
+# drafting each page's rows (channel, recipient id, address, data per member).
 _STORE_PHASES = {
     "intent_admit": "insert",
     "intent_mark_enqueued": "mark",

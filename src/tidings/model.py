@@ -179,11 +179,22 @@ def message_body_parts(version: int = MESSAGE_VERSION) -> tuple[str, str]:
     return f'{{"v":{version},"key":', "}"
 
 
+def _plain(text: str) -> bool:
+    """Nothing in ``text`` that JSON would escape."""
+    return text.isascii() and text.isprintable() and '"' not in text and "\\" not in text
+
+
 def message_body(key: str, version: int = MESSAGE_VERSION) -> str:
     """``Message(key=key).encode()`` without building the object (admission's hot path)."""
-    if key.isascii() and key.isprintable() and '"' not in key and "\\" not in key:
+    if _plain(key):
         return f'{{"v":{version},"key":"{key}"}}'  # nothing in it JSON would escape
     return f'{{"v":{version},"key":{json.dumps(key)}}}'
+
+
+def plain_keys(keys: Sequence[str]) -> bool:
+    """True when no key holds what JSON escapes: each body is then ``message_body_parts``
+    around the key in double quotes, whoever builds it (one scan over the joined keys)."""
+    return _plain("".join(keys))
 
 
 @dataclass(frozen=True, kw_only=True)

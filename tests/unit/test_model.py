@@ -16,6 +16,7 @@ from tidings.model import (
     encode_data,
     message_body,
     message_body_parts,
+    plain_keys,
 )
 
 _KEY_TEXT = st.text(st.characters(blacklist_categories=("Cc", "Cs", "Zs", "Zl", "Zp")),
@@ -29,6 +30,17 @@ def test_message_body_is_exactly_the_json_of_the_message(key: str) -> None:
     assert Message.decode(message_body(key)).key == key
     head, tail = message_body_parts()
     assert head + json.dumps(key) + tail == expected
+
+
+@given(st.lists(_KEY_TEXT, min_size=1, max_size=5))
+def test_plain_keys_are_those_whose_bodies_quote_the_key_as_it_is(keys: list[str]) -> None:
+    """What a store that builds bodies in SQL relies on: for plain keys the body is the
+    head, the key in double quotes, the tail."""
+    head, tail = message_body_parts()
+    as_is = all(message_body(k) == f'{head}"{k}"{tail}' for k in keys)
+    assert plain_keys(keys) == as_is
+    assert plain_keys(["a/1/email/v1", 'b"q']) is False
+    assert plain_keys(["a/1/email/v1", "b/2/sms/v1"]) is True
 
 
 @pytest.mark.parametrize(("body", "problem"), [

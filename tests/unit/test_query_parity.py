@@ -23,12 +23,16 @@ DIALECT_ONLY: dict[str, dict[str, str]] = {
         "begin_read": "BEGIN DEFERRED: one snapshot for a read",
         "commit": "ends a statement-driven transaction",
         "rollback": "ends a statement-driven transaction",
-        # SQLite binds a page as one multi-row VALUES statement; PostgreSQL COPYs it into
-        # a temporary stage (intent_admit_page/_fresh/_staged and the *_stage_* names).
+        # SQLite binds drafts as one multi-row VALUES statement; PostgreSQL COPYs them into
+        # a temporary stage (intent_admit_fresh/_staged and the *_stage_* names). A
+        # campaign page is intent_admit_page(_enqueued) in both, from bound values here,
+        # from its stage there.
         "intent_admit_values": "multi-row VALUES insert of a page (no COPY in SQLite)",
         "intent_admit_values_enqueued": "the same, born enqueued",
         "event_insert_keys": "admission's events, one statement a channel (PostgreSQL "
                              "writes them inside its intent_admit_* statements)",
+        "message_insert_keys": "admission's queue messages, one statement a channel "
+                               "(PostgreSQL writes them inside intent_admit_page_enqueued)",
         # SQLite has no data-modifying CTE: what PostgreSQL does in one statement takes
         # two here.
         "intent_mark_enqueued_events": "the events half of intent_mark_enqueued",
@@ -48,8 +52,6 @@ DIALECT_ONLY: dict[str, dict[str, str]] = {
         "admit_stage_clear": "empty that stage between two admissions in one transaction",
         "admit_page_stage_create": "temporary stage for a page's columns",
         "admit_page_stage_copy": "COPY into that stage",
-        "intent_admit_page": "insert a staged page, no key existing yet",
-        "intent_admit_page_enqueued": "the same, born enqueued with their messages",
         "intent_admit_fresh": "insert staged drafts, no key existing yet",
         "intent_admit_fresh_enqueued": "the same, born enqueued with their messages",
         "intent_admit_staged": "insert staged drafts skipping existing keys",

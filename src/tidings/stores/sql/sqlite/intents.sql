@@ -33,6 +33,31 @@ INSERT INTO intents (
 SELECT ?, ?, ?, ?, 'enqueued', v.* FROM (VALUES {rows}) AS v WHERE true
 ON CONFLICT (key) DO NOTHING
 
+-- name: intent_admit_page
+-- A campaign page (see model.DraftPage), one channel at a time: what the page shares is
+-- bound once, in the ten leading parameters (created_at, updated_at, selected_at,
+-- publish_lease_until, channel, template, campaign, occurrence, due_at, expires_at),
+-- and each intent adds only its four: the caller replaces {rows} with one
+-- "(?, ?, ?, ?)" group per intent (key, recipient_id, address, data).
+INSERT INTO intents (
+    created_at, updated_at, selected_at, publish_lease_until, state,
+    channel, template, campaign, occurrence, due_at, expires_at,
+    key, recipient_id, address, data
+)
+SELECT ?, ?, ?, ?, 'selected', ?, ?, ?, ?, ?, ?, v.* FROM (VALUES {rows}) AS v WHERE true
+ON CONFLICT (key) DO NOTHING
+
+-- name: intent_admit_page_enqueued
+-- intent_admit_page for intents born enqueued (their messages in the same
+-- transaction); the fourth leading parameter is enqueued_at.
+INSERT INTO intents (
+    created_at, updated_at, selected_at, enqueued_at, state,
+    channel, template, campaign, occurrence, due_at, expires_at,
+    key, recipient_id, address, data
+)
+SELECT ?, ?, ?, ?, 'enqueued', ?, ?, ?, ?, ?, ?, v.* FROM (VALUES {rows}) AS v WHERE true
+ON CONFLICT (key) DO NOTHING
+
 -- name: intent_claim_publish
 UPDATE intents SET publish_lease_until = :lease_until
 WHERE key IN (

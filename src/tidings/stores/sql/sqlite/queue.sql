@@ -7,6 +7,15 @@
 INSERT INTO messages (queue, enqueued_at, message_id, body, available_at)
 SELECT ?, ?, v.* FROM (VALUES {rows}) AS v
 
+-- name: message_insert_keys
+-- One message per key of the JSON array :keys, all visible from :available_at: a page
+-- of admissions enqueues in one statement. The body is model.message_body's, built
+-- here: :body_head, the key as a JSON string, :body_tail (the caller passes only keys
+-- JSON would not escape, so it is the same text to the byte).
+INSERT INTO messages (queue, enqueued_at, message_id, body, available_at)
+SELECT :queue, :now, value, :body_head || json_quote(value) || :body_tail, :available_at
+FROM json_each(:keys)
+
 -- name: queue_next_available
 -- When the earliest message of the queue is (or becomes) visible; NULL when empty.
 SELECT min(available_at) FROM messages WHERE queue = ?
