@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,8 @@ from tidings.clock import FakeClock
 from tidings.liveness import LivenessConfig, Marker, WorkerMark, gone, sends_land_by
 from tidings.model import Event, Received
 from tidings.outcomes import Lookup
+from tidings.pacing import algorithm
+from tidings.pacing.algorithm import PaceLimits
 from tidings.reconciler import Reconciler
 from tidings.runtime import Runtime, build_runtime
 from tidings.settings import Settings
@@ -239,6 +242,48 @@ async def test_a_dead_process_on_this_host_is_seen_at_once(rt: Runtime) -> None:
     await hold_work(rt, "w-dead", 3)
     result = await reconciler_of(rt).end_gone_workers(clock.now())  # not a second later
     assert (result.leases_ended, result.messages_released) == (3, 3)
+
+
+async def hold_slots(rt: Runtime, worker_id: str, count: int) -> None:
+    """``count`` pacer slots of the email channel reserved by ``worker_id`` (none given back)."""
+    grant = await rt.store.pacer_transact("email", partial(
+        algorithm.reserve, limits=PaceLimits(max_in_flight=8), worker=worker_id, want=count,
+        release=0, now=rt.clock.now(), horizon_s=0.1, stale_s=60.0))
+    assert len(grant.starts) == count
+
+
+async def test_a_dead_processs_pacer_slots_are_free_at_once(rt: Runtime) -> None:
+    """A kill every few seconds must not leave the channel's max_in_flight held by the
+    dead (each for the pacer's stale_s) and starve the workers that run."""
+    clock = clock_of(rt)
+    marker = Marker(rt.registry(), "w-dead", clock=clock, config=CONFIG,  # type: ignore[arg-type]
+                    host=HOST, pid=2**22 + 11)  # above any pid_max: no such process
+    await marker.start()
+    await hold_slots(rt, "w-dead", 5)
+    await hold_slots(rt, "w-live", 3)
+    result = await reconciler_of(rt).end_gone_workers(clock.now())
+    assert result.pacer_slots_freed == 5
+    state = await rt.store.pacer_read("email")
+    assert not algorithm.holds_slots(state, worker="w-dead")
+    assert algorithm.live_workers(state, worker="w-live", now=clock.now(), within_s=60) == 1
+    grant = await rt.store.pacer_transact("email", partial(
+        algorithm.reserve, limits=PaceLimits(max_in_flight=8), worker="w-live", want=5,
+        release=0, now=clock.now(), horizon_s=0.1, stale_s=60.0))
+    assert len(grant.starts) == 5  # all 8 in flight are the live worker's
+
+
+async def test_a_silent_workers_pacer_slots_wait_for_the_pacer(rt: Runtime) -> None:
+    """Gone by its heartbeat, it may still run with requests in flight: its slots are
+    the pacer's to free (stale_s), not the reconciler's."""
+    clock = clock_of(rt)
+    marker = rt.marker("w-silent")
+    assert marker is not None
+    await marker.start()
+    await hold_slots(rt, "w-silent", 4)
+    clock.advance(CONFIG.stale_after_s)
+    result = await reconciler_of(rt).end_gone_workers(clock.now())
+    assert result.pacer_slots_freed == 0
+    assert algorithm.holds_slots(await rt.store.pacer_read("email"), worker="w-silent")
 
 
 class NotFoundAnywhere:

@@ -7,7 +7,8 @@ State (a JSON object stored by the backend):
 - ``paused_until``: a 429 pauses the whole channel until then;
 - ``streak``: consecutive 429s, for backoff without Retry-After;
 - ``inflight``: ``{worker: [count, heartbeat_at]}``; a worker silent for
-  ``stale_s`` is presumed dead and its slots are freed.
+  ``stale_s`` is presumed dead and its slots are freed; one the reconciler knows is
+  gone (its process gone from the host) is dropped at once (``forget``).
 """
 
 from __future__ import annotations
@@ -169,6 +170,20 @@ def give_back(
     own = max(0, int(table.get(worker, [0, now])[0]) - release)
     table[worker] = [own, now]
     return new, None
+
+
+def holds_slots(state: dict[str, Any] | None, *, worker: str) -> bool:
+    """Whether ``worker`` is in the channel's table (slots held, or heard from)."""
+    return worker in (state or {}).get("inflight", {})
+
+
+def forget(state: dict[str, Any] | None, *, worker: str) -> tuple[dict[str, Any], int]:
+    """Drop a worker known to be gone from the table: its slots are free at once (and it
+    no longer counts as a live worker), without waiting ``stale_s``; returns how many
+    slots it held. Only for a worker none of whose requests can still be in flight."""
+    new = _base(state)
+    held = _inflight(new).pop(worker, None)
+    return new, int(held[0]) if held else 0
 
 
 def pause(
