@@ -188,7 +188,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
                 from pglib import migrate, sibling_pg
 
                 url = sibling_pg(args.store, "startup")
-                migrate(url)
+                await asyncio.to_thread(migrate, url)  # its own event loop
             else:
                 url = f"sqlite:///{folder / 'startup.db'}"
             config = folder / "tidings.toml"

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tidings import service
 from tidings.clock import FakeClock
 from tidings.liveness import LivenessConfig, Marker, WorkerMark, gone, sends_land_by
 from tidings.model import Event, Received
@@ -502,3 +503,49 @@ def test_the_store_urls_application_name_follows_the_processs_own() -> None:
     # PostgreSQL keeps 63 bytes: the label is what gets cut, never the process's name
     long = application_name("h", 7, label="x" * 100)
     assert long.startswith("tidings h:7 ") and len(long.encode()) == 63
+
+
+class RecordedWake(asyncio.Event):
+    """The reconcile loop's wake, remembering that it was set (the loop clears it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.times_set = 0
+
+    def set(self) -> None:
+        self.times_set += 1
+        super().set()
+
+
+async def test_a_pass_that_ends_leases_wakes_its_loop_to_settle_them(tmp_path: Path) -> None:
+    """A worker started after a kill ends its predecessor's leases in its first pass: the
+    uncertain sends are settled once uncertain_after_s has passed, by a pass the loop
+    is woken for, not one reconcile_every_s later."""
+    settings = Settings.parse({
+        "store": f"sqlite:///{tmp_path / 'wake.db'}",
+        "worker": {"lease_s": LEASE_S, "visibility_s": VISIBILITY_S},
+        "reconciler": {"uncertain_after_s": 0},
+        "channels": {"email": {}}})
+    runtime = await build_runtime(settings, clock=FakeClock(T0))
+    try:
+        marker = Marker(runtime.registry(), "w-killed",  # type: ignore[arg-type]
+                        clock=runtime.clock, config=CONFIG, pid=2**22 + 13)  # no such pid
+        await marker.start()
+        await hold_work(runtime, "w-killed", 2)
+        stopping, wake = asyncio.Event(), RecordedWake()
+        reconciler = runtime.reconciler()
+        passes: list[int] = []
+
+        async def one_pass(**kw: Any) -> Any:
+            result = await Reconciler.run_pass(reconciler, **kw)
+            passes.append(result.leases_ended)
+            stopping.set()  # this one pass is the scenario
+            return result
+
+        reconciler.run_pass = one_pass  # type: ignore[method-assign]
+        runtime.reconciler = lambda: reconciler  # type: ignore[method-assign]
+        await service.reconcile_loop(runtime, 3600.0, stopping, wake)
+        assert passes == [2]
+        assert wake.times_set == 1  # the next pass is due now, not in an hour
+    finally:
+        await runtime.close()
