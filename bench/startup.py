@@ -176,8 +176,7 @@ def _start_once(src: Path, config: Path, url: str, folder: Path) -> dict[str, An
 async def measure(args: argparse.Namespace) -> dict[str, Any]:
     from tidings.sandbox import SandboxConfig, serve
 
-    trees = {label: Path(src).resolve() for label, src in
-             (spec.split("=", 1) for spec in args.src)} if args.src else {"this": ROOT / "src"}
+    trees: dict[str, Path] = args.trees
     sandbox = await serve(SandboxConfig(dedupe=False), "127.0.0.1", 0)
     loads = [os.getloadavg()]
     runs: dict[str, list[dict[str, Any]]] = {label: [] for label in trees}
@@ -231,6 +230,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--each", action="store_true", help="with --json: every start's marks")
     args = parser.parse_args(argv)
+    args.trees = {label: Path(src).resolve() for label, src in
+                  (spec.split("=", 1) for spec in args.src)} if args.src else {
+        "this": ROOT / "src"}
     report = asyncio.run(measure(args))
     if args.json:
         print(json.dumps(report, indent=2))
