@@ -152,8 +152,9 @@ async def report_loop(totals: Callable[[], dict[str, int]], stopping: asyncio.Ev
 async def serve_worker(runtime: Runtime, channel: str, *, worker_id: str | None = None,
                        reconcile: bool = True) -> None:
     """Serve one channel until SIGTERM, running the reconciler beside it (the collector
-    tuned for serving, see ``serving_gc``)."""
-    with serving_gc():
+    tuned for serving, see ``serving_gc``: frozen without a full collection first, which
+    every restart after a crash would pay for nothing)."""
+    with serving_gc(collect=False):
         await _serve_worker(runtime, channel, worker_id=worker_id, reconcile=reconcile)
 
 
