@@ -197,9 +197,8 @@ class Reconciler:
         if sends_land_by(mark, host=self.host, config=self.liveness,
                          send_deadline_s=self.config.send_deadline_s) is None:
             # Its process is gone: none of its requests is in flight, so the slots it
-            # held (and its place among the channel's live workers) go now, not after
-            # the pacer's stale_s, which a kill every few seconds would let pile up
-            # past max_in_flight.
+            # held are free now, not after the pacer's stale_s, which a kill every few
+            # seconds would let pile up past max_in_flight.
             result.pacer_slots_freed += await self._free_pacer_slots(mark.worker_id)
 
     async def _free_pacer_slots(self, worker: str) -> int:

@@ -266,7 +266,9 @@ async def test_a_dead_processs_pacer_slots_are_free_at_once(rt: Runtime) -> None
     assert result.pacer_slots_freed == 5
     state = await rt.store.pacer_read("email")
     assert not algorithm.holds_slots(state, worker="w-dead")
-    assert algorithm.live_workers(state, worker="w-live", now=clock.now(), within_s=60) == 1
+    # still counted among the channel's workers, as one that died a moment ago (a peer's
+    # claim depth errs on the small side), until the pacer's stale_s
+    assert algorithm.live_workers(state, worker="w-live", now=clock.now(), within_s=60) == 2
     grant = await rt.store.pacer_transact("email", partial(
         algorithm.reserve, limits=PaceLimits(max_in_flight=8), worker="w-live", want=5,
         release=0, now=clock.now(), horizon_s=0.1, stale_s=60.0))

@@ -8,7 +8,7 @@ State (a JSON object stored by the backend):
 - ``streak``: consecutive 429s, for backoff without Retry-After;
 - ``inflight``: ``{worker: [count, heartbeat_at]}``; a worker silent for
   ``stale_s`` is presumed dead and its slots are freed; one the reconciler knows is
-  gone (its process gone from the host) is dropped at once (``forget``).
+  gone (its process gone from the host) has its slots freed at once (``forget``).
 """
 
 from __future__ import annotations
@@ -173,17 +173,24 @@ def give_back(
 
 
 def holds_slots(state: dict[str, Any] | None, *, worker: str) -> bool:
-    """Whether ``worker`` is in the channel's table (slots held, or heard from)."""
-    return worker in (state or {}).get("inflight", {})
+    """Whether ``worker`` holds slots in the channel's table."""
+    entry = (state or {}).get("inflight", {}).get(worker)
+    return bool(entry and int(entry[0]) > 0)
 
 
 def forget(state: dict[str, Any] | None, *, worker: str) -> tuple[dict[str, Any], int]:
-    """Drop a worker known to be gone from the table: its slots are free at once (and it
-    no longer counts as a live worker), without waiting ``stale_s``; returns how many
-    slots it held. Only for a worker none of whose requests can still be in flight."""
+    """Free every slot of a worker known to be gone, at once rather than after
+    ``stale_s``; returns how many it held. Only for a worker none of whose requests can
+    still be in flight. It stays in the table until ``stale_s`` with its last heartbeat,
+    still counted among the channel's workers (``live_workers``) as one that died a
+    moment ago: a peer's claim depth keeps erring on the small side."""
     new = _base(state)
-    held = _inflight(new).pop(worker, None)
-    return new, int(held[0]) if held else 0
+    table = _inflight(new)
+    held = table.get(worker)
+    if not held:
+        return new, 0
+    table[worker] = [0, held[1]]
+    return new, int(held[0])
 
 
 def pause(
