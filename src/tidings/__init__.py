@@ -7,27 +7,37 @@ or run workers, schedulers and the reconciler::
     async with await build_runtime(settings) as runtime:
         await runtime.notify(key="shipment-4821:customer-73", recipient={...},
                              channels=["email", "sms"], template="shipment-update/v1")
+
+The names below are imported when first used (PEP 562), not with the package: every
+``tidings`` process (a worker restarted after a crash above all) imports ``tidings``
+first, and most of them need only a few of these modules.
 """
 
-from tidings.audience import Audience, GeneratorAudience, KeysetAudience, SqlAudience
-from tidings.campaign import Campaign
-from tidings.clock import Clock, FakeClock, SystemClock
-from tidings.cron import Schedule
-from tidings.errors import (
-    ConfigurationError,
-    InvalidInput,
-    InvalidTransition,
-    MessageDecodeError,
-    SchemaOutOfDate,
-    StoreError,
-    TidingsError,
-    TransportError,
-)
-from tidings.intake import NotifyRequest
-from tidings.model import Recipient
-from tidings.runtime import Runtime, build_runtime
-from tidings.settings import Settings
-from tidings.states import State
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tidings.audience import Audience, GeneratorAudience, KeysetAudience, SqlAudience
+    from tidings.campaign import Campaign
+    from tidings.clock import Clock, FakeClock, SystemClock
+    from tidings.cron import Schedule
+    from tidings.errors import (
+        ConfigurationError,
+        InvalidInput,
+        InvalidTransition,
+        MessageDecodeError,
+        SchemaOutOfDate,
+        StoreError,
+        TidingsError,
+        TransportError,
+    )
+    from tidings.intake import NotifyRequest
+    from tidings.model import Recipient
+    from tidings.runtime import Runtime, build_runtime
+    from tidings.settings import Settings
+    from tidings.states import State
 
 __version__ = "0.1.0"
 __all__ = [
@@ -56,3 +66,34 @@ __all__ = [
     "__version__",
     "build_runtime",
 ]
+
+#: Where each public name lives.
+_HOMES = {
+    "Audience": "tidings.audience", "GeneratorAudience": "tidings.audience",
+    "KeysetAudience": "tidings.audience", "SqlAudience": "tidings.audience",
+    "Campaign": "tidings.campaign",
+    "Clock": "tidings.clock", "FakeClock": "tidings.clock", "SystemClock": "tidings.clock",
+    "Schedule": "tidings.cron",
+    "ConfigurationError": "tidings.errors", "InvalidInput": "tidings.errors",
+    "InvalidTransition": "tidings.errors", "MessageDecodeError": "tidings.errors",
+    "SchemaOutOfDate": "tidings.errors", "StoreError": "tidings.errors",
+    "TidingsError": "tidings.errors", "TransportError": "tidings.errors",
+    "NotifyRequest": "tidings.intake",
+    "Recipient": "tidings.model",
+    "Runtime": "tidings.runtime", "build_runtime": "tidings.runtime",
+    "Settings": "tidings.settings",
+    "State": "tidings.states",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'tidings' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # looked up once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -17,8 +17,6 @@ from __future__ import annotations
 import re
 from typing import Literal, get_args
 
-from email_validator import EmailNotValidError, validate_email
-
 ChannelKind = Literal["email", "sms"]
 #: The channel kinds tidings knows how to address and render for.
 CHANNEL_KINDS: frozenset[str] = frozenset(get_args(ChannelKind))
@@ -45,6 +43,10 @@ def check_address(channel_kind: str, address: str, *, test_domains: bool = False
 def _check_email(address: str, *, test_domains: bool) -> str | None:
     if not isinstance(address, str) or not address:
         return "email address is empty"
+    # Imported at the first email address checked, not with the module: most processes
+    # that load the send-time gate never check one.
+    from email_validator import EmailNotValidError, validate_email
+
     try:
         validate_email(address, check_deliverability=False, test_environment=test_domains,
                        globally_deliverable=not test_domains)

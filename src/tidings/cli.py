@@ -8,12 +8,11 @@ import os
 import shlex
 from collections.abc import Awaitable, Callable, Mapping
 from enum import StrEnum
+from functools import cache
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from tidings import logs, textout
 from tidings.errors import (
@@ -26,6 +25,12 @@ from tidings.errors import (
 from tidings.readmodel import UncertainSends
 from tidings.runtime import Runtime, build_runtime
 from tidings.settings import Settings, find_settings_file
+
+if TYPE_CHECKING:
+    # rich is imported by the commands that print, not with the CLI: every worker
+    # process starts here and prints nothing but its logs.
+    from rich.console import Console
+    from rich.table import Table
 
 T = TypeVar("T")
 
@@ -58,7 +63,14 @@ bulk_app = typer.Typer(
          "cancel, dead-letter. Never a purge: every intent stays in the ledger. --dry-run "
          "counts first.", no_args_is_help=True)
 app.add_typer(bulk_app, name="bulk")
-console = Console(stderr=True)
+
+
+@cache
+def _stderr() -> Console:
+    from rich.console import Console
+
+    return Console(stderr=True)
+
 
 ConfigOpt = Annotated[Path | None, typer.Option(
     "--config", "-c", help="Settings file (TOML). TIDINGS_STORE overrides its store URL.",
@@ -91,7 +103,7 @@ def _run(work: Callable[[], Awaitable[T]], *, config: Path | None = None,
         elif "declared: none" in message and find_settings_file(config) is None:
             message += (" (no settings file was read: give --config PATH, set "
                         "TIDINGS_CONFIG, or run where tidings.toml is)")
-        console.print(f"[red]error:[/red] {message}", soft_wrap=True)
+        _stderr().print(f"[red]error:[/red] {message}", soft_wrap=True)
         raise typer.Exit(2) from None
 
 
@@ -116,7 +128,9 @@ def _emit(as_json: bool, data: Any, text: Table | str | None = None) -> None:
     ``data`` as readable lines: JSON only when asked for."""
     if as_json:
         typer.echo(json.dumps(data, default=str))
-    elif isinstance(text, Table):
+    elif text is not None and not isinstance(text, str):
+        from rich.console import Console
+
         Console().print(text)
     else:
         typer.echo(textout.plain(data) if text is None else text)
@@ -171,7 +185,7 @@ def init(
     try:
         starter = scaffold.write_starter(folder, sandbox_port=sandbox_port)
     except TidingsError as exc:
-        console.print(f"[red]error:[/red] {exc}", soft_wrap=True)
+        _stderr().print(f"[red]error:[/red] {exc}", soft_wrap=True)
         raise typer.Exit(2) from None
     if as_json:
         _emit(True, {"folder": str(starter.folder.resolve()),
@@ -581,6 +595,8 @@ def inspect(
     if as_json:
         _emit(True, {"deliveries": [as_dict(d) for d in deliveries]})
         return
+    from rich.console import Console
+
     out = Console()
     for delivery in deliveries:
         lines, events = textout.inspected(delivery)
@@ -611,6 +627,8 @@ def status(config: ConfigOpt = None, store: StoreOpt = None, as_json: JsonOpt = 
     if as_json:
         _emit(True, as_dict(result))
         return
+    from rich.console import Console
+
     out = Console()
     out.print(textout.ledger(result.ledger), markup=False, highlight=False, soft_wrap=True)
     for h in result.holds.active:
@@ -711,6 +729,8 @@ def plan(config: ConfigOpt = None, store: StoreOpt = None, as_json: JsonOpt = Fa
                       _num(x.freshness_deadline_s), str(x.expected_late), x.verdict)
     _emit(as_json, as_dict(result), table)
     if not as_json:
+        from rich.console import Console
+
         Console().print(_uncertain_table(result.uncertain))
 
 
@@ -841,7 +861,7 @@ def token_create(
         _emit(True, result)
         return
     until = f", expires {_when(result['expires_at'])}" if result["expires_at"] else ""
-    console.print(f"token {result['id']} ({', '.join(result['scopes'])}) for {result['name']}"
+    _stderr().print(f"token {result['id']} ({', '.join(result['scopes'])}) for {result['name']}"
                   f"{until}; shown once, store it now:")
     typer.echo(result["token"])
 
@@ -929,7 +949,7 @@ def preference_set(
 
     start, sep, end = (quiet or "").partition("-")
     if quiet is not None and not sep:
-        console.print("[red]error:[/red] --quiet: expected HH:MM-HH:MM, e.g. 22:00-07:00")
+        _stderr().print("[red]error:[/red] --quiet: expected HH:MM-HH:MM, e.g. 22:00-07:00")
         raise typer.Exit(2)
 
     async def go(runtime: Runtime) -> dict[str, Any]:
@@ -1015,7 +1035,7 @@ def dlq_redrive(channel: DlqChannelOpt,
         table.add_row(r["id"], r["key"], r["state_before"], _yes_no(r["reopened"]))
     _emit(as_json, result, table)
     for kept in result["kept"]:
-        console.print(f"kept {kept['id']}: {kept['why']}", soft_wrap=True)
+        _stderr().print(f"kept {kept['id']}: {kept['why']}", soft_wrap=True)
 
 
 uncertain_app = typer.Typer(
@@ -1029,6 +1049,8 @@ OlderThanOpt = Annotated[str | None, typer.Option(
 
 
 def _uncertain_table(rows: Mapping[str, UncertainSends]) -> Table:
+    from rich.table import Table
+
     table = Table("channel", "policy", "hold (s)", "uncertain", "held", "awaiting operator",
                   title="uncertain sends")
     for name, u in rows.items():
@@ -1057,6 +1079,8 @@ def uncertain_list(channel: UncertainChannelOpt = None, older_than: OlderThanOpt
             runtime.store, runtime.uncertain_policies(), now=runtime.clock.now(),
             channel=channel, older_than_s=age, limit=limit)
     rows = _with_runtime(config, store, go)
+    from rich.table import Table
+
     table = Table("key", "channel", "state", "age (s)", "policy", "awaiting operator",
                   "reason", title="uncertain sends")
     for r in rows:
@@ -1111,13 +1135,15 @@ def uncertain_resolve(
             note=note, limit=limit)
         return asdict(result)
     result = _with_runtime(config, store, go)
+    from rich.table import Table
+
     table = Table("key", "channel", "before", "now", title=f"resolved as {decision.value} "
                   f"by {who}")
     for r in result["resolved"]:
         table.add_row(r["key"], r["channel"], r["state_before"], r["state"])
     _emit(as_json, result, table)
     for skipped in result["skipped"]:
-        console.print(f"skipped {skipped['key']}: {skipped['why']}", soft_wrap=True)
+        _stderr().print(f"skipped {skipped['key']}: {skipped['why']}", soft_wrap=True)
 
 
 @app.command()

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from tidings.addresses import CHANNEL_KINDS, check_address
 from tidings.clock import Clock
@@ -30,7 +30,11 @@ from tidings.model import Content, Intent, SendRequest
 from tidings.preferences import Preference, verdict
 from tidings.states import State
 from tidings.stores.base import PreferenceRecords
-from tidings.templates import RenderError, TemplateSet
+
+if TYPE_CHECKING:
+    # Imported where a channel has templates (then it is loaded already): jinja2 is
+    # no import of a worker whose channel renders nothing.
+    from tidings.templates import TemplateSet
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -145,6 +149,8 @@ class Composer:
         content: Content | None = None
         templates = self.templates.get(intent.channel)
         if templates is not None and kind is not None:
+            from tidings.templates import RenderError
+
             try:
                 content = templates.render(intent.template, kind, _data(intent),
                                            intent.recipient_id)
@@ -160,6 +166,8 @@ class Composer:
 
 def _data(intent: Intent) -> Mapping[str, object]:
     """The intent's template data; RenderError (naming the template) if not an object."""
+    from tidings.templates import RenderError
+
     try:
         data = json.loads(intent.data or "{}")
     except ValueError:

@@ -32,11 +32,13 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta, timezone
+from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import CroniterError, croniter
-
 from tidings.errors import ConfigurationError, InvalidInput
+
+if TYPE_CHECKING:
+    from croniter import croniter
 
 __all__ = ["EARLIEST_DATE", "LATEST_DATE", "OccurrenceTime", "Schedule", "check_instant",
            "logical_day"]
@@ -58,8 +60,28 @@ _MINUTE = timedelta(minutes=1)
 _LOGICAL_DATE = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})(?:T([0-9]{2}):([0-9]{2}))?")
 _WEEKDAYS = ("Sundays", "Mondays", "Tuesdays", "Wednesdays", "Thursdays", "Fridays",
              "Saturdays")
-# Past the year range datetime supports, or an expression that stops matching.
-_SEARCH_ERRORS = (CroniterError, ValueError, OverflowError, OSError)
+
+
+def _croniter(cron: str, start: float | datetime) -> croniter[float]:
+    """croniter, imported at the first expression read: only a process with campaigns
+    (or the commands that show them) needs it, not a worker."""
+    from croniter import croniter
+
+    return croniter(cron, start)
+
+
+def _croniter_errors(*also: type[Exception]) -> tuple[type[Exception], ...]:
+    """croniter's error and ``also``, for an ``except`` (evaluated only once something
+    was raised, so croniter is imported by then)."""
+    from croniter import CroniterError
+
+    return (CroniterError, *also)
+
+
+def _search_errors() -> tuple[type[Exception], ...]:
+    """What a search raises when it finds nothing: past the year range datetime
+    supports, or an expression that stops matching."""
+    return _croniter_errors(ValueError, OverflowError, OSError)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -110,11 +132,11 @@ class Schedule:
             assert first_pass is not None and second_pass is not None
             wall += first_pass - second_pass
         # get_prev is strict and cron has minute resolution: start one minute past.
-        it = croniter(self.cron, _floor_minute(wall) + _MINUTE)
+        it = _croniter(self.cron, _floor_minute(wall) + _MINUTE)
         while True:
             try:
                 candidate = it.get_prev(datetime)
-            except _SEARCH_ERRORS:
+            except _search_errors():
                 return None
             occurrence = self._resolve(candidate)
             if occurrence is not None and occurrence.logical_at <= at:
@@ -167,11 +189,11 @@ class Schedule:
         wall = datetime.fromtimestamp(at, self.zone).replace(tzinfo=None, fold=0)
         # fromtimestamp rounds to the microsecond, possibly up onto a fire time that is
         # still ahead of ``at``: start a minute early and let the filter below decide.
-        it = croniter(self.cron, _floor_minute(wall) - _MINUTE)
+        it = _croniter(self.cron, _floor_minute(wall) - _MINUTE)
         while True:
             try:
                 candidate = it.get_next(datetime)
-            except _SEARCH_ERRORS:
+            except _search_errors():
                 return
             occurrence = self._resolve(candidate)
             # In a repeated hour the first pass of the next few wall times may be
@@ -214,11 +236,11 @@ class Schedule:
 
     def _first_on(self, day: date) -> OccurrenceTime:
         midnight = datetime.combine(day, time.min)
-        it = croniter(self.cron, midnight - _MINUTE)
+        it = _croniter(self.cron, midnight - _MINUTE)
         while True:
             try:
                 candidate = it.get_next(datetime)
-            except _SEARCH_ERRORS:
+            except _search_errors():
                 break
             if candidate.date() != day:
                 break
@@ -276,8 +298,8 @@ def _parse(cron: str) -> list[list[str]]:
     if not isinstance(cron, str):
         raise ConfigurationError("cron", f"{cron!r} is not a cron expression string")
     try:
-        it = croniter(cron, _REFERENCE)
-    except (CroniterError, ValueError, TypeError, KeyError) as exc:
+        it = _croniter(cron, _REFERENCE)
+    except _croniter_errors(ValueError, TypeError, KeyError) as exc:
         raise ConfigurationError("cron", f"invalid cron expression {cron!r}: {exc}") from exc
     expanded = _expand(cron, it)
     if len(expanded) != 5:
@@ -287,14 +309,14 @@ def _parse(cron: str) -> list[list[str]]:
                     f"(minute hour day-of-month month day-of-week), got {len(expanded)}")
     try:
         it.get_next(datetime)
-    except _SEARCH_ERRORS as exc:
+    except _search_errors() as exc:
         raise ConfigurationError("cron", f"cron expression {cron!r} never fires") from exc
     return expanded
 
 
 def _expand(cron: str, it: croniter[float] | None = None) -> list[list[str]]:
     # croniter expands to ints and markers like "*" or "l"; strings compare uniformly.
-    fields = (it or croniter(cron, _REFERENCE)).expanded
+    fields = (it or _croniter(cron, _REFERENCE)).expanded
     return [[str(value) for value in values] for values in fields]
 
 
@@ -343,8 +365,8 @@ def _parse_logical_date(text: object, field: str = "date") -> tuple[date, time |
 
 def _next_wall(cron: str, wall: datetime) -> datetime | None:
     try:
-        return croniter(cron, wall).get_next(datetime)
-    except _SEARCH_ERRORS:
+        return _croniter(cron, wall).get_next(datetime)
+    except _search_errors():
         return None
 
 

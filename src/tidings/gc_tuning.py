@@ -24,21 +24,27 @@ WORKER_GC_YOUNG = 10_000
 API_GC_YOUNG = 20_000
 
 
-def tune_for_serving(young: int) -> tuple[int, int, int]:
+def tune_for_serving(young: int, *, collect: bool = True) -> tuple[int, int, int]:
     """Freeze what exists now out of the collector's sight and collect the youngest
-    generation every ``young`` allocations; returns the thresholds it replaced."""
+    generation every ``young`` allocations; returns the thresholds it replaced.
+
+    ``collect`` first collects everything, so no garbage is frozen with it. A worker
+    passes False: its start is on the path of every restart after a crash, and the full
+    collection of what it imported cost 30-40 ms of CPU there while finding nothing
+    (``bench/startup.py``: 0 unreachable objects once the runtime is built)."""
     before = gc.get_threshold()
-    gc.collect()
+    if collect:
+        gc.collect()
     gc.freeze()
     gc.set_threshold(young, *before[1:])
     return before
 
 
 @contextlib.contextmanager
-def serving_gc(young: int = WORKER_GC_YOUNG) -> Iterator[None]:
+def serving_gc(young: int = WORKER_GC_YOUNG, *, collect: bool = True) -> Iterator[None]:
     """``tune_for_serving`` while the block runs; the collector put back after, also
     when the block raises."""
-    before = tune_for_serving(young)
+    before = tune_for_serving(young, collect=collect)
     try:
         yield
     finally:

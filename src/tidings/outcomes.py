@@ -107,3 +107,10 @@ class Lookup:
     @staticmethod
     def of_unknown(detail: str) -> Lookup:
         return Lookup(found=False, unknown=True, detail=detail)
+
+
+def describe(exc: BaseException) -> str:
+    """``"Type: message"`` (or the type alone): how a failed call is told in a lookup's
+    answer or a transient outcome."""
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

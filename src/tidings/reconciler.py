@@ -2,7 +2,9 @@
 
 0. Workers whose liveness marker is gone (``tidings.liveness``) have their leases ended
    at once (to uncertain, as 1 does when a lease expires) and their messages made
-   visible again, without waiting for ``lease_s`` or the visibility timeout.
+   visible again, without waiting for ``lease_s`` or the visibility timeout; a worker
+   whose process is gone from this host has its pacer slots freed too (no request of
+   it can be in flight), without waiting for the pacer's ``stale_s``.
 1. Claimed intents whose lease expired become uncertain: the holder may have sent.
 2. Selected intents whose publisher died are published again (the relay).
 3. Enqueued or retryable intents whose message vanished are published again.
@@ -22,14 +24,16 @@ import socket
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Protocol, cast
 
 from tidings.clock import Clock
 from tidings.liveness import LivenessConfig, Registry, WorkerMark, gone, sends_land_by
 from tidings.model import Event, Intent
-from tidings.outcomes import Lookup, LookupHint
+from tidings.outcomes import Lookup, LookupHint, describe
+from tidings.pacing import algorithm
+from tidings.pacing.pacer import PacerBackend
 from tidings.providers.base import Provider
-from tidings.providers.http_outcomes import describe
 from tidings.relay import RelayConfig, publish, relay_pass
 from tidings.states import State
 from tidings.stores.base import Change, Ledger, WebhookRecords
@@ -50,8 +54,9 @@ from tidings.webhooks.record import adopt_orphans
 log = logging.getLogger("tidings.reconciler")
 
 
-class ReconcilerStore(Ledger, WebhookRecords, Protocol):
-    """What the sweeps reach: the ledger, and the provider events whose orphans they adopt."""
+class ReconcilerStore(Ledger, WebhookRecords, PacerBackend, Protocol):
+    """What the sweeps reach: the ledger, the provider events whose orphans they adopt,
+    and the pacer state whose slots a gone worker held."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,6 +81,8 @@ class ReconcileResult:
     """Leases of workers found gone, ended before they expired."""
     messages_released: int = 0
     """Messages those workers held, visible again before their visibility timeout."""
+    pacer_slots_freed: int = 0
+    """Pacer slots those workers held, free before the pacer's ``stale_s``."""
     leases_expired: int = 0
     republished_stuck: int = 0
     republished_lost: int = 0
@@ -91,7 +98,7 @@ class ReconcileResult:
 
     def total(self) -> int:
         """Actions taken (waiting and awaiting are not actions)."""
-        return (self.leases_ended + self.messages_released
+        return (self.leases_ended + self.messages_released + self.pacer_slots_freed
                 + self.leases_expired + self.republished_stuck + self.republished_lost
                 + self.uncertain_accepted + self.uncertain_retried + self.uncertain_failed
                 + self.uncertain_held + self.orphans_adopted)
@@ -187,6 +194,20 @@ class Reconciler:
         if isinstance(self.transport, RecordsReceiver):
             result.messages_released += await self.transport.release_receiver(
                 mark.worker_id, now=now)
+        if sends_land_by(mark, host=self.host, config=self.liveness,
+                         send_deadline_s=self.config.send_deadline_s) is None:
+            # Its process is gone: none of its requests is in flight, so the slots it
+            # held are free now, not after the pacer's stale_s, which a kill every few
+            # seconds would let pile up past max_in_flight.
+            result.pacer_slots_freed += await self._free_pacer_slots(mark.worker_id)
+
+    async def _free_pacer_slots(self, worker: str) -> int:
+        freed = 0
+        for channel in sorted(self.providers):
+            if algorithm.holds_slots(await self.store.pacer_read(channel), worker=worker):
+                freed += await self.store.pacer_transact(
+                    channel, partial(algorithm.forget, worker=worker))
+        return freed
 
     def _lease_ended(self, intent: Intent, mark: WorkerMark, now: float) -> Change:
         """``intent``'s lease, held by gone ``mark``, ended: uncertain, and not settled

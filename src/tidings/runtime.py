@@ -12,7 +12,7 @@ import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from tidings.audience import audience_from_spec
 from tidings.campaign import Campaign
@@ -40,11 +40,14 @@ from tidings.scheduler import Scheduler, SchedulerConfig, admission_shape
 from tidings.settings import ChannelSettings, GuardrailLimits, ProviderSettings, Settings
 from tidings.states import State
 from tidings.stores.base import Store
-from tidings.templates import TemplateSet
 from tidings.transports.base import Transport
 from tidings.transports.open import is_store_queue, open_transport
 from tidings.uncertain import UncertainPolicy, policy_for
 from tidings.worker import Worker, WorkerConfig
+
+if TYPE_CHECKING:
+    # Imported where a channel has templates: jinja2 is no import of the others.
+    from tidings.templates import TemplateSet
 
 
 def default_worker_id(channel: str) -> str:
@@ -125,6 +128,8 @@ def load_templates(settings: Settings) -> dict[str, TemplateSet]:
     for name, spec in settings.channels.items():
         if spec.templates is None:
             continue
+        from tidings.templates import TemplateSet
+
         field_name = f"channels.{name}.templates"
         if not Path(spec.templates).is_dir():
             raise ConfigurationError(field_name, f"{spec.templates} is not a folder")

@@ -41,6 +41,7 @@ async def reconcile_loop(runtime: Runtime, every_s: float, stopping: asyncio.Eve
     guardrails = runtime.guardrails()
     retention = runtime.retention()
     pruned_at: float | None = None
+    loop = asyncio.get_running_loop()
     while not stopping.is_set():
         try:
             # Guardrails first: a crossing pauses admission before the relay's next pass.
@@ -50,8 +51,14 @@ async def reconcile_loop(runtime: Runtime, every_s: float, stopping: asyncio.Eve
             log.exception("guardrail check failed")
         try:
             switches = Switches.of(await runtime.store.switch_all())
-            await reconciler.run_pass(now=runtime.clock.now(),
-                                      paused_channels=switches.paused_channels())
+            result = await reconciler.run_pass(now=runtime.clock.now(),
+                                               paused_channels=switches.paused_channels())
+            if result.leases_ended or result.leases_expired:
+                # Uncertain now, settled once uncertain_after_s has passed: by a pass
+                # then, not one reconcile_every_s later. A worker started after a kill
+                # ends its predecessor's leases in its first pass, before any peer's
+                # heartbeat loop (which wakes its own loop alike) finds it gone.
+                loop.call_later(reconciler.config.uncertain_after_s, wake.set)
         except Exception:
             # A failed sweep is retried next interval; it must not take the worker down.
             log.exception("reconcile pass failed")
@@ -145,8 +152,9 @@ async def report_loop(totals: Callable[[], dict[str, int]], stopping: asyncio.Ev
 async def serve_worker(runtime: Runtime, channel: str, *, worker_id: str | None = None,
                        reconcile: bool = True) -> None:
     """Serve one channel until SIGTERM, running the reconciler beside it (the collector
-    tuned for serving, see ``serving_gc``)."""
-    with serving_gc():
+    tuned for serving, see ``serving_gc``: frozen without a full collection first, which
+    every restart after a crash would pay for nothing)."""
+    with serving_gc(collect=False):
         await _serve_worker(runtime, channel, worker_id=worker_id, reconcile=reconcile)
 
 

@@ -7,12 +7,15 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
-
-from rich.table import Column, Table
+from typing import TYPE_CHECKING, Any
 
 from tidings.readmodel import Delivery, LedgerStatus
 from tidings.states import TERMINAL, State
+
+if TYPE_CHECKING:
+    # rich is imported by the commands that print a table, not with the CLI: a worker
+    # starts through the CLI and prints none.
+    from rich.table import Table
 
 
 def when(at: float | None, *, empty: str = "") -> str:
@@ -26,6 +29,8 @@ def table(*headers: str, title: str | None = None, whole: Sequence[str] = ()) ->
     """A table whose headers and cells fold onto more lines when the width runs out,
     so a piped or narrow terminal (80 columns) loses no text to an ellipsis; the
     ``whole`` columns (times) are kept on one line."""
+    from rich.table import Column, Table
+
     return Table(*(Column(h, overflow="fold", no_wrap=h in whole) for h in headers),
                  title=title)
 

@@ -9,15 +9,19 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tidings import service
 from tidings.clock import FakeClock
 from tidings.liveness import LivenessConfig, Marker, WorkerMark, gone, sends_land_by
 from tidings.model import Event, Received
 from tidings.outcomes import Lookup
+from tidings.pacing import algorithm
+from tidings.pacing.algorithm import PaceLimits
 from tidings.reconciler import Reconciler
 from tidings.runtime import Runtime, build_runtime
 from tidings.settings import Settings
@@ -241,6 +245,50 @@ async def test_a_dead_process_on_this_host_is_seen_at_once(rt: Runtime) -> None:
     assert (result.leases_ended, result.messages_released) == (3, 3)
 
 
+async def hold_slots(rt: Runtime, worker_id: str, count: int) -> None:
+    """``count`` pacer slots of the email channel reserved by ``worker_id`` (none given back)."""
+    grant = await rt.store.pacer_transact("email", partial(
+        algorithm.reserve, limits=PaceLimits(max_in_flight=8), worker=worker_id, want=count,
+        release=0, now=rt.clock.now(), horizon_s=0.1, stale_s=60.0))
+    assert len(grant.starts) == count
+
+
+async def test_a_dead_processs_pacer_slots_are_free_at_once(rt: Runtime) -> None:
+    """A kill every few seconds must not leave the channel's max_in_flight held by the
+    dead (each for the pacer's stale_s) and starve the workers that run."""
+    clock = clock_of(rt)
+    marker = Marker(rt.registry(), "w-dead", clock=clock, config=CONFIG,  # type: ignore[arg-type]
+                    host=HOST, pid=2**22 + 11)  # above any pid_max: no such process
+    await marker.start()
+    await hold_slots(rt, "w-dead", 5)
+    await hold_slots(rt, "w-live", 3)
+    result = await reconciler_of(rt).end_gone_workers(clock.now())
+    assert result.pacer_slots_freed == 5
+    state = await rt.store.pacer_read("email")
+    assert not algorithm.holds_slots(state, worker="w-dead")
+    # still counted among the channel's workers, as one that died a moment ago (a peer's
+    # claim depth errs on the small side), until the pacer's stale_s
+    assert algorithm.live_workers(state, worker="w-live", now=clock.now(), within_s=60) == 2
+    grant = await rt.store.pacer_transact("email", partial(
+        algorithm.reserve, limits=PaceLimits(max_in_flight=8), worker="w-live", want=5,
+        release=0, now=clock.now(), horizon_s=0.1, stale_s=60.0))
+    assert len(grant.starts) == 5  # all 8 in flight are the live worker's
+
+
+async def test_a_silent_workers_pacer_slots_wait_for_the_pacer(rt: Runtime) -> None:
+    """Gone by its heartbeat, it may still run with requests in flight: its slots are
+    the pacer's to free (stale_s), not the reconciler's."""
+    clock = clock_of(rt)
+    marker = rt.marker("w-silent")
+    assert marker is not None
+    await marker.start()
+    await hold_slots(rt, "w-silent", 4)
+    clock.advance(CONFIG.stale_after_s)
+    result = await reconciler_of(rt).end_gone_workers(clock.now())
+    assert result.pacer_slots_freed == 0
+    assert algorithm.holds_slots(await rt.store.pacer_read("email"), worker="w-silent")
+
+
 class NotFoundAnywhere:
     """A lookup that never finds the send, and counts how often it was asked."""
 
@@ -457,3 +505,49 @@ def test_the_store_urls_application_name_follows_the_processs_own() -> None:
     # PostgreSQL keeps 63 bytes: the label is what gets cut, never the process's name
     long = application_name("h", 7, label="x" * 100)
     assert long.startswith("tidings h:7 ") and len(long.encode()) == 63
+
+
+class RecordedWake(asyncio.Event):
+    """The reconcile loop's wake, remembering that it was set (the loop clears it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.times_set = 0
+
+    def set(self) -> None:
+        self.times_set += 1
+        super().set()
+
+
+async def test_a_pass_that_ends_leases_wakes_its_loop_to_settle_them(tmp_path: Path) -> None:
+    """A worker started after a kill ends its predecessor's leases in its first pass: the
+    uncertain sends are settled once uncertain_after_s has passed, by a pass the loop
+    is woken for, not one reconcile_every_s later."""
+    settings = Settings.parse({
+        "store": f"sqlite:///{tmp_path / 'wake.db'}",
+        "worker": {"lease_s": LEASE_S, "visibility_s": VISIBILITY_S},
+        "reconciler": {"uncertain_after_s": 0},
+        "channels": {"email": {}}})
+    runtime = await build_runtime(settings, clock=FakeClock(T0))
+    try:
+        marker = Marker(runtime.registry(), "w-killed",  # type: ignore[arg-type]
+                        clock=runtime.clock, config=CONFIG, pid=2**22 + 13)  # no such pid
+        await marker.start()
+        await hold_work(runtime, "w-killed", 2)
+        stopping, wake = asyncio.Event(), RecordedWake()
+        reconciler = runtime.reconciler()
+        passes: list[int] = []
+
+        async def one_pass(**kw: Any) -> Any:
+            result = await Reconciler.run_pass(reconciler, **kw)
+            passes.append(result.leases_ended)
+            stopping.set()  # this one pass is the scenario
+            return result
+
+        reconciler.run_pass = one_pass  # type: ignore[method-assign]
+        runtime.reconciler = lambda: reconciler  # type: ignore[method-assign]
+        await service.reconcile_loop(runtime, 3600.0, stopping, wake)
+        assert passes == [2]
+        assert wake.times_set == 1  # the next pass is due now, not in an hour
+    finally:
+        await runtime.close()

@@ -27,3 +27,20 @@ def test_serving_gc_puts_the_collector_back_when_serving_raises() -> None:
         raise RuntimeError("the worker stopped on an error")
     assert gc.get_threshold() == before
     assert gc.get_freeze_count() == 0
+
+
+def test_a_worker_freezes_what_it_built_without_collecting_first(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Its start is on the path of every restart after a crash: no full collection there.
+    collections: list[int] = []
+    monkeypatch.setattr(gc, "collect", lambda generation=2: collections.append(generation) or 0)
+    before = gc.get_threshold()
+    try:
+        with serving_gc(collect=False):
+            assert gc.get_freeze_count() > 0
+        with serving_gc():
+            pass
+    finally:
+        gc.set_threshold(*before)
+        gc.unfreeze()
+    assert collections == [2]  # only the default, collect=True

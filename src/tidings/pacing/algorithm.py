@@ -7,7 +7,8 @@ State (a JSON object stored by the backend):
 - ``paused_until``: a 429 pauses the whole channel until then;
 - ``streak``: consecutive 429s, for backoff without Retry-After;
 - ``inflight``: ``{worker: [count, heartbeat_at]}``; a worker silent for
-  ``stale_s`` is presumed dead and its slots are freed.
+  ``stale_s`` is presumed dead and its slots are freed; one the reconciler knows is
+  gone (its process gone from the host) has its slots freed at once (``forget``).
 """
 
 from __future__ import annotations
@@ -169,6 +170,27 @@ def give_back(
     own = max(0, int(table.get(worker, [0, now])[0]) - release)
     table[worker] = [own, now]
     return new, None
+
+
+def holds_slots(state: dict[str, Any] | None, *, worker: str) -> bool:
+    """Whether ``worker`` holds slots in the channel's table."""
+    entry = (state or {}).get("inflight", {}).get(worker)
+    return bool(entry and int(entry[0]) > 0)
+
+
+def forget(state: dict[str, Any] | None, *, worker: str) -> tuple[dict[str, Any], int]:
+    """Free every slot of a worker known to be gone, at once rather than after
+    ``stale_s``; returns how many it held. Only for a worker none of whose requests can
+    still be in flight. It stays in the table until ``stale_s`` with its last heartbeat,
+    still counted among the channel's workers (``live_workers``) as one that died a
+    moment ago: a peer's claim depth keeps erring on the small side."""
+    new = _base(state)
+    table = _inflight(new)
+    held = table.get(worker)
+    if not held:
+        return new, 0
+    table[worker] = [0, held[1]]
+    return new, int(held[0])
 
 
 def pause(

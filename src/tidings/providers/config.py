@@ -32,14 +32,12 @@ from pydantic import (
 
 from tidings.durations import Seconds, SecondsOrZero
 from tidings.errors import ConfigurationError
-from tidings.providers.http import HttpJsonProvider, HttpLookup, Source
-from tidings.providers.postmark import DEFAULT_BASE_URL as POSTMARK_BASE_URL
-from tidings.providers.postmark import PostmarkProvider
-from tidings.providers.sendgrid import DEFAULT_BASE_URL as SENDGRID_BASE_URL
-from tidings.providers.sendgrid import SendGridProvider
-from tidings.providers.smtp import SmtpProvider
-from tidings.providers.twilio import DEFAULT_BASE_URL as TWILIO_BASE_URL
-from tidings.providers.twilio import TwilioProvider
+from tidings.providers.defaults import (
+    POSTMARK_BASE_URL,
+    SENDGRID_BASE_URL,
+    TWILIO_BASE_URL,
+    Source,
+)
 
 if TYPE_CHECKING:
     import httpx
@@ -244,8 +242,12 @@ def build_provider_from(kind_settings: AnyProviderSettings, *, channel: str, clo
                                      f"environment variable {name} is not set")
         return SecretStr(value)
 
+    # Each adapter is imported when its kind is built: reading settings (every process
+    # does) imports no HTTP client, and a worker only the adapter its channel uses.
     match kind_settings:
         case SmtpProviderSettings() as s:
+            from tidings.providers.smtp import SmtpProvider
+
             password = secret("password_env", s.password_env) if s.password_env else None
             return SmtpProvider(
                 host=s.host, port=s.port, channel=channel, from_address=s.from_address,
@@ -257,6 +259,8 @@ def build_provider_from(kind_settings: AnyProviderSettings, *, channel: str, clo
                 max_connections=s.max_connections, idle_timeout_s=s.idle_timeout_s,
                 clock=clock)
         case HttpProviderSettings() as h:
+            from tidings.providers.http import HttpJsonProvider, HttpLookup
+
             headers: dict[str, str | SecretStr] = {}
             for header, value in h.headers.items():
                 names = _PLACEHOLDER.findall(value)
@@ -284,6 +288,8 @@ def build_provider_from(kind_settings: AnyProviderSettings, *, channel: str, clo
             except ConfigurationError as exc:
                 raise ConfigurationError(f"{prefix}.{exc.field}", exc.message) from None
         case TwilioProviderSettings() as t:
+            from tidings.providers.twilio import TwilioProvider
+
             return TwilioProvider(
                 account_sid=t.account_sid, auth_token=secret("auth_token_env", t.auth_token_env),
                 channel=channel, from_number=t.from_number,
@@ -291,12 +297,16 @@ def build_provider_from(kind_settings: AnyProviderSettings, *, channel: str, clo
                 status_callback=t.status_callback, base_url=t.base_url, client=client,
                 clock=clock, timeout_s=t.timeout_s, max_connections=t.max_connections)
         case SendGridProviderSettings() as g:
+            from tidings.providers.sendgrid import SendGridProvider
+
             return SendGridProvider(
                 api_key=secret("api_key_env", g.api_key_env), from_address=g.from_address,
                 channel=channel, from_name=g.from_name, reply_to=g.reply_to,
                 base_url=g.base_url, client=client, clock=clock, timeout_s=g.timeout_s,
                 max_connections=g.max_connections)
         case PostmarkProviderSettings() as p:
+            from tidings.providers.postmark import PostmarkProvider
+
             return PostmarkProvider(
                 server_token=secret("server_token_env", p.server_token_env),
                 from_address=p.from_address, channel=channel, from_name=p.from_name,

@@ -37,7 +37,7 @@ import copy
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Literal, get_args
+from typing import Any, Final, get_args
 from urllib.parse import quote
 
 import httpx
@@ -47,6 +47,7 @@ from tidings.clock import Clock
 from tidings.errors import ConfigurationError
 from tidings.model import SendRequest
 from tidings.outcomes import Lookup, Outcome, Permanent
+from tidings.providers.defaults import Source
 from tidings.providers.http_outcomes import (
     NO_CONTENT,
     HttpAdapter,
@@ -56,8 +57,6 @@ from tidings.providers.http_outcomes import (
     json_of,
 )
 
-Source = Literal["key", "to", "subject", "text", "html", "template", "data", "recipient_id",
-                 "channel"]
 SOURCES: Final = frozenset(get_args(Source))
 """What a generic HTTP body field can be filled from."""
 

@@ -35,6 +35,7 @@ from pydantic import SecretStr
 from tidings.clock import Clock
 from tidings.model import SendRequest
 from tidings.outcomes import Accepted, Lookup, Outcome, Permanent, RateLimited, Transient, Uncertain
+from tidings.outcomes import describe as describe  # where the adapters find it
 from tidings.policy import parse_retry_after
 from tidings.providers.aiohttp_transport import HttpDispatch
 from tidings.providers.redaction import redact
@@ -74,11 +75,6 @@ def outcome_for_status(status: int, *, receipt: str | None, retry_after: str | N
     if 400 <= status < 500 and status not in _TRY_AGAIN:
         return Permanent(reason=text, request_id=request_id)
     return Transient(reason=text, request_id=request_id)
-
-
-def describe(exc: BaseException) -> str:
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def json_of(response: httpx.Response) -> Any:

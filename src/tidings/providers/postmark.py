@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import hashlib
 from email.utils import formataddr
-from typing import Any, Final
+from typing import Any
 
 import httpx
 from pydantic import SecretStr
@@ -46,9 +46,9 @@ from tidings.clock import Clock
 from tidings.model import SendRequest
 from tidings.outcomes import Lookup, Outcome, Permanent, RateLimited, Transient
 from tidings.policy import parse_retry_after
+from tidings.providers.defaults import POSTMARK_BASE_URL as DEFAULT_BASE_URL
 from tidings.providers.http_outcomes import NO_CONTENT, HttpAdapter, error_text, json_of
 
-DEFAULT_BASE_URL: Final = "https://api.postmarkapp.com"
 TOKEN_HEADER = "X-Postmark-Server-Token"
 KEY_HEADER = "X-Tidings-Key"
 # Postmark caps a metadata value at 80 characters; longer keys go in by their digest.

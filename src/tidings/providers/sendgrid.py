@@ -23,7 +23,7 @@ query language: its lookup is unknown (and the send is held).
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any
 
 import httpx
 from pydantic import SecretStr
@@ -31,10 +31,10 @@ from pydantic import SecretStr
 from tidings.clock import Clock
 from tidings.model import SendRequest
 from tidings.outcomes import Lookup, Outcome, Permanent
+from tidings.providers.defaults import SENDGRID_BASE_URL as DEFAULT_BASE_URL
 from tidings.providers.http_outcomes import NO_CONTENT, HttpAdapter, error_text, json_of
 from tidings.webhooks.parse import sendgrid_message_id
 
-DEFAULT_BASE_URL: Final = "https://api.sendgrid.com"
 KEY_HEADER = "X-Tidings-Key"
 KEY_ARG = "tidings_key"
 MESSAGE_ID_HEADER = "X-Message-Id"

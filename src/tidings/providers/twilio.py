@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import base64
 from email.utils import parsedate_to_datetime
-from typing import Any, Final
+from typing import Any
 from urllib.parse import quote, urlencode, urlsplit, urlunsplit
 
 import httpx
@@ -43,9 +43,9 @@ from tidings.clock import Clock
 from tidings.errors import ConfigurationError
 from tidings.model import SendRequest
 from tidings.outcomes import Lookup, LookupHint, Outcome, Permanent, RateLimited
+from tidings.providers.defaults import TWILIO_BASE_URL as DEFAULT_BASE_URL
 from tidings.providers.http_outcomes import NO_CONTENT, HttpAdapter, header_value, json_of
 
-DEFAULT_BASE_URL: Final = "https://api.twilio.com"
 IDEMPOTENCY_HEADER = "I-Twilio-Idempotency-Token"
 REQUEST_ID_HEADER = "Twilio-Request-Id"
 _QUEUE_OVERFLOW = 21611

@@ -2,23 +2,32 @@
 
 ``SandboxCore`` decides and counts; ``sandbox.server`` serves it over HTTP; the
 adapters in ``tidings.providers.sandbox`` call it over HTTP or in-process.
+
+The names are imported when first used (PEP 562): a worker whose provider is the
+sandbox imports the core and the adapter, not the server (aiohttp.web).
 """
 
-from tidings.sandbox.core import (
-    AnswerKind,
-    LatencySpec,
-    SandboxAnswer,
-    SandboxConfig,
-    SandboxCore,
-)
-from tidings.sandbox.server import (
-    SandboxServer,
-    create_app,
-    load_config,
-    main_sandbox,
-    run_forever,
-    serve,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tidings.sandbox.core import (
+        AnswerKind,
+        LatencySpec,
+        SandboxAnswer,
+        SandboxConfig,
+        SandboxCore,
+    )
+    from tidings.sandbox.server import (
+        SandboxServer,
+        create_app,
+        load_config,
+        main_sandbox,
+        run_forever,
+        serve,
+    )
 
 __all__ = [
     "AnswerKind",
@@ -33,3 +42,27 @@ __all__ = [
     "run_forever",
     "serve",
 ]
+
+#: Where each name lives.
+_HOMES = {
+    "AnswerKind": "tidings.sandbox.core",
+    "LatencySpec": "tidings.sandbox.core",
+    "SandboxAnswer": "tidings.sandbox.core",
+    "SandboxConfig": "tidings.sandbox.core",
+    "SandboxCore": "tidings.sandbox.core",
+    "SandboxServer": "tidings.sandbox.server",
+    "create_app": "tidings.sandbox.server",
+    "load_config": "tidings.sandbox.server",
+    "main_sandbox": "tidings.sandbox.server",
+    "run_forever": "tidings.sandbox.server",
+    "serve": "tidings.sandbox.server",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'tidings.sandbox' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value

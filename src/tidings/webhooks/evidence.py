@@ -16,12 +16,15 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from tidings.model import Event, Intent
 from tidings.states import UNSETTLED, State
 from tidings.stores.base import Change, Ledger
 from tidings.uncertain import Verdict, on_evidence
-from tidings.webhooks.parse import Evidence
+
+if TYPE_CHECKING:  # the parsers (and their verifiers) are the webhook route's imports
+    from tidings.webhooks.parse import Evidence
 
 #: The timeline event of evidence that came while the send was in flight.
 EARLY = "provider_evidence"

@@ -35,15 +35,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 from urllib.parse import parse_qs, parse_qsl, urlsplit, urlunsplit
 
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.hazmat.primitives.serialization import load_der_public_key, load_pem_public_key
-
 from tidings.clock import Clock
 from tidings.errors import ConfigurationError, FieldError
 
-if TYPE_CHECKING:  # settings load the provider adapters, which use this package
+if TYPE_CHECKING:
+    # cryptography is imported by SendGrid's verifier when it is made (the API process
+    # with that webhook), not with this package, which every worker reaches through
+    # the webhook evidence it settles uncertain sends by.
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    # settings load the provider adapters, which use this package
     from tidings.settings import WebhookSettings
 
 TWILIO_SIGNATURE_HEADER = "X-Twilio-Signature"
@@ -193,6 +194,12 @@ class TwilioVerifier:
 
 def load_public_key(text: str) -> ec.EllipticCurvePublicKey:
     """A P-256 public key from base64 DER (as SendGrid shows it) or PEM; ValueError else."""
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.hazmat.primitives.serialization import (
+        load_der_public_key,
+        load_pem_public_key,
+    )
+
     text = text.strip()
     try:
         if text.startswith("-----BEGIN"):
@@ -233,6 +240,10 @@ class SendGridVerifier:
             signature = base64.b64decode(presented, validate=True)
         except binascii.Error:
             raise SignatureError(sig_field, "is not base64") from None
+        from cryptography.exceptions import InvalidSignature
+        from cryptography.hazmat.primitives import hashes
+        from cryptography.hazmat.primitives.asymmetric import ec
+
         signed = timestamp.encode() + request.body
         valid = False
         for key in self._keys:
