@@ -123,7 +123,9 @@ def forecast(*, recipients: int, workers: int, per_worker_per_s: float,
         sending_s = max(0.0, freshness_s - startup_s)
         late = max(0, recipients - math.floor(rate * sending_s))
         verdict = Verdict.OK if late == 0 else Verdict.AT_RISK
-        if sending_s > 0:
+        # A window of a hair (a deadline a rounding error past the start-up) needs a
+        # pace no float holds: no pace and no number of workers is enough.
+        if sending_s > 0 and math.isfinite(recipients / sending_s):
             pace_needed = recipients / sending_s
             needed = workers_for(pace_needed, per_worker_per_s=per_worker_per_s)
             if (pace_per_s is not None and pace_per_s < pace_needed) or (
