@@ -192,9 +192,12 @@ def admission_child(url: str, plan: Plan, profile_top: int, transport: str = "sq
 
 
 def broker_url(transport: str) -> str:
-    """``transport`` under a key prefix of this run's own (deleted afterwards)."""
-    plain, _ = split_prefix(transport)
-    return f"{plain}{'&' if '?' in plain else '?'}prefix=bench-admission-{uuid.uuid4().hex}"
+    """``transport`` under a key prefix of this run's own (deleted afterwards), after the
+    URL's own ``prefix`` if it names one."""
+    plain, prefix = split_prefix(transport)
+    head = f"{prefix}-" if "prefix=" in transport else ""
+    return (f"{plain}{'&' if '?' in plain else '?'}"
+            f"prefix={head}bench-admission-{uuid.uuid4().hex}")
 
 
 async def _admit(url: str, plan: Plan, profile_top: int, transport: str = "sql") -> Report:

@@ -309,6 +309,7 @@ class PostgresStore(DatabaseStore[PostgresDatabase], StoreReads):
 
         async def fn(conn: Conn) -> list[str]:
             await conn.execute(self._sql["relay_lock"])
+            await conn.execute(self._sql["relay_probe_plan"])
             cur = await conn.execute(self._sql["intent_extend_publish"], params)
             return [str(row[0]) for row in await cur.fetchall()]
 
@@ -334,6 +335,7 @@ class PostgresStore(DatabaseStore[PostgresDatabase], StoreReads):
         params = {"keys": list(dict.fromkeys(keys)), "now": now}
 
         async def fn(conn: Conn) -> int:
+            await conn.execute(self._sql["relay_probe_plan"])
             cur = await conn.execute(self._sql["intent_mark_enqueued"], params)
             return cur.rowcount
 

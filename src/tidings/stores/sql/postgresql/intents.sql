@@ -207,6 +207,15 @@ SELECT pg_advisory_xact_lock(1919705465, hashtext(current_schema()))
 -- its own order stops after a page.
 SELECT set_config('enable_sort', 'off', true), set_config('enable_bitmapscan', 'off', true)
 
+-- name: relay_probe_plan
+-- The marking and the lease extension join a chunk's keys with intents. On a fresh
+-- outbox (no statistics) the planner took the state filter for a handful of rows and
+-- hashed every selected row of the state index for each statement: 36 us of server CPU
+-- a row marked in an outbox of 200,000, growing with the outbox. Each key is one
+-- primary-key probe instead (9 us a row, whatever the outbox).
+SELECT set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true),
+       set_config('enable_bitmapscan', 'off', true)
+
 -- name: intent_claim_publish
 -- A page of due selected intents, oldest due first (the order of intents_state: the
 -- scan stops after a page), skipping the keys of live leases and those leased at
