@@ -84,6 +84,8 @@ def pg_url(pg_admin_url: str, pg_session_database: str) -> Iterator[str]:
 # ------------------------------------------------------------------ brokers
 
 REDIS_TEST_URL = os.environ.get("TIDINGS_TEST_REDIS", "redis://127.0.0.1:6379/0")
+#: What every test's Redis key prefix starts with (runs sharing a server keep apart).
+REDIS_TEST_PREFIX = os.environ.get("TIDINGS_TEST_REDIS_PREFIX", "tidings-test")
 
 
 def server_unreachable(what: str, reason: str) -> None:
@@ -130,7 +132,7 @@ def redis_server_url() -> str:
 @pytest.fixture
 def redis_url(redis_server_url: str) -> Iterator[str]:
     """A transport URL whose keys are this test's alone (``?prefix=``), deleted after."""
-    prefix = f"tidings-test-{uuid.uuid4().hex[:12]}"
+    prefix = f"{REDIS_TEST_PREFIX}-{uuid.uuid4().hex[:12]}"
     yield f"{redis_server_url}?prefix={prefix}"
     redis_delete_prefix(redis_server_url, prefix)
 
