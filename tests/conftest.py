@@ -60,7 +60,7 @@ def pg_admin_url() -> str:
 @pytest.fixture(scope="session")
 def pg_session_database(pg_admin_url: str) -> Iterator[str]:
     """The name of a database of this test session, dropped at its end."""
-    name = f"tidings_test_{uuid.uuid4().hex[:16]}"
+    name = f"{os.environ.get('TIDINGS_TEST_PG_PREFIX', 'tidings_test')}_{uuid.uuid4().hex[:16]}"
     admin_execute(pg_admin_url, f"CREATE DATABASE {name}")
     try:
         yield name
@@ -165,7 +165,7 @@ def amqp_session_vhost() -> Iterator[str]:
         server_unreachable(what, str(exc))
     if shutil.which("rabbitmqctl") is None:
         server_unreachable(what, "rabbitmqctl is not on PATH (it makes the test's vhost)")
-    name = f"tidings_test_{uuid.uuid4().hex[:16]}"
+    name = f"{os.environ.get('TIDINGS_TEST_PG_PREFIX', 'tidings_test')}_{uuid.uuid4().hex[:16]}"
     try:
         rabbitmqctl("add_vhost", name)
         rabbitmqctl("set_permissions", "-p", name, parts.username or "guest", ".*", ".*", ".*")
