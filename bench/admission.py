@@ -192,9 +192,12 @@ def admission_child(url: str, plan: Plan, profile_top: int, transport: str = "sq
 
 
 def broker_url(transport: str) -> str:
-    """``transport`` under a key prefix of this run's own (deleted afterwards)."""
-    plain, _ = split_prefix(transport)
-    return f"{plain}{'&' if '?' in plain else '?'}prefix=bench-admission-{uuid.uuid4().hex}"
+    """``transport`` under a key prefix of this run's own (deleted afterwards), after the
+    URL's own ``prefix`` if it names one."""
+    plain, prefix = split_prefix(transport)
+    head = f"{prefix}-" if "prefix=" in transport else ""
+    return (f"{plain}{'&' if '?' in plain else '?'}"
+            f"prefix={head}bench-admission-{uuid.uuid4().hex}")
 
 
 async def _admit(url: str, plan: Plan, profile_top: int, transport: str = "sql") -> Report:
@@ -448,11 +451,15 @@ def run(*, n: int, folder: Path, store: str | None, profile_n: int, profile_top:
     if broker and not is_pg(url):
         raise SystemExit("--transport with a broker needs a PostgreSQL --store")
     floors = [_floor(store, folder, "floor-1", plan, False)]
-    xadds = [asyncio.run(xadd_floor(transport, n, RelayConfig().chunk))] if broker else []
+    floor_prefix = (f"{split_prefix(transport)[1]}-bench" if "prefix=" in transport
+                    else "bench-relay")
+    xadds = ([asyncio.run(xadd_floor(transport, n, RelayConfig().chunk, prefix=floor_prefix))]
+             if broker else [])
     measured = run_child(admission_child, url, plan, 0, transport)
     floors.append(_floor(store, folder, "floor-2", plan, False))
     if broker:
-        xadds.append(asyncio.run(xadd_floor(transport, n, RelayConfig().chunk)))
+        xadds.append(asyncio.run(xadd_floor(transport, n, RelayConfig().chunk,
+                                            prefix=floor_prefix)))
     pg = is_pg(url)
     floor_what = (f"plain COPY (psycopg cursor.copy) of the same intent rows into the same "
                   f"table, fresh database, {FLOOR_CHUNK:,} rows per transaction" if pg else

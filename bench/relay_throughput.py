@@ -78,12 +78,12 @@ async def read_replies(reader: asyncio.StreamReader, count: int) -> None:
             await reader.readexactly(int(line[1:]) + 2)
 
 
-async def xadd_floor(redis: str, n: int, chunk: int) -> float:
+async def xadd_floor(redis: str, n: int, chunk: int, *, prefix: str = "bench-relay") -> float:
     """Seconds for N plain XADDs, pipelined a chunk at a time on one connection."""
     parts = urlsplit(redis)
     reader, writer = await asyncio.open_connection(parts.hostname or "127.0.0.1",
                                                    parts.port or 6379)
-    stream = f"bench-relay-floor-{uuid.uuid4().hex}"
+    stream = f"{prefix}-floor-{uuid.uuid4().hex}"
     try:
         if parts.path.strip("/"):
             writer.write(b"*2\r\n" + _bulk(b"SELECT") + _bulk(parts.path.strip("/").encode()))
@@ -131,7 +131,8 @@ def copy_floor(url: str, n: int) -> float:
     return elapsed
 
 
-async def relay_seconds(store_url: str, redis: str, n: int, config: RelayConfig) -> float:
+async def relay_seconds(store_url: str, redis: str, n: int, config: RelayConfig, *,
+                        prefix: str = "bench-relay") -> float:
     clock = SystemClock()
     store, own = await open_store(store_url)
     await own.close()
@@ -142,7 +143,7 @@ async def relay_seconds(store_url: str, redis: str, n: int, config: RelayConfig)
             key=key(i), channel=CHANNEL, recipient_id=f"r{i}",
             address=f"r{i}@example.com", template="receipt", data="{}", due_at=now - 1)
             for i in range(first, min(n, first + SEED_BATCH))], now=now)
-    transport = await open_transport(f"{redis}?prefix=bench-relay-{uuid.uuid4().hex}")
+    transport = await open_transport(f"{redis}?prefix={prefix}-{uuid.uuid4().hex}")
     start = time.perf_counter()
     moved = 0
     while moved < n:
@@ -169,14 +170,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--store", default="postgresql://postgres@127.0.0.1:5432/tidings_bench")
     parser.add_argument("--redis", default="redis://127.0.0.1:6379")
     parser.add_argument("-n", type=int, default=20_000)
+    parser.add_argument("--prefix", default="bench-relay",
+                        help="Redis key prefix (a run's own suffix is added)")
     args = parser.parse_args(argv)
     config = RelayConfig()
     n = args.n
     floor_url = sibling_pg(args.store, "relay_floor")
-    xadd = [asyncio.run(xadd_floor(args.redis, n, config.chunk))]
+    xadd = [asyncio.run(xadd_floor(args.redis, n, config.chunk, prefix=args.prefix))]
     copy = [copy_floor(floor_url, n)]
-    elapsed = asyncio.run(relay_seconds(sibling_pg(args.store, "relay"), args.redis, n, config))
-    xadd.append(asyncio.run(xadd_floor(args.redis, n, config.chunk)))
+    elapsed = asyncio.run(relay_seconds(sibling_pg(args.store, "relay"), args.redis, n, config,
+                                      prefix=args.prefix))
+    xadd.append(asyncio.run(xadd_floor(args.redis, n, config.chunk, prefix=args.prefix)))
     copy.append(copy_floor(sibling_pg(args.store, "relay_floor"), n))
     xadd_s, copy_s = sum(xadd) / 2, sum(copy) / 2
     rate, floor = n / elapsed, n / (xadd_s + copy_s)

@@ -60,7 +60,7 @@ def pg_admin_url() -> str:
 @pytest.fixture(scope="session")
 def pg_session_database(pg_admin_url: str) -> Iterator[str]:
     """The name of a database of this test session, dropped at its end."""
-    name = f"tidings_test_{uuid.uuid4().hex[:16]}"
+    name = f"{os.environ.get('TIDINGS_TEST_PG_PREFIX', 'tidings_test')}_{uuid.uuid4().hex[:16]}"
     admin_execute(pg_admin_url, f"CREATE DATABASE {name}")
     try:
         yield name
@@ -84,6 +84,8 @@ def pg_url(pg_admin_url: str, pg_session_database: str) -> Iterator[str]:
 # ------------------------------------------------------------------ brokers
 
 REDIS_TEST_URL = os.environ.get("TIDINGS_TEST_REDIS", "redis://127.0.0.1:6379/0")
+#: What every test's Redis key prefix starts with (runs sharing a server keep apart).
+REDIS_TEST_PREFIX = os.environ.get("TIDINGS_TEST_REDIS_PREFIX", "tidings-test")
 
 
 def server_unreachable(what: str, reason: str) -> None:
@@ -130,7 +132,7 @@ def redis_server_url() -> str:
 @pytest.fixture
 def redis_url(redis_server_url: str) -> Iterator[str]:
     """A transport URL whose keys are this test's alone (``?prefix=``), deleted after."""
-    prefix = f"tidings-test-{uuid.uuid4().hex[:12]}"
+    prefix = f"{REDIS_TEST_PREFIX}-{uuid.uuid4().hex[:12]}"
     yield f"{redis_server_url}?prefix={prefix}"
     redis_delete_prefix(redis_server_url, prefix)
 
@@ -163,7 +165,7 @@ def amqp_session_vhost() -> Iterator[str]:
         server_unreachable(what, str(exc))
     if shutil.which("rabbitmqctl") is None:
         server_unreachable(what, "rabbitmqctl is not on PATH (it makes the test's vhost)")
-    name = f"tidings_test_{uuid.uuid4().hex[:16]}"
+    name = f"{os.environ.get('TIDINGS_TEST_PG_PREFIX', 'tidings_test')}_{uuid.uuid4().hex[:16]}"
     try:
         rabbitmqctl("add_vhost", name)
         rabbitmqctl("set_permissions", "-p", name, parts.username or "guest", ".*", ".*", ".*")

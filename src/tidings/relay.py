@@ -99,6 +99,7 @@ def _clock_from(now: float, clock: Clock | None, *, read_at: float | None = None
 async def publish_page(
     store: Ledger, transport: Transport, items: Sequence[PublishItem], *, now: float,
     config: RelayConfig, clock: Clock | None = None, leased_on: float | None = None,
+    defer: Callable[[asyncio.Task[None]], None] | None = None,
 ) -> int:
     """Publish a page leased at ``now`` chunk by chunk and keep the lease of the rest
     from lapsing while the page is being published: between chunks, once more than half
@@ -116,7 +117,12 @@ async def publish_page(
     larger statements); the page's end marks what is left. ``clock`` measures the time
     spent (without one the pass is taken as instant); time is counted from ``now``, the
     time the page was leased at, which ``clock`` read as ``leased_on`` (default: now,
-    for a page leased just before the call). Returns how many were published."""
+    for a page leased just before the call). Returns how many were published.
+
+    The page's end (the last marking and the lease's release) is handed to ``defer`` as
+    a task, when given and the page was published without failure, so the caller may
+    publish its next page meanwhile (and must await the task); otherwise it is awaited
+    here."""
     at = _clock_from(now, clock, read_at=leased_on)
 
     # What the store's intent_claim_publish set: now + lease_s.
@@ -135,6 +141,19 @@ async def publish_page(
         if marking is not None:
             task, marking = marking, None
             await task
+
+    async def finish() -> None:
+        """What the transport confirmed is marked even when a later chunk failed (and
+        when the marking in flight failed: its keys are lost to this pass only, the rows
+        stay selected and a later pass publishes them again). Then the page's lease ends
+        (a store with a lease per page frees its row)."""
+        try:
+            await settle()
+        finally:
+            try:
+                await store.intent_mark_enqueued(confirmed, now=at())
+            finally:
+                await store.intent_release_publish(held, held_until=held_until)
 
     published = 0
     slowest = 0.0  # the longest a chunk took so far
@@ -169,18 +188,13 @@ async def publish_page(
                 marking = asyncio.create_task(
                     store.intent_mark_enqueued(confirmed, now=at()))
                 confirmed = []
-    finally:
-        # What the transport confirmed is marked even when a later chunk failed (and
-        # when the marking in flight failed: its keys are lost to this pass only, the
-        # rows stay selected and a later pass publishes them again). Then the page's
-        # lease ends (a store with a lease per page frees its row).
-        try:
-            await settle()
-        finally:
-            try:
-                await store.intent_mark_enqueued(confirmed, now=at())
-            finally:
-                await store.intent_release_publish(held, held_until=held_until)
+    except BaseException:
+        await finish()
+        raise
+    if defer is not None:
+        defer(asyncio.create_task(finish()))
+    else:
+        await finish()
     return published
 
 
@@ -204,6 +218,10 @@ async def relay_pass(
     # time is counted from its own lease (``leased_on``), so a long wait behind this
     # page extends its lease before its first chunk.
     following: asyncio.Task[tuple[float, float | None, list[PublishItem]]] | None = None
+    # The ends of published pages (their last marking and their lease's release): one
+    # page's end runs while the next page is being published, so the broker does not
+    # wait for the store between pages.
+    ends: list[asyncio.Task[None]] = []
     try:
         page_now, leased_on, claimed = await claim()
         for page_number in range(1, max_pages + 1):
@@ -214,7 +232,10 @@ async def relay_pass(
             ready = [i for i in claimed if i.channel not in paused_channels]
             if ready:
                 total += await publish_page(store, transport, ready, now=page_now,
-                                            config=config, clock=clock, leased_on=leased_on)
+                                            config=config, clock=clock, leased_on=leased_on,
+                                            defer=ends.append)
+            while len(ends) > 1:
+                await ends.pop(0)
             if following is None:
                 break
             task, following = following, None
@@ -226,6 +247,15 @@ async def relay_pass(
             following.cancel()
             with contextlib.suppress(BaseException):
                 await following
+        # Every page's end is awaited; the first that failed is raised.
+        failed: BaseException | None = None
+        for end in ends:
+            try:
+                await end
+            except BaseException as exc:
+                failed = failed or exc
+        if failed is not None:
+            raise failed
     return total
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -244,7 +245,8 @@ def test_redis_streams_answers_as_the_embedded_queue_does(
         db = SqliteDatabase.from_url(f"sqlite:///{folder / 'q.db'}")
         await db.migrate(now=T0)
         reference = SqliteTransport(db)
-        url = f"{redis_server_url}?prefix=tidings-test-model-{folder.name}"
+        head = os.environ.get("TIDINGS_TEST_REDIS_PREFIX", "tidings-test")
+        url = f"{redis_server_url}?prefix={head}-model-{folder.name}"
         redis_side = await RedisStreamsTransport.open(url)
         try:
             await _run(ops, [reference, redis_side])

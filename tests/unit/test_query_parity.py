@@ -65,6 +65,8 @@ DIALECT_ONLY: dict[str, dict[str, str]] = {
         # Row locks and advisory locks: SQLite has one writer, so nothing to lock.
         "relay_lock": "advisory lock: one relay lease statement at a time",
         "relay_plan": "planner settings: walk the state index, never sort the outbox",
+        "relay_probe_plan": "planner settings: probe intents by primary key, never hash "
+                            "the outbox",
         "intent_release_publish": "ends a page's lease row (migration 0013); SQLite's "
                                   "lease is a column of each intent",
         "intent_lock_keys": "lock a batch's rows in key order (no deadlock)",

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from operator import attrgetter
 from typing import Any, TypeVar, cast
 
 import psycopg
@@ -296,7 +297,7 @@ class PostgresStore(DatabaseStore[PostgresDatabase], StoreReads):
             return rows.PUBLISH_ITEM.all(cur.description, await cur.fetchall())
 
         items = await self.db.write(fn)
-        items.sort(key=lambda item: (item.due_at, item.key))
+        items.sort(key=attrgetter("due_at", "key"))  # C-level keys: a page is 5,000
         return items
 
     async def intent_extend_publish(self, keys: Sequence[str], *, held_until: float,
@@ -309,6 +310,7 @@ class PostgresStore(DatabaseStore[PostgresDatabase], StoreReads):
 
         async def fn(conn: Conn) -> list[str]:
             await conn.execute(self._sql["relay_lock"])
+            await conn.execute(self._sql["relay_probe_plan"])
             cur = await conn.execute(self._sql["intent_extend_publish"], params)
             return [str(row[0]) for row in await cur.fetchall()]
 
@@ -319,7 +321,7 @@ class PostgresStore(DatabaseStore[PostgresDatabase], StoreReads):
         """Take ``keys`` out of the page lease until ``held_until`` that holds them."""
         if not keys:
             return
-        params = {"keys": list(dict.fromkeys(keys)), "held_until": held_until}
+        params = {"keys": json.dumps(list(dict.fromkeys(keys))), "held_until": held_until}
 
         async def fn(conn: Conn) -> None:
             await conn.execute(self._sql["relay_lock"])
@@ -331,9 +333,10 @@ class PostgresStore(DatabaseStore[PostgresDatabase], StoreReads):
         """``selected``/``retryable`` -> ``enqueued`` with an event; returns the count."""
         if not keys:
             return 0
-        params = {"keys": list(dict.fromkeys(keys)), "now": now}
+        params = {"keys": json.dumps(list(dict.fromkeys(keys))), "now": now}
 
         async def fn(conn: Conn) -> int:
+            await conn.execute(self._sql["relay_probe_plan"])
             cur = await conn.execute(self._sql["intent_mark_enqueued"], params)
             return cur.rowcount
 
