@@ -15,8 +15,9 @@ first, and most of them need only a few of these modules.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from tidings.lazy_names import lazy_getattr
 
 if TYPE_CHECKING:
     from tidings.audience import Audience, GeneratorAudience, KeysetAudience, SqlAudience
@@ -86,13 +87,7 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'tidings' has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value  # looked up once
-    return value
+__getattr__ = lazy_getattr("tidings", _HOMES, globals())
 
 
 def __dir__() -> list[str]:

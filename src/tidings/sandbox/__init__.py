@@ -9,8 +9,9 @@ sandbox imports the core and the adapter, not the server (aiohttp.web).
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from tidings.lazy_names import lazy_getattr
 
 if TYPE_CHECKING:
     from tidings.sandbox.core import (
@@ -59,10 +60,4 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'tidings.sandbox' has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr("tidings.sandbox", _HOMES, globals())
