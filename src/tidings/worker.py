@@ -3,8 +3,9 @@
 One worker serves one channel. Messages stream through: new batches are received
 while earlier sends are in flight, and outcomes are committed in batches as they
 arrive, so one slow request never holds up the rest. Every outcome and its audit
-event are committed before the message is acked, so a crash at any point leads to a
-redelivery that the ledger turns into a duplicate acked with no provider call, or,
+event are committed before the message is acked (on the store's own queue, in the same
+transaction as the ack), so a crash at any point leads to a redelivery that the ledger
+turns into a duplicate acked with no provider call, or,
 until the reconciler has ended the crashed worker's lease, a busy claim retried later
 (an expired lease too is busy: no claimer takes it over). The reconciler makes the
 intent uncertain and its channel's policy settles it: a lookup by key (retryable only
@@ -41,7 +42,7 @@ from tidings.policy import RetryPolicy
 from tidings.providers.base import Provider
 from tidings.raised import describe_raised
 from tidings.states import Decision, State, before_send, decide, decide_raised
-from tidings.stores.base import Change, Claim, ClaimKind, Ledger
+from tidings.stores.base import Change, Claim, ClaimKind, Ledger, QueueAcks
 from tidings.surrogate import surrogate
 from tidings.transports.base import Transport
 
@@ -815,7 +816,14 @@ class Worker:
 
     async def _record(self, outcomes: list[tuple[Change, Received]]) -> None:
         now = self.clock.now()
-        applied = set(await self.store.intent_apply_many([c for c, _ in outcomes], now=now))
+        # On the store's own queue the acks commit with their outcomes: one transaction
+        # instead of two, and no committed outcome whose message is still on the queue.
+        acks = QueueAcks(self.channel, [
+            received.receipt if _acked_after_commit(change) else None
+            for change, received in outcomes
+        ]) if self.store.acks_commit_with(self.transport) else None
+        applied = set(await self.store.intent_apply_many([c for c, _ in outcomes], now=now,
+                                                         acks=acks))
         # A commit can hang for as long as the store is out of reach (a partition): runs
         # of lost leases are timed by when they are found, not by when the commit began.
         found_at = self.clock.now()
@@ -849,7 +857,7 @@ class Worker:
                 (self._failed if faulted else self._nacks).append((received.receipt, delay))
             elif change.to_state == State.DEAD:
                 self._dead.append((received.receipt, change.reason or "dead"))
-            else:
+            elif acks is None:
                 self._acks.append(received.receipt)
         if lost:
             await self.store.event_append_many(lost)
@@ -886,6 +894,12 @@ class Worker:
         await self.transport.extend(
             self.channel, [received.receipt for _, (_, received, _, _) in held],
             visibility_s=self.config.visibility_s, now=now)
+
+
+def _acked_after_commit(change: Change) -> bool:
+    """Whether a committed outcome's message is acked: not when it is to be tried again
+    (nacked, with its delay) or is dead (dead-lettered with its reason)."""
+    return change.to_state not in (State.RETRYABLE, State.DEAD)
 
 
 def _retrieve(task: asyncio.Future[None]) -> None:

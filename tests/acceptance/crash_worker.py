@@ -9,7 +9,8 @@ wraps the store and the provider in small proxies that end the process with
 - ``after_send``   the first request left ``--exit-after-ms`` ago; no reply has come yet
                    (run the sandbox with a latency longer than that);
 - ``after_reply``  the first ``provider.send`` returned; nothing was committed;
-- ``after_commit`` ``intent_apply_many`` committed outcomes; nothing was acked;
+- ``after_commit`` ``intent_apply_many`` committed outcomes; nothing was acked apart
+                   (on the store's own queue the acks commit with the outcomes);
 - ``before_ack``   the worker calls ``transport.ack``; the ack never reaches the queue;
 - ``during_publish`` the relay (not a worker) leased the outbox and published the first
                    half of a page; nothing was marked enqueued.
@@ -68,8 +69,14 @@ class CrashingStore(Proxy):
             die()
         return claims
 
-    async def intent_apply_many(self, changes: Sequence[Change], *, now: float) -> list[str]:
-        applied: list[str] = await self.inner.intent_apply_many(changes, now=now)
+    def acks_commit_with(self, transport: object) -> bool:
+        # before_ack is the point between an outcome's commit and its ack: where acks
+        # commit with their outcomes (the store's own queue) there is no such point, so
+        # the worker is made to ack apart to reach it.
+        return self.point != "before_ack" and bool(self.inner.acks_commit_with(transport))
+
+    async def intent_apply_many(self, changes: Sequence[Change], **kw: Any) -> list[str]:
+        applied: list[str] = await self.inner.intent_apply_many(changes, **kw)
         if self.point == "after_commit" and any(
             c.key in applied and c.from_state is State.CLAIMED for c in changes
         ):

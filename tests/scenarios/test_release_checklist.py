@@ -82,6 +82,10 @@ class TransportProxy:
 class LostAcks(TransportProxy):
     """Acks vanish on the way to the broker while ``losing`` is set."""
 
+    #: A broker's queue, not the store's own table: its acks are sent apart from the
+    #: outcomes' commit (``Ledger.acks_commit_with``), so one can be lost.
+    db = None
+
     def __init__(self, inner: Any) -> None:
         super().__init__(inner)
         self.losing = True
@@ -854,11 +858,11 @@ class CommitFailsOnce:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
-    async def intent_apply_many(self, changes: Any, *, now: float) -> list[str]:
+    async def intent_apply_many(self, changes: Any, **kw: Any) -> list[str]:
         self.calls += 1
         if self.calls == 1:
             raise StoreError("database is locked")
-        result: list[str] = await self.inner.intent_apply_many(changes, now=now)
+        result: list[str] = await self.inner.intent_apply_many(changes, **kw)
         return result
 
 
@@ -893,8 +897,8 @@ class CommitLandsThenStalls:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
-    async def intent_apply_many(self, changes: Any, *, now: float) -> list[str]:
-        result: list[str] = await self.inner.intent_apply_many(changes, now=now)
+    async def intent_apply_many(self, changes: Any, **kw: Any) -> list[str]:
+        result: list[str] = await self.inner.intent_apply_many(changes, **kw)
         if not self.landed.is_set():
             self.landed.set()
             await self.answer.wait()

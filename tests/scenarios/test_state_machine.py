@@ -195,10 +195,10 @@ class WorkerStore:
                 self.provider.held[(kw["owner"], claim.key)] = claim.token
         return claims
 
-    async def intent_apply_many(self, changes: Sequence[Change], *, now: float) -> list[str]:
+    async def intent_apply_many(self, changes: Sequence[Change], **kw: Any) -> list[str]:
         if self.crash_at_commit:
             raise Crash("died after its sends, before committing their outcomes")
-        applied: list[str] = await self.inner.intent_apply_many(changes, now=now)
+        applied: list[str] = await self.inner.intent_apply_many(changes, **kw)
         return applied
 
 

@@ -103,6 +103,17 @@ class Change:
     detail: str | None = None
 
 
+@dataclass(frozen=True)
+class QueueAcks:
+    """The acks a batch of outcomes commits with (``Ledger.intent_apply_many``): on the
+    store's own queue ``queue``, ``receipts[i]`` is the receipt of the message of
+    ``changes[i]``, acked in the same transaction if that change applies (None: that
+    message is not acked)."""
+
+    queue: str
+    receipts: Sequence[str | None]
+
+
 class PublishItem(NamedTuple):
     """An intent claimed for publishing by the outbox relay (a named tuple: a relay page
     is thousands of them, and a frozen dataclass took 2 us a row to build)."""
@@ -522,12 +533,22 @@ class Ledger(Protocol):
         """Extend live leases held by ``owner``; return the keys whose lease was lost."""
         ...
 
-    async def intent_apply_many(self, changes: Sequence[Change], *, now: float) -> list[str]:
+    async def intent_apply_many(self, changes: Sequence[Change], *, now: float,
+                                acks: QueueAcks | None = None) -> list[str]:
         """Apply guarded changes in one transaction; return the keys applied.
 
         Raises InvalidTransition (before writing anything) for a change not in the
         table. A change whose guard fails is skipped and its event not written.
+        With ``acks`` (only where ``acks_commit_with`` the transport), the message of
+        every applied change that has a receipt there is acked in the same transaction;
+        the message of a change not applied stays on the queue.
         """
+        ...
+
+    def acks_commit_with(self, transport: object) -> bool:
+        """True when ``transport`` is this store's own queue, in the same database: a
+        batch's outcomes and the acks of their messages can then commit in one
+        transaction (``intent_apply_many(acks=...)``), with no window between them."""
         ...
 
     async def intent_request_cancel(self, key: str, *, now: float, reason: str) -> State | None:

@@ -51,6 +51,11 @@ class DatabaseStore(Generic[DB]):
         """Raise SchemaOutOfDate when migrations are pending."""
         await self.db.check_schema()
 
+    def acks_commit_with(self, transport: object) -> bool:
+        """True for this store's own queue (``transport = "sql"``), which holds this very
+        database object: another pool on the same URL cannot share its transactions."""
+        return getattr(transport, "db", None) is self.db
+
     async def close(self) -> None:
         """Release the database; it closes when no other adapter still uses it."""
         await self.db.release()

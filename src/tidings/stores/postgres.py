@@ -35,7 +35,7 @@ from tidings.errors import InvalidInput, StoreError
 from tidings.model import DraftPage, Event, IntentDraft, message_body, message_body_parts
 from tidings.preferences import Preference
 from tidings.retention import PRUNABLE_STATES, Partition, PruneCounts, parse_partition
-from tidings.states import State, check
+from tidings.states import State
 from tidings.stores import base, rows
 from tidings.stores.lifecycle import DatabaseStore
 from tidings.stores.postgres_db import Conn, PostgresDatabase
@@ -48,6 +48,7 @@ from tidings.stores.provider_events import (
     unique_provider_events,
 )
 from tidings.stores.reads import StoreReads
+from tidings.stores.receipts import parse_receipt
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -397,10 +398,11 @@ class PostgresStore(DatabaseStore[PostgresDatabase], StoreReads):
         renewed = await self.db.write(fn)
         return list(dict.fromkeys(key for key, _ in leases if key not in renewed))
 
-    async def intent_apply_many(self, changes: Sequence[base.Change], *, now: float) -> list[str]:
-        """Apply guarded changes in one transaction, in order; return the keys applied."""
-        for change in changes:
-            check(change.from_state, change.to_state)
+    async def intent_apply_many(self, changes: Sequence[base.Change], *, now: float,
+                                acks: base.QueueAcks | None = None) -> list[str]:
+        """Apply guarded changes in one transaction, in order; return the keys applied
+        (with ``acks``, the applied changes' messages are acked in it too)."""
+        rows.check_changes(changes, acks)
         if not changes:
             return []
         sql = self._sql
@@ -433,14 +435,20 @@ class PostgresStore(DatabaseStore[PostgresDatabase], StoreReads):
                     results.append(await cur.fetchone())
                     if not cur.nextset():
                         break
-            for change, row in zip(changes, results, strict=True):
+            acked: set[int] = set()
+            for i, (change, row) in enumerate(zip(changes, results, strict=True)):
                 if row is None:
                     continue
                 channel, attempts = row
                 applied.append(change.key)
                 events.append(rows.change_event(change, channel=channel, attempts=attempts,
                                                 now=now))
+                if acks is not None and (receipt := acks.receipts[i]) is not None:
+                    acked.add(parse_receipt(receipt)[0])
             await _insert_events(conn, sql, events)
+            if acks is not None and acked:
+                await conn.execute(sql["message_ack"], {"queue": acks.queue,
+                                                        "ids": sorted(acked)})
             return applied
 
         return await self.db.write(fn)

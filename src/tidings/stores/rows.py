@@ -25,7 +25,7 @@ from tidings.claims import CancelPlan, plan_cancel
 from tidings.errors import StoreError
 from tidings.model import Event, Intent
 from tidings.preferences import Preference
-from tidings.states import TERMINAL, State
+from tidings.states import TERMINAL, State, check
 from tidings.stores.base import (
     ApiToken,
     Change,
@@ -39,6 +39,7 @@ from tidings.stores.base import (
     ProviderEventCount,
     ProviderEventType,
     PublishItem,
+    QueueAcks,
     Selection,
     StoredProviderEvent,
     Switch,
@@ -221,6 +222,16 @@ def progress_params(progress: OccurrenceProgress, *, admitted: int) -> dict[str,
     return {"id": progress.occurrence, "high_water": progress.high_water,
             "after": progress.after, "members": progress.members, "admitted": admitted,
             "skipped": progress.skipped}
+
+
+def check_changes(changes: Sequence[Change], acks: QueueAcks | None) -> None:
+    """Refuse, before anything is written, a change not in the transition table
+    (InvalidTransition) and acks that do not pair one receipt (or None) with each change."""
+    for change in changes:
+        check(change.from_state, change.to_state)
+    if acks is not None and len(acks.receipts) != len(changes):
+        raise ValueError(f"acks name {len(acks.receipts)} receipts for {len(changes)} "
+                         "changes; they pair one to one (None: not acked)")
 
 
 def change_params(change: Change, now: float) -> dict[str, Any]:

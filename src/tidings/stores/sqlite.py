@@ -30,7 +30,7 @@ from tidings.model import (
 )
 from tidings.preferences import Preference
 from tidings.retention import PRUNABLE_STATES, PruneCounts
-from tidings.states import State, check
+from tidings.states import State
 from tidings.stores import base, rows
 from tidings.stores.lifecycle import DatabaseStore
 from tidings.stores.provider_events import (
@@ -42,6 +42,7 @@ from tidings.stores.provider_events import (
     unique_provider_events,
 )
 from tidings.stores.reads import StoreReads
+from tidings.stores.receipts import parse_receipt
 from tidings.stores.sqlite_db import SqliteDatabase, insert_messages
 
 T = TypeVar("T")
@@ -400,10 +401,11 @@ class SqliteStore(DatabaseStore[SqliteDatabase], StoreReads):
         renewed = await self.db.write(fn)
         return list(dict.fromkeys(key for key, _ in leases if key not in renewed))
 
-    async def intent_apply_many(self, changes: Sequence[base.Change], *, now: float) -> list[str]:
-        """Apply guarded changes in one transaction; return the keys applied."""
-        for change in changes:
-            check(change.from_state, change.to_state)
+    async def intent_apply_many(self, changes: Sequence[base.Change], *, now: float,
+                                acks: base.QueueAcks | None = None) -> list[str]:
+        """Apply guarded changes in one transaction; return the keys applied (with
+        ``acks``, the applied changes' messages are acked in it too)."""
+        rows.check_changes(changes, acks)
         if not changes:
             return []
         sql = self._sql
@@ -411,7 +413,8 @@ class SqliteStore(DatabaseStore[SqliteDatabase], StoreReads):
         def fn(conn: sqlite3.Connection) -> list[str]:
             applied: list[str] = []
             events: list[rows.EventRow] = []
-            for change in changes:
+            acked: set[int] = set()
+            for i, change in enumerate(changes):
                 row = conn.execute(sql["intent_apply"], rows.change_params(change, now)).fetchone()
                 if row is None:
                     continue
@@ -419,7 +422,12 @@ class SqliteStore(DatabaseStore[SqliteDatabase], StoreReads):
                 applied.append(change.key)
                 events.append(rows.change_event(change, channel=channel, attempts=attempts,
                                                 now=now))
+                if acks is not None and (receipt := acks.receipts[i]) is not None:
+                    acked.add(parse_receipt(receipt)[0])
             conn.executemany(sql["event_insert"], events)
+            if acks is not None and acked:
+                conn.execute(sql["message_ack"], {"queue": acks.queue,
+                                                  "ids": json.dumps(sorted(acked))})
             return applied
 
         return await self.db.write(fn)

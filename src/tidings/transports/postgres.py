@@ -20,8 +20,8 @@ from typing import Any, TypeVar
 from tidings.errors import StoreError, TransportError
 from tidings.model import DeadLetter, OutgoingMessage, QueueDepth, Received
 from tidings.stores.postgres_db import Conn, PostgresDatabase, insert_messages
+from tidings.stores.receipts import parse_receipt
 from tidings.transports.postgres_listen import ReadyListener
-from tidings.transports.sqlite import parse_receipt
 from tidings.transports.wakeups import Wakeups
 
 T = TypeVar("T")

@@ -16,6 +16,7 @@ from typing import TypeVar
 
 from tidings.errors import StoreError, TransportError
 from tidings.model import DeadLetter, OutgoingMessage, QueueDepth, Received
+from tidings.stores.receipts import parse_receipt
 from tidings.stores.sqlite_db import SqliteDatabase, insert_messages
 from tidings.transports.wakeups import Wakeups
 
@@ -34,17 +35,6 @@ def body_of(raw: bytes | None) -> str | bytes:
 def shown(raw: bytes | None) -> str:
     """Text for display and logs: bytes that are not UTF-8 escaped, never an error."""
     return (raw or b"").decode("utf-8", errors="backslashreplace")
-
-
-def parse_receipt(receipt: str) -> tuple[int, int]:
-    """``"12:3"`` -> ``(12, 3)``: row id and receive token."""
-    row_id, sep, token = receipt.partition(":")
-    try:
-        if not sep:
-            raise ValueError(receipt)
-        return int(row_id), int(token)
-    except ValueError:
-        raise TransportError(f"{receipt!r} is not a sql transport receipt") from None
 
 
 class SqliteTransport:
