@@ -102,7 +102,6 @@ NOTES: dict[str, str] = {
                                         "Retry-After, in seconds.",
     "RetrySettings.rate_limit_cap_s": "Longest channel pause after a 429 without "
                                       "Retry-After, in seconds.",
-    "WorkerSettings.batch_size": "Messages a worker receives and claims at once.",
     "WorkerSettings.lease_s": "Seconds a worker's claim on an intent lasts (renewed while "
                               "it works); an expired lease makes the intent uncertain.",
     "WorkerSettings.visibility_s": "Seconds a received message stays invisible to other "
