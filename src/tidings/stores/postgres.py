@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from operator import attrgetter
 from typing import Any, TypeVar, cast
 
@@ -96,30 +96,30 @@ async def _insert_events(conn: Conn, sql: Mapping[str, str], events: Sequence[An
     if len(events) == 1:
         await conn.execute(sql["event_insert"], events[0])
     elif events:
-        # One statement with an array per column: an executemany binds and adapts each
-        # row's ten parameters in Python on the event loop, and a worker leaves one
-        # event per claim and one per outcome.
-        await conn.execute(sql["event_insert_columns"],
-                           [list(column) for column in zip(*events, strict=True)])
+        # One statement with the rows as one JSON parameter: an executemany binds and
+        # adapts each row's ten parameters in Python on the event loop, and a worker
+        # leaves one event per claim and one per outcome.
+        await conn.execute(sql["event_insert_columns"], (_json_rows(events),))
 
 
-_APPLY_COLUMNS = {"keys": "key", "from_states": "from_state", "to_states": "to_state",
-                  "lease_tokens": "lease_token", "lease_expired_bys": "lease_expired_by",
-                  "receipts": "receipt", "next_attempt_ats": "next_attempt_at",
-                  "leaves_claimed": "leaves_claimed", "terminals": "terminal",
-                  "reopens": "reopens", "reasons": "reason",
-                  "count_attempts": "count_attempt", "count_failures": "count_failure",
-                  "reset_failures": "reset_failures",
-                  "provider_request_ids": "provider_request_id"}
+#: ``intent_apply`` parameters in the order ``intent_apply_columns`` reads each change.
+_APPLY_FIELDS = ("key", "from_state", "to_state", "lease_token", "lease_expired_by",
+                 "receipt", "next_attempt_at", "leaves_claimed", "terminal", "reopens",
+                 "reason", "count_attempt", "count_failure", "reset_failures",
+                 "provider_request_id")
+
+
+def _json_rows(rows_: Iterable[Sequence[Any]]) -> str:
+    """Rows as one JSON array of arrays, the parameter of a ``json_array_elements``
+    statement (encoded in C; NaN and infinities refused here, as JSON has neither)."""
+    return json.dumps([list(row) for row in rows_], allow_nan=False)
 
 
 def _apply_columns(params: Sequence[Mapping[str, Any]], now: float) -> dict[str, Any]:
     """``intent_apply`` parameters of many changes as ``intent_apply_columns`` binds
-    them: one list per field, in the changes' order."""
-    columns: dict[str, Any] = {name: [p[field] for p in params]
-                               for name, field in _APPLY_COLUMNS.items()}
-    columns["now"] = now
-    return columns
+    them: one JSON row per change, in the changes' order."""
+    return {"changes": _json_rows([p[field] for field in _APPLY_FIELDS] for p in params),
+            "now": now}
 
 
 async def _all(conn: Conn, shape: rows.Shape[R], statement: str, params: Any = None) -> list[R]:
@@ -369,9 +369,8 @@ class PostgresStore(DatabaseStore[PostgresDatabase], StoreReads):
             if plan.leases:
                 cur = await conn.execute(sql["intent_claim"], {
                     "owner": owner, "expires_at": plan.lease_expires_at, "now": now,
-                    "keys": [lease.key for lease in plan.leases],
-                    "states": [lease.from_state.value for lease in plan.leases],
-                    "tokens": [lease.token for lease in plan.leases],
+                    "leases": _json_rows((lease.key, lease.from_state.value, lease.token)
+                                         for lease in plan.leases),
                 })
                 if cur.rowcount != len(plan.leases):
                     # Impossible while the rows are locked; refuse rather than hand out a

@@ -6,16 +6,16 @@ INSERT INTO events (key, channel, type, at, state, attempt, worker, message_id,
 VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
 
 -- name: event_insert_columns
--- Many events in one statement, one array per column (a worker's batch of claims or
--- outcomes leaves one event each): the rows keep the arrays' order, so ids follow it.
+-- Many events in one statement (a worker's batch of claims or outcomes leaves one event
+-- each): its one parameter is a JSON array of the rows, each an array of the ten
+-- columns in order. json.dumps encodes a batch in C where psycopg adapts a list per
+-- column element by element in Python (5.1 us against 1.2 us of client CPU an event of
+-- a batch of 200); the rows keep the array's order, so ids follow it.
 INSERT INTO events (key, channel, type, at, state, attempt, worker, message_id,
                     provider_request_id, detail)
-SELECT key, channel, type, at, state, attempt, worker, message_id, provider_request_id,
-       detail
-FROM unnest(%s::text[], %s::text[], %s::text[], %s::float8[], %s::text[], %s::int[],
-            %s::text[], %s::text[], %s::text[], %s::text[])
-     WITH ORDINALITY AS e(key, channel, type, at, state, attempt, worker, message_id,
-                          provider_request_id, detail, ord)
+SELECT r->>0, r->>1, r->>2, (r->>3)::float8, r->>4, (r->>5)::int, r->>6, r->>7, r->>8,
+       r->>9
+FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS e(r, ord)
 ORDER BY ord
 
 -- name: events_for

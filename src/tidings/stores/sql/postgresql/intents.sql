@@ -326,12 +326,13 @@ SELECT key FROM intents WHERE key = ANY(%(keys)s::text[]) ORDER BY key FOR UPDAT
 
 -- name: intent_claim
 -- Guarded by the state and token read (and locked) in the same transaction.
+-- %(leases)s is a JSON array of [key, state, token] (see event_insert_columns for why JSON).
 UPDATE intents
 SET state = 'claimed', lease_owner = %(owner)s, lease_token = intents.lease_token + 1,
     lease_expires_at = %(expires_at)s, attempts = intents.attempts + 1,
     updated_at = %(now)s, publish_lease_until = NULL
-FROM unnest(%(keys)s::text[], %(states)s::text[], %(tokens)s::bigint[])
-     AS c(key, state, token)
+FROM (SELECT r->>0 AS key, r->>1 AS state, (r->>2)::bigint AS token
+      FROM jsonb_array_elements(%(leases)s::jsonb) AS j(r)) AS c
 WHERE intents.key = c.key AND intents.state = c.state AND intents.lease_token = c.token
 
 -- name: intent_renew_leases
@@ -380,8 +381,10 @@ WHERE key = %(key)s::text
 RETURNING channel, attempts
 
 -- name: intent_apply_columns
--- intent_apply for a batch of changes to distinct keys in one statement, one array per
--- field (a worker's commit of outcomes); returns the position of each change applied.
+-- intent_apply for a batch of changes to distinct keys in one statement (a worker's
+-- commit of outcomes): %(changes)s is a JSON array of the changes, each an array of its
+-- fields in the order below (see event_insert_columns for why JSON); returns the
+-- position of each change applied.
 UPDATE intents AS i SET
     state               = c.to_state,
     updated_at          = %(now)s::float8,
@@ -405,16 +408,14 @@ UPDATE intents AS i SET
     failures            = CASE WHEN c.reset_failures THEN 0
                                ELSE i.failures + c.count_failure END,
     provider_request_id = coalesce(c.provider_request_id, i.provider_request_id)
-FROM unnest(%(keys)s::text[], %(from_states)s::text[], %(to_states)s::text[],
-            %(lease_tokens)s::bigint[], %(lease_expired_bys)s::float8[],
-            %(receipts)s::text[], %(next_attempt_ats)s::float8[],
-            %(leaves_claimed)s::bool[], %(terminals)s::bool[], %(reopens)s::bool[],
-            %(reasons)s::text[], %(count_attempts)s::int[], %(count_failures)s::int[],
-            %(reset_failures)s::bool[], %(provider_request_ids)s::text[])
-     WITH ORDINALITY AS c(key, from_state, to_state, lease_token, lease_expired_by,
-                          receipt, next_attempt_at, leaves_claimed, terminal, reopens,
-                          reason, count_attempt, count_failure, reset_failures,
-                          provider_request_id, ord)
+FROM (SELECT r->>0 AS key, r->>1 AS from_state, r->>2 AS to_state,
+             (r->>3)::bigint AS lease_token, (r->>4)::float8 AS lease_expired_by,
+             r->>5 AS receipt, (r->>6)::float8 AS next_attempt_at,
+             (r->>7)::bool AS leaves_claimed, (r->>8)::bool AS terminal,
+             (r->>9)::bool AS reopens, r->>10 AS reason, (r->>11)::int AS count_attempt,
+             (r->>12)::int AS count_failure, (r->>13)::bool AS reset_failures,
+             r->>14 AS provider_request_id, ord
+      FROM jsonb_array_elements(%(changes)s::jsonb) WITH ORDINALITY AS j(r, ord)) AS c
 WHERE i.key = c.key
   AND i.state = c.from_state
   AND (c.lease_token IS NULL OR i.lease_token = c.lease_token)
