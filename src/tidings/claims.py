@@ -10,10 +10,10 @@ request is decided the same way (``plan_cancel``).
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import NamedTuple
 
-from tidings.model import Event, Intent
+from tidings.model import Event, Intent, evolve
 from tidings.states import CANCELLABLE, CLAIMABLE, DONE, UNSETTLED, State
 from tidings.stores.base import Change, Claim, ClaimKind
 
@@ -119,7 +119,7 @@ def plan_claims(
         kind, retry_at = claim_kind(state, next_attempt_at=intent.next_attempt_at,
                                     lease_expires_at=intent.lease_expires_at, now=now)
         if kind is ClaimKind.CLAIMED:
-            claimed = replace(intent, state=State.CLAIMED, lease_owner=owner,
+            claimed = evolve(intent, state=State.CLAIMED, lease_owner=owner,
                               lease_token=intent.lease_token + 1,
                               lease_expires_at=lease_expires_at,
                               attempts=intent.attempts + 1, updated_at=now)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, overload
+from typing import Any, TypeVar, overload
 
 from tidings.errors import InvalidInput, MessageDecodeError
 from tidings.keys import validate_key
@@ -118,6 +118,24 @@ class DraftPage(Sequence[IntentDraft]):
 
     def __iter__(self) -> Iterator[IntentDraft]:
         return map(self._draft, self.rows)
+
+
+R = TypeVar("R")
+
+
+def evolve(record: R, **changes: Any) -> R:
+    """``dataclasses.replace`` for a frozen record with no ``__post_init__`` (such as
+    ``Intent``), on the hot path: the instance's fields are copied as they are, then
+    ``changes`` set (a name that is no field raises TypeError). A claim batch evolves
+    every intent it claims, and ``replace`` took 5 us an intent against 0.8 us."""
+    fields_ = record.__dict__
+    unknown = changes.keys() - fields_.keys()
+    if unknown:
+        raise TypeError(f"{type(record).__name__} has no field(s) {sorted(unknown)}")
+    new: R = object.__new__(type(record))
+    new.__dict__.update(fields_)
+    new.__dict__.update(changes)
+    return new
 
 
 @dataclass(frozen=True, kw_only=True)
