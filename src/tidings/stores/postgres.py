@@ -96,9 +96,9 @@ async def _insert_events(conn: Conn, sql: Mapping[str, str], events: Sequence[An
     if len(events) == 1:
         await conn.execute(sql["event_insert"], events[0])
     elif events:
-        # One statement with the rows as one JSON parameter: an executemany binds and
-        # adapts each row's ten parameters in Python on the event loop, and a worker
-        # leaves one event per claim and one per outcome.
+        # One statement, its rows one JSON parameter (see event_insert_columns): an
+        # executemany would bind and adapt each row's ten parameters in Python on the
+        # event loop, and a worker leaves one event per claim and one per outcome.
         await conn.execute(sql["event_insert_columns"], (_json_rows(events),))
 
 
@@ -110,8 +110,8 @@ _APPLY_FIELDS = ("key", "from_state", "to_state", "lease_token", "lease_expired_
 
 
 def _json_rows(rows_: Iterable[Sequence[Any]]) -> str:
-    """Rows as one JSON array of arrays, the parameter of a ``json_array_elements``
-    statement (encoded in C; NaN and infinities refused here, as JSON has neither)."""
+    """Rows as one JSON array of arrays, the parameter a ``jsonb_array_elements``
+    statement reads (encoded in C; NaN and infinities refused here, as JSON has neither)."""
     return json.dumps([list(row) for row in rows_], allow_nan=False)
 
 
