@@ -48,7 +48,6 @@ from tidings.stores.provider_events import (
     unique_provider_events,
 )
 from tidings.stores.reads import StoreReads
-from tidings.stores.receipts import parse_receipt
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -112,7 +111,7 @@ _APPLY_FIELDS = ("key", "from_state", "to_state", "lease_token", "lease_expired_
 def _json_rows(rows_: Iterable[Sequence[Any]]) -> str:
     """Rows as one JSON array of arrays, the parameter a ``jsonb_array_elements``
     statement reads (encoded in C; NaN and infinities refused here, as JSON has neither)."""
-    return json.dumps([list(row) for row in rows_], allow_nan=False)
+    return json.dumps(list(rows_), allow_nan=False)  # a tuple encodes as an array
 
 
 def _apply_columns(params: Sequence[Mapping[str, Any]], now: float) -> dict[str, Any]:
@@ -434,7 +433,7 @@ class PostgresStore(DatabaseStore[PostgresDatabase], StoreReads):
                     results.append(await cur.fetchone())
                     if not cur.nextset():
                         break
-            acked: set[int] = set()
+            applied_at: list[int] = []
             for i, (change, row) in enumerate(zip(changes, results, strict=True)):
                 if row is None:
                     continue
@@ -442,12 +441,11 @@ class PostgresStore(DatabaseStore[PostgresDatabase], StoreReads):
                 applied.append(change.key)
                 events.append(rows.change_event(change, channel=channel, attempts=attempts,
                                                 now=now))
-                if acks is not None and (receipt := acks.receipts[i]) is not None:
-                    acked.add(parse_receipt(receipt)[0])
+                applied_at.append(i)
             await _insert_events(conn, sql, events)
-            if acks is not None and acked:
-                await conn.execute(sql["message_ack"], {"queue": acks.queue,
-                                                        "ids": sorted(acked)})
+            ids = rows.acked_ids(acks, applied_at)
+            if acks is not None and ids:
+                await conn.execute(sql["message_ack"], {"queue": acks.queue, "ids": ids})
             return applied
 
         return await self.db.write(fn)

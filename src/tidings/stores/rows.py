@@ -44,6 +44,7 @@ from tidings.stores.base import (
     StoredProviderEvent,
     Switch,
 )
+from tidings.stores.receipts import parse_receipt
 
 R = TypeVar("R")
 Row = Sequence[Any]
@@ -232,6 +233,15 @@ def check_changes(changes: Sequence[Change], acks: QueueAcks | None) -> None:
     if acks is not None and len(acks.receipts) != len(changes):
         raise ValueError(f"acks name {len(acks.receipts)} receipts for {len(changes)} "
                          "changes; they pair one to one (None: not acked)")
+
+
+def acked_ids(acks: QueueAcks | None, applied: Iterable[int]) -> list[int]:
+    """The queue rows a commit of outcomes deletes: the messages of the changes at the
+    positions ``applied`` that ``acks`` gives a receipt, each row once, in id order."""
+    if acks is None:
+        return []
+    return sorted({parse_receipt(receipt)[0] for i in applied
+                   if (receipt := acks.receipts[i]) is not None})
 
 
 def change_params(change: Change, now: float) -> dict[str, Any]:

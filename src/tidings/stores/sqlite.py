@@ -42,7 +42,6 @@ from tidings.stores.provider_events import (
     unique_provider_events,
 )
 from tidings.stores.reads import StoreReads
-from tidings.stores.receipts import parse_receipt
 from tidings.stores.sqlite_db import SqliteDatabase, insert_messages
 
 T = TypeVar("T")
@@ -413,7 +412,7 @@ class SqliteStore(DatabaseStore[SqliteDatabase], StoreReads):
         def fn(conn: sqlite3.Connection) -> list[str]:
             applied: list[str] = []
             events: list[rows.EventRow] = []
-            acked: set[int] = set()
+            applied_at: list[int] = []
             for i, change in enumerate(changes):
                 row = conn.execute(sql["intent_apply"], rows.change_params(change, now)).fetchone()
                 if row is None:
@@ -422,12 +421,11 @@ class SqliteStore(DatabaseStore[SqliteDatabase], StoreReads):
                 applied.append(change.key)
                 events.append(rows.change_event(change, channel=channel, attempts=attempts,
                                                 now=now))
-                if acks is not None and (receipt := acks.receipts[i]) is not None:
-                    acked.add(parse_receipt(receipt)[0])
+                applied_at.append(i)
             conn.executemany(sql["event_insert"], events)
-            if acks is not None and acked:
-                conn.execute(sql["message_ack"], {"queue": acks.queue,
-                                                  "ids": json.dumps(sorted(acked))})
+            ids = rows.acked_ids(acks, applied_at)
+            if acks is not None and ids:
+                conn.execute(sql["message_ack"], {"queue": acks.queue, "ids": json.dumps(ids)})
             return applied
 
         return await self.db.write(fn)
