@@ -465,10 +465,12 @@ async def build_runtime(
         await store_queue.close()  # the store keeps its database; its queue table is idle
     try:
         if migrate == "new":
-            # Only a database with no schema at all; migrating is safe beside other
-            # processes doing the same at the same time.
-            migrate = await store.schema_version() == 0
-        if migrate:
+            # Decided under the migration lock, and the schema created in one
+            # transaction: a process starting beside another that is creating it
+            # waits for the whole schema instead of refusing half of one.
+            await store.migrate(now=the_clock.now(), new_only=True)
+            await store.check_schema()
+        elif migrate:
             await store.migrate(now=the_clock.now())
         else:
             await store.check_schema()

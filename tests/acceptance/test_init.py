@@ -53,7 +53,8 @@ def test_init_then_the_printed_commands_deliver_the_first_campaign(tmp_path: Pat
     try:
         deadline = time.monotonic() + 60
         while (email_accepted(port) or 0) < EMAIL_DELIVERIES and time.monotonic() < deadline:
-            assert all(p.poll() is None for p in processes), [p.args for p in processes]
+            dead = [p for p in processes if p.poll() is not None]
+            assert not dead, [(p.args[3:], p.returncode, p.communicate()[1][-2000:]) for p in dead]
             time.sleep(0.2)
         assert email_accepted(port) == EMAIL_DELIVERIES
     finally:

@@ -117,6 +117,49 @@ async def test_concurrent_migrators_apply_each_version_once(migrated: Migrated) 
     assert sorted(v for applied in results for v in applied) == migrated.known
 
 
+async def test_openers_of_a_new_database_never_see_half_a_schema(migrated: Migrated) -> None:
+    # What `tidings scheduler` and `tidings worker` do when started at once on a new
+    # database: each creates the schema if there is none, then checks it.
+    openers = [migrated.open() for _ in range(4)]
+    watcher = migrated.open()
+    seen: list[list[int]] = []
+    done = asyncio.Event()
+
+    async def watch() -> None:
+        while not done.is_set():
+            seen.append(await watcher.applied_migrations())
+            await asyncio.sleep(0)
+
+    async def start(opener: Any) -> list[int]:
+        applied: list[int] = await opener.migrate(now=NOW, new_only=True)
+        await opener.check_schema()
+        return applied
+
+    watching = asyncio.create_task(watch())
+    try:
+        results = await asyncio.gather(*(start(o) for o in openers))
+    finally:
+        done.set()
+        await watching
+        for database in (*openers, watcher):
+            await database.close()
+
+    assert sorted(len(applied) for applied in results) == [0, 0, 0, len(migrated.known)]
+    assert seen and all(versions in ([], migrated.known) for versions in seen), \
+        [v for v in seen if v not in ([], migrated.known)][:3]
+
+
+async def test_new_only_leaves_an_older_database_to_be_migrated_on_purpose(
+        migrated: Migrated, db: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    await db.migrate(now=NOW)
+    extra = migrated.with_extra_migration(monkeypatch, "CREATE TABLE later_one (x INTEGER)")
+
+    assert await db.migrate(now=NOW + 1, new_only=True) == []
+    with pytest.raises(SchemaOutOfDate) as raised:
+        await db.check_schema()
+    assert raised.value.pending == (extra,) and raised.value.new is False
+
+
 async def test_check_schema_names_only_the_versions_not_yet_applied(
         migrated: Migrated, db: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     await db.migrate(now=NOW)

@@ -416,9 +416,10 @@ class Lifecycle(Protocol):
 
     url: str
 
-    async def migrate(self, *, now: float) -> list[int]:
+    async def migrate(self, *, now: float, new_only: bool = False) -> list[int]:
         """Apply pending migrations, recorded as applied at ``now``; return the versions
-        applied by this call."""
+        applied by this call. ``new_only``: the whole schema in one transaction, and
+        only into a database that has none (else nothing is applied)."""
         ...
 
     async def schema_version(self) -> int: ...

@@ -20,7 +20,7 @@ class StoreDatabase(Protocol):
 
     async def release(self) -> None: ...
 
-    async def migrate(self, *, now: float) -> list[int]: ...
+    async def migrate(self, *, now: float, new_only: bool = False) -> list[int]: ...
 
     async def schema_version(self) -> int: ...
 
@@ -39,10 +39,11 @@ class DatabaseStore(Generic[DB]):
         self._sql: Mapping[str, str] = db.sql
         db.retain()
 
-    async def migrate(self, *, now: float) -> list[int]:
+    async def migrate(self, *, now: float, new_only: bool = False) -> list[int]:
         """Apply pending migrations, recorded as applied at ``now``; return the versions
-        applied by this call."""
-        return await self.db.migrate(now=now)
+        applied by this call. ``new_only``: the whole schema in one transaction, and
+        only into a database that has none."""
+        return await self.db.migrate(now=now, new_only=new_only)
 
     async def schema_version(self) -> int:
         return await self.db.schema_version()

@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import random
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from functools import partial
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
@@ -228,33 +229,42 @@ class PostgresDatabase(SharedDatabase):
 
     # ---------------------------------------------------------------- migrations
 
-    async def migrate(self, *, now: float) -> list[int]:
+    async def migrate(self, *, now: float, new_only: bool = False) -> list[int]:
         """Apply pending migrations in order, each in its own transaction, recorded as
         applied at ``now``.
 
         Each transaction first takes a transaction-scoped advisory lock, so migrators
         in several processes or machines take turns and each version is applied once;
-        DDL is transactional, so a failing migration leaves nothing behind. Returns the
-        versions applied by this call.
+        DDL is transactional, so a failing migration leaves nothing behind.
+        ``new_only``: create the whole schema in one transaction if the database has
+        none, else apply nothing, so a process starting beside a migrating one never
+        sees half a schema. Returns the versions applied by this call.
         """
         sql = self.sql
-        applied: list[int] = []
-        for migration in queries.migrations(DIALECT):
 
-            async def apply(conn: Conn, m: queries.Migration = migration) -> bool:
+        async def apply(conn: Conn, m: queries.Migration) -> bool:
+            await conn.execute(sql["migrations_lock"])
+            await conn.execute(sql["migrations_create"])
+            cur = await conn.execute(sql["migration_is_applied"], {"version": m.version})
+            if await cur.fetchone() is not None:
+                return False
+            await conn.execute(m.sql.encode())  # a whole script: no parameters
+            await conn.execute(sql["migration_record"],
+                               {"version": m.version, "applied_at": now})
+            return True
+
+        if new_only:
+            async def create(conn: Conn) -> list[int]:
                 await conn.execute(sql["migrations_lock"])
                 await conn.execute(sql["migrations_create"])
-                cur = await conn.execute(sql["migration_is_applied"], {"version": m.version})
+                cur = await conn.execute(sql["migrations_applied"])
                 if await cur.fetchone() is not None:
-                    return False
-                await conn.execute(m.sql.encode())  # a whole script: no parameters
-                await conn.execute(sql["migration_record"],
-                                   {"version": m.version, "applied_at": now})
-                return True
+                    return []
+                return [m.version for m in queries.migrations(DIALECT) if await apply(conn, m)]
 
-            if await self.write(apply):
-                applied.append(migration.version)
-        return applied
+            return await self.write(create)
+        return [m.version for m in queries.migrations(DIALECT)
+                if await self.write(partial(apply, m=m))]
 
     async def applied_migrations(self) -> list[int]:
         """Versions recorded in ``schema_migrations`` (none on an empty database)."""

@@ -166,33 +166,39 @@ class SqliteDatabase(SharedDatabase):
 
     # ---------------------------------------------------------------- migrations
 
-    async def migrate(self, *, now: float) -> list[int]:
+    async def migrate(self, *, now: float, new_only: bool = False) -> list[int]:
         """Apply pending migrations in order, each in its own transaction, recorded as
         applied at ``now``.
 
         Safe to run from several processes at once: each migration re-checks
-        whether it is applied after taking the write lock. Returns the versions
-        applied by this call.
+        whether it is applied after taking the write lock. ``new_only``: create the
+        whole schema in one transaction if the database has none, else apply nothing,
+        so a process starting beside a migrating one never sees half a schema.
+        Returns the versions applied by this call.
         """
-        return await self._submit(partial(self._migrate, now))
+        return await self._submit(partial(self._migrate, now, new_only))
 
-    def _migrate(self, applied_at: float) -> list[int]:
+    def _migrate(self, applied_at: float, new_only: bool) -> list[int]:
         sql = self.sql
         self._transaction(lambda conn: conn.execute(sql["migrations_create"]), sql["begin_write"])
-        applied: list[int] = []
-        for migration in queries.migrations("sqlite"):
 
-            def apply(conn: sqlite3.Connection, m: queries.Migration = migration) -> bool:
-                if conn.execute(sql["migration_is_applied"], (m.version,)).fetchone():
-                    return False
-                for statement in queries.split_statements(m.sql):
-                    conn.execute(statement)
-                conn.execute(sql["migration_record"], (m.version, applied_at))
-                return True
+        def apply(conn: sqlite3.Connection, m: queries.Migration) -> bool:
+            if conn.execute(sql["migration_is_applied"], (m.version,)).fetchone():
+                return False
+            for statement in queries.split_statements(m.sql):
+                conn.execute(statement)
+            conn.execute(sql["migration_record"], (m.version, applied_at))
+            return True
 
-            if self._transaction(apply, sql["begin_write"]):
-                applied.append(migration.version)
-        return applied
+        if new_only:
+            def create(conn: sqlite3.Connection) -> list[int]:
+                if conn.execute(sql["migrations_applied"]).fetchone():
+                    return []
+                return [m.version for m in queries.migrations("sqlite") if apply(conn, m)]
+
+            return self._transaction(create, sql["begin_write"])
+        return [m.version for m in queries.migrations("sqlite")
+                if self._transaction(partial(apply, m=m), sql["begin_write"])]
 
     async def applied_migrations(self) -> list[int]:
         """Versions recorded in ``schema_migrations`` (none on a fresh file)."""
