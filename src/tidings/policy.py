@@ -51,7 +51,9 @@ def rate_limit_pause(
     The provider's Retry-After wins; without one, full-jitter backoff on the number
     of consecutive 429s, never below a floor so a channel cannot spin.
     """
-    if retry_after_s is not None:
+    # NaN (a plug-in provider's arithmetic) would compare false everywhere and pause
+    # until a time no store can hold; it is read as no Retry-After at all.
+    if retry_after_s is not None and not math.isnan(retry_after_s):
         return min(max(retry_after_s, 0.0), policy.rate_limit_cap_s)
     jittered = full_jitter(
         consecutive, base=policy.rate_limit_floor_s * 2, cap=policy.rate_limit_cap_s, rng=rng

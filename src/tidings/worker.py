@@ -35,7 +35,7 @@ from tidings.compose import Composed, Composer, Deferred, Ready
 from tidings.errors import MessageDecodeError, SendDeadlineExceeded, StoreError
 from tidings.holds import HoldGate
 from tidings.liveness import Fence
-from tidings.model import Event, Intent, Message, Received, SendRequest
+from tidings.model import Event, Intent, Message, Received, SendRequest, evolve
 from tidings.outcomes import Outcome, RateLimited
 from tidings.pacing.pacer import Pacer
 from tidings.policy import RetryPolicy
@@ -128,8 +128,16 @@ class WorkerStats:
     raised: int = 0
     """Sends that raised instead of answering (also counted by their outcome)."""
     commits: int = 0
+    unrecorded: int = 0
+    """Outcomes the store refused even alone and plain: left to the reconciler."""
     by_kind: dict[str, int] = field(default_factory=dict)
 
+
+#: Commits of a batch that fail in a row before its outcomes are committed one by one,
+#: so that one outcome the store refuses holds back no other (see ``_record_apart``).
+COMMIT_APART_AFTER = 3
+#: The reason an outcome is recorded with when the store refused it as it was.
+PLAIN_REASON = "outcome recorded without its text: the store refused it as it was"
 
 _COUNTER = {State.ACCEPTED: "accepted", State.RETRYABLE: "transient", State.REJECTED: "rejected",
             State.DEAD: "dead", State.UNCERTAIN: "uncertain"}
@@ -727,7 +735,8 @@ class Worker:
                     # landed would be committed again by the final flush and read as a
                     # lost lease. The final flush waits for this one (the record lock)
                     # instead, and tries again what it failed to commit.
-                    recording = asyncio.ensure_future(self._commit_outcomes())
+                    recording = asyncio.ensure_future(
+                        self._commit_outcomes(apart=failures >= COMMIT_APART_AFTER))
                     recording.add_done_callback(_retrieve)
                     await asyncio.shield(recording)
                     failures = 0
@@ -737,7 +746,7 @@ class Worker:
                     failures += 1
                     log.exception("commit failed (%d in a row); retrying", failures)
                     self._wake.set()
-                    await self.clock.sleep(min(5.0, 0.1 * 2 ** failures))
+                    await self.clock.sleep(_pause_after(failures))
                     continue
                 # The acks of what just committed go out beside the next commit: the
                 # next outcomes are recorded while these messages are acked, never
@@ -766,27 +775,72 @@ class Worker:
                 log.exception("acking failed (%d in a row); retrying", failures)
                 if self._stopping.is_set():
                     return  # the final flush tries once more and says what failed
-                await self.clock.sleep(min(5.0, 0.1 * 2 ** failures))
+                await self.clock.sleep(_pause_after(failures))
 
     async def flush(self) -> None:
         """Commit queued outcomes in one transaction, then ack, nack or dead-letter."""
         await self._commit_outcomes()
         await self._message_ops()
 
-    async def _commit_outcomes(self) -> None:
-        """Commit queued outcomes in one transaction; queue their message operations."""
+    async def _commit_outcomes(self, *, apart: bool = False) -> None:
+        """Commit queued outcomes in one transaction (``apart``: one transaction each);
+        queue their message operations."""
         async with self._flush_lock:
             outcomes, self._outcomes = self._outcomes, []
             if not outcomes:
                 return
             try:
-                await self._record(outcomes)
+                await (self._record_apart(outcomes) if apart else self._record(outcomes))
             except BaseException:
                 self._outcomes[:0] = outcomes  # kept for the next try
                 raise
             # Their slots are free now that the outcomes are durable: receiving goes on
             # while their messages are acked.
             self._room.set()
+
+    async def _record_apart(self, outcomes: list[tuple[Change, Received]]) -> None:
+        """Commit each outcome alone, after the batch failed ``COMMIT_APART_AFTER`` times.
+
+        An outcome the store refuses alone is committed again without its text (its
+        reason, receipt and request id: what a plug-in provider wrote). One it refuses
+        even so, while it takes others in the same pass (so it is reachable), is given
+        up: its lease is no longer renewed, and once it expires the reconciler settles
+        the intent as it settles a crashed worker's (uncertain, then a lookup by key).
+        Outcomes not committed are left in ``outcomes`` and StoreError is raised.
+        """
+        recorded = 0
+        refused: list[tuple[Change, Received, Exception]] = []
+        for change, received in outcomes:
+            for attempt in (change, _plain(change, now=self.clock.now())):
+                try:
+                    await self._record([(attempt, received)])
+                except Exception as exc:
+                    error = exc
+                else:
+                    recorded += 1
+                    break
+            else:
+                refused.append((change, received, error))
+        outcomes[:] = []
+        for change, received, error in refused:
+            if recorded:
+                self._give_up(change, received, error)
+            else:
+                outcomes.append((change, received))
+        if outcomes:
+            raise StoreError(f"{len(outcomes)} outcomes not committed, even one by one: "
+                             f"{refused[-1][2]}") from refused[-1][2]
+
+    def _give_up(self, change: Change, received: Received, error: Exception) -> None:
+        self._held.pop(change.key, None)
+        self._faulted.discard(received.receipt)
+        self.stats.unrecorded += 1
+        log.error("outcome not recorded", extra={
+            "key": change.key, "channel": self.channel, "message_id": change.message_id,
+            "outcome": change.event, "worker": self.worker_id,
+            "reason": f"the store refused it alone, even without its text "
+                      f"({type(error).__name__}: {error}); its lease is left to expire "
+                      "and the reconciler settles the intent"})
 
     async def _message_ops(self) -> None:
         """Ack, nack or dead-letter what committed outcomes (or no-send routes) queued."""
@@ -894,6 +948,23 @@ class Worker:
         await self.transport.extend(
             self.channel, [received.receipt for _, (_, received, _, _) in held],
             visibility_s=self.config.visibility_s, now=now)
+
+
+def _pause_after(failures: int) -> float:
+    """Seconds before trying a failed commit or ack again: 0.2 s doubling to 5 s. The
+    exponent is bounded: an outage of an hour or more fails more than a thousand times,
+    and ``2 ** 1024`` is no float."""
+    return min(5.0, 0.1 * 2.0 ** min(failures, 6))
+
+
+def _plain(change: Change, *, now: float) -> Change:
+    """``change`` with its transition and counts but none of the text a provider wrote,
+    and a retry time a store can hold: what is committed when it was refused as it was."""
+    retry_at = change.next_attempt_at
+    return evolve(change, reason=PLAIN_REASON, detail=None, receipt=None,
+                  provider_request_id=None,
+                  next_attempt_at=retry_at if retry_at is None or math.isfinite(retry_at)
+                  else now)
 
 
 def _acked_after_commit(change: Change) -> bool:

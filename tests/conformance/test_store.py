@@ -587,6 +587,34 @@ async def test_apply_field_effects_of_retry_failure_and_terminal(store: Store) -
         State.EXPIRED, "expired", "too late", T0 + 80)
 
 
+@pytest.mark.parametrize("text", ["\x00", "bad\x00gateway", "lone \ud800 half", "\udfff\x00"])
+async def test_text_a_provider_wrote_that_no_store_holds_is_recorded_replaced(
+        store: Store, text: str) -> None:
+    # A plug-in provider's reason, receipt or request id is not a caller's input that
+    # can be refused: the outcome commits, with U+FFFD where the text could not be kept.
+    kept = "".join("\ufffd" if c == "\x00" or "\ud800" <= c <= "\udfff" else c for c in text)
+    rejected, accepted = await claimed(store, "r"), await claimed(store, "a")
+    applied = await store.intent_apply_many([
+        Change(key="r", from_state=State.CLAIMED, to_state=State.REJECTED, event="rejected",
+               lease_token=rejected, reason=text, provider_request_id=text),
+        Change(key="a", from_state=State.CLAIMED, to_state=State.ACCEPTED, event="accepted",
+               lease_token=accepted, receipt=text, detail=text),
+    ], now=T0 + 5)
+    await store.event_append_many([Event(key="a", channel="email", type="provider_note",
+                                     at=T0 + 6, detail=text, provider_request_id=text)])
+
+    assert applied == ["r", "a"]
+    r, a = await store.intent_get("r"), await store.intent_get("a")
+    assert r is not None and a is not None
+    assert (r.state, r.reason, r.provider_request_id) == (State.REJECTED, kept, kept)
+    assert (a.state, a.receipt) == (State.ACCEPTED, kept)
+    [*_, rejected_event] = await store.events_for("r")
+    *_, accepted_event, note = await store.events_for("a")
+    assert (rejected_event.detail, rejected_event.provider_request_id) == (kept, kept)
+    assert accepted_event.detail == kept
+    assert (note.detail, note.provider_request_id) == (kept, kept)
+
+
 async def test_apply_skips_a_stale_token_or_wrong_state_without_an_event(store: Store) -> None:
     token = await claimed(store, "k")
     await enqueued(store, "e")

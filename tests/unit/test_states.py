@@ -72,6 +72,16 @@ def test_rate_limited_without_retry_after_backs_off_within_bounds() -> None:
     assert len({round(s, 6) for s in spans}) > 100  # jittered, not one fixed value
 
 
+@pytest.mark.parametrize("retry_after", [float("nan"), float("inf"), -float("inf"), -5.0])
+def test_a_retry_after_no_clock_can_reach_still_pauses_within_bounds(retry_after: float) -> None:
+    # A plug-in provider's arithmetic, not a parsed header: NaN is no Retry-After at
+    # all, the infinities and negatives are clamped. Each pause is a time a store holds.
+    d = decide_(RateLimited(retry_after_s=retry_after))
+    pause = (d.channel_pause_until or 0.0) - NOW
+    assert d.next_attempt_at == d.channel_pause_until
+    assert 0.0 <= pause <= POLICY.rate_limit_cap_s
+
+
 def test_transient_retries_then_dies_when_the_budget_is_spent() -> None:
     first = decide_(Transient(reason="503"), failures=0)
     assert first.to == State.RETRYABLE and first.count_failure

@@ -23,6 +23,7 @@ from typing import Any, Generic, TypeVar
 
 from tidings.claims import CancelPlan, plan_cancel
 from tidings.errors import StoreError
+from tidings.keys import make_storable
 from tidings.model import Event, Intent
 from tidings.preferences import Preference
 from tidings.states import TERMINAL, State, check
@@ -183,10 +184,17 @@ def present(record: R | None, what: str) -> R:
 
 # ---------------------------------------------------------------- records to parameters
 
+def _recorded(text: str | None) -> str | None:
+    """Text a provider or a plug-in wrote (a reason, a receipt, a request id), as a
+    store can hold it: one NUL would fail the whole batch's commit on PostgreSQL, and
+    the same batch would be tried again for ever."""
+    return None if text is None else make_storable(text)
+
+
 def event_row(e: Event) -> EventRow:
     """The ``event_insert`` parameters of one event."""
     return (e.key, e.channel, e.type, e.at, e.state, e.attempt, e.worker, e.message_id,
-            e.provider_request_id, e.detail)
+            _recorded(e.provider_request_id), _recorded(e.detail))
 
 
 def selection_params(selection: Selection,
@@ -258,26 +266,26 @@ def change_params(change: Change, now: float) -> dict[str, Any]:
         "lease_token": change.lease_token,
         "lease_expired_by": change.lease_expired_by,
         "now": now,
-        "receipt": change.receipt,
+        "receipt": _recorded(change.receipt),
         "next_attempt_at": change.next_attempt_at,
         "leaves_claimed": change.from_state is State.CLAIMED
         and change.to_state is not State.CLAIMED,
         "terminal": to_terminal,
         # An operator's redrive (dead -> retryable) makes the intent live again.
         "reopens": change.from_state in TERMINAL and not to_terminal,
-        "reason": change.reason,
+        "reason": _recorded(change.reason),
         "count_attempt": int(change.count_attempt),
         "count_failure": int(change.count_failure),
         "reset_failures": change.reset_failures,
-        "provider_request_id": change.provider_request_id,
+        "provider_request_id": _recorded(change.provider_request_id),
     }
 
 
 def change_event(change: Change, *, channel: str, attempts: int, now: float) -> EventRow:
     """The ``event_insert`` parameters of the event a change applied leaves behind."""
     return (change.key, channel, change.event, now, change.to_state.value, attempts,
-            change.worker, change.message_id, change.provider_request_id,
-            change.detail if change.detail is not None else change.reason)
+            change.worker, change.message_id, _recorded(change.provider_request_id),
+            _recorded(change.detail if change.detail is not None else change.reason))
 
 
 def cancel_plan(key: str, target: CancelTarget, *, now: float, reason: str) -> CancelPlan:
