@@ -15,7 +15,10 @@ import asyncio
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import pytest
+
 from tidings.errors import StoreError
+from tidings.outcomes import Accepted, Permanent, RateLimited, Transient
 from tidings.states import State
 from tidings.stores.base import Change, QueueAcks
 from tidings.worker import COMMIT_APART_AFTER, PLAIN_REASON
@@ -63,7 +66,7 @@ async def test_an_outcome_refused_with_its_text_is_committed_without_it(
 
     # when the worker runs until every outcome is committed
     await h.run_until(lambda: w.held == 0 and w.stats.accepted == len(keys)
-                      and not w._outcomes)  # noqa: SLF001 (nothing left to commit)
+                      and not w._outcomes)
     w.stop()
     await h.guard(running)
 
@@ -90,7 +93,7 @@ async def test_an_outcome_refused_even_plain_is_left_to_the_reconciler(
     running = asyncio.create_task(w.run())
 
     # when the worker runs: the others commit, and the refused one is given up
-    await h.run_until(lambda: w.stats.unrecorded == 1 and w.held == 0 and not w._outcomes)  # noqa: SLF001
+    await h.run_until(lambda: w.stats.unrecorded == 1 and w.held == 0 and not w._outcomes)
     assert not running.done()
     others = [k for k in keys if k != keys[3]]
     assert {(await h.intent(k)).state for k in others} == {State.ACCEPTED}
@@ -136,7 +139,7 @@ async def test_a_long_outage_of_the_store_is_waited_out_and_gives_nothing_up(
 
     # when the store is back, the outcomes are committed: nothing given up meanwhile
     # (no commit went through, so none can be told apart as refused)
-    await h.run_until(lambda: w.stats.accepted == 2 and w.held == 0 and not w._outcomes)  # noqa: SLF001
+    await h.run_until(lambda: w.stats.accepted == 2 and w.held == 0 and not w._outcomes)
     assert not running.done()
     w.stop()
     await h.guard(running)
@@ -145,3 +148,59 @@ async def test_a_long_outage_of_the_store_is_waited_out_and_gives_nothing_up(
     assert h.clock.now() - h.t0 > 1_024 * 5.0  # over a thousand tries, 5 s apart at most
     stats = h.stats()
     assert (stats["requests"], stats["accepted_keys"], stats["keys_accepted_twice"]) == (2, 2, 0)
+
+
+class Answers:
+    """The sandbox twin, which sends, but the adapter hands back ``answer`` instead of
+    what the sandbox said: a plug-in provider with a bug."""
+
+    def __init__(self, inner: Any, answer: object) -> None:
+        self.inner = inner
+        self.answer = answer
+        self.name = inner.name
+        self.supports_lookup = inner.supports_lookup
+
+    async def send(self, request: Any) -> Any:
+        await self.inner.send(request)
+        return self.answer
+
+    async def lookup(self, key: str) -> Any:
+        return await self.inner.lookup(key)
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+@pytest.mark.parametrize(("answer", "state"), [
+    (None, State.UNCERTAIN),  # no outcome at all: it may have been sent
+    (42, State.UNCERTAIN),
+    (RateLimited(retry_after_s="soon"), State.UNCERTAIN),  # type: ignore[arg-type]
+    (Accepted(receipt=123), State.ACCEPTED),  # type: ignore[arg-type]
+    (Accepted(receipt="ok\x00\ud800"), State.ACCEPTED),
+    (Transient(reason=None), State.RETRYABLE),  # type: ignore[arg-type]
+    (Permanent(reason=b"bounced\x00"), State.REJECTED),  # type: ignore[arg-type]
+])
+async def test_whatever_a_plug_in_provider_answers_the_intent_leaves_claimed(
+        make_harness: HarnessFactory, answer: object, state: State) -> None:
+    # given three intents and a provider adapter that answers with something odd
+    h = await make_harness(settings=SETTINGS)
+    keys = [await h.notify(f"ship-4:c{i}") for i in range(3)]
+    w = h.worker()
+    w.provider = Answers(w.provider, answer)  # type: ignore[assignment]
+    running = asyncio.create_task(w.run())
+
+    # when the worker has handled them
+    await h.run_until(lambda: w.stats.received == 3 and w.held == 0 and not w._outcomes)
+    assert not running.done()
+    w.stop()
+    await h.guard(running)
+
+    # then each left claimed as the answer allows, recorded as it came, text and all
+    intents = [await h.intent(k) for k in keys]
+    assert {i.state for i in intents} == {state}
+    assert w.stats.unrecorded == 0 and await h.queue_total() in (0, 3)
+    if isinstance(answer, Accepted):
+        assert {i.receipt for i in intents} == {str(answer.receipt).replace("\x00", "\ufffd")
+                                                .replace("\ud800", "\ufffd")}
+    assert PLAIN_REASON not in [(await h.events(k))[-1].detail for k in keys]
+    assert h.stats()["keys_accepted_twice"] == 0

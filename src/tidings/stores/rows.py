@@ -184,11 +184,13 @@ def present(record: R | None, what: str) -> R:
 
 # ---------------------------------------------------------------- records to parameters
 
-def _recorded(text: str | None) -> str | None:
+def _recorded(text: object) -> str | None:
     """Text a provider or a plug-in wrote (a reason, a receipt, a request id), as a
     store can hold it: one NUL would fail the whole batch's commit on PostgreSQL, and
-    the same batch would be tried again for ever."""
-    return None if text is None else make_storable(text)
+    a plug-in's number where text belongs the same; either would be tried again."""
+    if text is None:
+        return None
+    return make_storable(text if isinstance(text, str) else str(text))
 
 
 def event_row(e: Event) -> EventRow:
