@@ -329,21 +329,30 @@ class Reconciler:
     async def _lookups(self, intents: Sequence[Intent], hints: Mapping[str, LookupHint]
                        ) -> list[Lookup]:
         """Ask each intent's provider by key (with the recipient and send window where
-        the provider needs them), a few at a time; a lookup that raises is unknown
-        (asked again later), never not-found."""
+        the provider needs them), a few at a time; a lookup that raises, or does not
+        answer within the channel's send deadline, is unknown (asked again later), never
+        not-found. The deadline matters beyond the lookup: this pass also ends the
+        leases of gone workers, and a provider whose lookups hang must not stop that."""
         gate = asyncio.Semaphore(self.config.lookups_in_flight)
 
         async def one(intent: Intent) -> Lookup:
             provider = self.providers.get(intent.channel)
             if provider is None:
                 return Lookup.of_unknown("no provider for the channel here")
+            limit = self.config.send_deadlines.get(intent.channel, self.config.send_deadline_s)
             async with gate:
+                deadline = asyncio.timeout(limit)
                 try:
-                    if getattr(provider, "lookup_needs_hint", False):
-                        found: Lookup = await cast(Any, provider).lookup(intent.key,
-                                                                         hints[intent.key])
-                        return found
-                    return await provider.lookup(intent.key)
+                    async with deadline:
+                        if getattr(provider, "lookup_needs_hint", False):
+                            found: Lookup = await cast(Any, provider).lookup(
+                                intent.key, hints[intent.key])
+                            return found
+                        return await provider.lookup(intent.key)
+                except TimeoutError as exc:
+                    if not deadline.expired():
+                        return Lookup.of_unknown(describe(exc))
+                    return Lookup.of_unknown(f"no answer to the lookup within {limit:g} s")
                 except Exception as exc:  # any failure of the lookup means "ask later"
                     return Lookup.of_unknown(describe(exc))
 

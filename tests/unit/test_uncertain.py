@@ -4,6 +4,7 @@ fake clock."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -293,6 +294,27 @@ async def test_a_failing_lookup_waits_then_holds_never_resends(make: Make) -> No
     assert held.uncertain_held == 1 and await world.state("c") is State.HELD
     assert world.provider.sent == ["c:email"] and len(world.provider.asked) == 2
     assert await world.queued() == 0
+
+
+async def test_a_lookup_that_never_answers_is_cut_off_and_the_pass_goes_on(make: Make) -> None:
+    # given an uncertain send whose provider's lookups hang, and a lease that expired
+    world = await make(provider={"supports_lookup": True, "hangs": True},
+                       channel={"provider": {"timeout_s": 0.01}})
+    await world.send_all("c")
+    await world.rt.notify_many([NotifyRequest(
+        key="gone", recipient={"id": "r-gone", "email": "gone@example.com"},
+        channels=["email"], template="t/v1")])
+    await world.rt.store.intent_claim_many(["gone:email"], owner="dead-worker", lease_s=1.0,
+                                           now=world.clock.now())
+    world.clock.advance(2)
+
+    # when the reconciler runs a pass: the lookup is cut off at the send deadline
+    # (3 x 0.01 s), and the rest of the pass still happens
+    result = await asyncio.wait_for(world.reconcile(), timeout=30)
+
+    assert result.uncertain_waiting == 1 and await world.state("c") is State.UNCERTAIN
+    assert result.leases_expired == 1 and await world.state("gone") is State.UNCERTAIN
+    assert world.provider.asked == ["c:email"] and world.provider.sent == ["c:email"]
 
 
 async def test_a_lookup_settles_accepted_failed_and_not_found(make: Make) -> None:
