@@ -2,8 +2,8 @@
 broker: a dead connection's deliveries come back (counted), receipts of a lost
 connection never touch a message of the next one, delays run on the broker's timers
 for a receiver that never saw the publish, the broker's own delivery limit dead-letters
-with its reason, and ``contains`` is conservative where the instance cannot account for
-every message.
+with its reason, ``contains`` is conservative where the instance cannot account for
+every message, and a foreign publisher's headers that are no numbers read as absent.
 """
 
 from __future__ import annotations
@@ -163,3 +163,46 @@ async def test_drop_all_deletes_the_queues_it_used(
     other = await open_one(amqp_url, transports)
     assert await other.receive("email", max_messages=10, visibility_s=VIS, now=now) == []
     assert (await other.depth("sms", now=now)).ready == 0
+
+
+async def test_headers_another_publisher_wrote_are_read_as_no_header(
+    amqp_url: str, transports: list[RabbitTransport]
+) -> None:
+    # given tidings' message behind ones a foreign publisher put straight on the queue,
+    # with headers that are no numbers a count or a time can be
+    transport = await open_one(amqp_url, transports)
+    now = time.time()
+    await transport.publish("email", [msg("ours")], now=now)
+    hostile = [{"x-tidings-receives": "nan", "x-tidings-enqueued-at": "inf"},
+               {"x-tidings-failures": "1e999", "x-delivery-count": "-5"},
+               {"x-tidings-receives": 2**62, "x-tidings-visible-at": "nan"},
+               {"x-tidings-failures": [1, 2], "x-tidings-order": 5}]
+    connection = await aio_pika.connect(transport.url)
+    try:
+        channel = await connection.channel()
+        for n, headers in enumerate(hostile):
+            await channel.default_exchange.publish(
+                aio_pika.Message(f"hostile-{n}".encode(), headers=headers),  # type: ignore[arg-type]
+                routing_key=f"{transport.prefix}.email")
+    finally:
+        await connection.close()
+
+    # then a receive hands them all out, with counts and times a worker can use
+    got = await transport.receive("email", max_messages=10, visibility_s=VIS, now=now)
+    assert sorted(r.body for r in got) == sorted(["{\"key\":\"ours\"}", *(
+        f"hostile-{n}" for n in range(len(hostile)))])
+    for r in got:
+        assert 1 <= r.receive_count <= 2**31 and 0 <= r.failures < 2**31, r
+        assert r.enqueued_at == r.enqueued_at and abs(r.enqueued_at) < float("inf"), r
+    # and dead-lettered (as the worker does with a body it cannot decode), they list
+    foreign = [r for r in got if r.body != "{\"key\":\"ours\"}"]
+    await transport.dead_letter("email", [(r.receipt, "undecodable") for r in foreign],
+                                now=now)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + GUARD_S
+    letters = await transport.dead_letters("email")
+    while len(letters) < len(foreign) and loop.time() < deadline:
+        await asyncio.sleep(0.1)
+        letters = await transport.dead_letters("email")
+    assert sorted(d.body for d in letters) == sorted(str(r.body) for r in foreign)
+    assert {d.reason for d in letters} == {"undecodable"}

@@ -1,5 +1,6 @@
 """Redis Streams beyond the conformance suite: receipts across connections, a server
-restart in the middle of the work, and the adapter judged against the embedded queue.
+restart in the middle of the work, the adapter judged against the embedded queue, and
+entries a foreign publisher wrote into the stream.
 
 The restart tests run a Redis server of their own (``support.redis_server``: a free
 port, an append-only file fsynced on every write) and stop and start THAT one; the
@@ -256,3 +257,41 @@ def test_redis_streams_answers_as_the_embedded_queue_does(
             await reference.close()
 
     asyncio.run(main())
+
+
+async def test_entries_another_publisher_wrote_into_the_stream_are_dead_letters_at_once(
+    redis_transport: RedisStreamsTransport,
+) -> None:
+    # given tidings' messages around entries a foreign XADD wrote into the same stream
+    # (missing fields, numbers that are none, bytes that are not UTF-8)
+    t = redis_transport
+    await t.publish("email", [msg("before")], now=T0)
+    stream = t.keys("email")[0]
+    foreign: list[dict[str, str | bytes]] = [
+        {"hello": "world"},
+        {"id": "x", "body": "y"},
+        {"id": "z", "body": b"\xff\xfe", "enq": "soon", "uid": "7", "rc": "0"},
+        {"id": "n", "body": "b", "enq": "nan", "uid": "8", "rc": "0"},
+        {"id": "u", "body": "b", "enq": "5", "uid": "-1", "rc": "0"},
+        {"id": "r", "body": "b", "enq": "5", "uid": "9", "rc": "1e999"},
+    ]
+    for fields in foreign:
+        await t.client.xadd(stream, fields)  # type: ignore[arg-type]
+    await t.publish("email", [msg("after")], now=T0)
+
+    # then depth still answers, and a receive hands out tidings' messages only
+    depth = await t.depth("email", now=T0)
+    assert depth.ready == 2 + len(foreign)
+    got = await t.receive("email", max_messages=10, visibility_s=VIS, now=T0 + 1)
+    assert [r.message_id for r in got] == ["before", "after"]
+    # and each foreign entry is a dead letter with what is wrong with it, received once
+    letters = await t.dead_letters("email", limit=20)
+    assert len(letters) == len(foreign)
+    assert all(d.reason.startswith("not a tidings message: ") for d in letters)
+    assert [d.reason.removeprefix("not a tidings message: ") for d in letters] == [
+        "no field id", "no field enq", "field enq is not a time", "field enq is not a time",
+        "field uid is not a whole number", "field rc is not a whole number"]
+    assert {d.receive_count for d in letters} == {1}
+    await t.ack("email", [r.receipt for r in got])
+    after = await t.depth("email", now=T0 + 2)
+    assert (after.ready, after.in_flight, after.dead) == (0, 0, len(foreign))

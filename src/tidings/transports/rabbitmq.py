@@ -197,13 +197,22 @@ def bucket_for(remaining_s: float) -> float:
 
 
 def _num(headers: dict[str, Any], name: str, default: float = 0.0) -> float:
+    """A header as a finite number, else ``default``: a foreign publisher's "nan" or
+    "1e999" must not fail every receive (or listing) that meets its message."""
     value = headers.get(name)
     if isinstance(value, bool) or not isinstance(value, int | float | str | bytes):
         return default
     try:
-        return float(value)
-    except ValueError:
+        number = float(value)
+    except (ValueError, OverflowError):
         return default
+    return number if math.isfinite(number) else default
+
+
+def _count(headers: dict[str, Any], name: str) -> int:
+    """A header as a count from 0, no more than an AMQP table carries back (a copy
+    publishes its counts again)."""
+    return min(max(0, int(_num(headers, name))), 2**31 - 1)
 
 
 def _text(headers: dict[str, Any], name: str) -> str | None:
@@ -233,11 +242,11 @@ class _Copy:
     @classmethod
     def of(cls, delivery: AbstractIncomingMessage) -> _Copy:
         headers = dict(delivery.headers or {})
-        returns = int(_num(headers, "x-delivery-count"))
+        returns = _count(headers, "x-delivery-count")
         return cls(message_id=message_id_of(delivery), body=delivery.body,
                    enqueued_at=_num(headers, H_ENQUEUED),
-                   receives=int(_num(headers, H_RECEIVES)) + returns,
-                   failures=int(_num(headers, H_FAILURES)),
+                   receives=_count(headers, H_RECEIVES) + returns,
+                   failures=_count(headers, H_FAILURES),
                    order=_text(headers, H_ORDER) or "")
 
     def message(self, *, visible_at: float | None, extra: dict[str, Any] | None = None
@@ -628,7 +637,7 @@ class RabbitTransport:
                     await delivery.nack(requeue=True)  # back to the head of its bucket
                     break
                 copy = _Copy.of(delivery)
-                copy.receives -= int(_num(dict(delivery.headers or {}), "x-delivery-count"))
+                copy.receives -= _count(dict(delivery.headers or {}), "x-delivery-count")
                 await self._put(queue, [(copy, now)], now=now)
                 await delivery.ack()
                 self._forget_delayed(view, copy)
@@ -731,7 +740,7 @@ class RabbitTransport:
             when = deaths[0].get("time") if isinstance(deaths, list) and deaths and \
                 isinstance(deaths[0], dict) else None
             dead_at = when.timestamp() if isinstance(when, datetime) else 0.0
-        receives = int(_num(headers, H_RECEIVES))
+        receives = _count(headers, H_RECEIVES)
         return DeadLetter(queue=queue, id=_text(headers, H_COPY) or "",
                           message_id=message_id_of(delivery), body=shown(delivery.body),
                           reason=reason, receive_count=receives, dead_at=dead_at)

@@ -26,7 +26,10 @@ share a hash tag (``<prefix>:{<queue>}:…``) and every operation is one Lua scr
   on both.
 - **failures**: a hash by message uid, bumped by ``nack(failed=True)``, dropped when
   the message is acked or dead-lettered; a redriven message starts afresh.
-- **dead letters**: a stream of their own, each with its reason.
+- **dead letters**: a stream of their own, each with its reason. An entry tidings did
+  not write (a foreign ``XADD`` into the stream: a field missing, a count or time that
+  is no number) is dead-lettered by the receive that meets it, with what is wrong, and
+  never handed out: it has no message to settle, and would fail every receive after.
 - **contains**: a hash of message id -> copies on the queue; **oldest age**: a sorted
   set of message uids by enqueued time.
 
@@ -79,7 +82,9 @@ def _load_scripts() -> dict[str, str]:
 
 
 def _text(value: bytes | str) -> str:
-    return value.decode("utf-8") if isinstance(value, bytes) else value
+    """A field as text; a foreign publisher's bytes that are not UTF-8 read replaced (a
+    message id, a reason) rather than fail every receive or listing after them."""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
 def _body(value: bytes) -> str | bytes:

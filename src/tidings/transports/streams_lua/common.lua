@@ -100,6 +100,33 @@ local function drop(eid)
   redis.call('ZREM', V, eid)
 end
 
+-- What is wrong with an entry tidings did not write (a foreign XADD into the stream):
+-- nil for one of ours.
+local function foreign(m)
+  for _, name in ipairs({'id', 'body', 'enq', 'uid', 'rc'}) do
+    if m[name] == nil then return 'no field ' .. name end
+  end
+  for _, name in ipairs({'uid', 'rc'}) do
+    if not string.match(m[name], '^%d+$') then
+      return 'field ' .. name .. ' is not a whole number'
+    end
+  end
+  local enq = tonumber(m.enq)
+  if enq == nil or enq ~= enq or enq == math.huge or enq == -math.huge then
+    return 'field enq is not a time'
+  end
+  return nil
+end
+
+-- Dead-letter a foreign entry at once, with what is wrong with it: handed to a worker
+-- it would have no message to settle, and every receive after it would fail.
+local function refuse(eid, m, why, now)
+  redis.call('XADD', DL, '*', 'id', m.id or eid, 'body', m.body or '',
+             'reason', 'not a tidings message: ' .. why, 'rc', '1', 'dead_at', now,
+             'enq', now)
+  drop(eid)
+end
+
 -- The message leaves the queue for good (acked or dead-lettered).
 local function forget(m)
   redis.call('HDEL', F, m.uid)

@@ -10,8 +10,11 @@ local ready = (in_stream - vis_all) + vis_due + delayed_due
 local oldest = redis.call('ZRANGE', A, 0, 0, 'WITHSCORES')[2]
 local head = redis.call('XRANGE', S, '-', '+', 'COUNT', 1)[1]
 if head then
+  -- A foreign entry (not yet refused by a receive) may have no number here.
   local enq = fields_of(head[2]).enq
-  if oldest == nil or tonumber(enq) < tonumber(oldest) then oldest = enq end
+  if tonumber(enq) and (oldest == nil or tonumber(enq) < tonumber(oldest)) then
+    oldest = enq
+  end
 end
 local next_at = ''
 for _, key in ipairs({V, D}) do

@@ -21,6 +21,8 @@ for _, eid in ipairs(redis.call('ZRANGEBYSCORE', V, '-inf', now, 'LIMIT', 0, max
   if m == nil then
     redis.call('XACK', S, GROUP, eid)
     redis.call('ZREM', V, eid)
+  elseif foreign(m) then
+    refuse(eid, m, foreign(m), now)
   else
     redis.call('XCLAIM', S, GROUP, CONSUMER, 0, eid)
     m.eid = eid
@@ -39,9 +41,14 @@ if #taken < max then
   if read then
     for _, e in ipairs(read[1][2]) do
       local m = fields_of(e[2])
-      m.eid = e[1]
-      m.deliveries = 1
-      table.insert(taken, m)
+      local wrong = foreign(m)
+      if wrong then
+        refuse(e[1], m, wrong, now)
+      else
+        m.eid = e[1]
+        m.deliveries = 1
+        table.insert(taken, m)
+      end
     end
   end
 end
