@@ -32,12 +32,15 @@ SETTINGS = {"worker": {"lease_s": 10.0, "visibility_s": 20.0}}
 class RefusingStore:
     """The worker's store, but a commit holding ``key``'s outcome fails, as a whole
     transaction does over one value the database cannot hold; ``plain_too``: even
-    when the outcome comes without its text."""
+    when the outcome comes without its text. ``down_for``: the first that many
+    commits fail whatever they hold (an outage)."""
 
-    def __init__(self, inner: Any, key: str, *, plain_too: bool) -> None:
+    def __init__(self, inner: Any, key: str = "", *, plain_too: bool = False,
+                 down_for: int = 0) -> None:
         self.inner = inner
         self.key = key
         self.plain_too = plain_too
+        self.down_for = down_for
         self.refused = 0
 
     def __getattr__(self, name: str) -> Any:
@@ -45,6 +48,9 @@ class RefusingStore:
 
     async def intent_apply_many(self, changes: Sequence[Change], *, now: float,
                                 acks: QueueAcks | None = None) -> list[str]:
+        if self.down_for > 0:
+            self.down_for -= 1
+            raise StoreError("connection refused")
         for change in changes:
             if change.key == self.key and (self.plain_too or change.reason != PLAIN_REASON):
                 self.refused += 1
@@ -110,22 +116,6 @@ async def test_an_outcome_refused_even_plain_is_left_to_the_reconciler(
     assert (stats["requests"], stats["accepted_keys"], stats["keys_accepted_twice"]) == (6, 6, 0)
 
 
-class DownStore(RefusingStore):
-    """The worker's store, but its first ``calls`` commits of outcomes fail (an outage)."""
-
-    def __init__(self, inner: Any, calls: int) -> None:
-        super().__init__(inner, "", plain_too=True)
-        self.left = calls
-
-    async def intent_apply_many(self, changes: Sequence[Change], *, now: float,
-                                acks: QueueAcks | None = None) -> list[str]:
-        if self.left > 0:
-            self.left -= 1
-            raise StoreError("connection refused")
-        applied: list[str] = await self.inner.intent_apply_many(changes, now=now, acks=acks)
-        return applied
-
-
 async def test_a_long_outage_of_the_store_is_waited_out_and_gives_nothing_up(
         make_harness: HarnessFactory) -> None:
     # given two intents sent, and a store that then refuses every commit for hours:
@@ -134,7 +124,7 @@ async def test_a_long_outage_of_the_store_is_waited_out_and_gives_nothing_up(
     keys = [await h.notify(f"ship-3:c{i}") for i in range(2)]
     w = h.worker()
     # (committed apart, each pass of two outcomes spends four calls: 1,250 passes)
-    w.store = DownStore(w.store, calls=5_000)  # type: ignore[assignment]
+    w.store = RefusingStore(w.store, down_for=5_000)  # type: ignore[assignment]
     running = asyncio.create_task(w.run())
 
     # when the store is back, the outcomes are committed: nothing given up meanwhile
