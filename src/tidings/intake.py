@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from tidings.cron import check_instant
 from tidings.errors import ConfigurationError, InvalidInput, unknown_name
-from tidings.keys import check_json_text, check_text, notify_key, validate_key
+from tidings.keys import MAX_KEY_LENGTH, check_json_text, check_text, notify_key, validate_key
 from tidings.model import IntentDraft, Recipient, encode_data
 from tidings.states import State
 from tidings.stores.base import Ledger
@@ -50,8 +50,13 @@ class NotifyRequest:
     expires_at: float | None = None
 
 
+#: Why no worker could send a draft, as ``(field, message)``, or None: the send-time
+#: checks (template, address) a caller is refused by at once.
+Sendable = Callable[[IntentDraft], "tuple[str, str] | None"]
+
+
 def drafts_for(request: NotifyRequest, *, known_channels: Collection[str], now: float,
-               where: str = "") -> list[IntentDraft]:
+               where: str = "", sendable: Sendable | None = None) -> list[IntentDraft]:
     """Validate a request and turn it into drafts; errors name the field (with ``where``)."""
     def bad(field: str, message: str) -> InvalidInput:
         return InvalidInput(f"{where}{field}", message)
@@ -68,19 +73,33 @@ def drafts_for(request: NotifyRequest, *, known_channels: Collection[str], now: 
         due = now if request.due_at is None else check_instant(request.due_at, "due_at")
         expires = (None if request.expires_at is None
                    else check_instant(request.expires_at, "expires_at"))
+        if request.data is not None and not isinstance(request.data, Mapping):
+            raise InvalidInput("data", "must be a mapping of names to values (a JSON "
+                                       f"object), not {type(request.data).__name__}")
         check_json_text(request.data, "data")
     except InvalidInput as exc:
         raise bad(exc.field, exc.message) from None
+    if isinstance(request.channels, str) or not isinstance(request.channels, Sequence):
+        raise bad("channels", "must be a list of channel names")
     if not request.channels:
         raise bad("channels", "must name at least one channel")
     for index, channel in enumerate(request.channels):
+        if not isinstance(channel, str):
+            raise bad(f"channels[{index}]", f"must be a channel name, not "
+                                            f"{type(channel).__name__}")
         if channel not in known_channels:
             raise bad(f"channels[{index}]",
                       unknown_name("channel", channel, sorted(known_channels)))
+        limit = MAX_KEY_LENGTH - len(notify_key("", channel))
+        if isinstance(request.key, str) and len(request.key) > limit:
+            raise bad("key", f"is {len(request.key)} characters; with ':{channel}' appended "
+                             f"the limit is {limit}")
     if not request.template:
         raise bad("template", "must not be empty")
     if expires is not None and expires <= due:
         raise bad("expires_at", "must be after due_at")
+    if expires is not None and expires <= now:
+        raise bad("expires_at", "has passed already: every intent would expire unsent")
     try:
         body = encode_data(dict(request.data or {}))
     except InvalidInput as exc:
@@ -91,10 +110,14 @@ def drafts_for(request: NotifyRequest, *, known_channels: Collection[str], now: 
         if not address:
             field = "recipient.phone" if channel == "sms" else "recipient.email"
             raise bad(field, f"is missing; channel {channel!r} needs it")
-        drafts.append(IntentDraft(
+        draft = IntentDraft(
             key=validate_key(notify_key(request.key, channel)), channel=channel,
             recipient_id=who.id, address=address, template=request.template, data=body,
-            due_at=due, expires_at=expires))
+            due_at=due, expires_at=expires)
+        problem = None if sendable is None else sendable(draft)
+        if problem is not None:
+            raise bad(*problem)
+        drafts.append(draft)
     return drafts
 
 
@@ -109,6 +132,7 @@ async def notify_many(
     lease_s: float = 30.0,
     enqueue_in_store: bool = False,
     connection: object | None = None,
+    sendable: Sendable | None = None,
 ) -> list[list[str]]:
     """Create the intents of many requests at once; a repeated request is a no-op.
 
@@ -121,11 +145,17 @@ async def notify_many(
     commits. Nothing is published outside it: with the store's own queue the messages
     are written in the same transaction; with another transport the relay publishes
     them once the caller has committed.
+
+    ``sendable``: the send-time checks (``Sendable``), run on every draft first.
     """
     many = len(requests) > 1
+    for i, r in enumerate(requests):
+        if not isinstance(r, NotifyRequest):
+            raise InvalidInput(f"requests[{i}]" if many else "request",
+                               f"must be a NotifyRequest, not {type(r).__name__}")
     per_request = [
         drafts_for(r, known_channels=known_channels, now=now,
-                   where=f"requests[{i}]." if many else "")
+                   where=f"requests[{i}]." if many else "", sendable=sendable)
         for i, r in enumerate(requests)
     ]
     drafts = [d for group in per_request for d in group]

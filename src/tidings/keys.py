@@ -17,7 +17,7 @@ turns every redelivery and replay into a second send.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from tidings.errors import InvalidInput
 
@@ -77,26 +77,55 @@ def validate_key(key: object, field: str = "key") -> str:
     return key
 
 
+#: Values ``check_json_text`` visits at most: a JSON text of the payload limit holds
+#: fewer, and a Python value that refers to itself (or shares one list many times over,
+#: 2**100 paths in 100 levels) would hold the check, and the event loop, for ever.
+MAX_JSON_VALUES = 256 * 1024
+
+
 def check_json_text(value: object, field: str) -> None:
     """``check_text`` on every string of a JSON value, object keys included; the error
-    names where (``data.items[2].name``). Iterative: any depth the parser took."""
-    pending: list[tuple[object, str]] = [(value, field)]
+    names where (``data.items[2].name``). Iterative: any depth the parser took.
+
+    Where a value sits is kept as a link to its parent and spelled out only for an
+    error, so a walk costs the same at any depth."""
+    pending: list[tuple[object, _Where]] = [(value, (None, field))]
+    visited = 0
     while pending:
         item, where = pending.pop()
+        visited += 1
+        if visited > MAX_JSON_VALUES:
+            raise InvalidInput(field, f"holds more than {MAX_JSON_VALUES} values, or refers "
+                                      "to itself: no payload within the limit does")
         if isinstance(item, str):
-            check_text(item, where)
-        elif isinstance(item, dict):
+            if not storable(item):
+                check_text(item, _spelled(where))
+        elif isinstance(item, Mapping):
             for key, child in item.items():
                 if not isinstance(key, str):
-                    raise InvalidInput(where, f"has a key that is {type(key).__name__}, "
-                                              "not a string")
+                    raise InvalidInput(_spelled(where), f"has a key that is "
+                                                        f"{type(key).__name__}, not a string")
                 # !a: the field must show a key it refuses, not carry it.
-                named = (f"{where}.{key}" if _PLAIN_NAME.fullmatch(key)
-                         else f"{where}[{key[:40]!a}]")
-                check_text(key, named)
+                named = (where, f".{key}" if _PLAIN_NAME.fullmatch(key) else f"[{key[:40]!a}]")
+                if not storable(key):
+                    check_text(key, _spelled(named))
                 pending.append((child, named))
         elif isinstance(item, list | tuple):
-            pending.extend((child, f"{where}[{index}]") for index, child in enumerate(item))
+            pending.extend((child, (where, f"[{index}]")) for index, child in enumerate(item))
+
+
+#: Where a JSON value sits: its parent's place and its own step (``.name``, ``[2]``),
+#: or ``(None, field)`` for the value checked.
+_Where = tuple["_Where | None", str]
+
+
+def _spelled(where: _Where) -> str:
+    steps: list[str] = []
+    link: _Where | None = where
+    while link is not None:
+        link, step = link
+        steps.append(step)
+    return "".join(reversed(steps))
 
 
 # ---------------------------------------------------------------- the keys tidings makes

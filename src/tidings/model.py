@@ -21,7 +21,8 @@ def encode_data(data: dict[str, Any] | None, field_name: str = "data") -> str:
     if not data:
         return "{}"
     try:
-        text = json.dumps(data or {}, separators=(",", ":"), sort_keys=True)
+        # allow_nan=False: NaN and Infinity are no JSON, and a template could not use them.
+        text = json.dumps(data or {}, separators=(",", ":"), sort_keys=True, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise InvalidInput(field_name, f"is not JSON-serializable: {exc}") from None
     except RecursionError:

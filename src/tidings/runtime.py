@@ -182,6 +182,7 @@ class Runtime:
     group_commit: GroupCommitConfig | None = field(default_factory=GroupCommitConfig)
     """How concurrent ``notify`` calls share a transaction; None: one each."""
     _group: GroupCommit | None = field(default=None, init=False, repr=False)
+    _gate: Composer | None = field(default=None, init=False, repr=False)
     _registry: Registry | None = field(default=None, init=False, repr=False)
 
     @property
@@ -352,7 +353,8 @@ class Runtime:
                                 expires_at=expires_at)
         if connection is not None or self.group_commit is None:
             return (await self.notify_many([request], connection=connection))[0]
-        drafts = drafts_for(request, known_channels=self.limits, now=self.clock.now())
+        drafts = drafts_for(request, known_channels=self.limits, now=self.clock.now(),
+                            sendable=self._sendable)
         await self._grouped().submit(drafts)
         return [d.key for d in drafts]
 
@@ -380,7 +382,23 @@ class Runtime:
         return await notify_many(
             self.store, self.transport, requests, known_channels=self.limits,
             now=self.clock.now(), horizon_s=s.relay_horizon_s, lease_s=s.relay_lease_s,
-            enqueue_in_store=self.enqueue_in_store, connection=connection)
+            enqueue_in_store=self.enqueue_in_store, connection=connection,
+            sendable=self._sendable)
+
+    def _sendable(self, draft: IntentDraft) -> tuple[str, str] | None:
+        """What the worker would reject a draft for at send time (no such template, an
+        address no send can use), as ``(field, message)``: refused now, not later."""
+        gate = self._gate
+        if gate is None:
+            gate = self._gate = self.composer()
+        missing = gate.template_problem(draft.channel, draft.template)
+        if missing is not None:
+            return "template", f"{missing} (channel {draft.channel!r})"
+        problem = gate.address_problem(draft.channel, draft.address)
+        if problem is not None:
+            field = "recipient.phone" if draft.channel == "sms" else "recipient.email"
+            return field, f"{problem} (channel {draft.channel!r})"
+        return None
 
     async def cancel(self, key: str, reason: str = "cancelled by caller"
                      ) -> dict[str, State | None]:

@@ -839,8 +839,8 @@ class Worker:
             "key": change.key, "channel": self.channel, "message_id": change.message_id,
             "outcome": change.event, "worker": self.worker_id,
             "reason": f"the store refused it alone, even without its text "
-                      f"({type(error).__name__}: {error}); its lease is left to expire "
-                      "and the reconciler settles the intent"})
+                      f"({describe_raised(error)}); its lease is left to expire and the "
+                      "reconciler settles the intent"})
 
     async def _message_ops(self) -> None:
         """Ack, nack or dead-letter what committed outcomes (or no-send routes) queued."""

@@ -151,6 +151,81 @@ def test_notify_refuses_what_no_store_holds_naming_the_field(
     assert caught.value.field == field
 
 
+def _cycle() -> dict[str, object]:
+    looped: dict[str, object] = {}
+    looped["self"] = looped
+    return looped
+
+
+def _shared(levels: int) -> list[object]:
+    # One list held twice at every level: 2**levels paths to walk, few objects.
+    shared: list[object] = ["x"]
+    for _ in range(levels):
+        shared = [shared, shared]
+    return shared
+
+
+@pytest.mark.parametrize(("change", "field", "says"), [
+    ({"data": _cycle()}, "data", "refers to itself"),
+    ({"data": {"tree": _shared(100)}}, "data", "refers to itself"),
+    ({"data": {"ratio": math.nan}}, "data", "not JSON-serializable"),
+    ({"data": {"ratio": -math.inf}}, "data", "not JSON-serializable"),
+    ({"data": "abc"}, "data", "must be a mapping"),
+    ({"data": [1, 2]}, "data", "must be a mapping"),
+    ({"channels": "email"}, "channels", "must be a list"),
+    ({"channels": [["email"]]}, "channels[0]", "must be a channel name"),
+    ({"key": "k" * 512}, "key", "with ':email' appended the limit is 506"),
+    ({"due_at": NOW - 120, "expires_at": NOW - 60}, "expires_at", "has passed already"),
+])
+def test_notify_refuses_what_no_worker_could_send_naming_the_field(
+        change: dict[str, object], field: str, says: str) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        drafts_for(notify(**change), known_channels={"email"}, now=NOW)
+    assert (caught.value.field, says in caught.value.message) == (field, True), caught.value
+
+
+def test_notify_refuses_a_text_check_a_mapping_would_slip_past() -> None:
+    from types import MappingProxyType
+
+    with pytest.raises(InvalidInput) as caught:
+        drafts_for(notify(data=MappingProxyType({"note": {"inner": "a\x00"}})),
+                   known_channels={"email"}, now=NOW)
+    assert caught.value.field == "data.note.inner"
+
+
+async def test_runtime_notify_refuses_an_unknown_template_and_a_bad_address(
+        tmp_path: Path) -> None:
+    version = tmp_path / "templates" / "receipt" / "v1"
+    version.mkdir(parents=True)
+    for name, text in (("subject.txt", "Receipt"), ("body.txt", "Thanks"),
+                       ("sms.txt", "Thanks")):
+        (version / name).write_text(text)
+    folder = str(tmp_path / "templates")
+    rt = await build_runtime(Settings.parse({
+        "store": f"sqlite:///{tmp_path / 't.db'}",
+        "channels": {"email": {"kind": "email", "templates": folder},
+                     "sms": {"kind": "sms", "templates": folder}}}), clock=FakeClock(NOW))
+    try:
+        refused = []
+        for change in ({"template": "receipt/v2"}, {"template": "nope/v1"},
+                       {"recipient": {"id": "c1", "email": "not an email"}},
+                       {"channels": ["sms"], "recipient": {"id": "c1", "phone": "555"}}):
+            request = notify(**change)
+            with pytest.raises(InvalidInput) as caught:
+                await rt.notify(key=request.key, recipient=request.recipient,
+                                channels=request.channels, template=request.template)
+            refused.append(caught.value.field)
+        with pytest.raises(InvalidInput) as many:
+            await rt.notify_many([notify(), notify(key="order-2", template="nope/v1")])
+        assert refused == ["template", "template", "recipient.email", "recipient.phone"]
+        assert many.value.field == "requests[1].template"
+        assert await rt.store.intent_get("order-1:email") is None  # nothing half written
+        assert await rt.notify(key="order-3", recipient={"id": "c3", "email": "c3@example.com"},
+                               channels=["email"], template="receipt/v1") == ["order-3:email"]
+    finally:
+        await rt.close()
+
+
 def test_a_good_notify_still_makes_its_drafts() -> None:
     [draft] = drafts_for(notify(due_at=NOW + 60, data={"n": 1}), known_channels={"email"},
                          now=NOW)
