@@ -21,6 +21,7 @@ import logging
 from dataclasses import dataclass
 from typing import Protocol
 
+from tidings.cron import check_instant
 from tidings.errors import InvalidInput
 from tidings.model import Event, Intent
 from tidings.states import State
@@ -88,6 +89,7 @@ def selection(request: BulkRequest, *, now: float) -> Selection:
     if request.action == "delay":
         if request.until is None:
             raise InvalidInput("until", "a delay needs the time to delay until")
+        check_instant(request.until, "until")  # a time every store and the UI can show
         if request.until <= now:
             raise InvalidInput("until", "must be in the future")
     elif request.until is not None:
@@ -116,8 +118,12 @@ def change_for(request: BulkRequest, intent: Intent) -> Change | None:
     """The change the action makes of one intent (None: a cancel request instead)."""
     reason = request.reason or f"bulk {request.action} by {request.by}"
     if request.action == "delay":
+        # Never past the freshness deadline: an intent delayed beyond it is taken up when
+        # it expires, and expired then, rather than held as a backlog until the delay ends.
+        until = request.until if intent.expires_at is None or request.until is None \
+            else min(request.until, intent.expires_at)
         return Change(key=intent.key, from_state=intent.state, to_state=State.RETRYABLE,
-                      event="delayed", next_attempt_at=request.until, worker=request.by,
+                      event="delayed", next_attempt_at=until, worker=request.by,
                       reason=reason)
     if intent.state is State.CLAIMED:
         return None

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import math
 import time
 from typing import Protocol, runtime_checkable
 
@@ -77,3 +78,11 @@ class FakeClock:
             _, _, future = heapq.heappop(self._sleepers)
             if not future.done():
                 future.set_result(None)
+
+
+def skew_s(timestamp: int, now: float) -> float:
+    """How far ``timestamp`` (a signed request's Unix seconds) is from ``now``: infinitely
+    far for one no float holds (a header of 400 digits), rather than OverflowError."""
+    if not math.isfinite(now) or abs(timestamp) > 2**62:
+        return math.inf
+    return abs(now - timestamp)

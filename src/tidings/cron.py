@@ -286,8 +286,9 @@ def _zone(name: str) -> ZoneInfo:
         raise ConfigurationError("timezone", f"{name!r} is not an IANA time zone name")
     try:
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError) as exc:
-        # ValueError: a malformed key such as an absolute path.
+    except (ZoneInfoNotFoundError, ValueError, OSError) as exc:
+        # ValueError: a malformed key such as an absolute path; OSError: a folder of the
+        # zone database (``Europe``), a name too long for a file.
         raise ConfigurationError(
             "timezone", f"unknown time zone {name!r}; use an IANA name such as "
                         f"'Europe/Berlin' or 'UTC'") from exc

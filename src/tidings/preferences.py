@@ -36,8 +36,9 @@ def zone(key: str, field: str = "timezone") -> ZoneInfo:
         raise InvalidInput(field, "must be an IANA time zone name such as 'Europe/Berlin'")
     try:
         return ZoneInfo(key)
-    except (ZoneInfoNotFoundError, ValueError):
-        # ValueError: a key that is not a relative path (``../x``, ``/etc/x``).
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        # ValueError: a key that is not a relative path (``../x``, ``/etc/x``); OSError:
+        # a folder of the zone database (``Europe``), a name too long for a file.
         raise InvalidInput(field, f"{key!r} is not a known IANA time zone") from None
 
 

@@ -121,6 +121,11 @@ async def test_a_refused_key_is_shown_escaped_never_carried_into_the_answer(api:
     ("GET", "/v1/dead-letters/e%00mail", None, "path.channel"),
     ("POST", "/v1/dead-letters/email/redrive", {"ids": [f"a{NUL}"]}, "body.ids[0]"),
     ("POST", "/v1/replay/weekly%00digest/2026-08-10", None, "path.campaign"),
+    ("POST", "/v1/uncertain/resolve", {"as": "accepted", "keys": [f"a{NUL}b"]}, "body.keys[0]"),
+    ("POST", "/v1/uncertain/resolve", {"as": "failed", "channel": f"e{NUL}"}, "body.channel"),
+    ("POST", "/v1/uncertain/resolve", {"as": "failed", "keys": ["k"], "note": f"x{LONE}"},
+     "body.note"),
+    ("GET", "/v1/uncertain?channel=e%00mail", None, "query.channel"),
 ])
 async def test_every_route_refuses_unstorable_text_naming_the_field(
         api: Api, method: str, path: str, body: object, field: str) -> None:

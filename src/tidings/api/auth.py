@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import math
 import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -42,7 +41,7 @@ from fastapi import Request
 
 from tidings.api.errors import ApiError
 from tidings.api.tokens import Scope, grants, matches, split_token, unusable
-from tidings.clock import Clock
+from tidings.clock import Clock, skew_s
 from tidings.group_commit import Coalescer, GroupCommitConfig
 from tidings.stores.base import ApiRecords, ApiToken
 
@@ -301,7 +300,7 @@ class Authenticator:
             raise ApiError(401, f"header.{TIMESTAMP_HEADER}",
                            "must be Unix seconds (an integer)") from None
         now = self.clock.now()
-        skew = abs(now - timestamp) if math.isfinite(now) else math.inf
+        skew = skew_s(timestamp, now)
         if skew > self.tolerance_s:
             raise ApiError(401, f"header.{TIMESTAMP_HEADER}",
                            f"is {skew:.0f} s from the server's clock; the tolerance is "

@@ -252,10 +252,13 @@ def _predecessors(rid: str) -> list[str]:
     """Values just below ``rid`` to page an audience from: numerically (an INTEGER id
     column) and as a string (a text one)."""
     found = []
-    if rid.isdigit() and int(rid) > 0:
+    # ASCII digits only: "²".isdigit() holds, and int("²") raises.
+    if rid.isascii() and rid.isdigit() and int(rid) > 0:
         found.append(str(int(rid) - 1))
-    last = ord(rid[-1])
-    found.append(rid[:-1] + chr(last - 1) + "\U0010ffff" if last > 1 else rid[:-1])
+    below = ord(rid[-1]) - 1
+    if 0xD800 <= below <= 0xDFFF:
+        below = 0xD7FF  # the character before the surrogates, which no text can hold
+    found.append(rid[:-1] + chr(below) + "\U0010ffff" if below > 0 else rid[:-1])
     return found
 
 

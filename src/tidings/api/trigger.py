@@ -93,7 +93,7 @@ def trigger_body(raw: bytes) -> TriggerBody | None:
         return None
     try:
         obj = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return None
     if not isinstance(obj, dict):
         return None

@@ -19,6 +19,7 @@ from tidings import operations
 from tidings.api.auth import Principal, authorize
 from tidings.api.context import ApiContext, ctx
 from tidings.api.errors import ApiError, ErrorBody
+from tidings.api.fields import KEY, TEXT
 from tidings.errors import InvalidInput
 from tidings.readmodel import to_json
 from tidings.uncertain import parse_age
@@ -53,10 +54,10 @@ async def _who(c: ApiContext, principal: Principal) -> str:
 @router.get("/uncertain", responses=_REFUSED, summary="Uncertain and held sends")
 async def uncertain_list(
     request: Request,
-    channel: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
+    channel: Annotated[str | None, Query(min_length=1, max_length=200), TEXT] = None,
     older_than: Annotated[str | None, Query(
-        max_length=20, description="Unsettled at least this long: 90, 90s, 15m, 2h, 1d.")
-    ] = None,
+        max_length=20, description="Unsettled at least this long: 90, 90s, 15m, 2h, 1d."),
+        TEXT] = None,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
 ) -> dict[str, Any]:
     """Oldest first, each with its channel's policy and whether it awaits an operator;
@@ -77,15 +78,15 @@ async def uncertain_list(
 class ResolveBody(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    keys: list[Annotated[str, Field(min_length=1, max_length=512)]] | None = Field(
+    keys: list[Annotated[str, Field(min_length=1, max_length=512), KEY]] | None = Field(
         default=None, max_length=10_000, description="Intent keys; or a selection instead.")
     decision: Literal["accepted", "resend", "failed"] = Field(
         alias="as", description="accepted: the provider has it (no send); resend: send "
                                 "again under the same key; failed: dead (terminal).")
-    channel: str | None = Field(default=None, min_length=1, max_length=200)
-    older_than: str | None = Field(default=None, max_length=20,
+    channel: Annotated[str | None, TEXT] = Field(default=None, min_length=1, max_length=200)
+    older_than: Annotated[str | None, TEXT] = Field(default=None, max_length=20,
                                    description="Unsettled at least this long (15m, 2h, …).")
-    note: str | None = Field(default=None, max_length=500)
+    note: Annotated[str | None, TEXT] = Field(default=None, max_length=500)
     limit: int = Field(default=1000, ge=1, le=10_000,
                        description="With a selection: at most this many.")
 

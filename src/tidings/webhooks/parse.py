@@ -156,6 +156,8 @@ def _json(body: bytes) -> Any:
         return json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise InvalidInput("body", f"is not JSON: {exc}") from None
+    except RecursionError:
+        raise InvalidInput("body", "is nested too deeply to read") from None
 
 
 def _text(obj: Mapping[str, Any], name: str, where: str) -> str:
@@ -181,7 +183,10 @@ def _present(fields: Mapping[str, Any], *names: str) -> str:
 
 
 def _unix(value: Any, field_name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    # An int of 400 digits is no float: math.isfinite would raise OverflowError.
+    if (isinstance(value, bool) or not isinstance(value, int | float)
+            or (isinstance(value, int) and abs(value) > 2**62)
+            or not math.isfinite(value)):
         raise InvalidInput(field_name, "must be Unix seconds (a number)")
     return check_instant(value, field_name)
 

@@ -29,13 +29,12 @@ import base64
 import binascii
 import hashlib
 import hmac
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 from urllib.parse import parse_qs, parse_qsl, urlsplit, urlunsplit
 
-from tidings.clock import Clock
+from tidings.clock import Clock, skew_s
 from tidings.errors import ConfigurationError, FieldError
 
 if TYPE_CHECKING:
@@ -111,7 +110,7 @@ def _fresh(field: str, raw: str, clock: Clock, tolerance_s: float) -> int:
     except ValueError:
         raise SignatureError(field, "must be Unix seconds (an integer)") from None
     now = clock.now()
-    skew = abs(now - timestamp) if math.isfinite(now) else math.inf
+    skew = skew_s(timestamp, now)
     if skew > tolerance_s:
         raise SignatureError(field, f"is {skew:.0f} s from the server's clock; the tolerance "
                                     f"is {tolerance_s:.0f} s")

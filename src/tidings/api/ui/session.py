@@ -56,13 +56,20 @@ def frame(request: Request, who: Principal, page: str) -> dict[str, Any]:
             "page": page, "now": c.runtime.clock.now(), "refresh_ms": REFRESH_MS}
 
 
+#: Fields a dashboard form may post (the largest, bulk selection, has about a dozen).
+MAX_FORM_FIELDS = 200
+
+
 async def read_form(request: Request) -> dict[str, list[str]]:
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if kind != "application/x-www-form-urlencoded":
         raise ApiError(415, "header.Content-Type",
                        "must be application/x-www-form-urlencoded (a form post)")
     text = (await request.body()).decode("utf-8", errors="replace")
-    return parse_qs(text, keep_blank_values=True, max_num_fields=200)
+    try:
+        return parse_qs(text, keep_blank_values=True, max_num_fields=MAX_FORM_FIELDS)
+    except ValueError:  # more fields than max_num_fields: no form of ours has that many
+        raise ApiError(422, "body", f"has more than {MAX_FORM_FIELDS} fields") from None
 
 
 def one(form: Mapping[str, list[str]], name: str) -> str:
