@@ -508,3 +508,23 @@ async def test_whatever_the_order_no_held_intent_is_sent_and_each_is_sent_once(
         assert await states(h, keys) == {"accepted": len(keys)}
     finally:
         await h.close()
+
+
+async def test_a_bulk_delay_past_the_freshness_deadline_expires_them_at_the_deadline(
+    h: Harness,
+) -> None:
+    # given intents that must go within the hour, delayed by an operator for a day
+    keys = await admit(h, "digest", 3, expires_in_s=3600.0)
+    deadline = h.clock.now() + 3600.0
+    done = await bulk.run(h.rt.store, bulk.BulkRequest(
+        action="delay", by=OPERATOR, campaign="digest", until=h.clock.now() + 86_400),
+        now=h.clock.now())
+    assert done.changed == 3
+    # then each is due again at its deadline, not a day later
+    assert {(await h.intent(k)).next_attempt_at for k in keys} == {deadline}
+
+    # and once the deadline passes, they end expired, unsent, without waiting the day out
+    h.clock.set(deadline + 1)
+    await h.drive(h.worker())
+    assert await states(h, keys) == {"expired": 3}
+    assert h.stats()["requests"] == 0
