@@ -24,7 +24,7 @@ from tidings.group_commit import GroupCommit, GroupCommitConfig
 from tidings.guardrails import GuardrailConfig, Thresholds
 from tidings.holds import HoldGate
 from tidings.intake import NotifyRequest, admit_drafts, cancel, drafts_for, notify_many
-from tidings.keys import check_text
+from tidings.keys import check_text, template_ref
 from tidings.liveness import LivenessConfig, Marker, Registry
 from tidings.model import IntentDraft, Recipient
 from tidings.pacing.algorithm import PaceLimits, parse_quota
@@ -140,6 +140,28 @@ def load_templates(settings: Settings) -> dict[str, TemplateSet]:
             raise ConfigurationError(field_name, "; ".join(p.reason for p in problems[:3]))
         loaded[name] = templates
     return loaded
+
+
+def check_campaign_templates(settings: Settings, campaigns: Sequence[Campaign],
+                             templates: Mapping[str, TemplateSet]) -> None:
+    """Each campaign's template version exists on every channel of it that renders (a
+    kind and a templates folder): a typo in ``template`` or a ``version`` with no folder
+    behind it is a settings error at start-up, not an occurrence whose every intent is
+    rejected at its send."""
+    for campaign in campaigns:
+        wanted = template_ref(campaign.template, campaign.version)
+        for channel in campaign.channels:
+            spec = settings.channels.get(channel)
+            found = templates.get(channel)
+            if spec is None or spec.kind is None or found is None:
+                continue
+            missing = found.missing(wanted)
+            if missing is not None:
+                field = "version" if found.missing(template_ref(campaign.template, 1)) is None \
+                    else "template"
+                raise ConfigurationError(f"campaigns.{campaign.name}.{field}",
+                                         f"{missing} in channels.{channel}.templates "
+                                         f"({spec.templates})")
 
 
 def pace_limits(spec: ChannelSettings, channel: str) -> PaceLimits:
@@ -472,6 +494,7 @@ async def build_runtime(
     chosen_campaigns = list(campaigns) if campaigns is not None else campaigns_from(settings)
     limits = {name: pace_limits(spec, name) for name, spec in settings.channels.items()}
     templates = load_templates(settings)
+    check_campaign_templates(settings, chosen_campaigns, templates)
     store, store_queue = await open_store(settings.store)
     try:
         transport = await open_transport(settings.transport, store_queue=store_queue)

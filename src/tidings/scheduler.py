@@ -17,7 +17,7 @@ from typing import Protocol
 
 from tidings.campaign import Campaign
 from tidings.clock import Clock
-from tidings.cron import OccurrenceTime
+from tidings.cron import OccurrenceTime, check_instant
 from tidings.errors import InvalidInput, unknown_name
 from tidings.keys import campaign_key, campaign_key_parts, check_recipient_ids, template_ref
 from tidings.logs import log_time
@@ -276,6 +276,8 @@ class Scheduler:
         campaign = self._campaign(campaign_name)
         if expires_at is not None and not (now < expires_at < float("inf")):
             raise InvalidInput("expires_in", "a new deadline must be in the future")
+        if expires_at is not None:
+            check_instant(expires_at, "expires_in")  # within the dates the scheduler knows
         plans = []
         horizon = await pruned_before(self.store)
         for due in self._replay_dates(campaign, logical_date, to, now):

@@ -148,6 +148,14 @@ class RetrySettings(_Model):
     rate_limit_floor_s: Seconds = 0.25
     rate_limit_cap_s: Seconds = 60.0
 
+    @model_validator(mode="after")
+    def _floors_under_caps(self) -> RetrySettings:
+        for low, high in (("base_s", "cap_s"), ("rate_limit_floor_s", "rate_limit_cap_s")):
+            if getattr(self, low) > getattr(self, high):
+                raise ValueError(f"{low} ({getattr(self, low):g}) must not exceed {high} "
+                                 f"({getattr(self, high):g})")
+        return self
+
 
 class WorkerSettings(_Model):
     batch_size: int = Field(default=200, ge=1, le=5000)
@@ -356,7 +364,8 @@ class Settings(_Model):
     publish: ``redis://host:6379/0`` (Redis Streams) or ``amqp://user:pass@host/vhost``
     (RabbitMQ); ``?prefix=name`` names the keys or queues on a shared server (default
     ``tidings``). See README, "Choosing a transport"."""
-    clock_offset_s: float = Field(default=0.0, allow_inf_nan=False)
+    # Bounded so that "now" stays inside the dates the scheduler supports (1970 to 9998).
+    clock_offset_s: float = Field(default=0.0, allow_inf_nan=False, ge=-1.5e9, le=2e11)
     channels: dict[str, ChannelSettings] = Field(default_factory=dict)
     campaigns: dict[str, CampaignSettings] = Field(default_factory=dict)
     retry: RetrySettings = RetrySettings()
@@ -434,6 +443,14 @@ class Settings(_Model):
                 data = tomllib.loads(Path(path).read_text())
             except FileNotFoundError:
                 raise ConfigurationError("config", f"{path} does not exist") from None
+            except IsADirectoryError:
+                raise ConfigurationError("config", f"{path} is a folder, not a settings "
+                                                   "file") from None
+            except UnicodeDecodeError:
+                raise ConfigurationError("config", f"{path} is not UTF-8 text") from None
+            except OSError as exc:
+                raise ConfigurationError("config", f"cannot read {path}: "
+                                                   f"{exc.strerror or exc}") from None
             except tomllib.TOMLDecodeError as exc:
                 raise ConfigurationError("config", f"{path} is not valid TOML: {exc}") from None
             resolve_relative_paths(data, Path(path).resolve().parent)
@@ -473,16 +490,23 @@ def _relative_sqlite(url: Any, base: Path) -> Any:
 
 
 def resolve_relative_paths(data: dict[str, Any], base: Path) -> None:
-    """Make the file's relative paths (store, audience databases, templates) absolute
-    against ``base``, the settings file's folder, in place."""
+    """Make the file's relative paths (store, audience databases, templates, an SMTP CA
+    bundle) absolute against ``base``, the settings file's folder, in place."""
     data_store = data.get("store")
     if data_store is not None:
         data["store"] = _relative_sqlite(data_store, base)
-    for channel in (data.get("channels") or {}).values():
+    # Not a table: left as it is, for validation to refuse with the field's name.
+    channels, campaigns = data.get("channels"), data.get("campaigns")
+    for channel in channels.values() if isinstance(channels, dict) else ():
         folder = channel.get("templates") if isinstance(channel, dict) else None
         if isinstance(folder, str) and not Path(folder).is_absolute():
             channel["templates"] = str(base / folder)
-    for campaign in (data.get("campaigns") or {}).values():
+        provider = channel.get("provider") if isinstance(channel, dict) else None
+        if isinstance(provider, dict):
+            bundle = provider.get("ca_file")
+            if isinstance(bundle, str) and bundle and not Path(bundle).is_absolute():
+                provider["ca_file"] = str(base / bundle)
+    for campaign in campaigns.values() if isinstance(campaigns, dict) else ():
         audience = campaign.get("audience") if isinstance(campaign, dict) else None
         sql = audience.get("sql") if isinstance(audience, dict) else None
         if isinstance(sql, dict) and "url" in sql:

@@ -22,7 +22,12 @@ def when(at: float | None, *, empty: str = "") -> str:
     """An epoch time as local ISO 8601 with its UTC offset (``2026-12-01T09:40:50+01:00``)."""
     if at is None:
         return empty
-    return datetime.fromtimestamp(at).astimezone().isoformat(timespec="seconds")
+    try:
+        return datetime.fromtimestamp(at).astimezone().isoformat(timespec="seconds")
+    except (ValueError, OverflowError, OSError):
+        # A time no calendar of this platform shows (a row written by an older version,
+        # or by hand): its epoch seconds, rather than a traceback instead of the report.
+        return f"{at:.0f} (epoch seconds)"
 
 
 def table(*headers: str, title: str | None = None, whole: Sequence[str] = ()) -> Table:

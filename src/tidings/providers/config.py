@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 from urllib.parse import urlsplit
 
@@ -109,6 +110,15 @@ class SmtpProviderSettings(_Model):
         if (self.username is None) != (self.password_env is None):
             raise ValueError("username and password_env go together: set both or neither")
         return self
+
+    @field_validator("ca_file")
+    @classmethod
+    def _readable_bundle(cls, value: str | None) -> str | None:
+        # Loaded when the provider is built, which every command does: a missing file
+        # would fail ``tidings status`` too, with a bare FileNotFoundError.
+        if value is not None and not Path(value).is_file():
+            raise ValueError(f"{value} is not a file (a PEM bundle of CA certificates)")
+        return value
 
 
 class HttpProviderSettings(_Model):

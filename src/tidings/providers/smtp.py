@@ -60,6 +60,7 @@ import aiosmtplib
 from pydantic import SecretStr
 
 from tidings.clock import Clock
+from tidings.errors import ConfigurationError
 from tidings.model import SendRequest
 from tidings.outcomes import Accepted, Lookup, Outcome, Permanent, RateLimited, Transient, Uncertain
 from tidings.providers.http_outcomes import NO_CONTENT, describe
@@ -325,7 +326,11 @@ class SmtpProvider:
 
 
 def _tls_context(validate_certs: bool, ca_file: str | None) -> ssl.SSLContext:
-    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=ca_file)
+    try:
+        context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=ca_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigurationError("provider.ca_file", f"{ca_file} cannot be read as CA "
+                                                     f"certificates: {exc}") from None
     if not validate_certs:
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
