@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from enum import StrEnum
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn, TypeVar
 
 import typer
 
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     # process starts here and prints nothing but its logs.
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
 T = TypeVar("T")
 
@@ -67,9 +68,31 @@ app.add_typer(bulk_app, name="bulk")
 
 @cache
 def _stderr() -> Console:
+    return _console(stderr=True)
+
+
+@cache
+def _stdout() -> Console:
+    return _console(stderr=False)
+
+
+def _console(*, stderr: bool) -> Console:
+    # Keys, reasons and paths are printed as they are: "[/]" in a key is no markup (it
+    # failed the printing), ":email:" in a notify key no emoji. Styles go in as Text.
     from rich.console import Console
 
-    return Console(stderr=True)
+    return Console(stderr=stderr, markup=False, emoji=False, highlight=False)
+
+
+def _styled(label: str, style: str, rest: str) -> Text:
+    """``label`` in ``style``, then ``rest`` as it is."""
+    from rich.text import Text
+
+    return Text.assemble((label, style), rest)
+
+
+def _error(message: str) -> None:
+    _stderr().print(_styled("error:", "red", f" {message}"), soft_wrap=True)
 
 
 ConfigOpt = Annotated[Path | None, typer.Option(
@@ -88,6 +111,12 @@ def _settings(config: Path | None, store: str | None) -> Settings:
     return settings
 
 
+def _fail(message: str) -> NoReturn:
+    """``error: message`` on stderr and exit code 2: what a user got wrong, in one line."""
+    _error(message)
+    raise typer.Exit(2)
+
+
 def _run(work: Callable[[], Awaitable[T]], *, config: Path | None = None,
          store: str | None = None) -> T:
     try:
@@ -103,7 +132,7 @@ def _run(work: Callable[[], Awaitable[T]], *, config: Path | None = None,
         elif "declared: none" in message and find_settings_file(config) is None:
             message += (" (no settings file was read: give --config PATH, set "
                         "TIDINGS_CONFIG, or run where tidings.toml is)")
-        _stderr().print(f"[red]error:[/red] {message}", soft_wrap=True)
+        _error(message)
         raise typer.Exit(2) from None
 
 
@@ -129,9 +158,7 @@ def _emit(as_json: bool, data: Any, text: Table | str | None = None) -> None:
     if as_json:
         typer.echo(json.dumps(data, default=str))
     elif text is not None and not isinstance(text, str):
-        from rich.console import Console
-
-        Console().print(text)
+        _stdout().print(text)
     else:
         typer.echo(textout.plain(data) if text is None else text)
 
@@ -175,6 +202,7 @@ def init(
     folder: Annotated[Path, typer.Argument(
         metavar="[DIR]", help="Where to write (default: here); created if missing.")] = Path("."),
     sandbox_port: Annotated[int, typer.Option(
+        min=1, max=65535,
         help="The port `tidings sandbox` will listen on, written into the settings.")] = 8025,
     as_json: JsonOpt = False,
 ) -> None:
@@ -185,8 +213,10 @@ def init(
     try:
         starter = scaffold.write_starter(folder, sandbox_port=sandbox_port)
     except TidingsError as exc:
-        _stderr().print(f"[red]error:[/red] {exc}", soft_wrap=True)
+        _error(str(exc))
         raise typer.Exit(2) from None
+    except OSError as exc:  # a file where the folder should be, a path that cannot be made
+        _fail(f"cannot write {folder}: {exc.strerror or exc}")
     if as_json:
         _emit(True, {"folder": str(starter.folder.resolve()),
                      "files": [str(f) for f in starter.files],
@@ -595,9 +625,7 @@ def inspect(
     if as_json:
         _emit(True, {"deliveries": [as_dict(d) for d in deliveries]})
         return
-    from rich.console import Console
-
-    out = Console()
+    out = _stdout()
     for delivery in deliveries:
         lines, events = textout.inspected(delivery)
         out.print("\n".join(lines), soft_wrap=True, highlight=False, markup=False)
@@ -627,21 +655,19 @@ def status(config: ConfigOpt = None, store: StoreOpt = None, as_json: JsonOpt = 
     if as_json:
         _emit(True, as_dict(result))
         return
-    from rich.console import Console
-
-    out = Console()
+    out = _stdout()
     out.print(textout.ledger(result.ledger), markup=False, highlight=False, soft_wrap=True)
     for h in result.holds.active:
-        out.print(f"[bold yellow]delivery held[/]: {h.scope} {h.name!r} since "
-                  f"{_when(h.since)} by {h.by}: {h.parked} parked"
-                  + (f" ({h.reason})" if h.reason else ""), markup=True, highlight=False)
+        out.print(_styled("delivery held", "bold yellow",
+                          f": {h.scope} {h.name!r} since {_when(h.since)} by {h.by}: "
+                          f"{h.parked} parked" + (f" ({h.reason})" if h.reason else "")))
     if result.holds.expired_while_held:
         out.print(f"expired while held: {result.holds.expired_while_held}",
                   highlight=False)
     for trip in result.guardrails_tripped:
-        out.print(f"[bold red]admission paused by a guardrail[/]: {trip.scope} "
-                  f"{trip.name!r} since {_when(trip.since)}: {trip.reason}",
-                  markup=True, highlight=False)
+        out.print(_styled("admission paused by a guardrail", "bold red",
+                          f": {trip.scope} {trip.name!r} since {_when(trip.since)}: "
+                          f"{trip.reason}"))
     table = textout.table("channel", "backlog", "oldest (s)", "in flight", "rate/s",
                           "accepted", "429s", "retries", "dead letters", "duplicates", "SLI",
                           "drain (s)", "paused", title="tidings status: channels")
@@ -729,9 +755,7 @@ def plan(config: ConfigOpt = None, store: StoreOpt = None, as_json: JsonOpt = Fa
                       _num(x.freshness_deadline_s), str(x.expected_late), x.verdict)
     _emit(as_json, as_dict(result), table)
     if not as_json:
-        from rich.console import Console
-
-        Console().print(_uncertain_table(result.uncertain))
+        _stdout().print(_uncertain_table(result.uncertain))
 
 
 def _plan_campaign(config: Path | None, store: str | None, as_json: bool, name: str, *,
@@ -780,7 +804,7 @@ def api_command(
     config: ConfigOpt = None, store: StoreOpt = None,
     host: Annotated[str | None, typer.Option(help="Address (default: api.host).")] = None,
     port: Annotated[int | None, typer.Option(
-        help="Port (default: api.port; 0 picks a free one).")] = None,
+        min=0, max=65535, help="Port (default: api.port; 0 picks a free one).")] = None,
     processes: Annotated[int, typer.Option(
         min=0, help="API processes sharing the port (0: one per CPU core).")] = 1,
 ) -> None:
@@ -800,7 +824,11 @@ def api_command(
     host = host or s.host
     # Hold the port (bound, never listening, so it takes no connection) while the
     # children bind theirs: port 0 becomes one free port for all of them.
-    holder = shared_socket(host, s.port if port is None else port)
+    try:
+        holder = shared_socket(host, s.port if port is None else port)
+    except OSError as exc:
+        _fail(f"cannot listen on {host}:{s.port if port is None else port}: "
+              f"{exc.strerror or exc}")
     count = processes or os.cpu_count() or 1
     supervisor = Supervisor(count, _serve_api,
                             (config, store, host, holder.getsockname()[1], True),
@@ -949,7 +977,7 @@ def preference_set(
 
     start, sep, end = (quiet or "").partition("-")
     if quiet is not None and not sep:
-        _stderr().print("[red]error:[/red] --quiet: expected HH:MM-HH:MM, e.g. 22:00-07:00")
+        _error("--quiet: expected HH:MM-HH:MM, e.g. 22:00-07:00")
         raise typer.Exit(2)
 
     async def go(runtime: Runtime) -> dict[str, Any]:
@@ -1144,12 +1172,17 @@ def uncertain_resolve(
     _emit(as_json, result, table)
     for skipped in result["skipped"]:
         _stderr().print(f"skipped {skipped['key']}: {skipped['why']}", soft_wrap=True)
+    if keys and not result["resolved"]:
+        # Every key named was skipped (mistyped, or settled already): a script must see it,
+        # as it sees `cancel` and `inspect` of a key that is not there.
+        raise typer.Exit(2)
 
 
 @app.command()
 def sandbox(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port (0 picks a free one).")] = 8025,
+    port: Annotated[int, typer.Option(min=0, max=65535,
+                                      help="Port (0 picks a free one).")] = 8025,
     config: Annotated[Path | None, typer.Option(
         "--config", help="Sandbox fault and quota settings (JSON).")] = None,
     seed: Annotated[int, typer.Option(help="Seed for injected faults.")] = 0,
@@ -1190,13 +1223,18 @@ def sandbox(
         except ValueError as exc:
             raise typer.BadParameter(f"{sendgrid_signing_key_env}: {exc}",
                                      param_hint="--sendgrid-signing-key-env") from None
-    main_sandbox(host, port, str(config) if config else None, seed,
-                 dialects=DialectSettings(dialects=tuple(dialect or ()),
-                                          postmark_webhook=postmark_webhook,
-                                          twilio_auth_token=token,
-                                          sendgrid_webhook=sendgrid_webhook,
-                                          sendgrid_signing_key=signing_key),
-                 clock_offset_s=clock_offset)
+    try:
+        main_sandbox(host, port, str(config) if config else None, seed,
+                     dialects=DialectSettings(dialects=tuple(dialect or ()),
+                                              postmark_webhook=postmark_webhook,
+                                              twilio_auth_token=token,
+                                              sendgrid_webhook=sendgrid_webhook,
+                                              sendgrid_signing_key=signing_key),
+                     clock_offset_s=clock_offset)
+    except TidingsError as exc:  # its settings file
+        _fail(str(exc))
+    except OSError as exc:  # the address: in use, not this host's, no such name
+        _fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
 
 
 @app.command()

@@ -131,3 +131,27 @@ def test_a_worker_without_settings_says_none_were_read_and_creates_nothing(
     assert "unknown channel 'email'; declared: none" in result.stderr
     assert "no settings file was read" in result.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_what_a_user_gets_wrong_on_the_command_line_is_one_line_and_exit_2(
+        tmp_path: Path) -> None:
+    import socket
+
+    (tmp_path / "a-file").write_text("")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        for args, says in [
+            (["sandbox", "--config", str(tmp_path / "nope.json")], "config: cannot read"),
+            (["sandbox", "--port", str(port)], f"cannot listen on 127.0.0.1:{port}"),
+            (["sandbox", "--port", "99999"], "--port"),
+            (["init", str(tmp_path / "a-file")], "cannot write"),
+            (["demo", "--recipients", "100", "--db", str(tmp_path)], "is a folder"),
+            (["status", "--config", str(tmp_path)], "is a folder, not a settings file"),
+        ]:
+            result = subprocess.run([*TIDINGS, *args], capture_output=True, text=True,
+                                    timeout=60, check=False, cwd=tmp_path)
+            assert (result.returncode, "Traceback" in result.stderr) == (2, False), \
+                (args, result.stderr[-800:])
+            assert says in result.stderr, (args, result.stderr[-800:])

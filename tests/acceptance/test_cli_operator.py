@@ -335,3 +335,14 @@ def test_api_processes_share_one_port_and_stop_together(config: Path) -> None:
         process.send_signal(signal.SIGTERM)
         process.stderr.read()
         assert process.wait(timeout=60) == 0
+
+
+def test_text_that_looks_like_markup_is_printed_as_it_is(config: Path) -> None:
+    # A hold reason and a key are the user's text: "[/]" once failed the printing with
+    # rich's MarkupError, and ":email:" turned into an envelope.
+    c = ("--config", str(config))
+    ok_json("hold", "--campaign", "digest", "--reason", "see [/] and [bold]x[/bold]", *c)
+    assert "(see [/] and [bold]x[/bold])" in text("status", *c)
+    missing = run("inspect", "a[/]b:email:sms", *c)
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr
+    assert "a[/]b:email:sms" in missing.stderr

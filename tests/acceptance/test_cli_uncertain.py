@@ -76,3 +76,6 @@ def test_bad_arguments_are_refused_naming_them(config: Path) -> None:
     assert age.returncode == 2 and "--older-than" in age.stderr
     fax = run("uncertain", "list", "--channel", "fax", "--config", str(config))
     assert fax.returncode == 2 and "unknown channel 'fax'" in fax.stderr
+    typo = run("uncertain", "resolve", "nope:email", "--as", "accepted", "--config",
+               str(config))
+    assert typo.returncode == 2 and "skipped nope:email: no intent has this key" in typo.stderr

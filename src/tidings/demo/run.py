@@ -36,6 +36,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from tidings.demo.data import AUDIENCE_QUERY, Customers, seed_customers
 from tidings.demo.report import build_report, render_report
+from tidings.errors import ConfigurationError
 from tidings.intake import NotifyRequest
 from tidings.model import Message, OutgoingMessage
 from tidings.runtime import Runtime, build_runtime
@@ -337,6 +338,9 @@ def clean_up(workdir: Path, *, keep: bool) -> list[str]:
 def prepare(db: Path | None, recipients: int, seed: int, *, real: bool = False
             ) -> tuple[Path, Path, Customers]:
     """A fresh work dir (or the one ``--db`` names), an empty ledger, seeded customers."""
+    if db is not None and Path(db).is_dir():
+        raise ConfigurationError("db", f"{db} is a folder; give the path of a SQLite file "
+                                       "(created, or emptied, for the demo)")
     workdir = Path(db).parent if db else Path(tempfile.mkdtemp(prefix="tidings-demo-"))
     workdir.mkdir(parents=True, exist_ok=True)
     db_path = Path(db) if db else workdir / "tidings.db"
@@ -475,8 +479,15 @@ async def demo(*, recipients: int, db: Path | None, seed: int, as_json: bool,
     config = workdir / "tidings.toml"
     await asyncio.to_thread(config.write_text, _toml(settings_for(
         workdir, store_url, customers.path, url, offset, api_port, transport)))
-    settings = await asyncio.to_thread(Settings.load, config)
-    runtime = await build_runtime(settings)
+    try:
+        settings = await asyncio.to_thread(Settings.load, config)
+        runtime = await build_runtime(settings)
+    except BaseException:
+        # Nothing ran yet (a broker out of reach, say): the sandbox and the work folder
+        # go with the error, as they would at the end.
+        await _stop(sandbox)
+        await asyncio.to_thread(clean_up, workdir, keep=keep)
+        raise
     procs = Procs(workdir, config)
     injected: dict[str, Any] = {}
     phases: dict[str, float] = {}
@@ -540,9 +551,7 @@ async def demo(*, recipients: int, db: Path | None, seed: int, as_json: bool,
         await procs.stop_all()
         stats = await _sandbox_stats(url)
         await asyncio.to_thread((workdir / "sandbox-stats.json").write_text, json.dumps(stats))
-        sandbox.send_signal(signal.SIGTERM)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(sandbox.wait(), 10)
+        await _stop(sandbox)
         report = await build_report(runtime, stats, recipients=recipients,
                                     elapsed_s=time.monotonic() - started, injected=injected)
         report["transport"] = redact_url(transport)
@@ -561,6 +570,14 @@ async def demo(*, recipients: int, db: Path | None, seed: int, as_json: bool,
     if not as_json:
         render_report(report, Console())
     return report
+
+
+async def _stop(sandbox: asyncio.subprocess.Process) -> None:
+    """Stop the sandbox process (SIGTERM; it has 10 s)."""
+    if sandbox.returncode is None:
+        sandbox.send_signal(signal.SIGTERM)
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(sandbox.wait(), 10)
 
 
 async def _wait_healthy(url: str, timeout_s: float = 30.0) -> None:
