@@ -251,6 +251,25 @@ async def test_a_channel_queue_takes_the_address_and_template_from_the_payload(
     assert json.loads(intent.data) == {"order": "A-17"}
 
 
+async def test_a_second_message_under_a_channel_queue_key_is_named_existing_not_hidden(
+    api: Api,
+) -> None:
+    # A channel queue holds one message per customer, template version and day: another
+    # template of the same version that day is the same key, and the answer says so.
+    first = await post(api, "k1", publish_body("cust_9999", queue="transactional-email",
+                                               template="receipt-v2", email="x@example.com"))
+    second = await post(api, "k2", publish_body(
+        "cust_9999", queue="transactional-email", template="password-reset-v2",
+        email="x@example.com"))
+
+    key = f"transactional-email/{DAY}/cust_9999/email/v2"
+    assert (first.json()["new"], first.json()["existing"]) == (1, [])
+    assert (second.status_code, second.json()["new"], second.json()["existing"]) == (
+        202, 0, [key])
+    intent = await api.runtime.store.intent_get(key)
+    assert intent is not None and intent.template == "receipt/v2"
+
+
 async def test_a_versioned_template_may_use_a_slash(api: Api) -> None:
     response = await post(api, "k", publish_body("cust_0002", template="weekly-digest/v3"))
 

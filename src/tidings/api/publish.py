@@ -106,6 +106,17 @@ class PublishAnswer(BaseModel):
     keys: list[str]
     new: int
     skipped: dict[str, str]
+    existing: list[str] = []
+    """Keys that held an intent already, so nothing was queued for them: the same
+    message published again, or (on a channel queue, one message per customer, template
+    version and day) another one under the same key."""
+
+
+def answered(answer: PublishAnswer, keys: Sequence[str], created: Sequence[str]) -> str:
+    """The stored answer once the intents of ``keys`` are written and ``created`` new."""
+    made = set(created)
+    return answer.model_copy(update={
+        "new": len(made), "existing": [k for k in keys if k not in made]}).model_dump_json()
 
 
 # ---------------------------------------------------------------- mapping (no I/O)
@@ -411,8 +422,7 @@ async def publish_one(c: ApiContext, body: PublishRequest, digest: str,
         key=idempotency_key, request_hash=digest,
         later=[d for d in drafts if d.due_at > horizon],
         soon=[d for d in drafts if d.due_at <= horizon],
-        answer=lambda created: answer.model_copy(
-            update={"new": len(created)}).model_dump_json(),
+        answer=lambda created: answered(answer, [d.key for d in drafts], created),
         created_at=now)
     # Coalesced with the publishes in flight beside it: answered once its own
     # reservation, intents and answer are committed; a failure is this request's alone.
@@ -445,7 +455,7 @@ async def _answered_before(c: ApiContext, stored: IdempotentResponse | None, dig
     # keys, so writing them here too is a no-op where it got there first.
     created = await admit(c.runtime, drafts, now)
     c.metrics.publish_accepted.inc()
-    return _json(answer.model_copy(update={"new": len(created)}).model_dump_json(), 202)
+    return _json(answered(answer, [d.key for d in drafts], created), 202)
 
 
 # ---------------------------------------------------------------- the served route
