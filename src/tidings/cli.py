@@ -53,7 +53,7 @@ dlq_app = typer.Typer(help="Dead letters: list them, redrive them (the ledger is
 app.add_typer(dlq_app, name="dlq")
 retention_app = typer.Typer(
     help="Ledger retention: prune terminal intents, their events and finished occurrences "
-         "older than [retention] keeps them.", no_args_is_help=True)
+         "older than the settings' retention section keeps them.", no_args_is_help=True)
 app.add_typer(retention_app, name="retention")
 preference_app = typer.Typer(
     help="Recipient preferences, checked at every send: opted out -> cancelled "

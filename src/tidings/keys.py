@@ -149,6 +149,12 @@ def campaign_key(campaign: str, logical_date: str, recipient_id: str, channel: s
     return f"{campaign}/{logical_date}/{recipient_id}/{channel}/v{version}"
 
 
+def is_key_part(name: str) -> bool:
+    """Whether ``name`` (a campaign's, a channel's) can be one part of a delivery key:
+    non-empty, no '/', no whitespace, no control character."""
+    return _KEY_PART.fullmatch(name) is not None
+
+
 def campaign_key_parts(campaign: str, logical_date: str, channel: str,
                        version: int) -> tuple[str, str]:
     """What ``campaign_key`` puts before and after the recipient id (checked once)."""

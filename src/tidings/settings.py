@@ -20,6 +20,7 @@ from pydantic import (
     Field,
     Tag,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -27,6 +28,7 @@ from pydantic import (
 from tidings.cron import Schedule
 from tidings.durations import Seconds, SecondsOrZero
 from tidings.errors import ConfigurationError, unknown_name
+from tidings.keys import is_key_part
 from tidings.pacing.algorithm import parse_quota
 from tidings.providers.config import (
     HttpProviderSettings,
@@ -379,6 +381,18 @@ class Settings(_Model):
     webhooks: WebhookSettings = WebhookSettings()
     retention: RetentionSettings = RetentionSettings()
     """How long finished intents, their events and finished occurrences are kept."""
+
+    @field_validator("channels", "campaigns", mode="before")
+    @classmethod
+    def _names_fit_in_keys(cls, tables: Any, info: ValidationInfo) -> Any:
+        # A name is part of every delivery key it makes: refused here, before the
+        # scheduler opens an occurrence it could not admit.
+        for name in tables if isinstance(tables, dict) else ():
+            if not isinstance(name, str) or not is_key_part(name):
+                what = (info.field_name or "")[:-1]
+                raise ValueError(f"{name!r} cannot name a {what}: it must be non-empty, "
+                                 "with no '/', whitespace or control characters")
+        return tables
 
     @field_validator("transport")
     @classmethod

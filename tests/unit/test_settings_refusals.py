@@ -29,6 +29,9 @@ QUERY = ("SELECT id, email FROM customers WHERE (:after IS NULL OR id > :after) 
     ({"retry": {"base_s": 100, "cap_s": 1}}, "retry", "base_s (100) must not exceed cap_s"),
     ({"retry": {"rate_limit_floor_s": 100, "rate_limit_cap_s": 1}}, "retry",
      "rate_limit_floor_s"),
+    ({"channels": {"a/b": {}}}, "channels", "'a/b' cannot name a channel"),
+    ({"channels": {" ": {}}}, "channels", "cannot name a channel"),
+    ({"campaigns": {"": {"cron": "0 9 * * *"}}}, "campaigns", "cannot name a campaign"),
     ({"clock_offset_s": 1e300}, "clock_offset_s", "less than"),
     ({"clock_offset_s": -1e12}, "clock_offset_s", "greater than"),
     ({"channels": {"email": {"provider": {
