@@ -37,6 +37,11 @@ def parse_duration(text: str, field: str) -> float:
 Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 """A duration in seconds: finite and above zero."""
 
+LeaseSeconds = Annotated[float, Field(ge=1.0, allow_inf_nan=False)]
+"""A lease or a visibility timeout in seconds: finite and at least a second. Shorter
+than a send's round trip, a lease ends before its send can start (every message is
+released unsent, for ever), a visibility timeout before its batch is handled."""
+
 SecondsOrZero = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 """A duration in seconds where 0 means none (no interval, no grace, no cache): finite
 and not negative."""

@@ -26,7 +26,7 @@ from pydantic import (
 )
 
 from tidings.cron import Schedule
-from tidings.durations import Seconds, SecondsOrZero
+from tidings.durations import LeaseSeconds, Seconds, SecondsOrZero
 from tidings.errors import ConfigurationError, unknown_name
 from tidings.keys import is_key_part
 from tidings.pacing.algorithm import parse_quota
@@ -53,7 +53,7 @@ def _valid_quota(value: str | None) -> str | None:
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
 
 class ProviderSettings(_Model):
@@ -170,8 +170,8 @@ class WorkerSettings(_Model):
     more a second), and leaves more for the reconciler to settle when a worker dies."""
     commit_batch: int = Field(default=100, ge=1, le=5000)
     """Outcomes a worker commits in one transaction at most."""
-    lease_s: Seconds = 30.0
-    visibility_s: Seconds = 60.0
+    lease_s: LeaseSeconds = 30.0
+    visibility_s: LeaseSeconds = 60.0
     max_receives: int = Field(default=50, ge=1)
     reconcile_every_s: Seconds = 5.0
     heartbeat_s: Seconds = 1.0

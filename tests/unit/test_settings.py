@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from tidings import settings as settings_module
-from tidings.durations import Seconds, SecondsOrZero
+from tidings.durations import LeaseSeconds, Seconds, SecondsOrZero
 from tidings.errors import ConfigurationError
 from tidings.providers import config as provider_config
 from tidings.settings import Settings
@@ -94,7 +94,18 @@ def test_infinity_written_in_toml_is_refused_at_load(tmp_path: Path) -> None:
 
 @given(st.floats(min_value=1e-6, max_value=1e9))
 def test_every_finite_positive_duration_is_kept(seconds: float) -> None:
-    assert Settings.parse({"worker": {"lease_s": seconds}}).worker.lease_s == seconds
+    worker = Settings.parse({"worker": {"reconcile_every_s": seconds,
+                                        "lease_s": max(1.0, seconds)}}).worker
+    assert (worker.reconcile_every_s, worker.lease_s) == (seconds, max(1.0, seconds))
+
+
+@pytest.mark.parametrize("field", ["lease_s", "visibility_s"])
+def test_a_lease_or_visibility_under_a_second_is_refused(field: str) -> None:
+    # Shorter than a send's round trip, every message would be released or handed out
+    # again while in hand, for ever.
+    with pytest.raises(ConfigurationError) as raised:
+        Settings.parse({"worker": {field: 0.001}})
+    assert raised.value.field == f"worker.{field}"
 
 
 def test_the_clock_offset_may_be_negative_but_not_infinite() -> None:
@@ -105,7 +116,7 @@ def test_the_clock_offset_may_be_negative_but_not_infinite() -> None:
 def test_every_duration_field_uses_the_shared_type() -> None:
     models = {m for module in (settings_module, provider_config) for m in vars(module).values()
               if isinstance(m, type) and issubclass(m, BaseModel)}
-    allowed = (Seconds, SecondsOrZero, Seconds | None, SecondsOrZero | None)
+    allowed = (Seconds, SecondsOrZero, LeaseSeconds, Seconds | None, SecondsOrZero | None)
     checked = []
     for model in models:
         hints = typing.get_type_hints(model, include_extras=True)

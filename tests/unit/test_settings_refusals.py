@@ -1,5 +1,6 @@
 """Settings a user got wrong are a ConfigurationError naming the field (the CLI's exit
-code 2 and one line), never a traceback: tables written as lists, a floor above its
+code 2 and one line), never a traceback: tables written as lists, a boolean or a
+string where a number goes (read strictly, as TOML types them), a floor above its
 cap, a clock moved out of the calendar, a settings path that is a folder or not text,
 a CA bundle that is not there, a campaign template no channel has; and times beyond
 the supported dates (a replay's new deadline) are refused before anything is written."""
@@ -32,6 +33,12 @@ QUERY = ("SELECT id, email FROM customers WHERE (:after IS NULL OR id > :after) 
     ({"channels": {"a/b": {}}}, "channels", "'a/b' cannot name a channel"),
     ({"channels": {" ": {}}}, "channels", "cannot name a channel"),
     ({"campaigns": {"": {"cron": "0 9 * * *"}}}, "campaigns", "cannot name a campaign"),
+    ({"worker": {"batch_size": True}}, "worker.batch_size", "valid integer"),
+    ({"worker": {"batch_size": "200"}}, "worker.batch_size", "valid integer"),
+    ({"worker": {"lease_s": "30"}}, "worker.lease_s", "valid number"),
+    ({"channels": {"email": {"provider": {"kind": "smtp", "host": "mail.test",
+                                          "from_address": "a@b.test", "port": "25"}}}},
+     "channels.email.provider.port", "valid integer"),
     ({"clock_offset_s": 1e300}, "clock_offset_s", "less than"),
     ({"clock_offset_s": -1e12}, "clock_offset_s", "greater than"),
     ({"channels": {"email": {"provider": {
