@@ -213,8 +213,7 @@ def init(
     try:
         starter = scaffold.write_starter(folder, sandbox_port=sandbox_port)
     except TidingsError as exc:
-        _error(str(exc))
-        raise typer.Exit(2) from None
+        _fail(str(exc))
     except OSError as exc:  # a file where the folder should be, a path that cannot be made
         _fail(f"cannot write {folder}: {exc.strerror or exc}")
     if as_json:

@@ -21,12 +21,12 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from tidings.addresses import CHANNEL_KINDS, check_address
 from tidings.clock import Clock
 from tidings.errors import ConfigurationError
-from tidings.model import Content, Intent, SendRequest
+from tidings.model import Content, Intent, IntentDraft, SendRequest
 from tidings.preferences import Preference, verdict
 from tidings.states import State
 from tidings.stores.base import PreferenceRecords
@@ -135,6 +135,19 @@ class Composer:
         if templates is None or channel not in self.kinds:
             return None
         return templates.missing(template)
+
+    def draft_problem(self, draft: IntentDraft
+                      ) -> tuple[Literal["template", "address"], str] | None:
+        """Why no send of ``draft`` could ever go (its template, then its address, as the
+        send-time checks say), or None: what ``notify`` and the publish route refuse at
+        once rather than reject per intent later."""
+        missing = self.template_problem(draft.channel, draft.template)
+        if missing is not None:
+            return "template", missing
+        problem = self.address_problem(draft.channel, draft.address)
+        if problem is not None:
+            return "address", problem
+        return None
 
     def compose_one(self, intent: Intent, preference: Preference | None, *,
                     now: float) -> Composed:

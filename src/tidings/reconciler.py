@@ -74,6 +74,10 @@ class ReconcilerConfig:
     """The deadline of a channel not in ``send_deadlines``."""
     relay: RelayConfig = field(default_factory=RelayConfig)
 
+    def send_deadline_for(self, channel: str) -> float:
+        """``channel``'s send deadline (``send_deadline_s`` where none is given)."""
+        return self.send_deadlines.get(channel, self.send_deadline_s)
+
 
 @dataclass(kw_only=True)
 class ReconcileResult:
@@ -212,7 +216,7 @@ class Reconciler:
     def _lease_ended(self, intent: Intent, mark: WorkerMark, now: float) -> Change:
         """``intent``'s lease, held by gone ``mark``, ended: uncertain, and not settled
         (``next_attempt_at``) before its send, if one is in flight, can no longer land."""
-        deadline = self.config.send_deadlines.get(intent.channel, self.config.send_deadline_s)
+        deadline = self.config.send_deadline_for(intent.channel)
         landed_by = sends_land_by(mark, host=self.host, config=self.liveness,
                                   send_deadline_s=deadline)
         wait = landed_by is not None and landed_by > now
@@ -339,7 +343,7 @@ class Reconciler:
             provider = self.providers.get(intent.channel)
             if provider is None:
                 return Lookup.of_unknown("no provider for the channel here")
-            limit = self.config.send_deadlines.get(intent.channel, self.config.send_deadline_s)
+            limit = self.config.send_deadline_for(intent.channel)
             async with gate:
                 deadline = asyncio.timeout(limit)
                 try:

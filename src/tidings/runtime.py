@@ -413,14 +413,13 @@ class Runtime:
         gate = self._gate
         if gate is None:
             gate = self._gate = self.composer()
-        missing = gate.template_problem(draft.channel, draft.template)
-        if missing is not None:
-            return "template", f"{missing} (channel {draft.channel!r})"
-        problem = gate.address_problem(draft.channel, draft.address)
-        if problem is not None:
-            field = "recipient.phone" if draft.channel == "sms" else "recipient.email"
-            return field, f"{problem} (channel {draft.channel!r})"
-        return None
+        found = gate.draft_problem(draft)
+        if found is None:
+            return None
+        what, problem = found
+        field = ("template" if what == "template"
+                 else "recipient.phone" if draft.channel == "sms" else "recipient.email")
+        return field, f"{problem} (channel {draft.channel!r})"
 
     async def cancel(self, key: str, reason: str = "cancelled by caller"
                      ) -> dict[str, State | None]:

@@ -231,13 +231,14 @@ def sendable(composer: Composer, drafts: Sequence[IntentDraft], skipped: dict[st
         except InvalidInput as exc:
             raise ApiError(422, "body.payload", f"makes a delivery key that {exc.message}; "
                            "shorten customer_id or template") from None
-        missing = composer.template_problem(draft.channel, draft.template)
-        if missing is not None:
-            raise ApiError(422, template_field, f"{missing} (channel {draft.channel!r})")
-        problem = composer.address_problem(draft.channel, draft.address)
-        if problem is None:
+        found = composer.draft_problem(draft)
+        if found is None:
             kept.append(draft)
-        elif from_payload:
+            continue
+        what, problem = found
+        if what == "template":
+            raise ApiError(422, template_field, f"{problem} (channel {draft.channel!r})")
+        if from_payload:
             raise ApiError(422, f"body.payload.{'phone' if draft.channel == 'sms' else 'email'}",
                            f"{problem} (channel {draft.channel!r})")
         else:
