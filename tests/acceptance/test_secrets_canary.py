@@ -44,6 +44,7 @@ import pytest
 from support.crm import QUERY, free_port, write_crm
 from tidings.api import sign
 from tidings.api.tokens import new_token
+from tidings.errors import InvalidInput
 from tidings.runtime import Runtime, build_runtime
 from tidings.settings import Settings
 from tidings.states import DONE, State
@@ -357,8 +358,17 @@ async def admit_everything(f: Flow, http: httpx.AsyncClient) -> None:
     for index, (email, phone) in enumerate(recipients):
         await f.runtime.notify(key=f"shipment-{index}:cust_{index}",
                                recipient={"id": f"cust_{index}", "email": email, "phone": phone},
-                               channels=["email", "sms"], template="shipment/v1",
+                               channels=["sms"] if email == c.email_malformed
+                               else ["email", "sms"], template="shipment/v1",
                                data={"status": "out for delivery"})
+    # An address no send can use is refused by notify itself; its refusal is searched
+    # for the canary like every other error text.
+    with pytest.raises(InvalidInput) as refused:
+        await f.runtime.notify(key="shipment-2:cust_2", recipient={
+            "id": "cust_2", "email": c.email_malformed}, channels=["email"],
+            template="shipment/v1")
+    assert refused.value.field == "recipient.email"
+    f.error_bodies.append(str(refused.value))
 
 
 async def send_bad_requests(f: Flow, http: httpx.AsyncClient) -> None:
