@@ -36,6 +36,7 @@ __all__ = [
     "KeysetAudience",
     "SqlAudience",
     "audience_from_spec",
+    "check_audiences",
     "count_recipients",
 ]
 
@@ -212,18 +213,22 @@ class SqlAudience:
     supported now. The database is opened read-only, per page, in a worker thread.
     """
 
-    def __init__(self, url: str, query: str) -> None:
+    def __init__(self, url: str, query: str, *, field: str = "audience") -> None:
         self.url = url
         self.query = query
-        self._uri = _sqlite_uri(url)
+        self.field = field
+        """Where the settings declare it (``campaigns.<name>.audience.sql``): the prefix of
+        every error's field, as the run finds them too."""
+        self._uri = _sqlite_uri(url, field)
+        self._path = Path(url.partition("://")[2][1:]).absolute()
         if not isinstance(query, str) or not query.strip():
-            raise ConfigurationError("audience.query", "must be a non-empty SQL query")
+            raise ConfigurationError(f"{field}.query", "must be a non-empty SQL query")
         missing = [name for name in ("after", "limit")
                    if not re.search(rf":{name}\b", query)]
         if missing:
             # Without them every page is the whole table: unbounded memory, no progress.
             raise ConfigurationError(
-                "audience.query",
+                f"{field}.query",
                 f"must use {' and '.join(':' + m for m in missing)}: filter "
                 "(:after IS NULL OR id > :after), ORDER BY id and LIMIT :limit")
 
@@ -234,22 +239,25 @@ class SqlAudience:
     def describe(self) -> str:
         return f"sql query on {self.url}"
 
+    async def check(self) -> None:
+        """Open the database and read the first page of one: a missing file, a query the
+        database refuses or a result without ``id`` is a settings error before the
+        scheduler admits anything, not at the first occurrence."""
+        await self.page(None, 1)
+
     async def count(self) -> int:
         """The recipients of the whole audience: the page query from the start with no
         limit (``:after`` NULL, ``:limit`` -1), counted by the database."""
         return await asyncio.to_thread(self._count)
 
     def _count(self) -> int:
-        try:
-            connection = sqlite3.connect(self._uri, uri=True)
-        except sqlite3.Error as exc:
-            raise ConfigurationError("audience.url", f"cannot open {self.url}: {exc}") from exc
+        connection = self._connect()
         try:
             query = self.query.strip().rstrip(";")
             (count,) = connection.execute(f"SELECT count(*) FROM ({query})",
                                           {"after": None, "limit": -1}).fetchone()
         except sqlite3.Error as exc:
-            error = _classify(exc, self.url)
+            error = _classify(exc, self.url, self.field)
             if error is None:
                 raise
             raise error from exc
@@ -257,46 +265,52 @@ class SqlAudience:
             connection.close()
         return int(count)
 
-    def _fetch(self, after: str | None, limit: int) -> list[Recipient]:
+    def _connect(self) -> sqlite3.Connection:
         try:
-            connection = sqlite3.connect(self._uri, uri=True)
+            return sqlite3.connect(self._uri, uri=True)
         except sqlite3.Error as exc:
-            raise ConfigurationError("audience.url", f"cannot open {self.url}: {exc}") from exc
+            why = "no such file" if not self._path.exists() else str(exc)
+            raise ConfigurationError(f"{self.field}.url",
+                                     f"cannot open {self.url}: {why}") from exc
+
+    def _fetch(self, after: str | None, limit: int) -> list[Recipient]:
+        connection = self._connect()
         try:
             cursor = connection.execute(self.query, {"after": after, "limit": limit})
             if cursor.description is None:
-                raise ConfigurationError("audience.query", "the query returns no rows")
+                raise ConfigurationError(f"{self.field}.query", "the query returns no rows")
             columns = [str(column[0]) for column in cursor.description]
             rows = cursor.fetchmany(limit)
         except sqlite3.ProgrammingError as exc:
-            raise ConfigurationError("audience.query", str(exc)) from exc
+            raise ConfigurationError(f"{self.field}.query", str(exc)) from exc
         except sqlite3.Error as exc:
-            error = _classify(exc, self.url)
+            error = _classify(exc, self.url, self.field)
             if error is None:
                 raise
             raise error from exc
         finally:
             connection.close()
-        return _recipients(columns, rows, after)
+        return _recipients(columns, rows, after, self.field)
 
 
-def _classify(exc: sqlite3.Error, url: str) -> ConfigurationError | None:
+def _classify(exc: sqlite3.Error, url: str, field: str) -> ConfigurationError | None:
     """The setting at fault for a failed query, or None when the failure is transient."""
     code = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
     if code in _SQLITE_FILE_ERRORS:
-        return ConfigurationError("audience.url", f"cannot read {url}: {exc}")
+        return ConfigurationError(f"{field}.url", f"cannot read {url}: {exc}")
     if code == _SQLITE_ERROR:
-        return ConfigurationError("audience.query", str(exc))
+        return ConfigurationError(f"{field}.query", str(exc))
     if code == _SQLITE_READONLY:
-        return ConfigurationError("audience.query", f"must only read: {exc}")
+        return ConfigurationError(f"{field}.query", f"must only read: {exc}")
     # Busy, locked, I/O: the settings are fine and the pass can be retried.
     return None
 
 
-def _recipients(columns: list[str], rows: list[Any], after: str | None) -> list[Recipient]:
+def _recipients(columns: list[str], rows: list[Any], after: str | None,
+                field: str) -> list[Recipient]:
     lowered = [column.lower() for column in columns]
     if "id" not in lowered:
-        raise ConfigurationError("audience.query", "result has no 'id' column")
+        raise ConfigurationError(f"{field}.query", "result has no 'id' column")
     index = {name: lowered.index(name) for name in _RECIPIENT_FIELDS if name in lowered}
     extra = [(i, column) for i, column in enumerate(columns)
              if lowered[i] not in _RECIPIENT_FIELDS]
@@ -305,14 +319,14 @@ def _recipients(columns: list[str], rows: list[Any], after: str | None) -> list[
     for row in rows:
         raw_id = row[index["id"]]
         if raw_id is None:
-            raise ConfigurationError("audience.query", "result has a NULL id")
+            raise ConfigurationError(f"{field}.query", "result has a NULL id")
         if recipients and _out_of_order(previous_raw, raw_id):
             raise ConfigurationError(
-                "audience.query",
+                f"{field}.query",
                 f"returned id {raw_id!r} after {previous_raw!r}; it must ORDER BY id")
         if not recipients and after is not None and str(raw_id) == after:
             raise ConfigurationError(
-                "audience.query", f"returned id {after!r} again; filter id > :after, not >=")
+                f"{field}.query", f"returned id {after!r} again; filter id > :after, not >=")
         previous_raw = raw_id
         recipients.append(Recipient(
             id=str(raw_id),
@@ -346,24 +360,32 @@ def _truthy(value: Any) -> bool:
     return bool(value)
 
 
-def _sqlite_uri(url: str) -> str:
+def _sqlite_uri(url: str, field: str) -> str:
     """``sqlite:///rel.db`` or ``sqlite:////abs.db`` -> a read-only ``file:`` URI."""
     if not isinstance(url, str):
-        raise ConfigurationError("audience.url", f"{url!r} is not a database URL")
+        raise ConfigurationError(f"{field}.url", f"{url!r} is not a database URL")
     scheme, separator, rest = url.partition("://")
     if not separator:
         raise ConfigurationError(
-            "audience.url", f"{url!r} is not a database URL such as sqlite:///audience.db")
+            f"{field}.url", f"{url!r} is not a database URL such as sqlite:///audience.db")
     if scheme.lower() != "sqlite":
         raise ConfigurationError(
-            "audience.url", f"{scheme!r} databases are not supported yet for audiences; "
+            f"{field}.url", f"{scheme!r} databases are not supported yet for audiences; "
                             "use sqlite:///path/to/file.db")
     if not rest.startswith("/") or rest in ("/", "/:memory:"):
         raise ConfigurationError(
-            "audience.url", f"{url!r} needs a file path: sqlite:///relative.db or "
+            f"{field}.url", f"{url!r} needs a file path: sqlite:///relative.db or "
                             "sqlite:////absolute.db")
     # as_uri percent-encodes, so a path with '?', '#' or spaces stays a path.
     return Path(rest[1:]).absolute().as_uri() + "?mode=ro"
+
+
+async def check_audiences(audiences: Iterable[Audience]) -> None:
+    """``SqlAudience.check`` each SQL audience (a user's generator is not called before
+    its occurrence: calling it may have effects of its own)."""
+    for audience in audiences:
+        if isinstance(audience, SqlAudience):
+            await audience.check()
 
 
 # ---------------------------------------------------------------- size
@@ -388,53 +410,60 @@ async def count_recipients(audience: Audience, *, page_size: int = 5000) -> int:
 # ---------------------------------------------------------------- settings
 
 
-def audience_from_spec(spec: Mapping[str, Any]) -> Audience:
+def audience_from_spec(spec: Mapping[str, Any], *, field: str = "audience") -> Audience:
     """Build an audience from settings.
 
     ``{"sql": {"url": "sqlite:///crm.db", "query": "SELECT ..."}}`` or
-    ``{"python": "package.module:function"}`` naming a generator function.
+    ``{"python": "package.module:function"}`` naming a generator function. ``field`` is
+    where the settings declare it; errors, also those a run meets later, name it.
     """
     if not isinstance(spec, Mapping):
-        raise ConfigurationError("audience", "must be a table with 'sql' or 'python'")
+        raise ConfigurationError(field, "must be a table with 'sql' or 'python'")
     kinds = [key for key in ("sql", "python") if key in spec]
     unknown = sorted(str(key) for key in spec if key not in ("sql", "python"))
     if unknown:
         raise ConfigurationError(
-            "audience", f"unknown key(s) {', '.join(unknown)}; use 'sql' or 'python'")
+            field, f"unknown key(s) {', '.join(unknown)}; use 'sql' or 'python'")
     if len(kinds) != 1:
-        raise ConfigurationError("audience", "needs exactly one of 'sql' or 'python'")
+        raise ConfigurationError(field, "needs exactly one of 'sql' or 'python'")
     if kinds[0] == "sql":
         sql = spec["sql"]
         if not isinstance(sql, Mapping):
-            raise ConfigurationError("audience.sql", "must be a table with 'url' and 'query'")
+            raise ConfigurationError(f"{field}.sql", "must be a table with 'url' and 'query'")
+        unknown = sorted(str(key) for key in sql if key not in ("url", "query"))
+        if unknown:
+            # A misspelt key would otherwise be ignored without a word.
+            raise ConfigurationError(
+                f"{field}.sql", f"unknown key(s) {', '.join(unknown)}; use 'url' and 'query'")
         for key in ("url", "query"):
             if not isinstance(sql.get(key), str):
-                raise ConfigurationError(f"audience.{key}", "is required and must be a string")
-        return SqlAudience(sql["url"], sql["query"])
-    return GeneratorAudience(_import_callable(spec["python"]))
+                raise ConfigurationError(f"{field}.sql.{key}",
+                                         "is required and must be a string")
+        return SqlAudience(sql["url"], sql["query"], field=f"{field}.sql")
+    return GeneratorAudience(_import_callable(spec["python"], f"{field}.python"))
 
 
-def _import_callable(path: Any) -> Callable[[], Iterable[Recipient]]:
+def _import_callable(path: Any, field: str) -> Callable[[], Iterable[Recipient]]:
     if not isinstance(path, str) or path.count(":") != 1:
         raise ConfigurationError(
-            "audience.python", f"{path!r} is not an import path like 'package.module:function'")
+            field, f"{path!r} is not an import path like 'package.module:function'")
     module_name, _, attribute = path.partition(":")
     if not module_name or not attribute:
         raise ConfigurationError(
-            "audience.python", f"{path!r} is not an import path like 'package.module:function'")
+            field, f"{path!r} is not an import path like 'package.module:function'")
     try:
         target: Any = importlib.import_module(module_name)
     except Exception as exc:  # the user's module may fail in any way while importing
         raise ConfigurationError(
-            "audience.python", f"cannot import {module_name!r} for {path!r}: "
+            field, f"cannot import {module_name!r} for {path!r}: "
                                f"{type(exc).__name__}: {exc}") from exc
     for part in attribute.split("."):
         if not hasattr(target, part):
             raise ConfigurationError(
-                "audience.python", f"{path!r}: {module_name!r} has no attribute {attribute!r}")
+                field, f"{path!r}: {module_name!r} has no attribute {attribute!r}")
         target = getattr(target, part)
     if not callable(target):
-        raise ConfigurationError("audience.python", f"{path!r} is not callable")
+        raise ConfigurationError(field, f"{path!r} is not callable")
     source: Callable[[], Iterable[Recipient]] = target
     return source
 

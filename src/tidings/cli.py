@@ -34,6 +34,8 @@ if TYPE_CHECKING:
     from rich.text import Text
 
 T = TypeVar("T")
+#: Seconds a command that is not a service tries an unreachable broker again.
+COMMAND_PATIENCE_S = 5.0
 
 app = typer.Typer(
     help="tidings: scheduled, multi-channel notifications with exactly one business delivery "
@@ -145,7 +147,9 @@ def _with_runtime(config: Path | None, store: str | None, fn: Callable[[Runtime]
         if channel is not None and channel not in settings.channels:
             raise ConfigurationError("channel", unknown_name("channel", channel,
                                                              sorted(settings.channels)))
-        runtime = await build_runtime(settings, migrate=migrate)
+        # Services ride out a broker restart; a command someone waits on says so soon.
+        runtime = await build_runtime(
+            settings, migrate=migrate, patience_s=None if migrate == "new" else COMMAND_PATIENCE_S)
         logs.use_clock(runtime.clock)  # log times are the simulated ones when set
         async with runtime:
             return await fn(runtime)

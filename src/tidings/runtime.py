@@ -177,7 +177,8 @@ def campaigns_from(settings: Settings) -> list[Campaign]:
         try:
             campaigns.append(Campaign(
                 name=name, schedule=Schedule(c.cron, c.timezone), channels=tuple(c.channels),
-                template=c.template, version=c.version, audience=audience_from_spec(c.audience),
+                template=c.template, version=c.version,
+                audience=audience_from_spec(c.audience, field=f"campaigns.{name}.audience"),
                 expires_after_s=c.expires_after_s, grace_s=c.grace_s,
                 start_paused=c.start_paused))
         except ConfigurationError as exc:
@@ -482,21 +483,29 @@ async def build_runtime(
     campaigns: Sequence[Campaign] | None = None,
     migrate: bool | Literal["new"] = True,
     rng: random.Random | None = None,
+    patience_s: float | None = None,
 ) -> Runtime:
     """Build a runtime from settings; ``providers``/``campaigns`` override the declared ones
     (tests pass a twin sandbox; Python users pass their own audience generators).
 
     ``migrate``: True applies pending migrations; ``"new"`` creates the schema of a new
-    database but refuses (SchemaOutOfDate) one that is older; False only checks."""
+    database but refuses (SchemaOutOfDate) one that is older; False only checks.
+    ``patience_s``: how long a broker transport that cannot be reached is tried again
+    (None: the adapter's default, for services riding out a broker restart)."""
     the_clock = clock or SystemClock(settings.clock_offset_s)
     # Everything that can refuse the settings runs before the store is opened.
     chosen_campaigns = list(campaigns) if campaigns is not None else campaigns_from(settings)
     limits = {name: pace_limits(spec, name) for name, spec in settings.channels.items()}
     templates = load_templates(settings)
     check_campaign_templates(settings, chosen_campaigns, templates)
+    if not migrate:
+        from tidings.stores.sqlite_db import refuse_absent_file
+
+        refuse_absent_file(settings.store)
     store, store_queue = await open_store(settings.store)
     try:
-        transport = await open_transport(settings.transport, store_queue=store_queue)
+        transport = await open_transport(settings.transport, store_queue=store_queue,
+                                         patience_s=patience_s)
     except BaseException:
         await store_queue.close()
         await store.close()

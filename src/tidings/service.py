@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from tidings import progress
+from tidings.audience import check_audiences
 from tidings.gc_tuning import serving_gc
 from tidings.guardrails import enforce
 from tidings.holds import sweep as holds_sweep
@@ -218,6 +219,7 @@ async def serve_scheduler(runtime: Runtime, *, once: bool = False) -> None:
     With a broker transport the relay runs beside admission (``relay.relay_loop``)
     until the service stops: a pass writes intents to the outbox and returns without
     waiting for the broker. With ``once`` the relay publishes what is due first."""
+    await check_audiences(campaign.audience for campaign in runtime.campaigns)
     beside = runtime.relay_beside_admission and not once
     scheduler = runtime.scheduler(relay_in_pass=not beside)
     stopping = asyncio.Event()

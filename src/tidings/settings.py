@@ -413,6 +413,10 @@ class Settings(_Model):
                         if not (i and loc[i - 1] == "provider" and p in PROVIDER_TAGS))
             field = ".".join(str(p) for p in loc) or "settings"
             message = str(first["msg"]).removeprefix("Value error, ")
+            if first["type"] == "union_tag_invalid":  # pydantic's words name our function
+                field += ".kind"
+                message = (f"unknown provider kind {first['ctx']['tag']!r}; use one of "
+                           f"{', '.join(sorted(PROVIDER_TAGS))}")
             raise ConfigurationError(field, message) from None
         for name, spec in settings.channels.items():
             if spec.templates is not None and spec.kind is None:

@@ -110,6 +110,7 @@ def test_settings_are_found_and_their_paths_are_relative_to_their_folder(tmp_pat
     assert "new database" in new.stderr and "out of date" not in new.stderr
     assert f"run `tidings db migrate --config {config}`" in new.stderr
     assert not (elsewhere / "tidings.db").exists()
+    assert not (home / "tidings.db").exists()  # a command that reads creates no file
 
     # Beside the file, no option at all: ./tidings.toml is read, and the scheduler (a
     # process that owns the database) creates the schema of a new one.
@@ -145,6 +146,8 @@ def test_what_a_user_gets_wrong_on_the_command_line_is_one_line_and_exit_2(
         for args, says in [
             (["sandbox", "--config", str(tmp_path / "nope.json")], "config: cannot read"),
             (["sandbox", "--port", str(port)], f"cannot listen on 127.0.0.1:{port}"),
+            (["api", "--host", "127.0.0.1", "--port", str(port), "--store",
+              f"sqlite:///{tmp_path / 'api.db'}"], f"cannot listen on 127.0.0.1:{port}"),
             (["sandbox", "--port", "99999"], "--port"),
             (["init", str(tmp_path / "a-file")], "cannot write"),
             (["demo", "--recipients", "100", "--db", str(tmp_path)], "is a folder"),
@@ -155,3 +158,19 @@ def test_what_a_user_gets_wrong_on_the_command_line_is_one_line_and_exit_2(
             assert (result.returncode, "Traceback" in result.stderr) == (2, False), \
                 (args, result.stderr[-800:])
             assert says in result.stderr, (args, result.stderr[-800:])
+
+
+def test_a_scheduler_refuses_an_audience_it_cannot_read_before_admitting(
+        tmp_path: Path) -> None:
+    config = tmp_path / "tidings.toml"
+    config.write_text(
+        'store = "sqlite:///tidings.db"\n[channels.email]\n'
+        '[campaigns.digest]\ncron = "* * * * *"\nchannels = ["email"]\ntemplate = "t"\n'
+        'audience = { sql = { url = "sqlite:///customers.db", query = "SELECT id FROM c '
+        'WHERE (:after IS NULL OR id > :after) ORDER BY id LIMIT :limit" } }\n')
+    result = run("scheduler", "--once", "--config", str(config))
+    assert (result.returncode, "Traceback" in result.stderr) == (2, False), result.stderr
+    assert "campaigns.digest.audience.sql.url" in result.stderr
+    assert "no such file" in result.stderr
+    assert "occurrence opened" not in result.stderr
+    assert not (tmp_path / "customers.db").exists()  # opened read-only, never created

@@ -16,6 +16,7 @@ from tidings.audience import (
     KeysetAudience,
     SqlAudience,
     audience_from_spec,
+    check_audiences,
 )
 from tidings.errors import ConfigurationError, InvalidInput
 from tidings.model import Recipient
@@ -437,10 +438,38 @@ def test_a_bad_import_path_names_the_python_field(user_module: str, path: str,
     ({"sql": {"url": "sqlite:///x.db", "query": SQL_PAGE}, "python": "m:f"}, "audience"),
     ({"csv": "people.csv"}, "audience"),
     ({"sql": "SELECT 1"}, "audience.sql"),
-    ({"sql": {"query": SQL_PAGE}}, "audience.url"),
-    ({"sql": {"url": "sqlite:///x.db"}}, "audience.query"),
+    ({"sql": {"query": SQL_PAGE}}, "audience.sql.url"),
+    ({"sql": {"url": "sqlite:///x.db"}}, "audience.sql.query"),
+    ({"sql": {"url": "sqlite:///x.db", "query": SQL_PAGE, "qurey": "x"}}, "audience.sql"),
+    ({"sql": {"url": "mysql://x/y", "query": SQL_PAGE}}, "audience.sql.url"),
 ])
 def test_a_malformed_spec_names_the_field(spec: dict[str, object], field: str) -> None:
     with pytest.raises(ConfigurationError) as caught:
         audience_from_spec(spec)
     assert caught.value.field == field
+
+
+async def test_a_run_names_the_settings_field_of_the_audience(tmp_path: Path) -> None:
+    # Found at the first page, long after start-up: the error still says which campaign.
+    audience = audience_from_spec(
+        {"sql": {"url": f"sqlite:///{tmp_path}/gone.db", "query": SQL_PAGE}},
+        field="campaigns.digest.audience")
+    with pytest.raises(ConfigurationError, match="no such file") as caught:
+        await audience.page(None, 10)
+    assert caught.value.field == "campaigns.digest.audience.sql.url"
+
+
+async def test_check_audiences_reads_one_page_of_each_sql_audience(tmp_path: Path) -> None:
+    url = make_db(tmp_path / "crm.db", [(1, "c1@example.test", None, 1, "Name1", "gold")])
+    calls: list[str] = []
+
+    def members() -> Iterator[Recipient]:
+        calls.append("called")
+        yield Recipient(id="x")
+
+    await check_audiences([SqlAudience(url, SQL_PAGE), GeneratorAudience(members)])
+    assert calls == []  # a user's generator is left alone until its occurrence
+    no_id = SqlAudience(url, "SELECT email FROM customers WHERE (:after IS NULL OR "
+                             "customer_id > :after) ORDER BY customer_id LIMIT :limit")
+    with pytest.raises(ConfigurationError, match="no 'id' column"):
+        await check_audiences([no_id])

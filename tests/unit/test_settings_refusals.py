@@ -15,7 +15,7 @@ import pytest
 from tidings.clock import FakeClock
 from tidings.errors import ConfigurationError, InvalidInput
 from tidings.providers.config import SmtpProviderSettings
-from tidings.runtime import build_runtime
+from tidings.runtime import build_runtime, campaigns_from
 from tidings.settings import Settings
 from tidings.textout import when
 
@@ -44,11 +44,28 @@ QUERY = ("SELECT id, email FROM customers WHERE (:after IS NULL OR id > :after) 
     ({"channels": {"email": {"provider": {
         "kind": "smtp", "host": "mail.test", "from_address": "a@b.test",
         "ca_file": "/no/such/bundle.pem"}}}}, "channels.email.provider.ca_file", "not a file"),
+    ({"channels": {"email": {"provider": {"kind": "sendgridx"}}}},
+     "channels.email.provider.kind", "unknown provider kind 'sendgridx'; use one of http,"),
 ])
 def test_a_setting_got_wrong_is_refused_naming_the_field(
         data: dict[str, Any], field: str, says: str) -> None:
     with pytest.raises(ConfigurationError) as caught:
         Settings.parse(data)
+    assert (caught.value.field, says in caught.value.message) == (field, True), caught.value
+
+
+@pytest.mark.parametrize(("sql", "field", "says"), [
+    ({"url": "sqlite:///x.db", "query": QUERY, "limit": 5}, "campaigns.d.audience.sql",
+     "unknown key(s) limit"),
+    ({"url": "sqlite:///x.db"}, "campaigns.d.audience.sql.query", "is required"),
+    ({"url": "x.db", "query": QUERY}, "campaigns.d.audience.sql.url", "not a database URL"),
+])
+def test_an_audience_got_wrong_names_its_campaign_field(sql: dict[str, Any], field: str,
+                                                        says: str) -> None:
+    settings = Settings.parse({"campaigns": {"d": {
+        "cron": "0 9 * * *", "channels": [], "template": "t", "audience": {"sql": sql}}}})
+    with pytest.raises(ConfigurationError) as caught:
+        campaigns_from(settings)
     assert (caught.value.field, says in caught.value.message) == (field, True), caught.value
 
 

@@ -13,6 +13,7 @@ from typing import Any, cast
 import uvicorn
 
 from tidings.api.app import create_app
+from tidings.errors import ConfigurationError
 from tidings.gc_tuning import API_GC_YOUNG, tune_for_serving
 from tidings.runtime import Runtime
 from tidings.service import on_signals
@@ -106,15 +107,21 @@ def use_uvloop() -> bool:
     return True
 
 
-def shared_socket(host: str, port: int) -> socket.socket:
+def shared_socket(host: str, port: int, *, reuse_port: bool = True) -> socket.socket:
     """A socket bound to ``host:port`` with ``SO_REUSEPORT``: every API process of one
     ``tidings api --processes N`` binds its own to the same port and the kernel spreads
-    the connections over them (Linux). Port 0 picks a free one (``getsockname``)."""
+    the connections over them (Linux). Port 0 picks a free one (``getsockname``).
+    Without ``reuse_port`` the port is this process's alone."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    sock.bind((host, port))
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind((host, port))
+    except BaseException:
+        sock.close()
+        raise
     return sock
 
 
@@ -136,8 +143,11 @@ async def serve_api(runtime: Runtime, *, host: str, port: int,
         server.should_exit = True
 
     on_signals(stop)
-    if reuse_port:
-        sock = shared_socket(host, port)
+    try:
+        # Bound here rather than by uvicorn, which logs a port in use and exits 1.
+        sock = shared_socket(host, port, reuse_port=reuse_port)
+    except OSError as exc:
+        raise ConfigurationError("port", f"cannot listen on {host}:{port}: "
+                                         f"{exc.strerror or exc}") from None
+    with sock:
         await server.serve(sockets=[sock])
-    else:
-        await server.serve()

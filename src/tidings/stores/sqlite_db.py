@@ -12,6 +12,7 @@ read lock cannot be upgraded.
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import sqlite3
 import time
@@ -226,6 +227,17 @@ class SqliteDatabase(SharedDatabase):
         if pending:
             new = await self.schema_version() == 0
             raise SchemaOutOfDate(self.url, tuple(pending), new=new)
+
+
+def refuse_absent_file(url: str) -> None:
+    """SchemaOutOfDate (``new``) for a SQLite URL whose file does not exist: a command
+    that only reads must not leave an empty database file behind it."""
+    if not url.startswith(URL_PREFIX):
+        return
+    path = url[len(URL_PREFIX):]
+    if path in ("", ":memory:") or os.path.lexists(path):
+        return
+    raise SchemaOutOfDate(url, tuple(m.version for m in queries.migrations("sqlite")), new=True)
 
 
 def insert_messages(conn: sqlite3.Connection, sql: Mapping[str, str], queue: str,

@@ -86,28 +86,30 @@ def split_prefix(url: str) -> tuple[str, str]:
     return urlunsplit(parts._replace(query=rest)), prefix
 
 
-async def _open_redis(url: str) -> Transport:
+async def _open_redis(url: str, patience_s: float | None) -> Transport:
     """Redis Streams: one stream and consumer group per channel queue."""
     try:
         from tidings.transports.redis_streams import RedisStreamsTransport
     except ImportError as exc:
         raise ConfigurationError("transport", f"{redact_url(url)}: Redis Streams needs the "
                                  "extra: pip install 'tidings[redis]'") from exc
-    return await RedisStreamsTransport.open(url)
+    if patience_s is None:
+        return await RedisStreamsTransport.open(url)
+    return await RedisStreamsTransport.open(url, reconnect_s=patience_s)
 
 
-async def _open_amqp(url: str) -> Transport:
+async def _open_amqp(url: str, patience_s: float | None) -> Transport:
     """RabbitMQ: one durable quorum queue per channel queue."""
     try:
         from tidings.transports.rabbitmq import RabbitTransport
     except ImportError as exc:
         raise ConfigurationError("transport", f"{redact_url(url)}: RabbitMQ needs the "
                                  "extra: pip install 'tidings[rabbitmq]'") from exc
-    return await RabbitTransport.open(url)
+    return await RabbitTransport.open(url, retry_for_s=patience_s)
 
 
 #: One opener per broker kind: a new broker is one entry here and one in ``_SCHEMES``.
-OPENERS: dict[str, Callable[[str], Awaitable[Transport]]] = {
+OPENERS: dict[str, Callable[[str, float | None], Awaitable[Transport]]] = {
     "redis": _open_redis,
     "amqp": _open_amqp,
 }
@@ -118,10 +120,13 @@ def is_store_queue(value: str) -> bool:
     return value == SQL
 
 
-async def open_transport(value: str, *, store_queue: Transport | None = None) -> Transport:
+async def open_transport(value: str, *, store_queue: Transport | None = None,
+                         patience_s: float | None = None) -> Transport:
     """The transport the setting ``transport`` names: ``store_queue`` itself for
     ``"sql"``, else the broker's adapter, opened (a TransportError if it cannot be
-    reached, naming the URL without its password)."""
+    reached, naming the URL without its password). ``patience_s``: how long a broker
+    that cannot be reached is tried again (None: the adapter's default, made for
+    services that should ride out a broker restart)."""
     try:
         kind = transport_kind(value)
     except ValueError as exc:
@@ -131,4 +136,4 @@ async def open_transport(value: str, *, store_queue: Transport | None = None) ->
             raise ConfigurationError("transport", '"sql" is the store\'s own queue: '
                                      "open the store (runtime.open_store)")
         return store_queue
-    return await OPENERS[kind](value)
+    return await OPENERS[kind](value, patience_s)

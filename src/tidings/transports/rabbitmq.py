@@ -171,14 +171,17 @@ def retrying(method: Callable[Concatenate[RabbitTransport, P], Coroutine[Any, An
     @functools.wraps(method)
     async def again(transport: RabbitTransport, /, *args: P.args, **kwargs: P.kwargs) -> T:
         loop = asyncio.get_running_loop()
-        give_up = loop.time() + RETRY_FOR_S
+        give_up = loop.time() + transport.retry_for_s
         pause = 0.05
         while True:
             try:
                 return await method(transport, *args, **kwargs)
             except BrokerLost as lost:
-                if transport._closed or loop.time() + pause > give_up:
+                if transport._closed:
                     raise TransportError(str(lost)) from lost
+                if loop.time() + pause > give_up:
+                    raise TransportError(f"{lost} (tried for {transport.retry_for_s:g} s)"
+                                         ) from lost
                 log.warning("broker connection lost; connecting again",
                             extra={"error": str(lost), "broker": transport.safe_url})
                 await asyncio.sleep(pause)
@@ -305,8 +308,10 @@ class RabbitTransport:
     #: Publishes in other processes are not signalled: idle consumers poll.
     notifies = False
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, retry_for_s: float | None = None) -> None:
         self.url, self.prefix = split_prefix(url)
+        self.retry_for_s = RETRY_FOR_S if retry_for_s is None else retry_for_s
+        """How long an operation is tried again while the broker is away."""
         self.safe_url = redact_url(self.url)
         self._instance = uuid.uuid4().hex[:12]
         self._order = itertools.count()
@@ -327,10 +332,10 @@ class RabbitTransport:
         self._closed = False
 
     @classmethod
-    async def open(cls, url: str) -> RabbitTransport:
+    async def open(cls, url: str, *, retry_for_s: float | None = None) -> RabbitTransport:
         """A transport on its own connection, from ``amqp://user:pass@host:port/vhost``
         (``?prefix=`` names the queues' prefix)."""
-        transport = cls(url)
+        transport = cls(url, retry_for_s=retry_for_s)
         await transport._connect_once()
         return transport
 

@@ -167,8 +167,8 @@ class RedisStreamsTransport:
                 return await fn()
             except _RETRIED as exc:
                 if time.monotonic() + pause > deadline:
-                    raise TransportError(f"{self.safe_url}: connection lost and not regained "
-                                         f"in {self.reconnect_s:g} s: {exc}") from exc
+                    raise TransportError(f"{self.safe_url}: not reachable, tried for "
+                                         f"{self.reconnect_s:g} s: {exc}") from exc
             except redis_errors.RedisError as exc:
                 raise TransportError(f"{self.safe_url}: {exc}") from exc
             await asyncio.sleep(pause)
