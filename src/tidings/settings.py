@@ -359,6 +359,9 @@ class Settings(_Model):
     """Everything the composition root needs to build a runtime."""
 
     store: str = "sqlite:///tidings.db"
+    """The ledger's database: ``sqlite:///path.db`` (relative to the settings file's
+    folder; the default is ``tidings.db`` beside it) or ``postgresql://user@host/db``.
+    ``TIDINGS_STORE`` and ``--store`` override it."""
     transport: str = "sql"
     """Where the channel queues live. ``"sql"``: the store's own queue table (intents and
     their messages are written in one transaction). A broker URL puts them on a broker
@@ -508,9 +511,12 @@ def _relative_sqlite(url: Any, base: Path) -> Any:
 
 
 def resolve_relative_paths(data: dict[str, Any], base: Path) -> None:
-    """Make the file's relative paths (store, audience databases, templates, an SMTP CA
-    bundle) absolute against ``base``, the settings file's folder, in place."""
-    data_store = data.get("store")
+    """Make the file's relative paths (store, the default one too, audience databases,
+    templates, an SMTP CA bundle) absolute against ``base``, the settings file's folder,
+    in place."""
+    # A file that names no store means the default one beside it, like every other
+    # relative path in it, not one in whatever folder the command runs from.
+    data_store = data.get("store", Settings.model_fields["store"].default)
     if data_store is not None:
         data["store"] = _relative_sqlite(data_store, base)
     # Not a table: left as it is, for validation to refuse with the field's name.

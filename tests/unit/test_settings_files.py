@@ -67,3 +67,14 @@ def test_the_store_from_the_environment_is_taken_as_given(tmp_path: Path) -> Non
     (tmp_path / "tidings.toml").write_text('store = "sqlite:///a.db"\n')
     settings = Settings.load(tmp_path / "tidings.toml", env={"TIDINGS_STORE": "sqlite:///b.db"})
     assert settings.store == "sqlite:///b.db"
+
+
+def test_a_file_that_names_no_store_gets_the_default_beside_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "tidings.toml").write_text("[channels.email]\n")
+    monkeypatch.chdir(tmp_path)
+    settings = Settings.load(Path("conf/tidings.toml"), env={})
+    assert settings.store == f"sqlite:///{tmp_path / 'conf' / 'tidings.db'}"
+    # No file at all: the default stays relative to where the command runs.
+    assert Settings.load(None, env={}).store == "sqlite:///tidings.db"
