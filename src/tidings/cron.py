@@ -301,7 +301,8 @@ def _parse(cron: str) -> list[list[str]]:
     try:
         it = _croniter(cron, _REFERENCE)
     except _croniter_errors(ValueError, TypeError, KeyError) as exc:
-        raise ConfigurationError("cron", f"invalid cron expression {cron!r}: {exc}") from exc
+        raise ConfigurationError(
+            "cron", f"invalid cron expression {cron!r}: {_fault(cron) or exc}") from exc
     expanded = _expand(cron, it)
     if len(expanded) != 5:
         # Seconds or years would make two occurrences share one HH:MM identity.
@@ -313,6 +314,49 @@ def _parse(cron: str) -> list[list[str]]:
     except _search_errors() as exc:
         raise ConfigurationError("cron", f"cron expression {cron!r} never fires") from exc
     return expanded
+
+
+#: The five fields: their names and ranges, and the names a field may use for values.
+_FIELDS = (("minute", 0, 59), ("hour", 0, 23), ("day-of-month", 1, 31), ("month", 1, 12),
+           ("day-of-week", 0, 7))
+_MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
+_WEEKDAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
+_VALUE_NAMES: dict[int, dict[str, int]] = {
+    3: {name: i for i, name in enumerate(_MONTHS, start=1)},
+    4: {name: i for i, name in enumerate(_WEEKDAYS)},
+}
+_LAYOUT = "fields: minute hour day-of-month month day-of-week"
+
+
+def _fault(cron: str) -> str | None:
+    """What is wrong with an expression croniter refused, in the field's own terms
+    ("minute 61 is out of range 0-59"); None when no plain part is at fault (croniter's
+    extensions such as ``L`` or ``#``), and croniter's reason stands."""
+    fields = cron.split()
+    if len(fields) != 5:
+        return f"expected 5 fields, got {len(fields)} ({_LAYOUT})"
+    for i, (text, (name, low, high)) in enumerate(zip(fields, _FIELDS, strict=True)):
+        for part in text.split(","):
+            base, slash, step = part.partition("/")
+            if slash and not (step.isdigit() and int(step) >= 1):
+                return f"{name} {text!r}: the step after '/' must be a whole number from 1"
+            if base == "*":
+                continue
+            ends = base.split("-")
+            if len(ends) > 2 or "" in ends:
+                return (f"{name} {text!r}: {part!r} is not a value, a range a-b, * or "
+                        f"a step */n ({_LAYOUT})")
+            for end in ends:
+                value = _VALUE_NAMES.get(i, {}).get(end.lower())
+                if value is None and not end.isdigit():
+                    if not end.isalpha():
+                        return None
+                    names = ", ".join(_VALUE_NAMES.get(i, {}))
+                    return (f"{name} {text!r}: {end!r} is not a number"
+                            + (f" or a name ({names})" if names else ""))
+                if value is None and not low <= int(end) <= high:
+                    return f"{name} {end} is out of range {low}-{high} ({_LAYOUT})"
+    return None
 
 
 def _expand(cron: str, it: croniter[float] | None = None) -> list[list[str]]:

@@ -46,6 +46,28 @@ def test_malformed_or_non_five_field_expressions_are_refused(cron: str) -> None:
     assert caught.value.field == "cron"
 
 
+@pytest.mark.parametrize(("cron", "says"), [
+    ("61 * * * *", "minute 61 is out of range 0-59"),
+    ("0 25 * * *", "hour 25 is out of range 0-23"),
+    ("0 9 0 * *", "day-of-month 0 is out of range 1-31"),
+    ("5-70 * * * *", "minute 70 is out of range 0-59"),
+    ("0 9 * * 8", "day-of-week 8 is out of range 0-7"),
+    ("*/0 * * * *", "minute '*/0': the step after '/' must be a whole number from 1"),
+    ("0 9 * foo *", "month 'foo': 'foo' is not a number or a name (jan, feb,"),
+    ("0 9 * *", "expected 5 fields, got 4"),
+])
+def test_a_refused_expression_says_which_field_is_wrong_and_why(cron: str, says: str) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        Schedule(cron, "UTC")
+    assert says in caught.value.message, caught.value.message
+
+
+@pytest.mark.parametrize("cron", ["0 9 * * MON-FRI", "0 9 L * *", "0 9 * * 1#2",
+                                  "0 9 * JAN,feb *", "*/15 8-18 * * 1-5"])
+def test_names_and_croniter_extensions_are_still_accepted(cron: str) -> None:
+    Schedule(cron, "UTC")
+
+
 def test_an_expression_that_can_never_fire_is_refused() -> None:
     with pytest.raises(ConfigurationError, match="never fires"):
         Schedule("0 9 30 2 *", "UTC")
