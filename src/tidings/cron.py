@@ -319,11 +319,11 @@ def _parse(cron: str) -> list[list[str]]:
 #: The five fields: their names and ranges, and the names a field may use for values.
 _FIELDS = (("minute", 0, 59), ("hour", 0, 23), ("day-of-month", 1, 31), ("month", 1, 12),
            ("day-of-week", 0, 7))
-_MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
-_WEEKDAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
+_MONTH_NAMES = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
+_WEEKDAY_NAMES = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
 _VALUE_NAMES: dict[int, dict[str, int]] = {
-    3: {name: i for i, name in enumerate(_MONTHS, start=1)},
-    4: {name: i for i, name in enumerate(_WEEKDAYS)},
+    3: {name: i for i, name in enumerate(_MONTH_NAMES, start=1)},
+    4: {name: i for i, name in enumerate(_WEEKDAY_NAMES)},
 }
 _LAYOUT = "fields: minute hour day-of-month month day-of-week"
 
