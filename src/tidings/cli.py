@@ -40,7 +40,8 @@ COMMAND_PATIENCE_S = 5.0
 app = typer.Typer(
     help="tidings: scheduled, multi-channel notifications with exactly one business delivery "
          "per intent.",
-    no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+    no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+    rich_markup_mode="markdown")
 db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 admission_app = typer.Typer(
