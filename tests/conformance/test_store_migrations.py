@@ -281,3 +281,44 @@ async def test_events_written_before_retention_are_kept_in_order_and_prunable(
             assert await store.events_for("a") == []
     finally:
         await store.close()
+
+
+async def _execute(migrated: Migrated, db: Any, statement: str) -> None:
+    if migrated.dialect == "sqlite":
+        await db.write(lambda conn: conn.execute(statement))
+        return
+
+    async def fn(conn: Any) -> None:
+        await conn.execute(statement)
+
+    await db.write(fn)
+
+
+@pytest.mark.parametrize("new_only", [False, True])
+@pytest.mark.parametrize(("theirs", "named"), [
+    (["CREATE TABLE events (id integer, body text)", "CREATE TABLE customers (id integer)"],
+     "events"),
+    (["CREATE TABLE workers (name text)"], "workers"),
+    # Another tool's migrations table (Rails, golang-migrate: one version column).
+    (["CREATE TABLE schema_migrations (version varchar(32) PRIMARY KEY)"],
+     "schema_migrations"),
+])
+async def test_a_database_with_another_applications_tables_is_refused_untouched(
+        migrated: Migrated, db: Any, theirs: list[str], named: str, new_only: bool) -> None:
+    for statement in theirs:
+        await _execute(migrated, db, statement)
+    before = await migrated.tables(db)
+
+    with pytest.raises(StoreError, match="not tidings'") as caught:
+        await db.migrate(now=NOW, new_only=new_only)
+
+    assert named in str(caught.value) and "customers" not in str(caught.value)
+    assert await migrated.tables(db) == before  # nothing of tidings' was created
+
+
+async def test_tables_of_other_names_beside_tidings_are_no_obstacle(
+        migrated: Migrated, db: Any) -> None:
+    await _execute(migrated, db, "CREATE TABLE customers (id integer)")
+    assert await db.migrate(now=NOW) == migrated.known
+    assert await db.migrate(now=NOW) == []  # its own tables now, recorded: migrated again
+    assert "customers" in await migrated.tables(db)

@@ -36,7 +36,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from tidings.errors import ConfigurationError, SchemaOutOfDate, StoreError
 from tidings.liveness import application_name
-from tidings.stores import queries
+from tidings.stores import foreign, queries
 from tidings.stores.sharing import SharedDatabase
 
 T = TypeVar("T")
@@ -256,6 +256,7 @@ class PostgresDatabase(SharedDatabase):
         if new_only:
             async def create(conn: Conn) -> list[int]:
                 await conn.execute(sql["migrations_lock"])
+                await self._refuse_foreign(conn)
                 await conn.execute(sql["migrations_create"])
                 cur = await conn.execute(sql["migrations_applied"])
                 if await cur.fetchone() is not None:
@@ -263,8 +264,33 @@ class PostgresDatabase(SharedDatabase):
                 return [m.version for m in queries.migrations(DIALECT) if await apply(conn, m)]
 
             return await self.write(create)
+
+        async def check(conn: Conn) -> None:
+            await conn.execute(sql["migrations_lock"])
+            await self._refuse_foreign(conn)
+
+        await self.write(check)
         return [m.version for m in queries.migrations(DIALECT)
                 if await self.write(partial(apply, m=m))]
+
+    async def _refuse_foreign(self, conn: Conn) -> None:
+        """StoreError when the database holds another application's tables under
+        tidings' names (``stores.foreign``)."""
+        sql = self.sql
+        cur = await conn.execute(sql["tables_present"],
+                                 {"names": list(foreign.table_names(DIALECT))})
+        present = [str(name) for (name,) in await cur.fetchall()]
+        if not present:
+            return
+        cur = await conn.execute(sql["migrations_columns"])
+        columns = [str(column) for (column,) in await cur.fetchall()]
+        recorded = False
+        if frozenset(columns) == foreign.MIGRATIONS_COLUMNS:
+            cur = await conn.execute(sql["migrations_applied"])
+            recorded = await cur.fetchone() is not None
+        tables = foreign.foreign_tables(present, columns, recorded=recorded)
+        if tables:
+            raise foreign.refusal(self.safe_url, tables)
 
     async def applied_migrations(self) -> list[int]:
         """Versions recorded in ``schema_migrations`` (none on an empty database)."""

@@ -12,6 +12,7 @@ read lock cannot be upgraded.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
 import sqlite3
@@ -22,7 +23,7 @@ from functools import partial
 from typing import TypeVar
 
 from tidings.errors import ConfigurationError, SchemaOutOfDate, StoreError
-from tidings.stores import queries
+from tidings.stores import foreign, queries
 from tidings.stores.sharing import SharedDatabase
 
 T = TypeVar("T")
@@ -181,6 +182,7 @@ class SqliteDatabase(SharedDatabase):
 
     def _migrate(self, applied_at: float, new_only: bool) -> list[int]:
         sql = self.sql
+        self._transaction(self._refuse_foreign, sql["begin_write"])
         self._transaction(lambda conn: conn.execute(sql["migrations_create"]), sql["begin_write"])
 
         def apply(conn: sqlite3.Connection, m: queries.Migration) -> bool:
@@ -200,6 +202,21 @@ class SqliteDatabase(SharedDatabase):
             return self._transaction(create, sql["begin_write"])
         return [m.version for m in queries.migrations("sqlite")
                 if self._transaction(partial(apply, m=m), sql["begin_write"])]
+
+    def _refuse_foreign(self, conn: sqlite3.Connection) -> None:
+        """StoreError when the file holds another application's tables under tidings'
+        names (``stores.foreign``)."""
+        sql = self.sql
+        names = json.dumps(foreign.table_names("sqlite"))
+        present = [str(name) for (name,) in conn.execute(sql["tables_present"], (names,))]
+        if not present:
+            return
+        columns = [str(column) for (column,) in conn.execute(sql["migrations_columns"])]
+        recorded = frozenset(columns) == foreign.MIGRATIONS_COLUMNS and \
+            conn.execute(sql["migrations_applied"]).fetchone() is not None
+        tables = foreign.foreign_tables(present, columns, recorded=recorded)
+        if tables:
+            raise foreign.refusal(self.url, tables)
 
     async def applied_migrations(self) -> list[int]:
         """Versions recorded in ``schema_migrations`` (none on a fresh file)."""

@@ -23,3 +23,14 @@ SELECT 1 FROM schema_migrations WHERE version = %(version)s
 
 -- name: migration_record
 INSERT INTO schema_migrations (version, applied_at) VALUES (%(version)s, %(applied_at)s)
+
+-- name: tables_present
+-- Which of the names are tables or views in the schema new tables go to (the first of
+-- the search path).
+SELECT c.relname FROM pg_class c
+WHERE c.relnamespace = current_schema()::regnamespace
+  AND c.relkind IN ('r', 'p', 'v', 'm', 'f') AND c.relname = ANY(%(names)s)
+
+-- name: migrations_columns
+SELECT a.attname FROM pg_attribute a
+WHERE a.attrelid = to_regclass('schema_migrations') AND a.attnum > 0 AND NOT a.attisdropped

@@ -17,3 +17,11 @@ SELECT 1 FROM schema_migrations WHERE version = ?
 
 -- name: migration_record
 INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)
+
+-- name: tables_present
+-- Which of the names (a JSON array) are tables or views of this database.
+SELECT name FROM sqlite_master
+WHERE type IN ('table', 'view') AND lower(name) IN (SELECT value FROM json_each(?))
+
+-- name: migrations_columns
+SELECT name FROM pragma_table_info('schema_migrations')
