@@ -672,29 +672,28 @@ def status(config: ConfigOpt = None, store: StoreOpt = None, as_json: JsonOpt = 
         out.print(_styled("admission paused by a guardrail", "bold red",
                           f": {trip.scope} {trip.name!r} since {_when(trip.since)}: "
                           f"{trip.reason}"))
-    table = textout.table("channel", "backlog", "oldest (s)", "in flight", "rate/s",
-                          "accepted", "429s", "retries", "dead letters", "duplicates", "SLI",
-                          "drain (s)", "paused", title="tidings status: channels")
-    for name, ch in result.channels.items():
-        n = ch.counts
-        table.add_row(name, str(n.backlog), f"{n.oldest_age_s:.1f}", str(n.in_flight),
-                      f"{n.send_rate_per_s:.2f}", str(n.accepted), str(ch.rate_limited),
-                      str(ch.retries), str(ch.dead_letters),
-                      str(ch.duplicates_suppressed), _pct(n.sli),
-                      _num(None if ch.drain is None else ch.drain.drain_s),
-                      _yes_no(ch.paused))
-    out.print(table)
+    out.print(textout.fitted(
+        ("channel", "backlog", "oldest (s)", "in flight", "rate/s", "accepted", "429s",
+         "retries", "dead letters", "duplicates", "SLI", "drain (s)", "paused"),
+        [(name, str(ch.counts.backlog), f"{ch.counts.oldest_age_s:.1f}",
+          str(ch.counts.in_flight), f"{ch.counts.send_rate_per_s:.2f}",
+          str(ch.counts.accepted), str(ch.rate_limited), str(ch.retries),
+          str(ch.dead_letters), str(ch.duplicates_suppressed), _pct(ch.counts.sli),
+          _num(None if ch.drain is None else ch.drain.drain_s), _yes_no(ch.paused))
+         for name, ch in result.channels.items()],
+        width=out.width, title="tidings status: channels"))
     out.print(_uncertain_table({name: ch.uncertain_sends
                                 for name, ch in result.channels.items()
                                 if ch.uncertain_sends is not None}))
-    table = textout.table("campaign", "latest occurrence", "backlog", "oldest (s)",
-                          "accepted", "expired", "dead", "SLI", "paused", title="campaigns")
-    for name, cp in result.campaigns.items():
-        occ, n = cp.latest_occurrence, cp.counts
-        table.add_row(name, "" if occ is None else f"{occ.logical_date} {occ.status}",
-                      str(n.backlog), f"{n.oldest_age_s:.1f}", str(n.accepted),
-                      str(n.expired), str(n.dead), _pct(n.sli), _yes_no(cp.paused))
-    out.print(table)
+    out.print(textout.fitted(
+        ("campaign", "latest occurrence", "backlog", "oldest (s)", "accepted", "expired",
+         "dead", "SLI", "paused"),
+        [(name, "" if (occ := cp.latest_occurrence) is None
+          else f"{occ.logical_date} {occ.status}", str(cp.counts.backlog),
+          f"{cp.counts.oldest_age_s:.1f}", str(cp.counts.accepted), str(cp.counts.expired),
+          str(cp.counts.dead), _pct(cp.counts.sli), _yes_no(cp.paused))
+         for name, cp in result.campaigns.items()],
+        width=out.width, title="campaigns"))
 
 
 def _pct(value: float | None) -> str:

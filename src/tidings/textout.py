@@ -40,6 +40,25 @@ def table(*headers: str, title: str | None = None, whole: Sequence[str] = ()) ->
                  title=title)
 
 
+def fitted(headers: Sequence[str], rows: Sequence[Sequence[str]], *, width: int,
+           title: str | None = None) -> Table:
+    """``table`` of ``rows``, or, when it would not fit ``width`` columns, the same
+    turned a quarter: one row per header and one column per row, named by its first
+    cell (a dozen numbers per channel read as a list on an 80-column terminal instead of
+    headers folded three letters a line)."""
+    from rich.console import Console
+
+    wide = table(*headers, title=title)
+    for row in rows:
+        wide.add_row(*row)
+    if not rows or Console(width=10_000).measure(wide).maximum <= width:
+        return wide
+    tall = table(headers[0], *(row[0] for row in rows), title=title)
+    for i, header in enumerate(headers[1:], start=1):
+        tall.add_row(header, *(row[i] for row in rows))
+    return tall
+
+
 def plain(data: Any) -> str:
     """Data with no text of its own, as ``name: value`` lines (nested values compact)."""
     if isinstance(data, Mapping):

@@ -103,3 +103,19 @@ def test_data_without_text_of_its_own_prints_as_lines_not_json() -> None:
     assert text.splitlines() == ["campaign: digest", "admitted: 3", "paused:   -",
                                  'channels: ["email", "sms"]']
     assert textout.plain([]) == "" and textout.plain(7) == "7"
+
+
+def test_a_table_too_wide_for_the_terminal_is_turned_a_quarter() -> None:
+    headers = ("channel", *(f"measure {i}" for i in range(12)))
+    rows = [("email", *(str(i) for i in range(12))), ("sms", *(str(10 * i) for i in range(12)))]
+    console = Console(width=80, record=True)
+    console.print(textout.fitted(headers, rows, width=80))
+    lines = console.export_text().splitlines()
+    assert any("channel" in line and "email" in line and "sms" in line for line in lines)
+    assert any("measure 11" in line and "11" in line and "110" in line for line in lines)
+    assert max(len(line) for line in lines) <= 80
+
+    wide = Console(width=300, record=True)
+    wide.print(textout.fitted(headers, rows, width=300))
+    assert any("measure 0" in line and "measure 11" in line
+               for line in wide.export_text().splitlines())
