@@ -85,6 +85,11 @@ class MessageDecodeError(TidingsError):
     """A queue message cannot be decoded; it is dead-lettered with this reason."""
 
 
+class ProviderCancelled(TidingsError):
+    """A provider's ``send`` raised ``CancelledError`` while nothing cancelled it; the
+    request may have left, so the send is uncertain."""
+
+
 class SendDeadlineExceeded(TidingsError):
     """A provider call outlived the worker's send deadline and was cut off; by then the
     request may have reached the provider, so the send is uncertain."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import socket
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -33,6 +34,7 @@ from tidings.model import Event, Intent
 from tidings.outcomes import Lookup, LookupHint, describe
 from tidings.pacing import algorithm
 from tidings.pacing.pacer import PacerBackend
+from tidings.policy import RetryPolicy, retry_delay
 from tidings.providers.base import Provider
 from tidings.relay import RelayConfig, publish, relay_pass
 from tidings.states import State
@@ -114,7 +116,8 @@ class Reconciler:
                  config: ReconcilerConfig | None = None, worker_id: str = "reconciler",
                  policies: Mapping[str, UncertainPolicy] | None = None,
                  registry: Registry | None = None, liveness: LivenessConfig | None = None,
-                 host: str | None = None, clock: Clock | None = None) -> None:
+                 host: str | None = None, clock: Clock | None = None,
+                 retry: RetryPolicy | None = None, rng: random.Random | None = None) -> None:
         self.store = store
         self.transport = transport
         self.providers = providers
@@ -131,6 +134,9 @@ class Reconciler:
         self.registry = registry
         self.liveness = liveness or LivenessConfig()
         self.host = host or socket.gethostname()
+        # The backoff of a resend after failures (an uncertain answer is one).
+        self.retry = retry or RetryPolicy()
+        self.rng = rng or random.Random()
 
     async def run_pass(self, *, now: float, paused_channels: Sequence[str] = ()
                        ) -> ReconcileResult:
@@ -310,7 +316,8 @@ class Reconciler:
                 key=intent.key, from_state=State.UNCERTAIN, to_state=verdict.to,
                 event=verdict.event, receipt=verdict.receipt, worker=self.worker_id,
                 reason=verdict.reason, lease_token=intent.lease_token,
-                next_attempt_at=now if verdict.to is State.RETRYABLE else None))
+                next_attempt_at=self._resend_at(intent, now)
+                if verdict.to is State.RETRYABLE else None))
         applied = set(await self.store.intent_apply_many(changes, now=now)) if changes else set()
         retry: list[tuple[str, str, float]] = []
         by_key = {i.key: i for i in pending}
@@ -325,10 +332,19 @@ class Reconciler:
                 case State.HELD:
                     result.uncertain_held += 1
                 case State.RETRYABLE:
-                    retry.append((change.key, by_key[change.key].channel, now))
+                    retry.append((change.key, by_key[change.key].channel,
+                                  change.next_attempt_at or now))
         if retry:
             await publish(self.transport, retry, now=now)
         result.uncertain_retried = len(retry)
+
+    def _resend_at(self, intent: Intent, now: float) -> float:
+        """When a resend is due: at once after a lease a crash ended (nothing failed),
+        after the backoff of the failures so far otherwise (an uncertain answer is one;
+        once they spend the budget the worker sends no more, ``Worker._instead_of_send``)."""
+        if not intent.failures:
+            return now
+        return now + retry_delay(intent.failures, self.retry, self.rng)
 
     async def _lookups(self, intents: Sequence[Intent], hints: Mapping[str, LookupHint]
                        ) -> list[Lookup]:
@@ -349,10 +365,20 @@ class Reconciler:
                 try:
                     async with deadline:
                         if getattr(provider, "lookup_needs_hint", False):
-                            found: Lookup = await cast(Any, provider).lookup(
+                            found: object = await cast(Any, provider).lookup(
                                 intent.key, hints[intent.key])
-                            return found
-                        return await provider.lookup(intent.key)
+                        else:
+                            found = await provider.lookup(intent.key)
+                    if not isinstance(found, Lookup):
+                        # A plug-in's wrong answer is this key's "unknown", never a
+                        # failure of the pass that settles every channel's sends.
+                        return Lookup.of_unknown(f"the lookup answered "
+                                                 f"{type(found).__name__}, not a Lookup")
+                    return found
+                except asyncio.CancelledError as exc:
+                    if _cancelling():
+                        raise  # this pass is being cancelled
+                    return Lookup.of_unknown(describe(exc))
                 except TimeoutError as exc:
                     if not deadline.expired():
                         return Lookup.of_unknown(describe(exc))
@@ -372,3 +398,10 @@ class Reconciler:
                 limit=self.config.limit)
             count += sum(1 for i in held if awaiting_operator(i, policy, now))
         return count
+
+
+def _cancelling() -> bool:
+    """Whether the running task is being cancelled (a ``CancelledError`` that a plug-in
+    raised of its own is no cancellation of ours)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0

@@ -336,7 +336,8 @@ class Runtime:
                                                       for c in self.channels},
                                                   relay=self.relay_config()),
                           policies=self.uncertain_policies(), registry=self.registry(),
-                          liveness=self.liveness(), clock=self.clock)
+                          liveness=self.liveness(), clock=self.clock, retry=self.policy,
+                          rng=self.rng)
 
     def liveness(self) -> LivenessConfig:
         """``[worker]`` heartbeat settings as ``tidings.liveness`` takes them."""

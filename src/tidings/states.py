@@ -169,8 +169,10 @@ def decide(
         case Permanent(reason=reason, request_id=request_id):
             return Decision(to=S.REJECTED, event="rejected", reason=reason, request_id=request_id)
         case Uncertain(reason=reason, request_id=request_id):
+            # Spends the budget like a raise during the send: a provider that never
+            # answers for sure ends dead, not resent for ever (``Reconciler``).
             return Decision(to=S.UNCERTAIN, event="uncertain", reason=reason,
-                            request_id=request_id)
+                            request_id=request_id, count_failure=True)
     raise TypeError(f"not an outcome: {outcome!r}")  # pragma: no cover
 
 

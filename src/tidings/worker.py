@@ -32,7 +32,12 @@ from functools import partial
 
 from tidings.clock import Clock
 from tidings.compose import Composed, Composer, Deferred, Ready
-from tidings.errors import MessageDecodeError, SendDeadlineExceeded, StoreError
+from tidings.errors import (
+    MessageDecodeError,
+    ProviderCancelled,
+    SendDeadlineExceeded,
+    StoreError,
+)
 from tidings.holds import HoldGate
 from tidings.liveness import Fence
 from tidings.model import Event, Intent, Message, Received, SendRequest, evolve
@@ -684,6 +689,13 @@ class Worker:
         try:
             async with deadline:
                 return await self.provider.send(request)
+        except asyncio.CancelledError as exc:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # this send is being cancelled
+            # Raised by the provider itself: a fault like any other, not a way out of
+            # the outcome (its lease would be left to run out, its slot taken till then).
+            raise ProviderCancelled("the provider's send raised CancelledError") from exc
         except TimeoutError as exc:
             if not deadline.expired():
                 raise  # the provider's own timeout, told as it is

@@ -254,6 +254,33 @@ async def test_a_provider_that_returns_no_outcome_is_uncertain(h: Harness) -> No
     assert h.stats()["requests"] == 1
 
 
+async def test_a_provider_that_raises_cancelled_error_is_uncertain_not_stranded(
+        h: Harness) -> None:
+    # given an adapter whose send raises CancelledError though nothing cancelled it
+    key = await h.notify("ship-5b:c5b")
+    w = h.worker()
+
+    class Cancelling:
+        name, supports_lookup = "cancelling", True
+
+        async def send(self, request: Any) -> Any:
+            await h.provider.send(request)
+            raise asyncio.CancelledError()
+
+    w.provider = Cancelling()  # type: ignore[assignment]
+
+    # when the worker handles it, then its outcome is queued like any raise (uncertain,
+    # one failure spent), its slot is free, and the lookup settles it
+    await h.run_once(w)
+    intent = await h.intent(key)
+    assert (intent.state, intent.failures, w.held) == (State.UNCERTAIN, 1, 0)
+    assert "ProviderCancelled" in (await last_event(h, key)).detail
+    h.clock.advance(h.rt.settings.reconciler.uncertain_after_s + 1)
+    await h.reconcile()
+    assert (await h.intent(key)).state is State.ACCEPTED
+    assert h.stats()["requests"] == 1
+
+
 async def test_a_send_past_its_deadline_is_cut_off_and_uncertain(h: Harness) -> None:
     # given an adapter whose call never returns (a connection the network swallowed),
     # and a send deadline that expires at the call's first wait

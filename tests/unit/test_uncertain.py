@@ -340,6 +340,7 @@ async def test_resend_happens_only_inside_the_providers_dedupe_window(make: Make
     await world.send_all("e1")
     world.clock.advance(2)
     inside = await world.reconcile()  # 2 s + the 30 s lease <= 60 s
+    world.clock.advance(1)  # the resend's backoff: its uncertain answer was a failure
     await world.send_all("e2")
     world.clock.advance(40)
     outside = await world.reconcile()  # 40 s + 30 s > 60 s
@@ -486,3 +487,62 @@ async def test_a_message_for_a_held_intent_is_acked_without_a_send(world: World)
 
     assert world.provider.sent == ["m:email"] and await world.queued() == 0
     assert await world.state("m") is State.HELD
+
+
+# ---------------------------------------------------------------- a plug-in's faults
+
+
+class WrongAnswers(LostAnswers):
+    """A plug-in whose lookup answers a string for one key and raises CancelledError
+    (while nothing cancelled it) for another."""
+
+    async def lookup(self, key: str) -> Lookup:
+        self.asked.append(key)
+        if key.startswith("str"):
+            return "accepted"  # type: ignore[return-value]
+        if key.startswith("cancel"):
+            raise asyncio.CancelledError()
+        return Lookup.of_accepted("found-it")
+
+
+async def test_a_lookup_that_answers_wrong_or_raises_cancelled_spoils_only_its_own_key(
+        tmp_path: Path) -> None:
+    world = await open_world(tmp_path, WrongAnswers(supports_lookup=True))
+    try:
+        await world.send_all("str-1", "cancel-1", "good-1")
+        world.clock.advance(2)
+
+        result = await world.reconcile()  # completes: no AttributeError, no cancellation
+
+        assert result.uncertain_accepted == 1 and await world.state("good-1") is State.ACCEPTED
+        assert await world.state("str-1") is State.UNCERTAIN  # unknown: asked again later
+        assert await world.state("cancel-1") is State.UNCERTAIN
+    finally:
+        await world.rt.close()
+
+
+async def test_a_provider_that_never_answers_for_sure_is_not_sent_to_for_ever(
+        tmp_path: Path) -> None:
+    # every answer lost, every lookup "not found": each uncertain answer is a failure,
+    # each resend waits its backoff, and the budget (5) ends it
+    world = await open_world(tmp_path, LostAnswers(supports_lookup=True))
+    try:
+        await world.send_all("n-1")
+        resend_dues = []
+        for _ in range(12):
+            world.clock.advance(301)  # past uncertain_after_s and any backoff (cap 300 s)
+            await world.reconcile()
+            intent = await world.rt.store.intent_get("n-1:email")
+            assert intent is not None
+            if intent.state is State.RETRYABLE:
+                assert intent.next_attempt_at is not None
+                resend_dues.append(intent.next_attempt_at - world.clock.now())
+            world.clock.advance(301)
+            await world.send_all()
+
+        assert await world.state("n-1") is State.DEAD
+        assert world.provider.sent.count("n-1:email") == 5
+        # five lookups said "not found"; the fifth resend is refused by the spent budget
+        assert len(resend_dues) == 5 and all(0 <= d <= 300 for d in resend_dues)
+    finally:
+        await world.rt.close()

@@ -88,6 +88,7 @@ class Line:
         self.api.scenario = Scenario.ACCEPT
         self.clock.advance(5)
         await self.rt.reconciler().run_pass(now=self.clock.now())
+        self.clock.advance(1)  # a resend's backoff (retry.base_s): the uncertain send failed
         worker = self.rt.worker(self.shape.kind, "w2")
         while await worker.run_once():
             pass
