@@ -1128,12 +1128,13 @@ class Decision(StrEnum):
 
 @uncertain_app.command("resolve")
 def uncertain_resolve(
-    keys: Annotated[list[str] | None, typer.Argument(
-        help="Intent keys; or none, with --channel and/or --older-than.")] = None,
     decision: Annotated[Decision, typer.Option(
         "--as", case_sensitive=False,
         help="accepted: the provider has it (no send); resend: send again under the same "
-             "key (a copy is possible); failed: dead (terminal).")] = Decision.failed,
+             "key (a copy is possible); failed: dead (terminal). Required: no decision "
+             "is taken for you.")],
+    keys: Annotated[list[str] | None, typer.Argument(
+        help="Intent keys; or none, with --channel and/or --older-than.")] = None,
     channel: UncertainChannelOpt = None, older_than: OlderThanOpt = None,
     by: Annotated[str | None, typer.Option(
         "--by", help="Who decides (recorded in the audit event). Default: the login name.")

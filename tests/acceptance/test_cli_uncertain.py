@@ -72,6 +72,8 @@ def test_list_then_resolve_by_key_and_by_selection(config: Path) -> None:
 def test_bad_arguments_are_refused_naming_them(config: Path) -> None:
     nothing = run("uncertain", "resolve", "--as", "resend", "--config", str(config))
     assert nothing.returncode == 2 and "KEY" in nothing.stderr
+    undecided = run("uncertain", "resolve", "--channel", "email", "--config", str(config))
+    assert undecided.returncode == 2 and "Missing option '--as'" in undecided.stderr
     age = run("uncertain", "list", "--older-than", "soon", "--config", str(config))
     assert age.returncode == 2 and "--older-than" in age.stderr
     fax = run("uncertain", "list", "--channel", "fax", "--config", str(config))
