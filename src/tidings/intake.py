@@ -55,7 +55,7 @@ class NotifyRequest:
 Sendable = Callable[[IntentDraft], "tuple[str, str] | None"]
 
 
-def drafts_for(request: NotifyRequest, *, known_channels: Collection[str], now: float,
+def drafts_for(request: NotifyRequest, *, known_channels: Mapping[str, str], now: float,
                where: str = "", sendable: Sendable | None = None) -> list[IntentDraft]:
     """Validate a request and turn it into drafts; errors name the field (with ``where``)."""
     def bad(field: str, message: str) -> InvalidInput:
@@ -106,9 +106,10 @@ def drafts_for(request: NotifyRequest, *, known_channels: Collection[str], now: 
         raise bad(exc.field, exc.message) from None
     drafts = []
     for channel in request.channels:
-        address = who.address(channel)
+        kind = known_channels[channel]
+        address = who.address(kind)
         if not address:
-            field = "recipient.phone" if channel == "sms" else "recipient.email"
+            field = "recipient.phone" if kind == "sms" else "recipient.email"
             raise bad(field, f"is missing; channel {channel!r} needs it")
         draft = IntentDraft(
             key=validate_key(notify_key(request.key, channel)), channel=channel,
@@ -126,7 +127,7 @@ async def notify_many(
     transport: Transport,
     requests: Sequence[NotifyRequest],
     *,
-    known_channels: Collection[str],
+    known_channels: Mapping[str, str],
     now: float,
     horizon_s: float = 60.0,
     lease_s: float = 30.0,

@@ -43,9 +43,16 @@ class Recipient:
     active: bool = True
     data: dict[str, Any] = field(default_factory=dict)
 
-    def address(self, channel: str) -> str | None:
-        """The address this recipient has for a channel kind (email or sms)."""
-        return self.phone if channel == "sms" else self.email
+    def address(self, kind: str) -> str | None:
+        """The address this recipient has for a channel of ``kind`` (``address_kind``):
+        the phone for sms, the email otherwise."""
+        return self.phone if kind == "sms" else self.email
+
+
+def address_kind(channel: str, kind: str | None) -> str:
+    """Which address a channel sends to: its declared ``kind``; a channel declared
+    without one is addressed by email, unless it is named ``sms``."""
+    return kind or ("sms" if channel == "sms" else "email")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -26,7 +26,7 @@ from tidings.holds import HoldGate
 from tidings.intake import NotifyRequest, admit_drafts, cancel, drafts_for, notify_many
 from tidings.keys import check_text, template_ref
 from tidings.liveness import LivenessConfig, Marker, Registry
-from tidings.model import IntentDraft, Recipient
+from tidings.model import IntentDraft, Recipient, address_kind
 from tidings.pacing.algorithm import PaceLimits, parse_quota
 from tidings.pacing.pacer import Pacer
 from tidings.policy import RetryPolicy
@@ -218,6 +218,12 @@ class Runtime:
     def channels(self) -> list[str]:
         return sorted(self.limits)
 
+    @property
+    def channel_kinds(self) -> dict[str, str]:
+        """Each channel's address kind (``model.address_kind``): sms or email."""
+        return {name: address_kind(name, spec.kind)
+                for name, spec in self.settings.channels.items()}
+
     def provider(self, channel: str) -> Provider:
         try:
             return self.providers[channel]
@@ -282,7 +288,7 @@ class Runtime:
         s = self.settings.scheduler
         shape = admission_shape(self.store.concurrent_writers)
         return Scheduler(store=self.store, transport=self.transport, campaigns=self.campaigns,
-                         config=SchedulerConfig(
+                         kinds=self.channel_kinds, config=SchedulerConfig(
                              page_size=s.page_size or shape.page_size,
                              max_pages=s.max_pages or shape.max_pages,
                              pages_in_flight=s.pages_in_flight or shape.pages_in_flight,
@@ -377,7 +383,7 @@ class Runtime:
                                 expires_at=expires_at)
         if connection is not None or self.group_commit is None:
             return (await self.notify_many([request], connection=connection))[0]
-        drafts = drafts_for(request, known_channels=self.limits, now=self.clock.now(),
+        drafts = drafts_for(request, known_channels=self.channel_kinds, now=self.clock.now(),
                             sendable=self._sendable)
         await self._grouped().submit(drafts)
         return [d.key for d in drafts]
@@ -404,7 +410,7 @@ class Runtime:
         """Many ``notify`` calls in one batch: all validated first, then written together."""
         s = self.settings.scheduler
         return await notify_many(
-            self.store, self.transport, requests, known_channels=self.limits,
+            self.store, self.transport, requests, known_channels=self.channel_kinds,
             now=self.clock.now(), horizon_s=s.relay_horizon_s, lease_s=s.relay_lease_s,
             enqueue_in_store=self.enqueue_in_store, connection=connection,
             sendable=self._sendable)

@@ -21,7 +21,7 @@ from tidings.cron import OccurrenceTime, check_instant
 from tidings.errors import InvalidInput, unknown_name
 from tidings.keys import campaign_key, campaign_key_parts, check_recipient_ids, template_ref
 from tidings.logs import log_time
-from tidings.model import DraftPage, Event, Recipient, encode_data
+from tidings.model import DraftPage, Event, Recipient, address_kind, encode_data
 from tidings.relay import RelayConfig, relay_pass
 from tidings.retention import pruned_before
 from tidings.stores.base import Ledger, Occurrence, OccurrenceProgress, Occurrences, Switch
@@ -159,8 +159,11 @@ class Scheduler:
 
     def __init__(self, *, store: AdmissionStore, transport: Transport,
                  campaigns: Sequence[Campaign],
-                 config: SchedulerConfig | None = None, clock: Clock | None = None) -> None:
+                 config: SchedulerConfig | None = None, clock: Clock | None = None,
+                 kinds: Mapping[str, str] | None = None) -> None:
         self.store = store
+        # Each channel's address kind (``model.address_kind``): sms or email.
+        self.kinds = dict(kinds or {})
         self.transport = transport
         self.campaigns = {c.name: c for c in campaigns}
         self.config = config or SchedulerConfig()
@@ -343,8 +346,7 @@ class Scheduler:
                 result.more = False
         return result
 
-    @staticmethod
-    def _drafts(members: Sequence[Recipient], campaign: Campaign, occurrence: str,
+    def _drafts(self, members: Sequence[Recipient], campaign: Campaign, occurrence: str,
                 due: OccurrenceTime, channels: Sequence[tuple[str, str, str]],
                 template: str, expires_at: float | None) -> tuple[DraftPage, int]:
         """One intent per active member and channel; members without an address for a
@@ -353,7 +355,8 @@ class Scheduler:
                          due_at=due.logical_at, expires_at=expires_at, channels=channels)
         check_recipient_ids([m.id for m in members if m.active])  # ids that become keys
         rows = page.rows
-        kinds = list(enumerate(channel for channel, _, _ in channels))
+        kinds = [(index, self.kinds.get(channel) or address_kind(channel, None))
+                 for index, (channel, _, _) in enumerate(channels)]
         skipped = 0
         for member in members:
             if not member.active:
@@ -361,8 +364,8 @@ class Scheduler:
                 continue
             data = (encode_data(member.data, f"audience[{member.id}].data")
                     if member.data else "{}")
-            for index, channel in kinds:
-                address = member.address(channel)
+            for index, kind in kinds:
+                address = member.address(kind)
                 if not address:
                     skipped += 1
                     continue

@@ -147,7 +147,7 @@ def notify(**change: object) -> NotifyRequest:
 def test_notify_refuses_what_no_store_holds_naming_the_field(
         change: dict[str, object], field: str) -> None:
     with pytest.raises(InvalidInput) as caught:
-        drafts_for(notify(**change), known_channels={"email"}, now=NOW)
+        drafts_for(notify(**change), known_channels={"email": "email"}, now=NOW)
     assert caught.value.field == field
 
 
@@ -180,7 +180,7 @@ def _shared(levels: int) -> list[object]:
 def test_notify_refuses_what_no_worker_could_send_naming_the_field(
         change: dict[str, object], field: str, says: str) -> None:
     with pytest.raises(InvalidInput) as caught:
-        drafts_for(notify(**change), known_channels={"email"}, now=NOW)
+        drafts_for(notify(**change), known_channels={"email": "email"}, now=NOW)
     assert (caught.value.field, says in caught.value.message) == (field, True), caught.value
 
 
@@ -189,7 +189,7 @@ def test_notify_refuses_a_text_check_a_mapping_would_slip_past() -> None:
 
     with pytest.raises(InvalidInput) as caught:
         drafts_for(notify(data=MappingProxyType({"note": {"inner": "a\x00"}})),
-                   known_channels={"email"}, now=NOW)
+                   known_channels={"email": "email"}, now=NOW)
     assert caught.value.field == "data.note.inner"
 
 
@@ -227,10 +227,22 @@ async def test_runtime_notify_refuses_an_unknown_template_and_a_bad_address(
 
 
 def test_a_good_notify_still_makes_its_drafts() -> None:
-    [draft] = drafts_for(notify(due_at=NOW + 60, data={"n": 1}), known_channels={"email"},
-                         now=NOW)
+    [draft] = drafts_for(notify(due_at=NOW + 60, data={"n": 1}),
+                         known_channels={"email": "email"}, now=NOW)
     assert (draft.key, draft.due_at, json.loads(draft.data)) == ("order-1:email", NOW + 60,
                                                                  {"n": 1})
+
+
+def test_a_channel_is_addressed_by_its_kind_not_its_name() -> None:
+    both = {"id": "c1", "email": "c1@example.com", "phone": "+15550100123"}
+    drafts = drafts_for(notify(channels=["text", "mail"], recipient=both),
+                        known_channels={"text": "sms", "mail": "email"}, now=NOW)
+    assert [(d.channel, d.address) for d in drafts] == [("text", "+15550100123"),
+                                                        ("mail", "c1@example.com")]
+    with pytest.raises(InvalidInput) as caught:
+        drafts_for(notify(channels=["text"], recipient={"id": "c1", "email": "c1@example.com"}),
+                   known_channels={"text": "sms"}, now=NOW)
+    assert caught.value.field == "recipient.phone"
 
 
 # ---------------------------------------------------------------- webhooks

@@ -49,7 +49,7 @@ from tidings.compose import Composer
 from tidings.cron import EARLIEST_DATE, LATEST_DATE, logical_day
 from tidings.errors import InvalidInput
 from tidings.keys import campaign_key, check_json_text, queue_key, template_ref, validate_key
-from tidings.model import IntentDraft, Recipient, encode_data
+from tidings.model import IntentDraft, Recipient, address_kind, encode_data
 from tidings.runtime import Runtime
 from tidings.scheduler import Switches, occurrence_id
 from tidings.stores.base import IdempotentResponse, Ledger, PublishWrite
@@ -143,8 +143,10 @@ def extra_data(payload: PublishPayload, member: Recipient | None) -> str:
 
 
 def campaign_drafts(campaign: Campaign, payload: PublishPayload, recipient: Recipient,
-                    *, queue: str, now: float) -> tuple[list[IntentDraft], dict[str, str]]:
-    """The intents a publish to a campaign queue stands for, and the channels skipped."""
+                    *, queue: str, now: float, kinds: Mapping[str, str]
+                    ) -> tuple[list[IntentDraft], dict[str, str]]:
+    """The intents a publish to a campaign queue stands for, and the channels skipped
+    (``kinds``: each channel's address kind, ``Runtime.channel_kinds``)."""
     version = campaign.version
     if payload.template is not None:
         parsed = template_version(payload.template)
@@ -181,9 +183,10 @@ def campaign_drafts(campaign: Campaign, payload: PublishPayload, recipient: Reci
     data = extra_data(payload, recipient)
     drafts, skipped = [], {}
     for channel in campaign.channels:
-        address = recipient.address(channel)
+        kind = kinds.get(channel) or address_kind(channel, None)
+        address = recipient.address(kind)
         if not address:
-            skipped[channel] = f"customer has no {'phone' if channel == 'sms' else 'email'}"
+            skipped[channel] = f"customer has no {'phone' if kind == 'sms' else 'email'}"
             continue
         drafts.append(IntentDraft(
             key=campaign_key(campaign.name, day, payload.customer_id, channel, version),
@@ -193,11 +196,12 @@ def campaign_drafts(campaign: Campaign, payload: PublishPayload, recipient: Reci
     return drafts, skipped
 
 
-def channel_drafts(channel: str, payload: PublishPayload, *, queue: str) -> list[IntentDraft]:
+def channel_drafts(channel: str, payload: PublishPayload, *, queue: str,
+                   kind: str) -> list[IntentDraft]:
     """The one intent a publish to a channel queue stands for (the payload names the
-    address and the template)."""
-    field = "phone" if channel == "sms" else "email"
-    address = payload.phone if channel == "sms" else payload.email
+    address and the template; ``kind`` is the channel's address kind)."""
+    field = "phone" if kind == "sms" else "email"
+    address = payload.phone if kind == "sms" else payload.email
     if not address:
         raise ApiError(422, f"body.payload.{field}",
                        f"is required for queue {queue!r} (channel {channel!r})")
@@ -327,7 +331,7 @@ async def _resolve(c: ApiContext, body: PublishRequest, now: float
                                "payload")
             recipient = member
         drafts, skipped = campaign_drafts(campaign, payload, recipient, queue=body.queue,
-                                          now=now)
+                                          now=now, kinds=c.runtime.channel_kinds)
         drafts = sendable(c.composer, drafts, skipped,
                           from_payload=bool(payload.email or payload.phone),
                           template_field="body.payload.template" if payload.template
@@ -336,7 +340,9 @@ async def _resolve(c: ApiContext, body: PublishRequest, now: float
                                keys=[d.key for d in drafts], new=0, skipped=skipped)
         return answer, drafts, list(campaign.channels), campaign.name
     assert target.channel is not None
-    drafts = sendable(c.composer, channel_drafts(target.channel, payload, queue=body.queue),
+    kind = c.runtime.channel_kinds.get(target.channel) or address_kind(target.channel, None)
+    drafts = sendable(c.composer, channel_drafts(target.channel, payload, queue=body.queue,
+                                                 kind=kind),
                       {}, from_payload=True, template_field="body.payload.template")
     answer = PublishAnswer(queue=body.queue, campaign=None, channel=target.channel,
                            keys=[d.key for d in drafts], new=0, skipped={})
