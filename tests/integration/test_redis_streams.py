@@ -274,6 +274,8 @@ async def test_entries_another_publisher_wrote_into_the_stream_are_dead_letters_
         {"id": "n", "body": "b", "enq": "nan", "uid": "8", "rc": "0"},
         {"id": "u", "body": "b", "enq": "5", "uid": "-1", "rc": "0"},
         {"id": "r", "body": "b", "enq": "5", "uid": "9", "rc": "1e999"},
+        {"id": "h", "body": "b", "enq": "0x10", "uid": "10", "rc": "0"},  # Lua reads 16
+        {"id": "g", "body": "b", "enq": "5", "uid": "11", "rc": "99999999999999999999"},
     ]
     for fields in foreign:
         await t.client.xadd(stream, fields)  # type: ignore[arg-type]
@@ -290,8 +292,13 @@ async def test_entries_another_publisher_wrote_into_the_stream_are_dead_letters_
     assert all(d.reason.startswith("not a tidings message: ") for d in letters)
     assert [d.reason.removeprefix("not a tidings message: ") for d in letters] == [
         "no field id", "no field enq", "field enq is not a time", "field enq is not a time",
-        "field uid is not a whole number", "field rc is not a whole number"]
+        "field uid is not a whole number", "field rc is not a whole number",
+        "field enq is not a time", "field rc is not a whole number"]
     assert {d.receive_count for d in letters} == {1}
     await t.ack("email", [r.receipt for r in got])
     after = await t.depth("email", now=T0 + 2)
     assert (after.ready, after.in_flight, after.dead) == (0, 0, len(foreign))
+    # and a foreign entry written straight into the dead stream is listed, not a failure
+    await t.client.xadd(t.keys("email")[7], {"hello": "world"})  # type: ignore[arg-type]
+    listed = await t.dead_letters("email", limit=20)
+    assert listed[-1].reason == "not a tidings dead letter" and len(listed) == len(foreign) + 1

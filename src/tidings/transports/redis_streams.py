@@ -42,6 +42,7 @@ becomes a ``TransportError``; a script lost with the server's memory is loaded a
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from importlib import resources
@@ -98,6 +99,22 @@ def _body(value: bytes) -> str | bytes:
 def _num(value: float) -> str:
     """A float as Redis and Lua read it back exactly."""
     return repr(float(value))
+
+
+def _read_float(value: Any, default: float) -> float:
+    """A stored number as a finite float, else ``default``: what a foreign writer put
+    in a field (``0x10``, ``nan``) must not fail every receive, listing or status."""
+    try:
+        number = float(_text(value))
+    except (TypeError, ValueError):
+        return default
+    return number if math.isfinite(number) else default
+
+
+def _read_int(value: Any, default: int) -> int:
+    """A stored count as an int (``1e+20`` as Lua prints a large one), else ``default``."""
+    number = _read_float(value, float(default))
+    return int(min(number, 2.0**31 - 1))
 
 
 def _bulk(value: bytes) -> bytes:
@@ -247,8 +264,9 @@ class RedisStreamsTransport:
             entry, message_id, body, enqueued, count, failures, token, uid = flat[i:i + 8]
             out.append(Received(
                 queue=queue, message_id=_text(message_id), body=_body(body),
-                receipt=f"{_text(entry)}/{_text(token)}/{_text(uid)}", receive_count=int(count),
-                enqueued_at=float(enqueued), failures=int(failures)))
+                receipt=f"{_text(entry)}/{_text(token)}/{_text(uid)}",
+                receive_count=_read_int(count, 1), enqueued_at=_read_float(enqueued, now),
+                failures=_read_int(failures, 0)))
         return out
 
     async def ack(self, queue: str, receipts: Sequence[str]) -> None:
@@ -301,11 +319,15 @@ class RedisStreamsTransport:
         out = []
         for entry, raw in rows or []:
             fields = {_text(k): v for k, v in (raw or {}).items()}
+            # A foreign XADD into the dead stream is listed with what it has.
+            body = fields.get("body", b"")
             out.append(DeadLetter(
-                queue=queue, id=_text(entry), message_id=_text(fields["id"]),
-                body=bytes(fields["body"]).decode("utf-8", "replace"),
-                reason=_text(fields["reason"]), receive_count=int(fields["rc"]),
-                dead_at=float(fields["dead_at"])))
+                queue=queue, id=_text(entry), message_id=_text(fields.get("id", entry)),
+                body=(body if isinstance(body, bytes) else str(body).encode()
+                      ).decode("utf-8", "replace"),
+                reason=_text(fields.get("reason", "not a tidings dead letter")),
+                receive_count=_read_int(fields.get("rc"), 0),
+                dead_at=_read_float(fields.get("dead_at"), 0.0)))
         return out
 
     async def redrive(self, queue: str, ids: Sequence[str], *, now: float) -> int:
@@ -322,7 +344,7 @@ class RedisStreamsTransport:
     async def depth(self, queue: str, *, now: float) -> QueueDepth:
         """Ready, delayed, in-flight and dead counts, and the age of the oldest message."""
         ready, delayed, in_flight, dead, oldest, _, _ = await self._state(queue, now)
-        age = 0.0 if not oldest else max(0.0, now - float(oldest))
+        age = 0.0 if not oldest else max(0.0, now - _read_float(oldest, now))
         return QueueDepth(ready=int(ready), delayed=int(delayed), in_flight=int(in_flight),
                           dead=int(dead), oldest_age_s=age)
 

@@ -107,12 +107,17 @@ local function foreign(m)
     if m[name] == nil then return 'no field ' .. name end
   end
   for _, name in ipairs({'uid', 'rc'}) do
-    if not string.match(m[name], '^%d+$') then
+    -- At most 15 digits: a double holds them exactly, and tostring keeps them digits.
+    if not string.match(m[name], '^%d+$') or #m[name] > 15 then
       return 'field ' .. name .. ' is not a whole number'
     end
   end
-  local enq = tonumber(m.enq)
-  if enq == nil or enq ~= enq or enq == math.huge or enq == -math.huge then
+  -- Decimal only, as tidings writes it: Lua would also read 0x10, which Python does not.
+  local e = m.enq
+  local decimal = string.match(e, '^%-?%d+%.?%d*$') or string.match(e, '^%-?%d*%.%d+$')
+    or string.match(e, '^%-?%d+%.?%d*[eE][%-+]?%d+$')
+  local enq = decimal and tonumber(e)
+  if not enq or enq ~= enq or enq == math.huge or enq == -math.huge then
     return 'field enq is not a time'
   end
   return nil
