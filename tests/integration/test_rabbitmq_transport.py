@@ -149,6 +149,26 @@ async def test_contains_is_conservative_where_another_instance_published(
     assert await asker.contains("email", ["theirs", "never"]) == set()  # an empty queue
 
 
+async def test_a_status_from_other_processes_spends_none_of_a_messages_deliveries(
+    amqp_url: str, transports: list[RabbitTransport]
+) -> None:
+    # given a message on a queue, and fresh processes asking its depth (tidings status
+    # in a loop): giving the head back would count a return against its delivery limit
+    publisher = await open_one(amqp_url, transports)
+    await publisher.publish("email", [msg("head")], now=time.time())
+    for _ in range(5):
+        asker = await open_one(amqp_url, transports)
+        depth = await asker.depth("email", now=time.time())
+        assert depth.ready == 1
+        await asker.close()
+        transports.remove(asker)
+
+    # then the consumer's first receive is the message's first delivery
+    consumer = await open_one(amqp_url, transports)
+    [got] = await consumer.receive("email", max_messages=1, visibility_s=VIS, now=time.time())
+    assert (got.message_id, got.receive_count) == ("head", 1)
+
+
 async def test_drop_all_deletes_the_queues_it_used(
     amqp_url: str, transports: list[RabbitTransport]
 ) -> None:

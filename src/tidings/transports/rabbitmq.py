@@ -64,8 +64,10 @@ second receive into a duplicate observed); a publish run again may publish twice
 **Depth and ``contains``.** AMQP 0.9.1 tells a queue's ready count only. Delayed counts
 are the delay queues' counts; in flight is what this instance holds (another process's
 deliveries are invisible to it); the oldest age is read from the head of the queue: a
-process that consumes the queue takes it and hands it out with its next receive, any
-other reads it and gives it back (a return counted on the head) at most once a minute.
+process that consumes the queue takes it and hands it out with its next receive; any
+other does not read it (giving it back would count a return against the head's delivery
+limit, and a status run in a loop dead-lettered live messages) and reports the oldest
+of what it holds.
 ``contains`` cannot be asked of a queue by message id (a scan
 with get-and-requeue costs a return per message on every look, eating the delivery
 limit); so the transport answers exactly only when its own view accounts for every
@@ -115,9 +117,6 @@ EARLY_S = BUCKETS_S[0]
 GET_CHANNELS = 8
 #: Returns of one copy of a message before the broker dead-letters it (crash loops).
 DELIVERY_LIMIT = 100
-#: How often a process that does not consume a queue reads its head for the oldest age
-#: (each read counts one return on the head; the answer is kept meanwhile).
-PEEK_EVERY_S = 60.0
 #: Ids per queue this instance remembers having put there (beyond: ``contains`` is
 #: conservative until the queue drains).
 KNOWN_LIMIT = 100_000
@@ -298,7 +297,6 @@ class _QueueView:
     #: True once this instance received from the queue (it hands out what it takes).
     consumer: bool = False
     #: (when, enqueued_at) of the head last read by a process that does not consume.
-    peeked: tuple[float, float | None] | None = None
 
 
 class RabbitTransport:
@@ -843,25 +841,18 @@ class RabbitTransport:
         """The enqueued time of the head of the queue, and the ready count left.
 
         A consumer of the queue takes the head and keeps it for its next receive (no
-        return counted). Another process (the CLI's status, another channel's worker)
-        reads it and gives it back, which counts a return on it: at most once per
-        ``PEEK_EVERY_S``, the answer kept meanwhile."""
-        if view.consumer:
-            held = await self._get(queue, await self._main(queue))
-            if held is None:
-                return None, ready
-            view.stash.append(held)
-            return None, ready - 1
-        if view.peeked is not None and now - view.peeked[0] < PEEK_EVERY_S:
-            return view.peeked[1], ready
-        main = await self._main(queue)
-        delivery = await main.get(no_ack=False, fail=False, timeout=OP_TIMEOUT_S)
-        enqueued = None
-        if delivery is not None:
-            enqueued = _Copy.of(delivery).enqueued_at
-            await delivery.nack(requeue=True)
-        view.peeked = (now, enqueued)
-        return enqueued, ready
+        return counted). Any other process (the CLI's status, another channel's worker)
+        does not look: giving a message back counts a return against its
+        ``x-delivery-limit``, and a status run in a loop would dead-letter live
+        messages. It reports the oldest message it holds; the ledger's oldest intent
+        (``tidings status``) is the measure that needs no consumer."""
+        if not view.consumer:
+            return None, ready
+        held = await self._get(queue, await self._main(queue))
+        if held is None:
+            return None, ready
+        view.stash.append(held)
+        return None, ready - 1
 
     @retrying
     async def contains(self, queue: str, message_ids: Sequence[str]) -> set[str]:
