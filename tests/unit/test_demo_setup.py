@@ -5,6 +5,8 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+import pytest
+
 from tidings.clock import FakeClock
 from tidings.demo.data import seed_customers
 from tidings.demo.run import (
@@ -60,3 +62,19 @@ def test_a_small_run_still_meets_some_429s_and_a_large_one_keeps_its_share() -> 
         assert sandbox_config(sends)["rate_limit"] * sends >= MIN_EXPECTED_429 - 0.01
     assert sandbox_config(86_000)["rate_limit"] == SANDBOX["rate_limit"]
     assert sandbox_config(2_160)["quotas"] == SANDBOX["quotas"]
+
+
+@pytest.mark.parametrize(("given", "base"), [
+    ("redis://127.0.0.1:6379/9", "redis://127.0.0.1:6379/9?prefix=tidings-demo-"),
+    ("redis://127.0.0.1:6379/9?prefix=live", "redis://127.0.0.1:6379/9?prefix=live-demo-"),
+    ("amqp://guest:guest@127.0.0.1/?prefix=tidings",
+     "amqp://guest:guest@127.0.0.1/?prefix=tidings-demo-"),
+])
+def test_the_demo_never_works_under_a_prefix_it_was_given(given: str, base: str) -> None:
+    # the demo removes everything under its prefix at the end: a prefix in use (given,
+    # or the default one) must get a suffix of the demo's own, a new one each run
+    from tidings.demo.run import demo_transport
+
+    first, second = demo_transport(given), demo_transport(given)
+    assert first.startswith(base) and second.startswith(base) and first != second
+    assert demo_transport("sql") == "sql"

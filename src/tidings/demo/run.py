@@ -18,6 +18,7 @@ import contextlib
 import json
 import os
 import random
+import secrets
 import shutil
 import signal
 import socket
@@ -411,15 +412,16 @@ def prepare_postgres(url: str, *, reset: bool) -> str:
     return f"dropped the tidings tables of database {dbname!r} (--reset)"
 
 
-def demo_transport(transport: str, rng: random.Random) -> str:
-    """The demo's transport URL: on a broker, with a prefix of its own (unless given)."""
+def demo_transport(transport: str) -> str:
+    """The demo's transport URL: on a broker, under a prefix of its own (a given prefix
+    gets a suffix of the demo's), since the demo removes everything under it at the end:
+    the keys or queues of a prefix in use are never touched. The suffix is random, not
+    seeded, so two demos with one seed on one broker stay apart."""
     if is_store_queue(transport):
-        return transport
-    if "prefix=" in transport:
         return transport
     plain, prefix = split_prefix(transport)
     mark = "&" if "?" in plain else "?"
-    return f"{plain}{mark}prefix={prefix}-demo-{rng.getrandbits(40):010x}"
+    return f"{plain}{mark}prefix={prefix}-demo-{secrets.token_hex(5)}"
 
 
 async def drop_transport(runtime: Runtime) -> int:
@@ -449,7 +451,7 @@ async def demo(*, recipients: int, db: Path | None, seed: int, as_json: bool,
     workdir, db_path, customers = await asyncio.to_thread(prepare, db, recipients, seed,
                                                           real=real)
     store_url = store or f"sqlite:///{db_path}"
-    transport = demo_transport(transport, random.Random())
+    transport = demo_transport(transport)
     keep = keep or db is not None
     say(f"[bold]tidings demo[/bold]: {recipients:,} customers, work dir {workdir}"
         + ("" if keep else " (removed at the end; --keep keeps it)"))
