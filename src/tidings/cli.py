@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import shlex
 from collections.abc import Awaitable, Callable, Mapping
@@ -148,9 +149,11 @@ def _with_runtime(config: Path | None, store: str | None, fn: Callable[[Runtime]
         if channel is not None and channel not in settings.channels:
             raise ConfigurationError("channel", unknown_name("channel", channel,
                                                              sorted(settings.channels)))
-        # Services ride out a broker restart; a command someone waits on says so soon.
+        # Services ride out a broker outage however long it lasts (saying so in the
+        # log), as they do a store's; a command someone waits on says so soon.
         runtime = await build_runtime(
-            settings, migrate=migrate, patience_s=None if migrate == "new" else COMMAND_PATIENCE_S)
+            settings, migrate=migrate,
+            patience_s=math.inf if migrate == "new" else COMMAND_PATIENCE_S)
         logs.use_clock(runtime.clock)  # log times are the simulated ones when set
         async with runtime:
             return await fn(runtime)

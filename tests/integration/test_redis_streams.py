@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -155,6 +156,22 @@ async def test_a_server_that_stays_down_is_a_transport_error_naming_no_password(
     finally:
         with contextlib.suppress(Exception):
             await transport.close()
+
+
+async def test_a_refused_password_is_refused_at_once_however_patient(
+    own_server: RedisServer,
+) -> None:
+    import redis.asyncio as aioredis
+
+    admin = aioredis.Redis.from_url(own_server.url)
+    await admin.config_set("requirepass", "right-one")
+    await admin.aclose()
+    # a service's patience is unbounded for outages: a wrong password is none
+    with pytest.raises(TransportError) as caught:
+        await asyncio.wait_for(RedisStreamsTransport.open(
+            f"redis://:wrong-one@127.0.0.1:{own_server.port}/0", reconnect_s=math.inf),
+            timeout=60)
+    assert "not reachable" not in str(caught.value) and "wrong-one" not in str(caught.value)
 
 
 # ------------------------------------------------------------- against the embedded queue

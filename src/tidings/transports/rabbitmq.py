@@ -333,8 +333,12 @@ class RabbitTransport:
     async def open(cls, url: str, *, retry_for_s: float | None = None) -> RabbitTransport:
         """A transport on its own connection, from ``amqp://user:pass@host:port/vhost``
         (``?prefix=`` names the queues' prefix)."""
-        transport = cls(url, retry_for_s=retry_for_s)
+        patience = RETRY_FOR_S if retry_for_s is None else retry_for_s
+        # A broker not there at start is more likely a wrong URL than an outage: the
+        # first contact is given RETRY_FOR_S at most, however patient the service.
+        transport = cls(url, retry_for_s=min(patience, RETRY_FOR_S))
         await transport._connect_once()
+        transport.retry_for_s = patience
         return transport
 
     @retrying

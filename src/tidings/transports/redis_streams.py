@@ -42,6 +42,7 @@ becomes a ``TransportError``; a script lost with the server's memory is loaded a
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -56,6 +57,8 @@ from tidings.errors import TransportError
 from tidings.model import DeadLetter, OutgoingMessage, QueueDepth, Received
 from tidings.transports.open import redact_url, split_prefix
 
+log = logging.getLogger("tidings.transports.redis")
+
 T = TypeVar("T")
 
 #: Messages per publish script call (a relay page is split into calls this size).
@@ -64,6 +67,8 @@ PUBLISH_CHUNK = 1000
 MOVES_PER_RECEIVE = 1000
 #: How long a dropped connection is retried before an operation fails.
 RECONNECT_S = 30.0
+#: How often a broker that stays unreachable is said so in the log.
+SAY_EVERY_S = 10.0
 #: How long one reply may take before the connection counts as lost (and is retried).
 SOCKET_TIMEOUT_S = 20.0
 #: The longest single block of ``wait``: well inside the socket timeout.
@@ -160,7 +165,10 @@ class RedisStreamsTransport:
             raise TransportError(f"{safe}: {exc}") from None
         transport = cls(client, prefix=prefix, safe_url=safe, reconnect_s=reconnect_s)
         try:
-            await transport._call(lambda: client.ping())
+            # A server not there at start is more likely a wrong URL than an outage: the
+            # first contact is given RECONNECT_S at most, however patient the service.
+            await transport._call(lambda: client.ping(),
+                                  patience_s=min(reconnect_s, RECONNECT_S))
         except BaseException:
             await client.aclose()
             raise
@@ -175,17 +183,29 @@ class RedisStreamsTransport:
             "stream", "vis", "delayed", "parked", "failures", "ids", "ages", "dead", "seq",
             "where")]
 
-    async def _call(self, fn: Callable[[], Awaitable[T]]) -> T:
-        """``fn()``, retried while the server cannot be reached (for ``reconnect_s``)."""
-        deadline = time.monotonic() + self.reconnect_s
-        pause = 0.05
+    async def _call(self, fn: Callable[[], Awaitable[T]], *,
+                    patience_s: float | None = None) -> T:
+        """``fn()``, retried while the server cannot be reached (for ``reconnect_s``, or
+        ``patience_s``); a refused password is no outage and is not retried."""
+        patience = self.reconnect_s if patience_s is None else patience_s
+        started = time.monotonic()
+        deadline = started + patience
+        pause, say_at = 0.05, started
         while True:
             try:
                 return await fn()
+            except (redis_errors.AuthenticationError, redis_errors.AuthorizationError) as exc:
+                raise TransportError(f"{self.safe_url}: {exc}") from exc
             except _RETRIED as exc:
-                if time.monotonic() + pause > deadline:
+                now = time.monotonic()
+                if now + pause > deadline:
                     raise TransportError(f"{self.safe_url}: not reachable, tried for "
-                                         f"{self.reconnect_s:g} s: {exc}") from exc
+                                         f"{patience:g} s: {exc}") from exc
+                if now >= say_at:  # at once, then every SAY_EVERY_S while it lasts
+                    say_at = now + SAY_EVERY_S
+                    log.warning("broker not reachable; trying again", extra={
+                        "broker": self.safe_url, "error": str(exc),
+                        "for_s": round(now - started, 1)})
             except redis_errors.RedisError as exc:
                 raise TransportError(f"{self.safe_url}: {exc}") from exc
             await asyncio.sleep(pause)
