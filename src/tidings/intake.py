@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -30,8 +30,11 @@ def recipient_of(value: Recipient | Mapping[str, Any]) -> Recipient:
     if not isinstance(value, Mapping):
         raise InvalidInput("recipient", "must be a Recipient or a mapping with an 'id'")
     rid = value.get("id")
-    if not isinstance(rid, str | int) or str(rid) == "":
+    if rid is None or rid == "":
         raise InvalidInput("recipient.id", "is missing")
+    if isinstance(rid, bool) or not isinstance(rid, str | int):
+        raise InvalidInput("recipient.id", f"must be a string or an integer, not "
+                                           f"{type(rid).__name__}")
     extra = {k: v for k, v in value.items() if k not in {"id", "email", "phone", "active"}}
     return Recipient(id=str(rid), email=value.get("email"), phone=value.get("phone"),
                      data=extra)
@@ -77,6 +80,10 @@ def drafts_for(request: NotifyRequest, *, known_channels: Mapping[str, str], now
             raise InvalidInput("data", "must be a mapping of names to values (a JSON "
                                        f"object), not {type(request.data).__name__}")
         check_json_text(request.data, "data")
+        if not isinstance(who.data, Mapping):
+            raise InvalidInput("recipient.data", "must be a mapping of names to values, "
+                                                 f"not {type(who.data).__name__}")
+        check_json_text(who.data, "recipient")
     except InvalidInput as exc:
         raise bad(exc.field, exc.message) from None
     if isinstance(request.channels, str) or not isinstance(request.channels, Sequence):
@@ -101,7 +108,9 @@ def drafts_for(request: NotifyRequest, *, known_channels: Mapping[str, str], now
     if expires is not None and expires <= now:
         raise bad("expires_at", "has passed already: every intent would expire unsent")
     try:
-        body = encode_data(dict(request.data or {}))
+        # The recipient's own fields (a Recipient's data, a mapping's other keys) are
+        # template data too, as an audience's columns are; the request's data wins.
+        body = encode_data({**who.data, **(request.data or {})})
     except InvalidInput as exc:
         raise bad(exc.field, exc.message) from None
     drafts = []
@@ -125,7 +134,7 @@ def drafts_for(request: NotifyRequest, *, known_channels: Mapping[str, str], now
 async def notify_many(
     store: Ledger,
     transport: Transport,
-    requests: Sequence[NotifyRequest],
+    requests: Iterable[NotifyRequest],
     *,
     known_channels: Mapping[str, str],
     now: float,
@@ -149,6 +158,10 @@ async def notify_many(
 
     ``sendable``: the send-time checks (``Sendable``), run on every draft first.
     """
+    if isinstance(requests, Mapping | str | bytes) or not isinstance(requests, Iterable):
+        raise InvalidInput("requests", "must be a list of NotifyRequest, not "
+                                       f"{type(requests).__name__}")
+    requests = list(requests)  # a generator is read once
     many = len(requests) > 1
     for i, r in enumerate(requests):
         if not isinstance(r, NotifyRequest):

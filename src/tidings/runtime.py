@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import random
 import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -405,7 +405,7 @@ class Runtime:
             self._group = GroupCommit(write, clock=self.clock, config=self.group_commit)
         return self._group
 
-    async def notify_many(self, requests: Sequence[NotifyRequest], *,
+    async def notify_many(self, requests: Iterable[NotifyRequest], *,
                           connection: object | None = None) -> list[list[str]]:
         """Many ``notify`` calls in one batch: all validated first, then written together."""
         s = self.settings.scheduler

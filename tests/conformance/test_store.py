@@ -615,6 +615,23 @@ async def test_text_a_provider_wrote_that_no_store_holds_is_recorded_replaced(
     assert (note.detail, note.provider_request_id) == (kept, kept)
 
 
+async def test_a_provider_text_of_megabytes_is_recorded_cut(store: Store) -> None:
+    from tidings.stores.rows import MAX_RECORDED
+
+    huge = "x" * 5_000_000
+    token = await claimed(store, "h")
+    assert await store.intent_apply_many([
+        Change(key="h", from_state=State.CLAIMED, to_state=State.ACCEPTED, event="accepted",
+               lease_token=token, receipt=huge, reason=huge, provider_request_id=huge)],
+        now=T0 + 5) == ["h"]
+    h = await store.intent_get("h")
+    assert h is not None and h.receipt is not None and h.provider_request_id is not None
+    assert len(h.receipt) == len(h.provider_request_id) == MAX_RECORDED
+    assert h.receipt.endswith("(cut: 5,000,000 characters in all)")
+    [*_, event] = await store.events_for("h")
+    assert event.detail is not None and len(event.detail) == MAX_RECORDED
+
+
 async def test_apply_skips_a_stale_token_or_wrong_state_without_an_event(store: Store) -> None:
     token = await claimed(store, "k")
     await enqueued(store, "e")

@@ -233,6 +233,45 @@ def test_a_good_notify_still_makes_its_drafts() -> None:
                                                                  {"n": 1})
 
 
+def test_a_recipients_own_fields_are_template_data_and_the_requests_data_wins() -> None:
+    from tidings.model import Recipient
+
+    for recipient in ({"id": "c1", "email": "c1@example.com", "name": "Ann", "tier": "gold"},
+                      Recipient(id="c1", email="c1@example.com",
+                                data={"name": "Ann", "tier": "gold"})):
+        [draft] = drafts_for(notify(recipient=recipient, data={"tier": "silver"}),
+                             known_channels={"email": "email"}, now=NOW)
+        assert json.loads(draft.data) == {"name": "Ann", "tier": "silver"}
+
+
+@pytest.mark.parametrize(("rid", "says"), [
+    (1.5, "must be a string or an integer, not float"),
+    (True, "must be a string or an integer, not bool"),
+    (None, "is missing"), ("", "is missing"), (["c1"], "not list"),
+])
+def test_a_recipient_id_of_the_wrong_type_says_so(rid: object, says: str) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        drafts_for(notify(recipient={"id": rid, "email": "c1@example.com"}),
+                   known_channels={"email": "email"}, now=NOW)
+    assert caught.value.field == "recipient.id" and says in caught.value.message
+
+
+async def test_notify_many_takes_any_iterable_and_refuses_what_is_none(
+        tmp_path: Path) -> None:
+    rt = await build_runtime(Settings.parse({
+        "store": f"sqlite:///{tmp_path / 't.db'}", "channels": {"email": {}}}),
+        clock=FakeClock(NOW))
+    try:
+        for wrong in (None, {"a": 1}, "order-1", 5):
+            with pytest.raises(InvalidInput) as caught:
+                await rt.notify_many(wrong)  # type: ignore[arg-type]
+            assert caught.value.field == "requests", wrong
+        made = await rt.notify_many(notify(key=f"g-{i}") for i in range(3))
+        assert made == [["g-0:email"], ["g-1:email"], ["g-2:email"]]
+    finally:
+        await rt.close()
+
+
 def test_a_channel_is_addressed_by_its_kind_not_its_name() -> None:
     both = {"id": "c1", "email": "c1@example.com", "phone": "+15550100123"}
     drafts = drafts_for(notify(channels=["text", "mail"], recipient=both),

@@ -184,13 +184,22 @@ def present(record: R | None, what: str) -> R:
 
 # ---------------------------------------------------------------- records to parameters
 
+#: Characters of provider text kept per field: a reason is a sentence, a receipt an id.
+MAX_RECORDED = 2000
+
+
 def _recorded(text: object) -> str | None:
     """Text a provider or a plug-in wrote (a reason, a receipt, a request id), as a
     store can hold it: one NUL would fail the whole batch's commit on PostgreSQL, and
-    a plug-in's number where text belongs the same; either would be tried again."""
+    a plug-in's number where text belongs the same; either would be tried again. Cut
+    to ``MAX_RECORDED`` characters: a provider's 5 MB error page is no reason."""
     if text is None:
         return None
-    return make_storable(text if isinstance(text, str) else str(text))
+    value = text if isinstance(text, str) else str(text)
+    if len(value) > MAX_RECORDED:
+        cut = f"… (cut: {len(value):,} characters in all)"
+        value = value[:MAX_RECORDED - len(cut)] + cut
+    return make_storable(value)
 
 
 def event_row(e: Event) -> EventRow:
