@@ -554,7 +554,9 @@ def retention_run(
 @app.command()
 def replay(campaign: str, date: Annotated[str, typer.Argument(help="Logical date, YYYY-MM-DD.")],
            to: Annotated[str | None, typer.Option(
-               help="Backfill: every occurrence from DATE through this date.")] = None,
+               help="Backfill: every occurrence from DATE through this one: a date "
+                    "(YYYY-MM-DD, through its end) or an occurrence time "
+                    "(YYYY-MM-DDTHH:MM, through that occurrence).")] = None,
            expires_in: Annotated[str | None, typer.Option(
                help="A new freshness deadline from now (6h, 2d): needed when DATE's own "
                     "deadline has passed.")] = None,

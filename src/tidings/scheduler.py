@@ -241,9 +241,20 @@ class Scheduler:
             raise InvalidInput("to", f"{last!r} is not a date (YYYY-MM-DD)")
         if end_day < date.fromisoformat(start.logical_date[:10]):
             raise InvalidInput("to", f"{last} is before {first}")
-        # Every occurrence from the first through the end of the last date, local time.
-        end = datetime.combine(end_day + timedelta(days=1), datetime.min.time(),
-                               tzinfo=campaign.schedule.zone).timestamp()
+        if len(last) == 16:
+            # A time: through that occurrence, not the rest of its day.
+            try:
+                stop = campaign.schedule.occurrence_for(last)
+            except InvalidInput as exc:
+                raise InvalidInput("to", exc.message) from None
+            if stop.logical_at < start.logical_at:
+                raise InvalidInput("to", f"{last} is before {first}")
+            end = stop.logical_at
+        else:
+            # Every occurrence from the first through the end of the last date, local
+            # time (``between`` includes its end: the next day's midnight is not).
+            end = datetime.combine(end_day + timedelta(days=1), datetime.min.time(),
+                                   tzinfo=campaign.schedule.zone).timestamp() - 1e-3
         found = [start, *campaign.schedule.between(start.logical_at, min(end, now),
                                                    limit=MAX_REPLAY_OCCURRENCES)]
         if len(found) > MAX_REPLAY_OCCURRENCES:

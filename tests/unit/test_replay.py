@@ -125,3 +125,26 @@ async def test_a_replay_older_than_what_is_retained_is_refused_naming_the_date(
         [plan] = await rt.scheduler().plan_replay("weekly-digest", "2026-08-25", now=later,
                                                   expires_at=later + 3600)
         assert plan.logical_date == "2026-08-25"
+
+
+async def test_a_backfill_to_a_time_stops_at_that_occurrence(tmp_path: Path) -> None:
+    from tidings.cron import Schedule
+
+    hourly = replace(digest(1), schedule=Schedule("0 * * * *", "UTC"))
+    midnight = replace(digest(1), name="nightly", schedule=Schedule("0 0 * * *", "UTC"))
+    async with await build_runtime(settings_for(tmp_path), clock=FakeClock(T0),
+                                   campaigns=[hourly, midnight]) as rt:
+        plans = await rt.scheduler().plan_replay(
+            "weekly-digest", "2026-08-13T09:00", to="2026-08-13T11:00", now=T0,
+            expires_at=T0 + 3600)
+        assert [p.logical_date for p in plans] == [
+            "2026-08-13T09:00", "2026-08-13T10:00", "2026-08-13T11:00"]
+        # to a date: through its end, and not the next day's midnight
+        nights = await rt.scheduler().plan_replay("nightly", "2026-08-12", to="2026-08-12",
+                                                  now=T0, expires_at=T0 + 3600)
+        assert [p.logical_date for p in nights] == ["2026-08-12"]
+        for bad in ("2026-08-13T10:30", "2026-08-13T08:00"):
+            with pytest.raises(InvalidInput) as caught:
+                await rt.scheduler().plan_replay("weekly-digest", "2026-08-13T09:00",
+                                                 to=bad, now=T0, expires_at=T0 + 3600)
+            assert caught.value.field == "to"
