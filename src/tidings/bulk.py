@@ -62,7 +62,10 @@ class BulkResult:
     selected: dict[str, int]
     """Intents in the selection per state (before the action)."""
     changed: int
-    """Intents moved (0 in a dry run); a claimed one cancelled counts once requested."""
+    """Intents moved (0 in a dry run)."""
+    cancel_requested: int = 0
+    """Claimed intents asked to cancel: in a worker's hands, each is cancelled if its
+    worker reads the request before the send, and sent otherwise."""
 
 
 def selection(request: BulkRequest, *, now: float) -> Selection:
@@ -144,7 +147,7 @@ async def run(store: BulkStore, request: BulkRequest, *, now: float, dry_run: bo
     counts = await store.intent_select_counts(chosen)
     if dry_run:
         return BulkResult(action=request.action, dry_run=True, selected=counts, changed=0)
-    changed = 0
+    changed = requested = 0
     after: str | None = None
     # Paged by key over a snapshot of the selection's bounds: a delay moves intents into
     # retryable, which the selection may read again on a later page; the key order
@@ -162,7 +165,7 @@ async def run(store: BulkStore, request: BulkRequest, *, now: float, dry_run: bo
                 reason = request.reason or f"bulk cancel by {request.by}"
                 if await store.intent_request_cancel(intent.key, now=now,
                                                      reason=reason) is not None:
-                    changed += 1
+                    requested += 1
         if len(page) < batch:
             break
     detail = _describe(request, chosen)
@@ -170,7 +173,10 @@ async def run(store: BulkStore, request: BulkRequest, *, now: float, dry_run: bo
     await store.event_append_many([Event(
         key=f"bulk/{request.action}/{target}", channel=request.channel or "-",
         type=f"bulk_{request.action.replace('-', '_')}", at=now, worker=request.by,
-        detail=f"{changed} changed: {detail}")])
+        detail=f"{changed} changed" + (f", {requested} cancel requested" if requested else "")
+        + f": {detail}")])
     log.warning("bulk action", extra={"action": request.action, "by": request.by,
-                                      "changed": changed, "selection": detail})
-    return BulkResult(action=request.action, dry_run=False, selected=counts, changed=changed)
+                                      "changed": changed, "requested": requested,
+                                      "selection": detail})
+    return BulkResult(action=request.action, dry_run=False, selected=counts, changed=changed,
+                      cancel_requested=requested)

@@ -402,7 +402,8 @@ def _bulk(action: str, *, campaign: str | None, channel: str | None, occurrence:
         who = _by(by)
         older = None if older_than is None else parse_duration(older_than, "older_than")
         now = runtime.clock.now()
-        for scope, name in (("campaign", campaign), ("channel", channel)):
+        for scope, name in (("campaign", campaign), ("channel", channel),
+                            ("occurrence", occurrence)):
             if name is not None:
                 await holds.check_target(runtime.store, scope, name,
                                          channels=runtime.channels,
@@ -413,12 +414,15 @@ def _bulk(action: str, *, campaign: str | None, channel: str | None, occurrence:
             states=tuple(states or ()), older_than_s=older, until=at, reason=reason)
         result = await bulk.run(runtime.store, request, now=now, dry_run=dry_run)
         return {"action": result.action, "dry_run": result.dry_run,
-                "selected": result.selected, "changed": result.changed, "by": who}
+                "selected": result.selected, "changed": result.changed,
+                "cancel_requested": result.cancel_requested, "by": who}
     result = _with_runtime(config, store, go)
     counts = ", ".join(f"{n} {s}" for s, n in sorted(result["selected"].items())) or "none"
+    asked = result["cancel_requested"]
     _emit(as_json, result, f"{action}: selected {counts}; " + (
         "dry run, nothing changed" if result["dry_run"] else f"{result['changed']} changed")
-        + f" (by {result['by']})")
+        + (f", {asked} claimed asked to cancel (a worker sends any it started first)"
+           if asked else "") + f" (by {result['by']})")
 
 
 def _until(text: str, now: float) -> float:

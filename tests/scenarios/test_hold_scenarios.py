@@ -319,6 +319,29 @@ async def test_bulk_cancel_and_dead_letter_keep_every_intent_and_name_who(h: Har
     assert (again.selected, again.changed) == ({}, 0)
 
 
+async def test_a_bulk_cancel_tells_claimed_intents_asked_apart_from_cancelled(
+        h: Harness) -> None:
+    keys = await admit(h, "digest", 3)
+    [claim] = await h.rt.store.intent_claim_many([keys[0]], owner="w9", lease_s=30.0,
+                                                 now=h.clock.now())
+    assert claim.token is not None
+    done = await bulk.run(h.rt.store, bulk.BulkRequest(
+        action="cancel", by=OPERATOR, campaign="digest"), now=h.clock.now())
+    # the claimed one is in a worker's hands: asked, not (yet) cancelled
+    assert (done.changed, done.cancel_requested) == (2, 1)
+    assert await states(h, keys) == {"cancelled": 2, "claimed": 1}
+    assert (await h.intent(keys[0])).cancel_requested
+
+
+async def test_a_bulk_action_on_an_occurrence_that_does_not_exist_is_refused(
+        h: Harness) -> None:
+    # checked where the selection is named (CLI, API, dashboard) with the hold check
+    with pytest.raises(InvalidInput) as caught:
+        await holds.check_target(h.rt.store, "occurrence", "digest/2099-01-01T00:00",
+                                 channels=h.rt.channels, campaigns=[])
+    assert caught.value.field == "occurrence"
+
+
 async def test_bulk_dead_letter_of_a_held_campaign_reaches_its_parked_intents(
     h: Harness,
 ) -> None:

@@ -129,6 +129,15 @@ async def test_a_bulk_dry_run_counts_then_the_action_names_the_token(api: Api) -
     assert (await api.runtime.store.intent_get(KEY)).state is State.DEAD  # type: ignore[union-attr]
 
 
+async def test_a_bulk_action_on_an_unknown_occurrence_is_refused(api: Api) -> None:
+    for occurrence in ("nosuch/x", ""):
+        refused = await api.client.post("/v1/bulk/cancel", headers=api.auth("operator"),
+                                        json={"occurrence": occurrence})
+        assert refused.status_code in (404, 422), refused.text
+        assert refused.json()["field"] == "body.occurrence"
+    assert await states(api) == {"enqueued": 5}
+
+
 async def test_a_bulk_delay_moves_the_next_attempt(api: Api) -> None:
     until = api.clock.now() + 7200
     done = await api.client.post("/v1/bulk/delay", headers=api.auth("operator"),

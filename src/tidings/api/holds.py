@@ -121,7 +121,8 @@ async def bulk_action(request: Request, action: Literal["delay", "cancel", "dead
     """Counts per state of the selection, then (unless ``dry_run``) how many changed.
     Nothing deletes an intent; bounded batches; one audit event naming the token."""
     c = ctx(request)
-    for scope, name in (("campaign", body.campaign), ("channel", body.channel)):
+    for scope, name in (("campaign", body.campaign), ("channel", body.channel),
+                        ("occurrence", body.occurrence)):
         if name is not None:
             await _checked(c, scope, name)
     by = await actor(c, who)
