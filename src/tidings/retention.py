@@ -87,6 +87,9 @@ INTENT_EVENT_TYPES: frozenset[str] = frozenset({s.value for s in State} | {
     "provider_bounced", "provider_complained", "provider_failed"})
 #: The states an intent is pruned from (every one a worker never leaves).
 PRUNABLE_STATES: tuple[str, ...] = tuple(sorted(s.value for s in TERMINAL))
+#: The states that keep an intent's occurrence: its hold, its release and its report
+#: need the occurrence while any of them is left (by the intents' state index).
+PENDING_STATES: tuple[str, ...] = tuple(sorted(s.value for s in State if s not in TERMINAL))
 
 
 # ---------------------------------------------------------------- the bound

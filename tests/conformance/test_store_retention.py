@@ -140,6 +140,22 @@ async def test_finished_occurrences_before_the_cutoff_go_and_admitting_ones_stay
     assert await store.occurrence_get("digest/recent-done") is not None
 
 
+async def test_a_finished_occurrence_with_an_intent_still_pending_is_kept(
+        store: Store) -> None:
+    # an occurrence held for weeks: its parked intents need it for their release
+    await occurrence(store, "digest/held", D0, finish=True)
+    await occurrence(store, "digest/sent", D0, finish=True)
+    await store.intent_admit([draft("p1", occurrence="digest/held")], now=D0)
+    await store.intent_mark_enqueued(["p1"], now=D0 + 1)
+
+    counts, _ = await store.retention_count(intent_cutoff=CUTOFF, occurrence_cutoff=CUTOFF)
+    pruned = await prune_all(store)
+
+    assert (counts.occurrences, pruned.occurrences) == (1, 1)
+    assert await store.occurrence_get("digest/held") is not None
+    assert await store.occurrence_get("digest/sent") is None
+
+
 async def test_a_dry_run_counts_what_a_prune_removes_and_names_the_oldest_kept(
         store: Store) -> None:
     await finished(store, "old", D0)

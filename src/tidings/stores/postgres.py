@@ -34,7 +34,13 @@ from tidings.claims import claim_keys, plan_claims
 from tidings.errors import InvalidInput, StoreError
 from tidings.model import DraftPage, Event, IntentDraft, message_body, message_body_parts
 from tidings.preferences import Preference
-from tidings.retention import PRUNABLE_STATES, Partition, PruneCounts, parse_partition
+from tidings.retention import (
+    PENDING_STATES,
+    PRUNABLE_STATES,
+    Partition,
+    PruneCounts,
+    parse_partition,
+)
 from tidings.states import State
 from tidings.stores import base, rows
 from tidings.stores.lifecycle import DatabaseStore
@@ -862,7 +868,8 @@ class PostgresStore(DatabaseStore[PostgresDatabase], StoreReads):
                 cur = await conn.execute(sql["retention_prune_events"], {"keys": keys})
                 events = cur.rowcount
             cur = await conn.execute(sql["retention_prune_occurrences"], {
-                "cutoff": occurrence_cutoff, "limit": limit})
+                "cutoff": occurrence_cutoff, "limit": limit,
+                "pending": list(PENDING_STATES)})
             return PruneCounts(intents=len(keys), events=events, occurrences=cur.rowcount)
 
         return await self.db.write(fn)
@@ -884,8 +891,8 @@ class PostgresStore(DatabaseStore[PostgresDatabase], StoreReads):
             counts = PruneCounts(
                 intents=await scalar(conn, "retention_count_intents", params),
                 events=await scalar(conn, "retention_count_events", params),
-                occurrences=await scalar(conn, "retention_count_occurrences",
-                                         {"cutoff": occurrence_cutoff}))
+                occurrences=await scalar(conn, "retention_count_occurrences", {
+                    "cutoff": occurrence_cutoff, "pending": list(PENDING_STATES)}))
             return counts, await scalar(conn, "retention_oldest_kept", params)
 
         return await self.db.read(fn)

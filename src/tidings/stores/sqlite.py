@@ -29,7 +29,7 @@ from tidings.model import (
     plain_keys,
 )
 from tidings.preferences import Preference
-from tidings.retention import PRUNABLE_STATES, PruneCounts
+from tidings.retention import PENDING_STATES, PRUNABLE_STATES, PruneCounts
 from tidings.states import State
 from tidings.stores import base, rows
 from tidings.stores.lifecycle import DatabaseStore
@@ -799,7 +799,8 @@ class SqliteStore(DatabaseStore[SqliteDatabase], StoreReads):
                 events = conn.execute(sql["retention_prune_events"],
                                       {"keys": json.dumps(keys)}).rowcount
             occurrences = conn.execute(sql["retention_prune_occurrences"], {
-                "cutoff": occurrence_cutoff, "limit": limit}).rowcount
+                "cutoff": occurrence_cutoff, "limit": limit,
+                "pending": json.dumps(PENDING_STATES)}).rowcount
             return PruneCounts(intents=len(keys), events=events, occurrences=occurrences)
 
         return await self.db.write(fn)
@@ -812,8 +813,8 @@ class SqliteStore(DatabaseStore[SqliteDatabase], StoreReads):
         def fn(conn: sqlite3.Connection) -> tuple[PruneCounts, float | None]:
             (intents,) = conn.execute(sql["retention_count_intents"], params).fetchone()
             (events,) = conn.execute(sql["retention_count_events"], params).fetchone()
-            (occurrences,) = conn.execute(sql["retention_count_occurrences"],
-                                          {"cutoff": occurrence_cutoff}).fetchone()
+            (occurrences,) = conn.execute(sql["retention_count_occurrences"], {
+                "cutoff": occurrence_cutoff, "pending": json.dumps(PENDING_STATES)}).fetchone()
             (oldest,) = conn.execute(sql["retention_oldest_kept"], params).fetchone()
             return (PruneCounts(intents=intents, events=events, occurrences=occurrences),
                     oldest)

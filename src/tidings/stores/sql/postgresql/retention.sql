@@ -26,6 +26,8 @@ DELETE FROM events_default WHERE key = ANY(%(keys)s)
 DELETE FROM occurrences
 WHERE id IN (SELECT id FROM occurrences
              WHERE status IN ('done', 'skipped') AND finished_at < %(cutoff)s
+               AND id NOT IN (SELECT occurrence FROM intents
+                              WHERE state = ANY(%(pending)s) AND occurrence IS NOT NULL)
              ORDER BY finished_at
              LIMIT %(limit)s)
 
@@ -42,6 +44,8 @@ WHERE i.created_at < %(cutoff)s AND i.state = ANY(%(states)s)
 -- name: retention_count_occurrences
 SELECT count(*)::int FROM occurrences
 WHERE status IN ('done', 'skipped') AND finished_at < %(cutoff)s
+  AND id NOT IN (SELECT occurrence FROM intents
+                 WHERE state = ANY(%(pending)s) AND occurrence IS NOT NULL)
 
 -- name: retention_oldest_kept
 SELECT min(created_at) FROM intents

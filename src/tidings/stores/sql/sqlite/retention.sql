@@ -19,6 +19,8 @@ DELETE FROM events WHERE key IN (SELECT value FROM json_each(:keys))
 DELETE FROM occurrences
 WHERE id IN (SELECT id FROM occurrences
              WHERE status IN ('done', 'skipped') AND finished_at < :cutoff
+               AND id NOT IN (SELECT occurrence FROM intents
+                              WHERE state IN (SELECT value FROM json_each(:pending)) AND occurrence IS NOT NULL)
              ORDER BY finished_at
              LIMIT :limit)
 
@@ -35,6 +37,8 @@ WHERE i.created_at < :cutoff AND i.state IN (SELECT value FROM json_each(:states
 -- name: retention_count_occurrences
 SELECT count(*) FROM occurrences
 WHERE status IN ('done', 'skipped') AND finished_at < :cutoff
+  AND id NOT IN (SELECT occurrence FROM intents
+                 WHERE state IN (SELECT value FROM json_each(:pending)) AND occurrence IS NOT NULL)
 
 -- name: retention_oldest_kept
 SELECT min(created_at) FROM intents
