@@ -23,6 +23,7 @@ from typing import Protocol
 
 from tidings.cron import check_instant
 from tidings.errors import InvalidInput
+from tidings.keys import check_line
 from tidings.model import Event, Intent
 from tidings.states import State
 from tidings.stores.base import Change, Ledger, Selection, Selections
@@ -87,6 +88,8 @@ def selection(request: BulkRequest, *, now: float) -> Selection:
             raise InvalidInput("state", f"{request.action} moves only "
                                         f"{', '.join(s.value for s in allowed)}, not {name}")
         states.append(state)
+    if request.reason is not None:
+        check_line(request.reason, "reason")
     if request.older_than_s is not None and request.older_than_s < 0:
         raise InvalidInput("older_than", "must not be negative")
     if request.action == "delay":

@@ -265,14 +265,17 @@ def _switch(paused: bool, campaign: str | None, channel: str | None, reason: str
                  else set(runtime.channels))
         if name not in known:
             raise typer.BadParameter(unknown_name(scope, name, sorted(known)))
-        before = next((s for s in await runtime.store.switch_all()
-                       if (s.scope, s.name) == (scope, name)), None)
-        if not paused and before is not None and before.paused:
-            # Resuming shows why it was paused first: a guardrail's reason above all.
-            typer.echo(f"{scope} {name!r} was paused since {_when(before.changed_at)}: "
+        from tidings.operations import switch_admission
+
+        switch, before = await switch_admission(runtime.store, scope=scope, name=name,
+                                                paused=paused, now=runtime.clock.now(),
+                                                reason=reason)
+        if before is not None and before.paused:
+            # A resume shows why it was paused first (a guardrail's reason above all);
+            # a second pause, that it was paused already, for that reason.
+            typer.echo(f"{scope} {name!r} {'was' if not paused else 'is already'} paused "
+                       f"since {_when(before.changed_at)}: "
                        f"{before.reason or 'no reason given'}", err=True)
-        switch = await runtime.store.switch_set(scope=scope, name=name, paused=paused,
-                                                now=runtime.clock.now(), reason=reason)
         return dict(switch.__dict__) | {"was": None if before is None else dict(
             before.__dict__)}
     result = _with_runtime(config, store, go)

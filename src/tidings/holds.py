@@ -25,6 +25,7 @@ from typing import Protocol
 
 from tidings.clock import Clock
 from tidings.errors import InvalidInput, unknown_name
+from tidings.keys import check_line
 from tidings.model import Event, Intent, Received
 from tidings.readmodel import ActiveHold, HoldsReport
 from tidings.relay import publish
@@ -115,6 +116,9 @@ async def hold(store: HoldStore, *, scope: str, name: str, by: str, now: float,
                reason: str | None = None) -> Hold | None:
     """Hold a scope; the hold if this call made it (None: it was held already)."""
     check_scope(scope)
+    check_line(by, "by", max_length=200)
+    if reason is not None:
+        check_line(reason, "reason")
     made = await store.hold_insert(scope=scope, name=name, now=now, by=by, reason=reason)
     if made is not None:
         await store.event_append_many([Event(

@@ -58,6 +58,24 @@ def storable(value: str) -> bool:
     return _UNSTORABLE.search(value) is None
 
 
+#: What a line of free text (a reason, a note, a name) must not hold: a line break would
+#: forge an output line and an escape would recolour an operator's terminal.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+#: Characters of one line of free text an operator writes.
+MAX_LINE = 500
+
+
+def check_line(value: object, field: str, *, max_length: int = MAX_LINE) -> str:
+    """``value`` if it is one line of text (no control character) of at most
+    ``max_length`` characters every store can hold, else ``InvalidInput`` on ``field``."""
+    text = check_text(value, field, max_length=max_length)
+    bad = _CONTROL.search(text)
+    if bad is not None:
+        raise InvalidInput(field, f"must be one line without control characters (found "
+                                  f"U+{ord(bad.group()):04X})")
+    return text
+
+
 def make_storable(value: str) -> str:
     """``value`` with what no store can hold replaced by U+FFFD: for text tidings did not
     take from a caller but must record (a provider's answer, an exception's message)."""

@@ -35,7 +35,7 @@ from tidings.audience import count_recipients
 from tidings.campaign import Campaign
 from tidings.errors import InvalidInput
 from tidings.guardrails import SENDS, tripped_by_guardrail
-from tidings.keys import check_text, validate_key
+from tidings.keys import check_line, check_text, validate_key
 from tidings.model import DeadLetter, Intent, Message, QueueDepth
 from tidings.pacing.algorithm import PaceLimits
 from tidings.readmodel import (
@@ -600,9 +600,9 @@ async def uncertain_resolve(store: Store, transport: Transport, *,
     who = who.strip()
     if not who:
         raise InvalidInput("by", "must name who decides")
-    check_text(who, "by", max_length=200)
+    check_line(who, "by", max_length=200)
     if note is not None:
-        check_text(note, "note", max_length=500)
+        check_line(note, "note")
     if keys and (channel is not None or older_than_s is not None):
         raise InvalidInput("keys", "give keys, or a selection (channel, older than), not both")
     result = ResolveResult(decision=chosen.value, by=who)
@@ -686,3 +686,24 @@ async def campaign_forecast(
                 admission_per_s=admission_per_s, freshness_s=campaign.expires_after_s,
                 startup_s=startup_s)))
     return out
+
+
+# ---------------------------------------------------------------- admission switches
+
+
+async def switch_admission(store: Store, *, scope: str, name: str, paused: bool, now: float,
+                           reason: str | None = None) -> tuple[Switch, Switch | None]:
+    """Pause or resume admission of a scope; returns the switch after, and before.
+
+    A pause of what is paused already changes nothing: the first reason (a guardrail's
+    trip above all) is what a resume must show, so a second pause does not overwrite it.
+    """
+    if reason is not None:
+        check_line(reason, "reason")
+    before = next((s for s in await store.switch_all() if (s.scope, s.name) == (scope, name)),
+                  None)
+    if paused and before is not None and before.paused:
+        return before, before
+    after = await store.switch_set(scope=scope, name=name, paused=paused, now=now,
+                                   reason=reason)
+    return after, before

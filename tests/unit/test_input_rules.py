@@ -341,3 +341,46 @@ async def test_a_timeline_of_text_no_store_holds_is_invalid_input(tmp_path: Path
             with pytest.raises(InvalidInput) as caught:
                 await operations.timeline(runtime.store, channels=["email"], **selector)
             assert caught.value.field == field
+
+
+@pytest.mark.parametrize("text", ["\x1b[31mRED\x1b[0m", "one\r\nfake line", "tab\there",
+                                  "\x9b2J", "x" * 501])
+def test_a_line_an_operator_writes_has_no_control_character_and_a_bound(text: str) -> None:
+    from tidings.keys import check_line
+
+    with pytest.raises(InvalidInput) as caught:
+        check_line(text, "reason")
+    assert caught.value.field == "reason"
+    assert check_line("wrong audience: Ünïcode is fine", "reason")
+
+
+async def test_reasons_are_lines_and_a_second_pause_keeps_the_first_reason(
+        tmp_path: Path) -> None:
+    from tidings import bulk, holds
+    from tidings.operations import switch_admission
+
+    rt = await build_runtime(Settings.parse({
+        "store": f"sqlite:///{tmp_path / 't.db'}", "channels": {"email": {}}}),
+        clock=FakeClock(NOW))
+    try:
+        with pytest.raises(InvalidInput) as held:
+            await holds.hold(rt.store, scope="channel", name="email", by="ana", now=NOW,
+                             reason="\x1b[31mRED\x1b[0m")
+        assert held.value.field == "reason" and await rt.store.hold_all() == []
+        with pytest.raises(InvalidInput) as bulked:
+            await bulk.run(rt.store, bulk.BulkRequest(action="cancel", by="ana",
+                                                      channel="email", reason="a\nb"),
+                           now=NOW)
+        assert bulked.value.field == "reason"
+
+        first, _ = await switch_admission(rt.store, scope="channel", name="email",
+                                          paused=True, now=NOW, reason="guardrail: 8% > 5%")
+        again, before = await switch_admission(rt.store, scope="channel", name="email",
+                                               paused=True, now=NOW + 5, reason="me too")
+        assert (again.reason, again.changed_at) == ("guardrail: 8% > 5%", NOW)
+        assert before == first
+        resumed, was = await switch_admission(rt.store, scope="channel", name="email",
+                                              paused=False, now=NOW + 9)
+        assert not resumed.paused and was is not None and was.reason == "guardrail: 8% > 5%"
+    finally:
+        await rt.close()

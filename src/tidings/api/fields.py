@@ -19,9 +19,9 @@ from pydantic import AfterValidator
 from pydantic_core import PydanticCustomError
 
 from tidings.errors import InvalidInput
-from tidings.keys import check_text, validate_key
+from tidings.keys import check_line, check_text, validate_key
 
-__all__ = ["KEY", "TEXT"]
+__all__ = ["KEY", "LINE", "TEXT"]
 
 
 def _refused(exc: InvalidInput) -> PydanticCustomError:
@@ -37,6 +37,13 @@ def _text(value: str) -> str:
         raise _refused(exc) from None
 
 
+def _line(value: str) -> str:
+    try:
+        return check_line(value, "value")
+    except InvalidInput as exc:
+        raise _refused(exc) from None
+
+
 def _key(value: str) -> str:
     try:
         return validate_key(value, "value")
@@ -48,3 +55,5 @@ TEXT = AfterValidator(_text)
 """A string every store can hold."""
 KEY = AfterValidator(_key)
 """A string that can be (part of) a delivery key."""
+LINE = AfterValidator(_line)
+"""One line an operator writes (a reason, a note): no control character, 500 at most."""

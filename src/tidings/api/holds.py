@@ -13,7 +13,7 @@ from tidings import bulk, holds
 from tidings.api.auth import Principal, authorize
 from tidings.api.context import ApiContext, ctx
 from tidings.api.errors import ApiError
-from tidings.api.fields import KEY, TEXT
+from tidings.api.fields import KEY, LINE, TEXT
 from tidings.api.operator import _refused
 from tidings.errors import InvalidInput
 from tidings.readmodel import as_dict
@@ -39,7 +39,7 @@ class HoldBody(BaseModel):
     campaign: _NAME | None = None
     channel: _NAME | None = None
     occurrence: Annotated[str, Field(min_length=1, max_length=300), KEY] | None = None
-    reason: Annotated[str, Field(max_length=500), TEXT] | None = None
+    reason: Annotated[str, Field(max_length=500), LINE] | None = None
 
 
 def _target(body: HoldBody) -> tuple[str, str]:
@@ -110,7 +110,7 @@ class BulkBody(BaseModel):
     until: StrictFloat | StrictInt | None = Field(
         default=None, gt=0, lt=253402300800,
         description="delay only: when to deliver instead (Unix seconds).")
-    reason: Annotated[str, Field(max_length=500), TEXT] | None = None
+    reason: Annotated[str, Field(max_length=500), LINE] | None = None
     dry_run: StrictBool = Field(default=False, description="Count the selection only.")
 
 

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt
 from tidings import operations
 from tidings.api.context import ApiContext, ctx
 from tidings.api.errors import ApiError, ErrorBody
-from tidings.api.fields import KEY, TEXT
+from tidings.api.fields import KEY, LINE, TEXT
 from tidings.errors import InvalidInput
 from tidings.readmodel import Plan, Status, as_dict
 
@@ -132,7 +132,7 @@ class SwitchBody(BaseModel):
 
     campaign: Annotated[str, Field(min_length=1, max_length=200), TEXT] | None = None
     channel: Annotated[str, Field(min_length=1, max_length=200), TEXT] | None = None
-    reason: Annotated[str, Field(max_length=500), TEXT] | None = None
+    reason: Annotated[str, Field(max_length=500), LINE] | None = None
 
 
 async def _switch(request: Request, body: SwitchBody, paused: bool) -> dict[str, Any]:
@@ -144,8 +144,9 @@ async def _switch(request: Request, body: SwitchBody, paused: bool) -> dict[str,
     else:
         assert body.channel is not None
         scope, name = "channel", c.channel(body.channel, "body.channel")
-    switch = await c.runtime.store.switch_set(scope=scope, name=name, paused=paused,
-                                              now=c.runtime.clock.now(), reason=body.reason)
+    switch, _ = await operations.switch_admission(
+        c.runtime.store, scope=scope, name=name, paused=paused, now=c.runtime.clock.now(),
+        reason=body.reason)
     return dict(switch.__dict__)
 
 
@@ -187,7 +188,7 @@ class CancelBody(BaseModel):
 
     key: Annotated[str, Field(min_length=1, max_length=512, description="An intent key, or "
                               "a notify key (every channel of it)."), KEY]
-    reason: Annotated[str, Field(min_length=1, max_length=500), TEXT] = "cancelled by operator"
+    reason: Annotated[str, Field(min_length=1, max_length=500), LINE] = "cancelled by operator"
 
 
 @router.post("/cancel", responses=_refused(404, 422), summary="Cancel a key before its send")

@@ -19,7 +19,7 @@ from tidings import operations
 from tidings.api.auth import Principal, authorize
 from tidings.api.context import ApiContext, ctx
 from tidings.api.errors import ApiError, ErrorBody
-from tidings.api.fields import KEY, TEXT
+from tidings.api.fields import KEY, LINE, TEXT
 from tidings.errors import InvalidInput
 from tidings.readmodel import to_json
 from tidings.uncertain import parse_age
@@ -86,7 +86,7 @@ class ResolveBody(BaseModel):
     channel: Annotated[str | None, TEXT] = Field(default=None, min_length=1, max_length=200)
     older_than: Annotated[str | None, TEXT] = Field(default=None, max_length=20,
                                    description="Unsettled at least this long (15m, 2h, …).")
-    note: Annotated[str | None, TEXT] = Field(default=None, max_length=500)
+    note: Annotated[str | None, LINE] = Field(default=None, max_length=500)
     limit: int = Field(default=1000, ge=1, le=10_000,
                        description="With a selection: at most this many.")
 

@@ -30,17 +30,12 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg import sql as pg_sql
 
+from tidings import retention
 from tidings.claims import claim_keys, plan_claims
 from tidings.errors import InvalidInput, StoreError
 from tidings.model import DraftPage, Event, IntentDraft, message_body, message_body_parts
 from tidings.preferences import Preference
-from tidings.retention import (
-    PENDING_STATES,
-    PRUNABLE_STATES,
-    Partition,
-    PruneCounts,
-    parse_partition,
-)
+from tidings.retention import PRUNABLE_STATES, Partition, PruneCounts, parse_partition
 from tidings.states import State
 from tidings.stores import base, rows
 from tidings.stores.lifecycle import DatabaseStore
@@ -869,7 +864,7 @@ class PostgresStore(DatabaseStore[PostgresDatabase], StoreReads):
                 events = cur.rowcount
             cur = await conn.execute(sql["retention_prune_occurrences"], {
                 "cutoff": occurrence_cutoff, "limit": limit,
-                "pending": list(PENDING_STATES)})
+                "pending": list(retention.PENDING_STATES)})
             return PruneCounts(intents=len(keys), events=events, occurrences=cur.rowcount)
 
         return await self.db.write(fn)
@@ -892,7 +887,7 @@ class PostgresStore(DatabaseStore[PostgresDatabase], StoreReads):
                 intents=await scalar(conn, "retention_count_intents", params),
                 events=await scalar(conn, "retention_count_events", params),
                 occurrences=await scalar(conn, "retention_count_occurrences", {
-                    "cutoff": occurrence_cutoff, "pending": list(PENDING_STATES)}))
+                    "cutoff": occurrence_cutoff, "pending": list(retention.PENDING_STATES)}))
             return counts, await scalar(conn, "retention_oldest_kept", params)
 
         return await self.db.read(fn)
