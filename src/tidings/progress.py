@@ -54,6 +54,7 @@ def startup(runtime: Runtime, role: str, **fields: Any) -> list[tuple[str, dict[
     now = runtime.clock.now()
     settings = runtime.settings
     head: dict[str, Any] = {"role": role, **fields, "store": scrub_text(settings.store),
+                            "transport": scrub_text(settings.transport),
                             "channels": ",".join(runtime.channels) or "none",
                             "campaigns": ",".join(c.name for c in runtime.campaigns) or "none"}
     if settings.clock_offset_s:

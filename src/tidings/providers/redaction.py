@@ -17,7 +17,11 @@ from collections.abc import Iterable
 from tidings.keys import make_storable
 
 MAX_REASON_CHARS = 300
-_EMAIL = re.compile(r"[^\s<>()\[\]{},;:\"'=]+@[^\s<>()\[\]{},;:\"']+")
+# An address starts after a delimiter (or at the start) and ends in a named domain: the
+# user of ``postgresql://user@127.0.0.1:5432/db`` or ``redis://:***@cache:6379`` is no
+# address (the host would go with it).
+_EMAIL = re.compile(r"(?<![^\s<>()\[\]{},;:\"'=])[^\s<>()\[\]{},;:\"'=/]+"
+                    r"@(?:[^\s<>()\[\]{},;:\"'/.@]+\.)+[A-Za-z][A-Za-z0-9-]*")
 _PHONE = re.compile(r"\+\d[\d ().-]{5,}\d")
 _SPACE = re.compile(r"\s+")
 # A secret shorter than this would blank out ordinary words; none real is this short.
