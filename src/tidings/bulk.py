@@ -1,4 +1,5 @@
-"""Bulk actions over a selection of intents: delay, cancel, dead-letter. Never purge.
+"""Bulk actions over a selection of intents: delay, cancel, dead-letter, reopen. Never
+purge.
 
 A selection names a campaign, an occurrence, a channel, states and an age (due more
 than so long ago). Each action moves only intents no send has started for, in bounded
@@ -11,8 +12,11 @@ ledger with its reason, and a dead one can be redriven.
   already on the queue comes back then (the claim reads it not due).
 - ``cancel``: selected, enqueued, retryable and parked intents are cancelled; a
   claimed one gets a cancel request its worker sees before the send.
-- ``dead-letter``: selected, enqueued, retryable and parked intents become dead (a
-  redrive reopens them).
+- ``dead-letter``: selected, enqueued, retryable and parked intents become dead
+  (``reopen`` undoes it).
+- ``reopen``: dead intents become retryable now, their failures reset, each with a
+  fresh message (a worker rechecks the ledger before any send); those a worker
+  dead-lettered are in ``tidings dlq`` too, and a dead letter's redrive does the same.
 """
 
 from __future__ import annotations
@@ -25,8 +29,10 @@ from tidings.cron import check_instant
 from tidings.errors import InvalidInput
 from tidings.keys import check_line
 from tidings.model import Event, Intent
+from tidings.relay import publish
 from tidings.states import State
 from tidings.stores.base import Change, Ledger, Selection, Selections
+from tidings.transports.base import Transport
 
 log = logging.getLogger("tidings.bulk")
 
@@ -35,6 +41,7 @@ ACTIONS: dict[str, tuple[State, ...]] = {
     "delay": (State.ENQUEUED, State.RETRYABLE),
     "cancel": (State.SELECTED, State.ENQUEUED, State.RETRYABLE, State.PARKED, State.CLAIMED),
     "dead-letter": (State.SELECTED, State.ENQUEUED, State.RETRYABLE, State.PARKED),
+    "reopen": (State.DEAD,),
 }
 #: Intents per transaction.
 BATCH = 500
@@ -120,9 +127,13 @@ def _describe(request: BulkRequest, chosen: Selection) -> str:
     return "; ".join(parts)
 
 
-def change_for(request: BulkRequest, intent: Intent) -> Change | None:
+def change_for(request: BulkRequest, intent: Intent, now: float) -> Change | None:
     """The change the action makes of one intent (None: a cancel request instead)."""
     reason = request.reason or f"bulk {request.action} by {request.by}"
+    if request.action == "reopen":
+        return Change(key=intent.key, from_state=State.DEAD, to_state=State.RETRYABLE,
+                      event="redriven", next_attempt_at=now, reset_failures=True,
+                      worker=request.by, reason=reason)
     if request.action == "delay":
         # Never past the freshness deadline: an intent delayed beyond it is taken up when
         # it expires, and expired then, rather than held as a backlog until the delay ends.
@@ -144,9 +155,12 @@ class BulkStore(Ledger, Selections, Protocol):
 
 
 async def run(store: BulkStore, request: BulkRequest, *, now: float, dry_run: bool = False,
-              batch: int = BATCH) -> BulkResult:
-    """Count the selection, then (unless ``dry_run``) act on it ``batch`` at a time."""
+              batch: int = BATCH, transport: Transport | None = None) -> BulkResult:
+    """Count the selection, then (unless ``dry_run``) act on it ``batch`` at a time;
+    ``reopen`` publishes the reopened intents' messages on ``transport``."""
     chosen = selection(request, now=now)
+    if request.action == "reopen" and transport is None:
+        raise InvalidInput("action", "reopen publishes messages: it needs the transport")
     counts = await store.intent_select_counts(chosen)
     if dry_run:
         return BulkResult(action=request.action, dry_run=True, selected=counts, changed=0)
@@ -160,9 +174,14 @@ async def run(store: BulkStore, request: BulkRequest, *, now: float, dry_run: bo
         if not page:
             break
         after = page[-1].key
-        changes = [c for c in (change_for(request, i) for i in page) if c is not None]
+        changes = [c for c in (change_for(request, i, now) for i in page) if c is not None]
         if changes:
-            changed += len(await store.intent_apply_many(changes, now=now))
+            applied = await store.intent_apply_many(changes, now=now)
+            changed += len(applied)
+            if request.action == "reopen" and applied and transport is not None:
+                channels = {i.key: i.channel for i in page}
+                await publish(transport, [(key, channels[key], now) for key in applied],
+                              now=now)
         for intent in page:
             if intent.state is State.CLAIMED:
                 reason = request.reason or f"bulk cancel by {request.by}"

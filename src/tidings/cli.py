@@ -415,7 +415,8 @@ def _bulk(action: str, *, campaign: str | None, channel: str | None, occurrence:
         request = bulk.BulkRequest(
             action=action, by=who, campaign=campaign, occurrence=occurrence, channel=channel,
             states=tuple(states or ()), older_than_s=older, until=at, reason=reason)
-        result = await bulk.run(runtime.store, request, now=now, dry_run=dry_run)
+        result = await bulk.run(runtime.store, request, now=now, dry_run=dry_run,
+                                transport=runtime.transport)
         return {"action": result.action, "dry_run": result.dry_run,
                 "selected": result.selected, "changed": result.changed,
                 "cancel_requested": result.cancel_requested, "by": who}
@@ -478,9 +479,22 @@ def bulk_dead_letter(campaign: HoldCampaignOpt = None, channel: HoldChannelOpt =
                      older_than: OlderOpt = None, reason: ReasonOpt = None, by: ByOpt = None,
                      dry_run: DryRunOpt = False, config: ConfigOpt = None,
                      store: StoreOpt = None, as_json: JsonOpt = False) -> None:
-    """Dead-letter the selection's unsent intents (kept; `tidings dlq redrive` reopens)."""
+    """Dead-letter the selection's unsent intents (kept; `tidings bulk reopen` undoes it)."""
     _bulk("dead-letter", campaign=campaign, channel=channel, occurrence=occurrence,
           states=state, older_than=older_than, until=None, reason=reason, by=by,
+          dry_run=dry_run, config=config, store=store, as_json=as_json)
+
+
+@bulk_app.command("reopen")
+def bulk_reopen(campaign: HoldCampaignOpt = None, channel: HoldChannelOpt = None,
+                occurrence: HoldOccurrenceOpt = None, older_than: OlderOpt = None,
+                reason: ReasonOpt = None, by: ByOpt = None, dry_run: DryRunOpt = False,
+                config: ConfigOpt = None, store: StoreOpt = None,
+                as_json: JsonOpt = False) -> None:
+    """Reopen the selection's dead intents: retryable now, failures reset, a fresh
+    message each (a worker rechecks the ledger before any send)."""
+    _bulk("reopen", campaign=campaign, channel=channel, occurrence=occurrence,
+          states=None, older_than=older_than, until=None, reason=reason, by=by,
           dry_run=dry_run, config=config, store=store, as_json=as_json)
 
 

@@ -551,3 +551,22 @@ async def test_a_bulk_delay_past_the_freshness_deadline_expires_them_at_the_dead
     await h.drive(h.worker())
     assert await states(h, keys) == {"expired": 3}
     assert h.stats()["requests"] == 0
+
+
+async def test_a_bulk_dead_letter_is_undone_by_a_bulk_reopen_and_sent_once(h: Harness) -> None:
+    keys = await admit(h, "digest", 4)
+    await bulk.run(h.rt.store, bulk.BulkRequest(
+        action="dead-letter", by=OPERATOR, campaign="digest"), now=h.clock.now())
+    await h.drive(h.worker())  # the queued messages are discarded: their intents are dead
+    assert await states(h, keys) == {"dead": 4} and h.stats()["requests"] == 0
+
+    with pytest.raises(InvalidInput):  # a reopen publishes: no transport, no reopen
+        await bulk.run(h.rt.store, bulk.BulkRequest(
+            action="reopen", by=OPERATOR, campaign="digest"), now=h.clock.now())
+    done = await bulk.run(h.rt.store, bulk.BulkRequest(
+        action="reopen", by=OPERATOR, campaign="digest"), now=h.clock.now(),
+        transport=h.rt.transport)
+    assert (done.selected, done.changed) == ({"dead": 4}, 4)
+    await h.drive(h.worker())
+    assert await states(h, keys) == {"accepted": 4}
+    assert (h.stats()["requests"], h.stats()["accepted_keys"]) == (4, 4)

@@ -115,8 +115,9 @@ class BulkBody(BaseModel):
 
 
 @router.post("/bulk/{action}", responses=_refused(404, 422),
-             summary="Delay, cancel or dead-letter a selection (dry run first)")
-async def bulk_action(request: Request, action: Literal["delay", "cancel", "dead-letter"],
+             summary="Delay, cancel, dead-letter or reopen a selection (dry run first)")
+async def bulk_action(request: Request,
+                      action: Literal["delay", "cancel", "dead-letter", "reopen"],
                       body: BulkBody, who: Who) -> dict[str, Any]:
     """Counts per state of the selection, then (unless ``dry_run``) how many changed.
     Nothing deletes an intent; bounded batches; one audit event naming the token."""
@@ -132,7 +133,7 @@ async def bulk_action(request: Request, action: Literal["delay", "cancel", "dead
             channel=body.channel, states=tuple(body.states),
             older_than_s=None if body.older_than_s is None else float(body.older_than_s),
             until=None if body.until is None else float(body.until), reason=body.reason),
-            now=c.runtime.clock.now(), dry_run=body.dry_run)
+            now=c.runtime.clock.now(), dry_run=body.dry_run, transport=c.runtime.transport)
     except InvalidInput as exc:
         field = {"state": "states", "older_than": "older_than_s"}.get(exc.field, exc.field)
         raise ApiError(422, f"body.{field}", exc.message) from None

@@ -299,7 +299,7 @@ async def bulk_action(request: Request, who: Who) -> Response:
             older_than_s=parse_duration(older, "older_than") if older else None,
             until=now + parse_duration(until, "until") if until else None,
             reason=check_text(one(form, "reason")[:500], "reason") or None),
-            now=now, dry_run=one(form, "dry_run") == "1")
+            now=now, dry_run=one(form, "dry_run") == "1", transport=c.runtime.transport)
     except InvalidInput as exc:
         raise _form_error(exc) from None
     return redirect("/ui?" + urlencode({
