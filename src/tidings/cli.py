@@ -437,8 +437,12 @@ def _until(text: str, now: float) -> float:
 
     try:
         moment = datetime.fromisoformat(text)
-    except ValueError:
+    except ValueError as exc:
+        if text[:1].isdigit() and "-" in text[1:]:  # meant as a time: say what is wrong
+            raise InvalidInput("until", f"{text!r} is not an ISO 8601 time: {exc}") from None
         return now + parse_duration(text, "until")
+    except OverflowError:
+        raise InvalidInput("until", f"{text!r} is out of the supported dates") from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return moment.timestamp()
@@ -621,11 +625,16 @@ def replay(campaign: str, date: Annotated[str, typer.Argument(help="Logical date
 @app.command()
 def cancel(key: str, config: ConfigOpt = None, store: StoreOpt = None,
            as_json: JsonOpt = False) -> None:
-    """Cancel an intent (or every channel of a notify key) before its send starts."""
+    """Cancel an intent (or every channel of a notify key) before its send starts.
+
+    Exit code 1 when it was too late for every one of them (sent, or finished), so a
+    script can tell."""
     async def go(runtime: Runtime) -> dict[str, Any]:
         return {k: (v.value if v else None) for k, v in (await runtime.cancel(key)).items()}
     result = _with_runtime(config, store, go)
     _emit(as_json, result, textout.cancelled(result))
+    if result and not any(state in ("cancelled", "claimed") for state in result.values()):
+        raise typer.Exit(1)
 
 
 @app.command()

@@ -22,9 +22,14 @@ class TidingsError(Exception):
     """Base class of every error raised by tidings."""
 
 
+#: Characters of a refused name echoed back (a pasted megabyte is not repeated).
+_SHOWN = 80
+
+
 def unknown_name(kind: str, name: str, declared: Iterable[str]) -> str:
     """The message for a name that is not declared: ``unknown channel 'x'; declared: a, b``."""
-    return f"unknown {kind} {name!r}; declared: {', '.join(declared) or 'none'}"
+    shown = repr(name) if len(name) <= _SHOWN else f"{name[:_SHOWN]!r}… ({len(name):,} characters)"
+    return f"unknown {kind} {shown}; declared: {', '.join(declared) or 'none'}"
 
 
 class FieldError(TidingsError):

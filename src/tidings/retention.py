@@ -144,7 +144,8 @@ def check_retention(settings: Settings) -> None:
             replay = (f" plus the replay window {days(bound.replay_s):g} d "
                       f"({bound.replay_by})" if bound.replay_by else "")
             raise ConfigurationError(f"retention.{name}", (
-                f"{days(value):g} days is shorter than the {days(bound.total_s):g} days "
+                f"{value:g} s ({days(value):g} days) is shorter than the "
+                f"{days(bound.total_s):g} days "
                 f"that must be kept: the redelivery window {days(bound.redelivery_s):g} d "
                 f"({bound.redelivery_by}){replay}"))
 

@@ -53,7 +53,7 @@ def _valid_quota(value: str | None) -> str | None:
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
 
 
 class ProviderSettings(_Model):

@@ -204,6 +204,8 @@ def test_every_command_prints_text_unless_asked_for_json(config: Path) -> None:
         "replayed digest 2026-08-11: 3 members, 4 intents admitted (4 sendable)")
     assert text("cancel", "digest/2026-08-11/cust_2/email/v1", *c) == (
         "digest/2026-08-11/cust_2/email/v1: cancelled\n")
+    again = run("cancel", "digest/2026-08-11/cust_2/email/v1", *c)  # cancelled: still so
+    assert again.returncode == 0
     assert text("reconcile", *c).startswith("reconciled: ")
     token = ok_json("token", "create", "--scope", "viewer", *c)
     assert text("token", "revoke", token["id"], *c).startswith(f"revoked token {token['id']}")

@@ -110,7 +110,7 @@ async def test_pause_and_resume_a_channel(api: Api) -> None:
 
 @pytest.mark.parametrize(("body", "status", "field"), [
     ({"channel": "fax"}, 404, "body.channel"),
-    ({"campaign": "monthly"}, 404, "path.campaign"),
+    ({"campaign": "monthly"}, 404, "body.campaign"),
     ({}, 422, "body.campaign"),
     ({"channel": "sms", "campaign": "weekly-digest"}, 422, "body.campaign"),
 ])

@@ -61,11 +61,12 @@ class AdmissionRunner:
     early_s: float = 60.0
     _tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
 
-    def campaign(self, name: str) -> Campaign:
+    def campaign(self, name: str, field: str = "path.campaign") -> Campaign:
+        """The declared campaign ``name``; a 404 naming ``field`` otherwise."""
         for campaign in self.runtime.campaigns:
             if campaign.name == name:
                 return campaign
-        raise ApiError(404, "path.campaign", unknown_name(
+        raise ApiError(404, field, unknown_name(
             "campaign", name, sorted(c.name for c in self.runtime.campaigns)))
 
     def _scheduler(self, campaign: Campaign) -> Scheduler:

@@ -140,7 +140,7 @@ async def _switch(request: Request, body: SwitchBody, paused: bool) -> dict[str,
     if (body.campaign is None) == (body.channel is None):
         raise ApiError(422, "body.campaign", "name exactly one of campaign or channel")
     if body.campaign is not None:
-        scope, name = "campaign", c.admission.campaign(body.campaign).name
+        scope, name = "campaign", c.admission.campaign(body.campaign, "body.campaign").name
     else:
         assert body.channel is not None
         scope, name = "channel", c.channel(body.channel, "body.channel")
