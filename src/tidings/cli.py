@@ -399,7 +399,7 @@ def _bulk(action: str, *, campaign: str | None, channel: str | None, occurrence:
           reason: str | None, by: str | None, dry_run: bool, config: Path | None,
           store: str | None, as_json: bool) -> None:
     from tidings import bulk, holds
-    from tidings.durations import parse_duration
+    from tidings.durations import parse_duration, parse_until
 
     async def go(runtime: Runtime) -> dict[str, Any]:
         who = _by(by)
@@ -411,7 +411,7 @@ def _bulk(action: str, *, campaign: str | None, channel: str | None, occurrence:
                 await holds.check_target(runtime.store, scope, name,
                                          channels=runtime.channels,
                                          campaigns=[c.name for c in runtime.campaigns])
-        at = None if until is None else _until(until, now)
+        at = None if until is None else parse_until(until, now, "until")
         request = bulk.BulkRequest(
             action=action, by=who, campaign=campaign, occurrence=occurrence, channel=channel,
             states=tuple(states or ()), older_than_s=older, until=at, reason=reason)
@@ -427,25 +427,6 @@ def _bulk(action: str, *, campaign: str | None, channel: str | None, occurrence:
         "dry run, nothing changed" if result["dry_run"] else f"{result['changed']} changed")
         + (f", {asked} claimed asked to cancel (a worker sends any it started first)"
            if asked else "") + f" (by {result['by']})")
-
-
-def _until(text: str, now: float) -> float:
-    """An ISO 8601 time (UTC when it names no zone), or a duration from now (``6h``)."""
-    from datetime import UTC, datetime
-
-    from tidings.durations import parse_duration
-
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError as exc:
-        if text[:1].isdigit() and "-" in text[1:]:  # meant as a time: say what is wrong
-            raise InvalidInput("until", f"{text!r} is not an ISO 8601 time: {exc}") from None
-        return now + parse_duration(text, "until")
-    except OverflowError:
-        raise InvalidInput("until", f"{text!r} is out of the supported dates") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.timestamp()
 
 
 UntilOpt = Annotated[str, typer.Option(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from datetime import UTC, datetime
 from typing import Annotated
 
 from pydantic import Field
@@ -45,3 +46,20 @@ released unsent, for ever), a visibility timeout before its batch is handled."""
 SecondsOrZero = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 """A duration in seconds where 0 means none (no interval, no grace, no cache): finite
 and not negative."""
+
+
+def parse_until(text: str, now: float, field: str) -> float:
+    """A moment in ``text``: an ISO 8601 time (UTC when it names no zone) or a duration
+    from ``now`` (``6h``); ``InvalidInput`` on ``field`` saying which it failed to be."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError as exc:
+        if text[:1].isdigit() and "-" in text[1:]:  # meant as a time: say what is wrong
+            raise InvalidInput(field, f"{text!r} is not an ISO 8601 time: {exc}") from None
+        return now + parse_duration(text, field)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    try:
+        return moment.timestamp()
+    except (OverflowError, OSError, ValueError):
+        raise InvalidInput(field, f"{text!r} is out of the supported dates") from None

@@ -221,6 +221,23 @@ async def test_a_dashboard_bulk_action_is_a_dry_run_unless_unchecked(api: Api) -
     assert (unknown.status_code, unknown.json()["field"]) == (404, "form.name")
 
 
+async def test_a_dashboard_delay_takes_a_time_as_well_as_a_duration(api: Api) -> None:
+    from datetime import UTC, datetime
+
+    csrf = await session(api, "operator")
+    at = datetime.fromtimestamp(api.clock.now() + 7200, tz=UTC).strftime("%Y-%m-%dT%H:%M")
+    form = {"action": "delay", "scope": "campaign", "name": "weekly-digest", "csrf": csrf}
+    done = await api.client.post("/ui/bulk", headers=HTML, data={**form, "until": at})
+    assert done.status_code == 303, done.text
+    intent = await api.runtime.store.intent_get(KEY)
+    assert intent is not None and intent.state is State.RETRYABLE
+    assert intent.next_attempt_at == datetime.fromisoformat(at).replace(
+        tzinfo=UTC).timestamp()
+    bad = await api.client.post("/ui/bulk", headers=FRAGMENT,
+                                data={**form, "until": "2026-13-45"})
+    assert (bad.status_code, bad.json()["field"]) == (422, "form.until")
+
+
 async def test_a_viewer_sees_the_holds_but_no_form(api: Api) -> None:
     await session(api, "viewer")
     page = (await api.client.get("/ui", headers=HTML)).text

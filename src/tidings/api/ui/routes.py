@@ -42,7 +42,7 @@ from tidings.api.ui.session import (
     safe_next,
     secure,
 )
-from tidings.durations import parse_duration
+from tidings.durations import parse_duration, parse_until
 from tidings.errors import InvalidInput, unknown_name
 from tidings.keys import check_text
 from tidings.readmodel import Delivery
@@ -297,7 +297,7 @@ async def bulk_action(request: Request, who: Who) -> Response:
             channel=name if scope == "channel" else None,
             occurrence=name if scope == "occurrence" else None, states=states,
             older_than_s=parse_duration(older, "older_than") if older else None,
-            until=now + parse_duration(until, "until") if until else None,
+            until=parse_until(until, now, "until") if until else None,
             reason=check_text(one(form, "reason")[:500], "reason") or None),
             now=now, dry_run=one(form, "dry_run") == "1", transport=c.runtime.transport)
     except InvalidInput as exc:
