@@ -6,6 +6,7 @@ are no module-level singletons.
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import socket
@@ -48,6 +49,8 @@ from tidings.worker import Worker, WorkerConfig
 if TYPE_CHECKING:
     # Imported where a channel has templates: jinja2 is no import of the others.
     from tidings.templates import TemplateSet
+
+log = logging.getLogger("tidings.runtime")
 
 
 def default_worker_id(channel: str) -> str:
@@ -468,8 +471,12 @@ class Runtime:
     async def close(self) -> None:
         if self._group is not None:
             await self._group.drain()  # every notify in hand is answered first
-        for provider in self.providers.values():
-            await provider.close()
+        for channel, provider in self.providers.items():
+            try:
+                await provider.close()
+            except Exception:  # a plug-in's close must not leave the store open
+                log.warning("provider close failed", exc_info=True,
+                            extra={"channel": channel})
         if self._registry is not None:
             await self._registry.close()
         await self.transport.close()

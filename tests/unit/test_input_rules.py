@@ -384,3 +384,21 @@ async def test_reasons_are_lines_and_a_second_pause_keeps_the_first_reason(
         assert not resumed.paused and was is not None and was.reason == "guardrail: 8% > 5%"
     finally:
         await rt.close()
+
+
+async def test_a_plug_in_whose_close_raises_leaves_no_store_open(tmp_path: Path) -> None:
+    class Breaks:
+        name, supports_lookup = "breaks", False
+
+        async def send(self, request: object) -> object:
+            raise AssertionError("not sent here")
+
+        async def close(self) -> None:
+            raise RuntimeError("close failed")
+
+    rt = await build_runtime(Settings.parse({
+        "store": f"sqlite:///{tmp_path / 't.db'}", "channels": {"push": {}}}),
+        clock=FakeClock(NOW), providers={"push": Breaks()})  # type: ignore[dict-item]
+    await rt.close()  # no raise: the store and transport are closed after it
+    with pytest.raises(Exception, match="closed"):
+        await rt.store.intent_counts()
