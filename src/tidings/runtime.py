@@ -7,6 +7,7 @@ are no module-level singletons.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import random
 import socket
@@ -269,7 +270,11 @@ class Runtime:
     def send_deadline_s(self, channel: str) -> float:
         """The longest one send on ``channel`` may take before the worker cuts it off:
         three of its provider's timeouts (a pooled connection, connecting, the answer),
-        plus the SMTP DATA timeout where there is one."""
+        plus the SMTP DATA timeout where there is one. A provider object given to
+        ``build_runtime`` may say its own (a ``send_deadline_s`` attribute)."""
+        own = getattr(self.providers.get(channel), "send_deadline_s", None)
+        if isinstance(own, int | float) and not isinstance(own, bool) and 0 < own < math.inf:
+            return float(own)
         spec = self.settings.channels.get(channel)
         if spec is None:
             return WorkerConfig.send_deadline_s

@@ -402,3 +402,27 @@ async def test_a_plug_in_whose_close_raises_leaves_no_store_open(tmp_path: Path)
     await rt.close()  # no raise: the store and transport are closed after it
     with pytest.raises(Exception, match="closed"):
         await rt.store.intent_counts()
+
+
+async def test_a_plug_in_may_give_its_own_send_deadline(tmp_path: Path) -> None:
+    class Slow:
+        name, supports_lookup = "slow", False
+        send_deadline_s = 42.0
+
+        async def send(self, request: object) -> object:
+            raise AssertionError("not sent here")
+
+        async def close(self) -> None:
+            return None
+
+    class Plain(Slow):
+        send_deadline_s = float("nan")  # not a deadline: the channel's timeouts decide
+
+    rt = await build_runtime(Settings.parse({
+        "store": f"sqlite:///{tmp_path / 't.db'}",
+        "channels": {"push": {}, "fax": {"provider": {"timeout_s": 2}}}}),
+        clock=FakeClock(NOW), providers={"push": Slow(), "fax": Plain()})  # type: ignore[dict-item]
+    try:
+        assert (rt.send_deadline_s("push"), rt.send_deadline_s("fax")) == (42.0, 6.0)
+    finally:
+        await rt.close()
