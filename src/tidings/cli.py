@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 #: Seconds a command that is not a service tries an unreachable broker again.
 COMMAND_PATIENCE_S = 5.0
+#: The longest new freshness deadline a replay takes (the API's bound too).
+MAX_REPLAY_LIFETIME_S = 366 * 86400.0
 
 app = typer.Typer(
     help="tidings: scheduled, multi-channel notifications with exactly one business delivery "
@@ -582,8 +584,11 @@ def replay(campaign: str, date: Annotated[str, typer.Argument(help="Logical date
 
     async def go(runtime: Runtime) -> dict[str, Any]:
         now = runtime.clock.now()
-        expires_at = (None if expires_in is None
-                      else now + parse_duration(expires_in, "expires_in"))
+        lifetime = None if expires_in is None else parse_duration(expires_in, "expires_in")
+        if lifetime is not None and lifetime > MAX_REPLAY_LIFETIME_S:
+            # As the API bounds it: a replay sendable for years is a typo, not a plan.
+            raise InvalidInput("expires_in", f"{expires_in!r} is longer than 366 days")
+        expires_at = None if lifetime is None else now + lifetime
         scheduler = runtime.scheduler()
         plans = await scheduler.plan_replay(campaign, date, now=now, to=to,
                                             expires_at=expires_at)
