@@ -206,6 +206,11 @@ def test_every_command_prints_text_unless_asked_for_json(config: Path) -> None:
         "digest/2026-08-11/cust_2/email/v1: cancelled\n")
     again = run("cancel", "digest/2026-08-11/cust_2/email/v1", *c)  # cancelled: still so
     assert again.returncode == 0
+    ok_json("bulk", "dead-letter", "--campaign", "digest", "--channel", "email", *c)
+    late = run("cancel", "digest/2026-08-11/cust_1/email/v1", *c)  # dead: too late
+    assert late.returncode == 1 and "dead, too late to cancel" in late.stdout
+    years = run("replay", "digest", "2026-08-12", "--expires-in", "400d", *c)
+    assert years.returncode == 2 and "longer than 366 days" in years.stderr
     assert text("reconcile", *c).startswith("reconciled: ")
     token = ok_json("token", "create", "--scope", "viewer", *c)
     assert text("token", "revoke", token["id"], *c).startswith(f"revoked token {token['id']}")
