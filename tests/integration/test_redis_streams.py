@@ -121,7 +121,8 @@ async def test_a_restart_keeps_messages_receipts_and_counts(own_server: RedisSer
         await transport.close()
 
 
-async def test_a_call_during_the_outage_waits_for_the_server(own_server: RedisServer) -> None:
+async def test_a_call_during_the_outage_waits_for_the_server(
+        own_server: RedisServer, caplog: pytest.LogCaptureFixture) -> None:
     # given a server that is down
     transport = await RedisStreamsTransport.open(f"{own_server.url}?prefix=t")
     try:
@@ -134,7 +135,10 @@ async def test_a_call_during_the_outage_waits_for_the_server(own_server: RedisSe
         await asyncio.to_thread(own_server.start)
         await asyncio.wait_for(publishing, 30)
 
-        # then the publish landed once
+        # then the outage's end is said, with the restart (a server without data would
+        # have lost its messages), and the publish landed once
+        said = [r for r in caplog.records if r.getMessage().startswith("broker reachable")]
+        assert said and getattr(said[-1], "restarted", None) is True
         [a] = await transport.receive("email", max_messages=10, visibility_s=VIS, now=T0)
         assert a.message_id == "a"
         assert await transport.receive("email", max_messages=10, visibility_s=VIS,

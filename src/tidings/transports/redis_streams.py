@@ -42,6 +42,7 @@ becomes a ``TransportError``; a script lost with the server's memory is loaded a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import time
@@ -148,6 +149,7 @@ class RedisStreamsTransport:
         self.prefix = prefix
         self.safe_url = safe_url
         self.reconnect_s = reconnect_s
+        self._run_id: str | None = None  # the server's, to tell a restart after an outage
         self._scripts: dict[str, AsyncScript] = {
             name: client.register_script(source) for name, source in _load_scripts().items()}
 
@@ -169,6 +171,8 @@ class RedisStreamsTransport:
             # first contact is given RECONNECT_S at most, however patient the service.
             await transport._call(lambda: client.ping(),
                                   patience_s=min(reconnect_s, RECONNECT_S))
+            with contextlib.suppress(redis_errors.RedisError):  # a server may refuse INFO
+                transport._run_id = str((await client.info("server")).get("run_id"))
         except BaseException:
             await client.aclose()
             raise
@@ -190,13 +194,14 @@ class RedisStreamsTransport:
         patience = self.reconnect_s if patience_s is None else patience_s
         started = time.monotonic()
         deadline = started + patience
-        pause, say_at = 0.05, started
+        pause, say_at, failed = 0.05, started, False
         while True:
             try:
-                return await fn()
+                result = await fn()
             except (redis_errors.AuthenticationError, redis_errors.AuthorizationError) as exc:
                 raise TransportError(f"{self.safe_url}: {exc}") from exc
             except _RETRIED as exc:
+                failed = True
                 now = time.monotonic()
                 if now + pause > deadline:
                     raise TransportError(f"{self.safe_url}: not reachable, tried for "
@@ -208,8 +213,28 @@ class RedisStreamsTransport:
                         "for_s": round(now - started, 1)})
             except redis_errors.RedisError as exc:
                 raise TransportError(f"{self.safe_url}: {exc}") from exc
+            else:
+                if failed:
+                    await self._after_outage(time.monotonic() - started)
+                return result
             await asyncio.sleep(pause)
             pause = min(1.0, pause * 2)
+
+    async def _after_outage(self, lasted_s: float) -> None:
+        """Say the server answers again, and whether it restarted meanwhile (a new run
+        id): one without persistence lost the messages it held, and until the
+        reconciler republishes them (``reconciler.lost_after_s``) workers see none."""
+        try:
+            run_id = str((await self.client.info("server")).get("run_id"))
+        except (redis_errors.RedisError, OSError):
+            return
+        restarted = self._run_id is not None and run_id != self._run_id
+        self._run_id = run_id
+        log.warning("broker reachable again" + (
+            "; it restarted: if it kept no data, the reconciler republishes what it held "
+            "within reconciler.lost_after_s" if restarted else ""),
+            extra={"broker": self.safe_url, "lasted_s": round(lasted_s, 1),
+                   "restarted": restarted})
 
     async def _script(self, name: str, queue: str, args: Sequence[str | float | int]) -> Any:
         script = self._scripts[name]
