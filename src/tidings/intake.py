@@ -36,8 +36,12 @@ def recipient_of(value: Recipient | Mapping[str, Any]) -> Recipient:
         raise InvalidInput("recipient.id", f"must be a string or an integer, not "
                                            f"{type(rid).__name__}")
     extra = {k: v for k, v in value.items() if k not in {"id", "email", "phone", "active"}}
+    active = value.get("active", True)
+    if not isinstance(active, bool):
+        raise InvalidInput("recipient.active", f"must be true or false, not "
+                                               f"{type(active).__name__}")
     return Recipient(id=str(rid), email=value.get("email"), phone=value.get("phone"),
-                     data=extra)
+                     active=active, data=extra)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,6 +71,11 @@ def drafts_for(request: NotifyRequest, *, known_channels: Mapping[str, str], now
     try:
         validate_key(request.key)
         who = recipient_of(request.recipient)
+        if not who.active:
+            # Said, not skipped in silence: a campaign's audience skips inactive members,
+            # but a notify names its one recipient, and its caller expects a send.
+            raise InvalidInput("recipient.active", "is false: an inactive recipient is sent "
+                                                   "nothing; leave it out of notify")
         # What a store holds (PostgreSQL refuses NUL, no store a lone surrogate).
         check_text(who.id, "recipient.id")
         for name, address in (("email", who.email), ("phone", who.phone)):

@@ -426,3 +426,15 @@ async def test_a_plug_in_may_give_its_own_send_deadline(tmp_path: Path) -> None:
         assert (rt.send_deadline_s("push"), rt.send_deadline_s("fax")) == (42.0, 6.0)
     finally:
         await rt.close()
+
+
+@pytest.mark.parametrize(("active", "says"), [
+    (False, "is false: an inactive recipient is sent nothing"),
+    ("no", "must be true or false, not str"),
+])
+def test_notify_of_an_inactive_recipient_is_refused_not_skipped(active: object,
+                                                                says: str) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        drafts_for(notify(recipient={"id": "c1", "email": "c1@example.com", "active": active}),
+                   known_channels={"email": "email"}, now=NOW)
+    assert caught.value.field == "recipient.active" and says in caught.value.message
