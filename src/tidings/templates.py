@@ -22,8 +22,11 @@ the data may be personal.
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Callable, Iterator, Mapping
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -39,7 +42,7 @@ from jinja2 import (
     UndefinedError,
 )
 from jinja2.exceptions import SecurityError
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2.sandbox import ImmutableSandboxedEnvironment, safe_range
 from jinja2.utils import missing
 
 from tidings.errors import ConfigurationError, TidingsError
@@ -50,6 +53,14 @@ SUBJECT, BODY, HTML, SMS = "subject.txt", "body.txt", "body.html", "sms.txt"
 TEMPLATE_FILES: frozenset[str] = frozenset({SUBJECT, BODY, HTML, SMS})
 #: RFC 5322's line limit: a longer subject would have to be folded.
 MAX_SUBJECT_CHARS = 998
+#: Characters one file may render to (a mail client clips far below): a template that
+#: repeats a string a billion times is refused, not built and sent.
+MAX_RENDER_CHARS = 1_000_000
+#: Seconds one message may take to render: a loop in a template never holds a worker
+#: (its event loop, its leases, SIGTERM) for longer.
+RENDER_BUDGET_S = 1.0
+#: Bits of an integer a template may compute (``n ** n ** n`` is refused at once).
+_MAX_INT_BITS = 4096
 DEFAULT_MAX_SMS_SEGMENTS = 4
 _MAX_REASON = 300
 
@@ -171,6 +182,56 @@ def _template_ids(root: Path) -> Iterator[str]:
             yield template_id
 
 
+class _OverBudget(Exception):
+    """A render went past what one message may cost (``RENDER_BUDGET_S`` or
+    ``MAX_RENDER_CHARS``); its text says which."""
+
+
+#: When the render in progress must stop (``time.perf_counter``): checked as loops go.
+_DEADLINE: ContextVar[float] = ContextVar("tidings_render_deadline", default=math.inf)
+
+
+def _on_time() -> None:
+    if time.perf_counter() > _DEADLINE.get():
+        raise _OverBudget(f"took more than {RENDER_BUDGET_S:g} s (a loop too long?)")
+
+
+def _paced(items: Iterable[Any]) -> Iterator[Any]:
+    for i, item in enumerate(items):
+        if not i & 1023:
+            _on_time()
+        yield item
+
+
+def _bounded_range(*args: int) -> Iterator[int]:
+    """The sandbox's ``range`` (at most its MAX_RANGE items), watched by the budget:
+    nested loops of it would otherwise run for hours with no output to check."""
+    return _paced(safe_range(*args))
+
+
+class _BudgetedEnvironment(ImmutableSandboxedEnvironment):
+    """The immutable sandbox, with ``*`` and ``**`` watched: a repetition past
+    ``MAX_RENDER_CHARS`` or a power past ``_MAX_INT_BITS`` is refused before it is built
+    (no constant folding of them either, so a template cannot build one at start-up)."""
+
+    intercepted_binops = frozenset({"*", "**"})
+
+    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        if operator == "**" and _is_int(left) and _is_int(right) and right > 0 \
+                and abs(left) > 1 and right * abs(left).bit_length() > _MAX_INT_BITS:
+            raise _OverBudget(f"computes a number of more than {_MAX_INT_BITS} bits")
+        if operator == "*":
+            seq, times = (left, right) if _is_int(right) else (right, left)
+            if isinstance(seq, str | list | tuple) and _is_int(times) \
+                    and len(seq) * times > MAX_RENDER_CHARS:
+                raise _OverBudget(f"repeats past {MAX_RENDER_CHARS:,} characters")
+        return super().call_binop(context, operator, left, right)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 class _StrictUndefined(StrictUndefined):
     """StrictUndefined whose message names the variable, never the object's value."""
 
@@ -207,8 +268,10 @@ class TemplateSet:
         self._known_ids = known_ids
         common: dict[str, Any] = {"undefined": _StrictUndefined, "loader": _NoIncludes(),
                                   "keep_trailing_newline": False}
-        self._text_env = ImmutableSandboxedEnvironment(autoescape=False, **common)
-        self._html_env = ImmutableSandboxedEnvironment(autoescape=True, **common)
+        self._text_env = _BudgetedEnvironment(autoescape=False, **common)
+        self._html_env = _BudgetedEnvironment(autoescape=True, **common)
+        for env in (self._text_env, self._html_env):
+            env.globals["range"] = _bounded_range
         self._compiled: dict[str, dict[str, Template | RenderError]] = {}
 
     @classmethod
@@ -307,6 +370,15 @@ class TemplateSet:
                               kind="bad_data")
         context = {**data, "recipient_id": recipient_id}
         render = _Renderer(template_id, compiled, context)
+        budget = _DEADLINE.set(time.perf_counter() + RENDER_BUDGET_S)
+        try:
+            return self._content(template_id, channel_kind, compiled, render)
+        finally:
+            _DEADLINE.reset(budget)
+
+    def _content(self, template_id: str, channel_kind: str,
+                 compiled: Mapping[str, Template | RenderError], render: _Renderer
+                 ) -> Content:
         if channel_kind == "sms":
             text = render(SMS, required_for="sms").strip()
             if not text:
@@ -356,7 +428,19 @@ class _Renderer:
         if isinstance(template, RenderError):  # a compile error, cached: raise a fresh one
             raise RenderError(template.reason, kind=template.kind)
         try:
-            return template.render(self.context)
+            # Streamed, so the budget is checked between chunks too.
+            chunks: list[str] = []
+            size = 0
+            for chunk in template.generate(self.context):
+                size += len(chunk)
+                if size > MAX_RENDER_CHARS:
+                    raise _OverBudget(f"renders past {MAX_RENDER_CHARS:,} characters")
+                if not len(chunks) & 255:
+                    _on_time()
+                chunks.append(chunk)
+            return "".join(chunks)
+        except _OverBudget as exc:
+            raise RenderError(f"{where}: {exc}", kind="too_long") from None
         except SecurityError as exc:
             raise self._error(where, "blocked by the sandbox", exc, "security") from None
         except UndefinedError as exc:

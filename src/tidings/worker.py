@@ -420,7 +420,10 @@ class Worker:
                 self._queue_decision(
                     self._raised(result, intent, may_have_left=False), intent, token, received)
                 continue
-            self.stats.skipped += 1
+            if result.to_state is State.REJECTED:
+                self.stats.rejected += 1  # a template or address no send can use
+            else:
+                self.stats.skipped += 1  # opted out, or deferred to quiet hours' end
             change = Change(
                 key=intent.key, from_state=State.CLAIMED, to_state=result.to_state,
                 event=result.event, lease_token=token, reason=result.reason,

@@ -312,3 +312,26 @@ def test_the_default_limit_is_four_segments() -> None:
 
     templates.render("t/v1", "sms", {"n": 4 * 67}, "r")
     assert render_error(templates, "t/v1", "sms", {"n": 4 * 67 + 1}).kind == "too_long"
+
+
+@pytest.mark.parametrize(("body", "says"), [
+    ("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+     "took more than 1 s"),
+    ("{{ n ** n ** n }}", "computes a number of more than 4096 bits"),
+    ("{{ 'x' * n }}", "repeats past 1,000,000 characters"),
+    ("{{ 'x' * 10**9 }}", "repeats past 1,000,000 characters"),
+    ("{% for i in range(100000) %}{{ 'abcdefghij' * 2 }}{% endfor %}",
+     "renders past 1,000,000 characters"),
+])
+def test_a_template_that_would_run_or_grow_without_end_is_rejected_within_budget(
+        body: str, says: str) -> None:
+    # one template author must not hold a worker (its loop, its leases, SIGTERM) for
+    # good, nor build a gigabyte for the provider
+    ts = TemplateSet.from_mapping({"t/v1": {"subject.txt": "Hi", "body.txt": body}})
+    with pytest.raises(RenderError) as caught:
+        ts.render("t/v1", "email", {"n": 10**9}, "r1")
+    assert caught.value.kind == "too_long" and says in caught.value.reason
+    fine = TemplateSet.from_mapping({"t/v1": {"subject.txt": "Hi {{ 2 ** 10 }}",
+                                              "body.txt": "{{ 'ab' * 3 }} {{ range(3)|list }}"}})
+    content = fine.render("t/v1", "email", {}, "r1")
+    assert (content.subject, content.text) == ("Hi 1024", "ababab [0, 1, 2]")
