@@ -255,7 +255,8 @@ class TemplateSet:
 
     Build it with ``from_directory`` or ``from_mapping``. A directory is read lazily,
     one version folder the first time its id is rendered, so a version deployed
-    while workers run is found without a restart; a version once read is cached.
+    while workers run is found without a restart; a version once read whole (an SMS
+    file, or a subject and a body) is cached.
     """
 
     def __init__(self, source: Callable[[str], Files | None], *,
@@ -317,7 +318,10 @@ class TemplateSet:
             # Not cached: the version may be deployed in a moment.
             raise RenderError(f"template {template_id!r} not found", kind="unknown_template")
         compiled = {file: self._compile(template_id, file, text) for file, text in files.items()}
-        self._compiled[template_id] = compiled
+        if SMS in files or (SUBJECT in files and BODY in files):
+            # Cached once whole for one kind: a folder read while it is being copied
+            # (its subject there, its body not yet) is read again at the next render.
+            self._compiled[template_id] = compiled
         return compiled
 
     def _compile(self, template_id: str, file: str, text: str) -> Template | RenderError:

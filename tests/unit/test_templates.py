@@ -335,3 +335,14 @@ def test_a_template_that_would_run_or_grow_without_end_is_rejected_within_budget
                                               "body.txt": "{{ 'ab' * 3 }} {{ range(3)|list }}"}})
     content = fine.render("t/v1", "email", {}, "r1")
     assert (content.subject, content.text) == ("Hi 1024", "ababab [0, 1, 2]")
+
+
+def test_a_version_read_while_it_is_copied_is_read_again(tmp_path: Path) -> None:
+    version = tmp_path / "t" / "v2"
+    version.mkdir(parents=True)
+    (version / "subject.txt").write_text("Hi")
+    ts = TemplateSet.from_directory(tmp_path)
+    with pytest.raises(RenderError, match=r"body\.txt: missing"):
+        ts.render("t/v2", "email", {}, "r1")
+    (version / "body.txt").write_text("Body")  # the copy finishes
+    assert ts.render("t/v2", "email", {}, "r1").text == "Body"
