@@ -59,6 +59,9 @@ MAX_RENDER_CHARS = 1_000_000
 #: Seconds one message may take to render: a loop in a template never holds a worker
 #: (its event loop, its leases, SIGTERM) for longer.
 RENDER_BUDGET_S = 1.0
+#: What no subject line may hold besides CR and LF: other control and line-break
+#: characters (those ``str.splitlines`` splits on among them).
+_NOT_IN_A_HEADER = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
 #: Bits of an integer a template may compute (``n ** n ** n`` is refused at once).
 _MAX_INT_BITS = 4096
 DEFAULT_MAX_SMS_SEGMENTS = 4
@@ -400,6 +403,11 @@ class TemplateSet:
         if "\n" in subject or "\r" in subject:
             raise RenderError(f"template {template_id!r} {SUBJECT}: renders to more than "
                               "one line", kind="invalid")
+        if _NOT_IN_A_HEADER.search(subject):
+            # U+2028, a form feed, NUL...: no header may carry them (SMTP refused the
+            # message, an HTTP provider got them raw).
+            raise RenderError(f"template {template_id!r} {SUBJECT}: renders a control or "
+                              "line-break character", kind="invalid")
         if len(subject) > MAX_SUBJECT_CHARS:
             raise RenderError(f"template {template_id!r} {SUBJECT}: renders to "
                               f"{len(subject)} characters, the limit is {MAX_SUBJECT_CHARS}",

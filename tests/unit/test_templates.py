@@ -346,3 +346,13 @@ def test_a_version_read_while_it_is_copied_is_read_again(tmp_path: Path) -> None
         ts.render("t/v2", "email", {}, "r1")
     (version / "body.txt").write_text("Body")  # the copy finishes
     assert ts.render("t/v2", "email", {}, "r1").text == "Body"
+
+
+@pytest.mark.parametrize("value", ["Ann\u2028Bcc: e@x.test", "A\x00B", "A\x0cB", "A\x85B",
+                                   "A\x1bB"])
+def test_a_subject_rendering_a_control_or_line_break_character_is_refused(value: str) -> None:
+    ts = TemplateSet.from_mapping({"t/v1": {"subject.txt": "Hi {{ x }}", "body.txt": "b"}})
+    with pytest.raises(RenderError) as caught:
+        ts.render("t/v1", "email", {"x": value}, "r1")
+    assert caught.value.kind == "invalid"
+    assert ts.render("t/v1", "email", {"x": "Ünï\t🎉"}, "r1").subject == "Hi Ünï\t🎉"
