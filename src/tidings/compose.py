@@ -134,7 +134,7 @@ class Composer:
         templates = self.templates.get(channel)
         if templates is None or channel not in self.kinds:
             return None
-        return templates.missing(template)
+        return templates.missing(template, self.kinds[channel])
 
     def draft_problem(self, draft: IntentDraft
                       ) -> tuple[Literal["template", "address"], str] | None:

@@ -159,7 +159,7 @@ def check_campaign_templates(settings: Settings, campaigns: Sequence[Campaign],
             found = templates.get(channel)
             if spec is None or spec.kind is None or found is None:
                 continue
-            missing = found.missing(wanted)
+            missing = found.missing(wanted, spec.kind)
             if missing is not None:
                 field = "version" if found.missing(template_ref(campaign.template, 1)) is None \
                     else "template"

@@ -40,6 +40,7 @@ from jinja2 import (
     TemplateRuntimeError,
     TemplateSyntaxError,
     UndefinedError,
+    meta,
 )
 from jinja2.exceptions import SecurityError
 from jinja2.sandbox import ImmutableSandboxedEnvironment, safe_range
@@ -330,18 +331,28 @@ class TemplateSet:
     def _compile(self, template_id: str, file: str, text: str) -> Template | RenderError:
         env = self._html_env if file.endswith(".html") else self._text_env
         try:
+            if any(True for _ in meta.find_referenced_templates(env.parse(text))):
+                # Found now, at start-up, rather than as every send's rejection.
+                return RenderError(f"template {template_id!r} {file}: includes, imports or "
+                                   "extends another template, but a version must be "
+                                   "self-contained", kind="syntax")
             return env.from_string(text)
         except TemplateSyntaxError as exc:
             return RenderError(f"template {template_id!r} {file}: syntax error on line "
                                f"{exc.lineno}: {exc.message}", kind="syntax")
 
-    def missing(self, template_id: str) -> str | None:
+    def missing(self, template_id: str, kind: str | None = None) -> str | None:
         """Why ``template_id`` is not a version of this set (a malformed id, or no such
-        version now), or None when it is."""
+        version now), or, with a channel ``kind``, lacks a file that kind needs
+        (``email``: subject and body; ``sms``: sms); None when it is whole."""
         try:
-            self._version(template_id)
+            compiled = self._version(template_id)
         except RenderError as exc:
             return exc.reason
+        needed = {"email": (SUBJECT, BODY), "sms": (SMS,)}.get(kind or "", ())
+        for file in needed:
+            if file not in compiled:
+                return f"template {template_id!r} {file}: missing, and {kind} needs it"
         return None
 
     def compile_all(self) -> list[RenderError]:

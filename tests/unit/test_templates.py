@@ -158,10 +158,27 @@ def test_the_sandbox_blocks_unsafe_access_and_mutation(source: str) -> None:
     assert error.reason.startswith("template 't/v1' sms.txt: blocked by the sandbox")
 
 
-def test_a_version_cannot_include_another_template() -> None:
-    error = render_error(one({"sms.txt": "{% include 'footer.txt' %}"}), "t/v1", "sms")
+@pytest.mark.parametrize("text", ["{% include 'footer.txt' %}",
+                                  "{% extends '../../etc/passwd' %}",
+                                  "{% import 'macros.txt' as m %}"])
+def test_a_version_cannot_include_another_template(text: str) -> None:
+    # found when the version is compiled (at start-up for a campaign's), not per send
+    templates = one({"sms.txt": text})
+    assert [e.kind for e in templates.compile_all()] == ["syntax"]
+    error = render_error(templates, "t/v1", "sms")
 
-    assert error.kind == "failed" and "self-contained" in error.reason
+    assert error.kind == "syntax" and "self-contained" in error.reason
+
+
+@pytest.mark.parametrize(("files", "kind", "says"), [
+    ({"sms.txt": "x"}, "email", "subject.txt: missing, and email needs it"),
+    ({"subject.txt": "s", "body.txt": "b"}, "sms", "sms.txt: missing, and sms needs it"),
+    ({"subject.txt": "s", "body.txt": "b"}, "email", None),
+])
+def test_a_version_missing_a_file_its_kind_needs_is_found_before_any_send(
+        files: dict[str, str], kind: str, says: str | None) -> None:
+    found = one(files).missing("t/v1", kind)
+    assert (found is None) if says is None else (found is not None and says in found)
 
 
 def test_other_runtime_failures_name_only_the_exception_type() -> None:
