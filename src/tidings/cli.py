@@ -67,8 +67,8 @@ preference_app = typer.Typer(
 app.add_typer(preference_app, name="preference")
 bulk_app = typer.Typer(
     help="Bulk actions over a selection (campaign, occurrence, channel, state, age): delay, "
-         "cancel, dead-letter. Never a purge: every intent stays in the ledger. --dry-run "
-         "counts first.", no_args_is_help=True)
+         "cancel, dead-letter, reopen (dead ones back). Never a purge: every intent stays "
+         "in the ledger. --dry-run counts first.", no_args_is_help=True)
 app.add_typer(bulk_app, name="bulk")
 
 
