@@ -37,8 +37,6 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 #: Seconds a command that is not a service tries an unreachable broker again.
 COMMAND_PATIENCE_S = 5.0
-#: The longest new freshness deadline a replay takes (the API's bound too).
-MAX_REPLAY_LIFETIME_S = 366 * 86400.0
 
 app = typer.Typer(
     help="tidings: scheduled, multi-channel notifications with exactly one business delivery "
@@ -581,13 +579,14 @@ def replay(campaign: str, date: Annotated[str, typer.Argument(help="Logical date
     earlier version of the campaign unless --new-version says a second send is meant.
     """
     from tidings.durations import parse_duration
+    from tidings.scheduler import MAX_REPLAY_LIFETIME_S
 
     async def go(runtime: Runtime) -> dict[str, Any]:
         now = runtime.clock.now()
         lifetime = None if expires_in is None else parse_duration(expires_in, "expires_in")
         if lifetime is not None and lifetime > MAX_REPLAY_LIFETIME_S:
-            # As the API bounds it: a replay sendable for years is a typo, not a plan.
-            raise InvalidInput("expires_in", f"{expires_in!r} is longer than 366 days")
+            raise InvalidInput("expires_in", f"{expires_in!r} is longer than "
+                                             f"{MAX_REPLAY_LIFETIME_S / 86400:g} days")
         expires_at = None if lifetime is None else now + lifetime
         scheduler = runtime.scheduler()
         plans = await scheduler.plan_replay(campaign, date, now=now, to=to,

@@ -13,6 +13,7 @@ import random
 import socket
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -222,7 +223,7 @@ class Runtime:
     def channels(self) -> list[str]:
         return sorted(self.limits)
 
-    @property
+    @cached_property
     def channel_kinds(self) -> dict[str, str]:
         """Each channel's address kind (``model.address_kind``): sms or email."""
         return {name: address_kind(name, spec.kind)

@@ -89,6 +89,9 @@ class PassResult:
 
 #: The most occurrences one replay (a backfill ``--to`` a later date) admits.
 MAX_REPLAY_OCCURRENCES = 400
+#: The longest new freshness deadline a replay takes (CLI and API alike): a replay
+#: sendable for years is a typo, not a plan.
+MAX_REPLAY_LIFETIME_S = 366 * 86400.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -366,7 +369,7 @@ class Scheduler:
                          due_at=due.logical_at, expires_at=expires_at, channels=channels)
         check_recipient_ids([m.id for m in members if m.active])  # ids that become keys
         rows = page.rows
-        kinds = [(index, self.kinds.get(channel) or address_kind(channel, None))
+        kinds = [(index, address_kind(channel, self.kinds.get(channel)))
                  for index, (channel, _, _) in enumerate(channels)]
         skipped = 0
         for member in members:

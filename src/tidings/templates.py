@@ -52,6 +52,8 @@ from tidings.model import Content
 TEMPLATE_ID = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9_.-]*)/v(?P<version>[1-9][0-9]*)$")
 SUBJECT, BODY, HTML, SMS = "subject.txt", "body.txt", "body.html", "sms.txt"
 TEMPLATE_FILES: frozenset[str] = frozenset({SUBJECT, BODY, HTML, SMS})
+#: The files a channel kind cannot render without.
+REQUIRED_FILES: dict[str, tuple[str, ...]] = {"email": (SUBJECT, BODY), "sms": (SMS,)}
 #: RFC 5322's line limit: a longer subject would have to be folded.
 MAX_SUBJECT_CHARS = 998
 #: Characters one file may render to (a mail client clips far below): a template that
@@ -322,7 +324,7 @@ class TemplateSet:
             # Not cached: the version may be deployed in a moment.
             raise RenderError(f"template {template_id!r} not found", kind="unknown_template")
         compiled = {file: self._compile(template_id, file, text) for file, text in files.items()}
-        if SMS in files or (SUBJECT in files and BODY in files):
+        if any(all(f in files for f in needed) for needed in REQUIRED_FILES.values()):
             # Cached once whole for one kind: a folder read while it is being copied
             # (its subject there, its body not yet) is read again at the next render.
             self._compiled[template_id] = compiled
@@ -331,12 +333,13 @@ class TemplateSet:
     def _compile(self, template_id: str, file: str, text: str) -> Template | RenderError:
         env = self._html_env if file.endswith(".html") else self._text_env
         try:
-            if any(True for _ in meta.find_referenced_templates(env.parse(text))):
+            tree = env.parse(text)
+            if any(True for _ in meta.find_referenced_templates(tree)):
                 # Found now, at start-up, rather than as every send's rejection.
                 return RenderError(f"template {template_id!r} {file}: includes, imports or "
                                    "extends another template, but a version must be "
                                    "self-contained", kind="syntax")
-            return env.from_string(text)
+            return env.from_string(tree)  # compiled from the tree parsed once
         except TemplateSyntaxError as exc:
             return RenderError(f"template {template_id!r} {file}: syntax error on line "
                                f"{exc.lineno}: {exc.message}", kind="syntax")
@@ -349,8 +352,7 @@ class TemplateSet:
             compiled = self._version(template_id)
         except RenderError as exc:
             return exc.reason
-        needed = {"email": (SUBJECT, BODY), "sms": (SMS,)}.get(kind or "", ())
-        for file in needed:
+        for file in REQUIRED_FILES.get(kind or "", ()):
             if file not in compiled:
                 return f"template {template_id!r} {file}: missing, and {kind} needs it"
         return None

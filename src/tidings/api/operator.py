@@ -15,6 +15,7 @@ from tidings.api.errors import ApiError, ErrorBody
 from tidings.api.fields import KEY, LINE, TEXT
 from tidings.errors import InvalidInput
 from tidings.readmodel import Plan, Status, as_dict
+from tidings.scheduler import MAX_REPLAY_LIFETIME_S
 
 router = APIRouter(prefix="/v1", tags=["operator"])
 
@@ -170,8 +171,8 @@ async def replay(request: Request, campaign: _NAME,
                  date: Annotated[str, Path(min_length=10, max_length=16,
                                            description="YYYY-MM-DD or YYYY-MM-DDTHH:MM"), TEXT],
                  expires_in_s: Annotated[float | None, Query(
-                     gt=0, le=366 * 86400, description="A new freshness deadline, seconds "
-                     "from now: needed when the date's own deadline has passed")] = None,
+                     gt=0, le=MAX_REPLAY_LIFETIME_S, description="A new freshness deadline, "
+                     "seconds from now: needed when the date's own deadline has passed")] = None,
                  new_version: Annotated[bool, Query(
                      description="Replay a date admitted under an earlier "
                      "campaign version (a second delivery to each recipient)")] = False,

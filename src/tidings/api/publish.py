@@ -183,7 +183,7 @@ def campaign_drafts(campaign: Campaign, payload: PublishPayload, recipient: Reci
     data = extra_data(payload, recipient)
     drafts, skipped = [], {}
     for channel in campaign.channels:
-        kind = kinds.get(channel) or address_kind(channel, None)
+        kind = address_kind(channel, kinds.get(channel))
         address = recipient.address(kind)
         if not address:
             skipped[channel] = f"customer has no {'phone' if kind == 'sms' else 'email'}"
@@ -340,7 +340,7 @@ async def _resolve(c: ApiContext, body: PublishRequest, now: float
                                keys=[d.key for d in drafts], new=0, skipped=skipped)
         return answer, drafts, list(campaign.channels), campaign.name
     assert target.channel is not None
-    kind = c.runtime.channel_kinds.get(target.channel) or address_kind(target.channel, None)
+    kind = address_kind(target.channel, c.runtime.channel_kinds.get(target.channel))
     drafts = sendable(c.composer, channel_drafts(target.channel, payload, queue=body.queue,
                                                  kind=kind),
                       {}, from_payload=True, template_field="body.payload.template")
