@@ -36,7 +36,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
-import tidings.scheduler as scheduler_module
+import tidings.admission.scheduler as scheduler_module
 from benchlib import (
     Report,
     cpu_seconds,
@@ -54,16 +54,16 @@ from benchlib import (
 from pglib import is_pg, migrate, sibling_pg
 from profiling import ThreadProfiles, format_profile
 from relay_throughput import xadd_floor
-from tidings.audience import Audience, GeneratorAudience
-from tidings.campaign import Campaign
-from tidings.clock import FakeClock
-from tidings.cron import Schedule
-from tidings.keys import campaign_key
-from tidings.model import Recipient
-from tidings.relay import RelayConfig, relay_loop
+from tidings.admission.audience import Audience, GeneratorAudience
+from tidings.admission.campaign import Campaign
+from tidings.admission.relay import RelayConfig, relay_loop
+from tidings.admission.scheduler import admission_shape, occurrence_id
+from tidings.config.settings import SchedulerSettings, Settings
+from tidings.core.clock import FakeClock
+from tidings.core.cron import Schedule
+from tidings.core.keys import campaign_key
+from tidings.core.model import Recipient
 from tidings.runtime import build_runtime
-from tidings.scheduler import admission_shape, occurrence_id
-from tidings.settings import SchedulerSettings, Settings
 from tidings.stores import queries
 from tidings.stores.sqlite import SqliteStore
 from tidings.transports.open import is_store_queue, redact_url, split_prefix
@@ -207,7 +207,8 @@ async def _admit(url: str, plan: Plan, profile_top: int, transport: str = "sql")
                         template=TEMPLATE, version=VERSION, audience=audience,
                         expires_after_s=plan.expires_after_s)
     broker = not is_store_queue(transport)
-    settings = Settings.parse({"store": url, "channels": {CHANNEL: {}},
+    twin = {"provider": {"kind": "sandbox-twin"}}
+    settings = Settings.parse({"store": url, "channels": {CHANNEL: twin},
                                **({"transport": broker_url(transport)} if broker else {})})
     clock = FakeClock(plan.now)
     runtime = await build_runtime(settings, clock=clock, campaigns=[campaign])

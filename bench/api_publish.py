@@ -43,6 +43,8 @@ from benchlib import Report, emit, per_s, rounded, source_revision, sqlite_url
 
 DEFAULT_PG = "postgresql://postgres@127.0.0.1:5432/tidings_bench_api_publish"
 QUEUE = "receipts"
+#: The channel on the in-process sandbox, named as such (no channel has a provider by default).
+TWIN = {"provider": {"kind": "sandbox-twin"}}
 CORES = os.cpu_count() or 1
 _LISTENING = re.compile(r"listening on (http://\S+)")
 
@@ -56,6 +58,7 @@ def _settings(folder: Path, store: str) -> Path:
     path.write_text(
         f'store = "{store}"\n'
         "[channels.email]\n"
+        'provider = { kind = "sandbox-twin" }\n'
         "[api.queues.receipts]\n"
         'channel = "email"\n')
     return path
@@ -275,10 +278,10 @@ def _pg_backends_cpu_s(store: str) -> float:
 
 
 async def _count(store: str) -> Report:
+    from tidings.config.settings import Settings
     from tidings.runtime import build_runtime
-    from tidings.settings import Settings
 
-    rt = await build_runtime(Settings.parse({"store": store, "channels": {"email": {}}}))
+    rt = await build_runtime(Settings.parse({"store": store, "channels": {"email": TWIN}}))
     try:
         counts = await rt.store.intent_counts()
         depth = await rt.transport.depth("email", now=rt.clock.now())

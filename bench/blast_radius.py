@@ -216,9 +216,9 @@ def _ledger(db: Path | str, killed: list[int]) -> Report:
 
 
 async def _seed(config: Path, n: int, template: str) -> None:
-    from tidings.intake import NotifyRequest
+    from tidings.admission.intake import NotifyRequest
+    from tidings.config.settings import Settings
     from tidings.runtime import build_runtime
-    from tidings.settings import Settings
 
     rt = await build_runtime(Settings.load(config))
     try:
@@ -361,7 +361,7 @@ async def kill_loop(folder: Path, *, intents: int, workers: int, quota: int, lea
             await sandbox.close()
         if smtp is not None:
             await smtp.close()
-    from tidings.pacing import PaceLimits
+    from tidings.delivery.pacing import PaceLimits
 
     paced = PaceLimits(quota_per_s=quota).paced_per_s or float(quota)
     per_kill = ledger["per_kill"]

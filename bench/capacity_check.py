@@ -37,13 +37,13 @@ import delivery
 from admission import recipients
 from benchlib import Report, now_s, peak_rss_mb, rounded, source_revision
 from delivery import CHANNEL, MAX_IN_FLIGHT, Children, seed_intents, wait_all_accepted
-from tidings import operations
-from tidings.audience import GeneratorAudience
-from tidings.campaign import Campaign
-from tidings.capacity import ChannelForecast
-from tidings.cron import Schedule
+from tidings.admission.audience import GeneratorAudience
+from tidings.admission.campaign import Campaign
+from tidings.config.settings import Settings
+from tidings.core.cron import Schedule
+from tidings.operate import operations
+from tidings.operate.capacity import ChannelForecast
 from tidings.runtime import build_runtime
-from tidings.settings import Settings
 
 CAMPAIGN = "capacity-check"
 CRON = "0 9 * * *"
@@ -57,7 +57,8 @@ TARGETS = {"ratio_min": 0.9, "ratio_max": 1.1}
 
 def settings_for(url: str, quota: int | None) -> Settings:
     """The delivery benchmark's settings, the channel paced at ``quota`` when given."""
-    channel: dict[str, Any] = {"max_in_flight": MAX_IN_FLIGHT}
+    channel: dict[str, Any] = {"max_in_flight": MAX_IN_FLIGHT,
+                               "provider": {"kind": "sandbox-twin"}}
     if quota is not None:
         channel["quota"] = f"{quota}/s"
     return Settings.parse({"store": url, "channels": {CHANNEL: channel}})

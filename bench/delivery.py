@@ -52,15 +52,15 @@ from benchlib import (
 )
 from pglib import count_accepted, is_pg, receipts_mismatched, sibling_pg
 from profiling import ThreadProfiles, format_profile
-from tidings.clock import SystemClock
-from tidings.intake import NotifyRequest
-from tidings.keys import notify_key
-from tidings.model import Message, OutgoingMessage, Recipient
+from tidings.admission.intake import NotifyRequest
+from tidings.admission.relay import relay_pass
+from tidings.config.settings import Settings, WorkerSettings
+from tidings.core.clock import SystemClock
+from tidings.core.keys import notify_key
+from tidings.core.model import Message, OutgoingMessage, Recipient
 from tidings.providers.sandbox import SandboxTwinProvider
-from tidings.relay import relay_pass
 from tidings.runtime import build_runtime, open_store
 from tidings.sandbox.core import SandboxConfig, SandboxCore
-from tidings.settings import Settings, WorkerSettings
 from tidings.stores.base import Store
 from tidings.stores.sqlite import SqliteStore
 from tidings.transports.base import Transport
@@ -91,7 +91,8 @@ def transport_for(url: str) -> str:
 
 def settings_for(url: str) -> Settings:
     return Settings.parse({"store": url, "transport": transport_for(url),
-                           "channels": {CHANNEL: {"max_in_flight": MAX_IN_FLIGHT}}})
+                           "channels": {CHANNEL: {"max_in_flight": MAX_IN_FLIGHT,
+                                                  "provider": {"kind": "sandbox-twin"}}}})
 
 
 async def open_pair(url: str) -> tuple[Store, Transport]:

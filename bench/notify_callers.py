@@ -12,7 +12,7 @@ Measured twice per store, each in a spawned process on a fresh database:
 - ``one_each``: ``group_commit=None``, every call its own store transaction (the
   behaviour before group commit);
 - ``grouped``: the default ``group_commit``, concurrent calls sharing one
-  transaction (``tidings.group_commit``).
+  transaction (``tidings.delivery.group_commit``).
 
 ``rate_per_s`` = N / wall time from the first call to the last answer; ``ratio`` =
 grouped rate / one-each rate (above 1: group commit is faster). Checked: exactly N
@@ -34,6 +34,8 @@ from benchlib import Report, emit, per_s, rounded, run_child, source_revision, s
 
 DEFAULT_PG = "postgresql://postgres@127.0.0.1:5432/tidings_bench_notify"
 MODES = ("one_each", "grouped")
+#: The channel on the in-process sandbox, named as such (no channel has a provider by default).
+TWIN = {"provider": {"kind": "sandbox-twin"}}
 
 
 def measure(store: str, mode: str, n: int, callers: int) -> Report:
@@ -42,10 +44,10 @@ def measure(store: str, mode: str, n: int, callers: int) -> Report:
 
 
 async def _measure(store: str, mode: str, n: int, callers: int) -> Report:
+    from tidings.config.settings import Settings
     from tidings.runtime import build_runtime
-    from tidings.settings import Settings
 
-    rt = await build_runtime(Settings.parse({"store": store, "channels": {"email": {}}}))
+    rt = await build_runtime(Settings.parse({"store": store, "channels": {"email": TWIN}}))
     if mode == "one_each":
         rt.group_commit = None
     taken = iter(range(n))

@@ -35,12 +35,12 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from benchlib import SPAWN, Report, peak_rss_mb, rounded, source_revision, sqlite_url
-from tidings.intake import NotifyRequest
-from tidings.model import Recipient
+from tidings.admission.intake import NotifyRequest
+from tidings.config.settings import ChannelSettings, Settings
+from tidings.core.model import Recipient
 from tidings.runtime import build_runtime
 from tidings.sandbox.core import SandboxAnswer, SandboxConfig, SandboxCore
 from tidings.sandbox.server import serve
-from tidings.settings import ChannelSettings, Settings
 
 CHANNEL = "email"
 SEED_BATCH = 5_000

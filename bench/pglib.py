@@ -15,7 +15,7 @@ import asyncio
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from tidings.clock import SystemClock
+from tidings.core.clock import SystemClock
 from tidings.runtime import open_store
 
 if TYPE_CHECKING:

@@ -42,9 +42,9 @@ from urllib.parse import urlsplit
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from pglib import migrate, sibling_pg
-from tidings.clock import SystemClock
-from tidings.model import IntentDraft, message_body
-from tidings.relay import RelayConfig, relay_pass
+from tidings.admission.relay import RelayConfig, relay_pass
+from tidings.core.clock import SystemClock
+from tidings.core.model import IntentDraft, message_body
 from tidings.runtime import open_store
 from tidings.transports.open import open_transport
 

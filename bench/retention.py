@@ -32,14 +32,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import pglib
-from tidings.retention import (
+from tidings.core.retention import EVENT_SKEW_S, PRUNABLE_STATES, day_partition
+from tidings.recovery.retention import (
     DAY_S,
-    EVENT_SKEW_S,
     INTENT_EVENT_TYPES,
-    PRUNABLE_STATES,
     PruneCounts,
     RetentionConfig,
-    day_partition,
     plan_partitions,
     plan_prune,
 )

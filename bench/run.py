@@ -59,7 +59,7 @@ pacing     K worker processes on one channel with a quota, sharing one pacing
            after which no process may send for 2 s. Judged by the sandbox's log.
 
 capacity   The capacity model checked: K worker processes drain C intents (the
-           ledger's recent outcomes), tidings.capacity forecasts the drain of an
+           ledger's recent outcomes), tidings.operate.capacity forecasts the drain of an
            N-recipient campaign from them before it is enabled, then the campaign
            is admitted and delivered. Prints forecast, measured drain and their
            ratio (target 0.9-1.1).

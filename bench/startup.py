@@ -38,26 +38,26 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: (module, class, method, label): the first call of each is timed in the child.
 STEPS = (
-    ("tidings.service", None, "serve_worker", "serve_worker"),
-    ("tidings.settings", "Settings", "load", "settings"),
+    ("tidings.processes.service", None, "serve_worker", "serve_worker"),
+    ("tidings.config.settings", "Settings", "load", "settings"),
     ("tidings.runtime", None, "open_store", "open_store"),
     ("{store}", "{Store}", "schema_version", "schema_version"),
     ("{store}", "{Store}", "check_schema", "check_schema"),
     ("tidings.runtime", None, "build_provider", "build_provider"),
-    ("tidings.logs", None, "configure_logging", "configure_logging"),
-    ("tidings.cli", None, "build_runtime", "build_runtime"),
-    ("tidings.gc_tuning", None, "tune_for_serving", "gc_freeze"),
+    ("tidings.core.logs", None, "configure_logging", "configure_logging"),
+    ("tidings.cli.common", None, "build_runtime", "build_runtime"),
+    ("tidings.processes.gc_tuning", None, "tune_for_serving", "gc_freeze"),
     ("tidings.runtime", "Runtime", "worker", "runtime_worker"),
-    ("tidings.liveness", "Marker", "start", "marker_start"),
-    ("tidings.pacing.pacer", "Pacer", "announce", "pacer_announce"),
-    ("tidings.reconciler", "Reconciler", "run_pass", "first_reconcile_pass"),
-    ("tidings.reconciler", "Reconciler", "end_gone_workers", "end_gone_workers"),
+    ("tidings.core.liveness", "Marker", "start", "marker_start"),
+    ("tidings.delivery.pacing.pacer", "Pacer", "announce", "pacer_announce"),
+    ("tidings.recovery.reconciler", "Reconciler", "run_pass", "first_reconcile_pass"),
+    ("tidings.recovery.reconciler", "Reconciler", "end_gone_workers", "end_gone_workers"),
     ("{transport}", "{Transport}", "receive", "first_receive"),
     ("{store}", "{Store}", "intent_claim_many", "first_claim"),
-    ("tidings.compose", "Composer", "compose", "first_compose"),
-    ("tidings.pacing.pacer", "Pacer", "slot", "first_pacer_slot"),
-    ("tidings.pacing.pacer", "Pacer", "start", "first_pacer_start"),
-    ("tidings.worker", "Worker", "_last_checks_and_send", "first_last_checks"),
+    ("tidings.delivery.compose", "Composer", "compose", "first_compose"),
+    ("tidings.delivery.pacing.pacer", "Pacer", "slot", "first_pacer_slot"),
+    ("tidings.delivery.pacing.pacer", "Pacer", "start", "first_pacer_start"),
+    ("tidings.delivery.sending", "Sending", "_last_checks_and_send", "first_last_checks"),
     ("tidings.providers.sandbox", "SandboxHttpProvider", "send", "first_send"),
 )
 
@@ -141,9 +141,9 @@ timeout_s = 5.0
 
 
 async def _seed(config: Path, n: int) -> None:
-    from tidings.intake import NotifyRequest
+    from tidings.admission.intake import NotifyRequest
+    from tidings.config.settings import Settings
     from tidings.runtime import build_runtime
-    from tidings.settings import Settings
 
     rt = await build_runtime(Settings.load(config))
     try:

@@ -41,12 +41,12 @@ os.environ["PEERS_WORKLOAD"] = "io"
 import jobs
 from systems.tidings import CHANNEL, SinkTwin
 
-from tidings.clock import SystemClock
-from tidings.intake import NotifyRequest
-from tidings.model import Recipient
+from tidings.admission.intake import NotifyRequest
+from tidings.config.settings import Settings
+from tidings.core.clock import SystemClock
+from tidings.core.model import Recipient
 from tidings.runtime import build_runtime
 from tidings.sandbox.core import SandboxConfig, SandboxCore
-from tidings.settings import Settings
 
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 
@@ -98,7 +98,7 @@ async def drain(config: Path, n: int, gc_mode: str) -> dict[str, Any]:
 
     if gc_mode == "serving":
         # Imported here, so that --gc default also measures trees from before it.
-        from tidings.gc_tuning import serving_gc
+        from tidings.processes.gc_tuning import serving_gc
 
         tuned: contextlib.AbstractContextManager[None] = serving_gc()
     else:

@@ -706,7 +706,7 @@ def tidings_revision() -> Report:
                                capture_output=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return {}
-    from tidings.settings import ChannelSettings
+    from tidings.config.settings import ChannelSettings
 
     return {"package": str(src), "commit": commit, "src_dirty": bool(dirty),
             "quota_safety_default": ChannelSettings().quota_safety}

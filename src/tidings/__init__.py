@@ -17,41 +17,51 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tidings.lazy_names import lazy_getattr
+from tidings.core import moved as _moved
+from tidings.core.lazy_names import lazy_getattr
+from tidings.core.version import __version__
+
+_moved.install()  # the import paths before the stage packages, with a warning
 
 if TYPE_CHECKING:
-    from tidings.audience import Audience, GeneratorAudience, KeysetAudience, SqlAudience
-    from tidings.campaign import Campaign
-    from tidings.clock import Clock, FakeClock, SystemClock
-    from tidings.cron import Schedule
-    from tidings.errors import (
+    from tidings.admission.audience import Audience, GeneratorAudience, KeysetAudience, SqlAudience
+    from tidings.admission.campaign import Campaign
+    from tidings.admission.intake import NotifyRequest
+    from tidings.client import Client, ClientError
+    from tidings.config.settings import Settings
+    from tidings.core.clock import Clock, FakeClock, SystemClock
+    from tidings.core.cron import Schedule
+    from tidings.core.errors import (
         ConfigurationError,
         InvalidInput,
         InvalidTransition,
+        KeyConflict,
         MessageDecodeError,
         SchemaOutOfDate,
         StoreError,
         TidingsError,
         TransportError,
     )
-    from tidings.intake import NotifyRequest
-    from tidings.model import Recipient
+    from tidings.core.model import Recipient
+    from tidings.core.repeats import Notified
+    from tidings.core.states import State
     from tidings.runtime import Runtime, build_runtime
-    from tidings.settings import Settings
-    from tidings.states import State
 
-__version__ = "0.1.0"
 __all__ = [
     "Audience",
     "Campaign",
+    "Client",
+    "ClientError",
     "Clock",
     "ConfigurationError",
     "FakeClock",
     "GeneratorAudience",
     "InvalidInput",
     "InvalidTransition",
+    "KeyConflict",
     "KeysetAudience",
     "MessageDecodeError",
+    "Notified",
     "NotifyRequest",
     "Recipient",
     "Runtime",
@@ -70,20 +80,24 @@ __all__ = [
 
 #: Where each public name lives.
 _HOMES = {
-    "Audience": "tidings.audience", "GeneratorAudience": "tidings.audience",
-    "KeysetAudience": "tidings.audience", "SqlAudience": "tidings.audience",
-    "Campaign": "tidings.campaign",
-    "Clock": "tidings.clock", "FakeClock": "tidings.clock", "SystemClock": "tidings.clock",
-    "Schedule": "tidings.cron",
-    "ConfigurationError": "tidings.errors", "InvalidInput": "tidings.errors",
-    "InvalidTransition": "tidings.errors", "MessageDecodeError": "tidings.errors",
-    "SchemaOutOfDate": "tidings.errors", "StoreError": "tidings.errors",
-    "TidingsError": "tidings.errors", "TransportError": "tidings.errors",
-    "NotifyRequest": "tidings.intake",
-    "Recipient": "tidings.model",
+    "Audience": "tidings.admission.audience", "GeneratorAudience": "tidings.admission.audience",
+    "KeysetAudience": "tidings.admission.audience", "SqlAudience": "tidings.admission.audience",
+    "Campaign": "tidings.admission.campaign",
+    "Client": "tidings.client", "ClientError": "tidings.client",
+    "Clock": "tidings.core.clock", "FakeClock": "tidings.core.clock",
+    "SystemClock": "tidings.core.clock",
+    "Schedule": "tidings.core.cron",
+    "ConfigurationError": "tidings.core.errors", "InvalidInput": "tidings.core.errors",
+    "InvalidTransition": "tidings.core.errors", "MessageDecodeError": "tidings.core.errors",
+    "KeyConflict": "tidings.core.errors",
+    "SchemaOutOfDate": "tidings.core.errors", "StoreError": "tidings.core.errors",
+    "TidingsError": "tidings.core.errors", "TransportError": "tidings.core.errors",
+    "NotifyRequest": "tidings.admission.intake",
+    "Recipient": "tidings.core.model",
+    "Notified": "tidings.core.repeats",
     "Runtime": "tidings.runtime", "build_runtime": "tidings.runtime",
-    "Settings": "tidings.settings",
-    "State": "tidings.states",
+    "Settings": "tidings.config.settings",
+    "State": "tidings.core.states",
 }
 
 

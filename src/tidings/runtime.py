@@ -1,7 +1,8 @@
 """The composition root: settings -> store, transport, providers, pacers, campaigns.
 
 The CLI, the demo, the benchmarks and the tests all build their runtime here; there
-are no module-level singletons.
+are no module-level singletons. One module because it is the one composition root: what
+each face calls on the runtime is wired in one place.
 """
 
 from __future__ import annotations
@@ -11,48 +12,101 @@ import math
 import os
 import random
 import socket
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from tidings.audience import audience_from_spec
-from tidings.campaign import Campaign
-from tidings.clock import Clock, SystemClock
-from tidings.compose import Composer
-from tidings.cron import Schedule
-from tidings.errors import ConfigurationError, InvalidInput, unknown_name
-from tidings.group_commit import GroupCommit, GroupCommitConfig
-from tidings.guardrails import GuardrailConfig, Thresholds
-from tidings.holds import HoldGate
-from tidings.intake import NotifyRequest, admit_drafts, cancel, drafts_for, notify_many
-from tidings.keys import check_text, template_ref
-from tidings.liveness import LivenessConfig, Marker, Registry
-from tidings.model import IntentDraft, Recipient, address_kind
-from tidings.pacing.algorithm import PaceLimits, parse_quota
-from tidings.pacing.pacer import Pacer
-from tidings.policy import RetryPolicy
-from tidings.preferences import Preference
+from tidings.admission import intake
+from tidings.admission.audience import SqlAudience, audience_from_spec
+from tidings.admission.campaign import Campaign
+from tidings.admission.intake import (
+    NotifyRequest,
+    admit_drafts,
+    asked_of,
+    cancel,
+    check_caller_connection,
+    notify_many,
+)
+from tidings.admission.relay import RelayConfig
+from tidings.admission.rollout import declare_paused
+from tidings.admission.scheduler import Scheduler, SchedulerConfig, admission_shape
+from tidings.config.settings import ChannelSettings, GuardrailLimits, ProviderSettings, Settings
+from tidings.core.clock import Clock, SystemClock
+from tidings.core.cron import Schedule
+from tidings.core.errors import ConfigurationError, InvalidInput, unknown_name
+from tidings.core.keys import check_text, template_ref
+from tidings.core.liveness import LivenessConfig, Marker, Registry
+from tidings.core.model import IntentDraft, Recipient, address_kind
+from tidings.core.pacing import PaceLimits, parse_quota
+from tidings.core.policy import RetryPolicy
+from tidings.core.preferences import Preference
+from tidings.core.repeats import Asked, Notified, conflicting, guard_for, notified
+from tidings.core.states import State
+from tidings.core.suppression import SuppressionRules
+from tidings.delivery.compose import Composer
+from tidings.delivery.group_commit import Coalescer, GroupCommitConfig
+from tidings.delivery.hold_gate import HoldGate
+from tidings.delivery.pacing.pacer import Pacer
+from tidings.delivery.uncertain import UncertainPolicy, policy_for
+from tidings.delivery.unsubscribe import UnsubscribeLinks, links_from
+from tidings.delivery.worker import Worker, WorkerConfig
+from tidings.operate.guardrails import GuardrailConfig, Thresholds
 from tidings.providers.base import Provider
-from tidings.reconciler import Reconciler, ReconcilerConfig
-from tidings.relay import RelayConfig
-from tidings.retention import RetentionConfig, retention_config
-from tidings.rollout import declare_paused
-from tidings.scheduler import Scheduler, SchedulerConfig, admission_shape
-from tidings.settings import ChannelSettings, GuardrailLimits, ProviderSettings, Settings
-from tidings.states import State
-from tidings.stores.base import Store
+from tidings.recovery.reconciler import Reconciler, ReconcilerConfig
+from tidings.recovery.retention import RetentionConfig, retention_config
+from tidings.stores.base import JoinTarget, Store
 from tidings.transports.base import Transport
 from tidings.transports.open import is_store_queue, open_transport
-from tidings.uncertain import UncertainPolicy, policy_for
-from tidings.worker import Worker, WorkerConfig
 
 if TYPE_CHECKING:
+    # The caller's own connection type: psycopg is the optional extra "postgres".
+    from psycopg import AsyncConnection
+
     # Imported where a channel has templates: jinja2 is no import of the others.
-    from tidings.templates import TemplateSet
+    from tidings.delivery.templates import TemplateSet
+    from tidings.operate.readmodel import Delivery
 
 log = logging.getLogger("tidings.runtime")
+
+
+def check_settings(settings: Settings) -> None:
+    """The checks of settings that need another part of tidings (each model checks its
+    own fields when read): retention long enough for every redelivery and replay
+    window (``tidings.recovery.retention.minimum_retention``), and the secret of the
+    unsubscribe links ``[unsubscribe]`` asks for. A ConfigurationError names the
+    field."""
+    from tidings.recovery.retention import check_retention
+
+    check_retention(settings)
+    links_from(settings.unsubscribe, os.environ)  # links asked for need their secret
+
+
+#: Why a channel declared without a provider is refused (``check_providers``).
+NO_PROVIDER = (
+    "is not set: name the provider this channel sends through, e.g. provider = {kind = "
+    "\"smtp\", host = \"smtp.example.com\"} (docs/settings.md lists the kinds). For tests "
+    "and trials, provider = {kind = \"sandbox-twin\"} is the in-process sandbox: it marks "
+    "every send accepted and delivers nothing")
+
+
+def check_providers(settings: Settings, given: Collection[str] = ()) -> None:
+    """Every channel names its provider, unless the application built one for it
+    (``given``, the channels of ``build_runtime(providers=...)``): a channel is never
+    sent through a stand-in that reports sends accepted while nothing is delivered. A
+    ConfigurationError names ``channels.<name>.provider``."""
+    for name, spec in settings.channels.items():
+        if spec.provider is None and name not in given:
+            raise ConfigurationError(f"channels.{name}.provider", NO_PROVIDER)
+
+
+def provider_timeout_s(spec: ChannelSettings | None) -> float:
+    """How long one request of a channel's provider may take, as its settings say (the
+    provider settings' default where the application built the provider itself)."""
+    if spec is None or spec.provider is None:
+        return float(ProviderSettings.model_fields["timeout_s"].default)
+    return spec.provider.timeout_s
 
 
 def default_worker_id(channel: str) -> str:
@@ -110,8 +164,10 @@ def build_provider(channel: str, spec: ChannelSettings, clock: Clock) -> Provide
     from tidings.sandbox.core import SandboxConfig, SandboxCore
 
     provider = spec.provider
+    if provider is None:
+        raise ConfigurationError(f"channels.{channel}.provider", NO_PROVIDER)
     if not isinstance(provider, ProviderSettings):
-        from tidings.providers.config import build_provider_from
+        from tidings.providers.build import build_provider_from
 
         return build_provider_from(provider, channel=channel, clock=clock)
     if provider.kind == "sandbox":
@@ -133,7 +189,7 @@ def load_templates(settings: Settings) -> dict[str, TemplateSet]:
     for name, spec in settings.channels.items():
         if spec.templates is None:
             continue
-        from tidings.templates import TemplateSet
+        from tidings.delivery.templates import TemplateSet
 
         field_name = f"channels.{name}.templates"
         if not Path(spec.templates).is_dir():
@@ -167,6 +223,33 @@ def check_campaign_templates(settings: Settings, campaigns: Sequence[Campaign],
                 raise ConfigurationError(f"campaigns.{campaign.name}.{field}",
                                          f"{missing} in channels.{channel}.templates "
                                          f"({spec.templates})")
+
+
+async def check_campaign_data(settings: Settings, campaigns: Sequence[Campaign],
+                              templates: Mapping[str, TemplateSet]) -> None:
+    """Each campaign whose audience says what data its recipients carry (a SQL query's
+    columns, ``SqlAudience.data_columns``) carries every variable its template uses in
+    every message on each channel of it that renders (``TemplateSet.unprovided``): a
+    column missing from the query is a settings error when the scheduler starts, not
+    an occurrence whose every intent is rejected at its send."""
+    for campaign in campaigns:
+        if not isinstance(campaign.audience, SqlAudience):
+            continue  # a user's generator is not called before its occurrence
+        names = set(await campaign.audience.data_columns())
+        wanted = template_ref(campaign.template, campaign.version)
+        for channel in campaign.channels:
+            spec = settings.channels.get(channel)
+            found = templates.get(channel)
+            if spec is None or spec.kind is None or found is None:
+                continue
+            lacking = found.unprovided(wanted, spec.kind, names)
+            if lacking is not None:
+                variable, file = lacking
+                raise ConfigurationError(
+                    f"campaigns.{campaign.name}.audience",
+                    f"its query returns no column {variable!r}, which template {wanted!r} "
+                    f"{file} uses in every message (channel {channel!r}); add the column, "
+                    "or guard it in the template with `is defined` or `| default(...)`")
 
 
 def pace_limits(spec: ChannelSettings, channel: str) -> PaceLimits:
@@ -209,7 +292,7 @@ class Runtime:
     rng: random.Random = field(default_factory=random.Random)
     group_commit: GroupCommitConfig | None = field(default_factory=GroupCommitConfig)
     """How concurrent ``notify`` calls share a transaction; None: one each."""
-    _group: GroupCommit | None = field(default=None, init=False, repr=False)
+    _group: Coalescer[Asked, Notified] | None = field(default=None, init=False, repr=False)
     _gate: Composer | None = field(default=None, init=False, repr=False)
     _registry: Registry | None = field(default=None, init=False, repr=False)
 
@@ -239,8 +322,7 @@ class Runtime:
     def pacer(self, channel: str, worker_id: str) -> Pacer:
         # Every Store is a pacer backend: processes that share the store share the budget.
         # A process silent for three provider timeouts is dead: its slots go back.
-        spec = self.settings.channels.get(channel)
-        timeout = spec.provider.timeout_s if spec is not None else 5.0
+        timeout = provider_timeout_s(self.settings.channels.get(channel))
         return Pacer(channel=channel, limits=self.limits[channel], backend=self.store,
                      clock=self.clock, worker=worker_id, stale_s=max(10.0, 3 * timeout))
 
@@ -251,7 +333,14 @@ class Runtime:
                         kinds={name: spec.kind for name, spec in specs.items()
                                if spec.kind is not None},
                         templates=self.templates,
-                        test_domains=any(spec.accept_test_domains for spec in specs.values()))
+                        test_domains=any(spec.accept_test_domains for spec in specs.values()),
+                        unsubscribe=self.unsubscribe_links)
+
+    @cached_property
+    def unsubscribe_links(self) -> UnsubscribeLinks | None:
+        """The one-click unsubscribe links of ``[unsubscribe]``, their secret read from
+        the environment (None: no headers)."""
+        return links_from(self.settings.unsubscribe, os.environ)
 
     def worker(self, channel: str, worker_id: str | None = None) -> Worker:
         provider = self.provider(channel)
@@ -279,8 +368,8 @@ class Runtime:
         spec = self.settings.channels.get(channel)
         if spec is None:
             return WorkerConfig.send_deadline_s
-        provider = spec.provider
-        return 3 * provider.timeout_s + float(getattr(provider, "data_timeout_s", 0.0))
+        return 3 * provider_timeout_s(spec) + float(getattr(spec.provider, "data_timeout_s",
+                                                             0.0))
 
     def relay_config(self) -> RelayConfig:
         s = self.settings.scheduler
@@ -325,7 +414,7 @@ class Runtime:
                        for c in self.campaigns})
 
     def uncertain_policies(self) -> dict[str, UncertainPolicy]:
-        """Each channel's policy for uncertain sends (``tidings.uncertain``), from its
+        """Each channel's policy for uncertain sends (``tidings.delivery.uncertain``), from its
         settings and its provider; a choice the provider cannot honour is a
         ConfigurationError naming the field."""
         policies: dict[str, UncertainPolicy] = {}
@@ -349,18 +438,26 @@ class Runtime:
                                                   send_deadlines={
                                                       c: self.send_deadline_s(c)
                                                       for c in self.channels},
-                                                  relay=self.relay_config()),
+                                                  relay=self.relay_config(),
+                                                  suppression=self.suppression_rules()),
                           policies=self.uncertain_policies(), registry=self.registry(),
                           liveness=self.liveness(), clock=self.clock, retry=self.policy,
                           rng=self.rng)
 
+    def suppression_rules(self) -> SuppressionRules:
+        """What provider reports suppress (``tidings.core.suppression``): each channel's
+        address kind and the ``[suppression]`` soft-bounce threshold."""
+        s = self.settings.suppression
+        return SuppressionRules(kinds=self.channel_kinds, soft_bounce_limit=s.soft_bounce_limit,
+                                soft_bounce_window_s=s.soft_bounce_window_s)
+
     def liveness(self) -> LivenessConfig:
-        """``[worker]`` heartbeat settings as ``tidings.liveness`` takes them."""
+        """``[worker]`` heartbeat settings as ``tidings.core.liveness`` takes them."""
         w = self.settings.worker
         return LivenessConfig(beat_s=w.heartbeat_s, stale_after_s=w.gone_after_s)
 
     def registry(self) -> Registry | None:
-        """The store's worker markers (``tidings.liveness``), made once."""
+        """The store's worker markers (``tidings.core.liveness``), made once."""
         if self._registry is None:
             self._registry = open_registry(self.store)
         return self._registry
@@ -375,9 +472,14 @@ class Runtime:
     async def notify(self, *, key: str, recipient: Recipient | Mapping[str, Any],
                      channels: Sequence[str], template: str,
                      data: Mapping[str, Any] | None = None, due_at: float | None = None,
-                     expires_at: float | None = None, connection: object | None = None
-                     ) -> list[str]:
-        """Create a one-off or future-dated intent per channel; returns their keys.
+                     expires_at: float | None = None,
+                     connection: AsyncConnection[Any] | None = None) -> Notified:
+        """Create a one-off or future-dated intent per channel; returns their keys, a
+        ``Notified`` (a list, in the order of ``channels``) that says which were
+        ``created`` now and which were ``existing``: the same request made before,
+        which writes nothing. Another request under a key already used (another
+        template, data, recipient, due time, expiry or set of channels) raises
+        ``KeyConflict`` naming the field, and writes nothing.
 
         Concurrent calls in this process share one store transaction (``group_commit``);
         each returns once its own intents are written, and a bad request fails its own
@@ -385,38 +487,53 @@ class Runtime:
 
         ``connection``: the caller's ``psycopg.AsyncConnection`` to the store's
         PostgreSQL database; the intents are then written in the caller's transaction
-        and exist if and only if it commits.
+        and exist if and only if it commits. Anything else is refused naming it.
         """
         request = NotifyRequest(key=key, recipient=recipient, channels=channels,
                                 template=template, data=data, due_at=due_at,
                                 expires_at=expires_at)
         if connection is not None or self.group_commit is None:
             return (await self.notify_many([request], connection=connection))[0]
-        drafts = drafts_for(request, known_channels=self.channel_kinds, now=self.clock.now(),
-                            sendable=self._sendable)
-        await self._grouped().submit(drafts)
-        return [d.key for d in drafts]
+        asked = asked_of(request, known_channels=self.channel_kinds, now=self.clock.now(),
+                         sendable=self._sendable)
+        return await self._grouped().submit(asked)
 
     @property
     def notify_groups(self) -> int:
         """Group transactions ``notify`` has written so far (see ``group_commit``)."""
         return 0 if self._group is None else self._group.groups
 
-    def _grouped(self) -> GroupCommit:
+    def _grouped(self) -> Coalescer[Asked, Notified]:
         if self._group is None:
             s = self.settings.scheduler
 
-            async def write(drafts: Sequence[IntentDraft], now: float) -> None:
-                await admit_drafts(self.store, self.transport, drafts, now=now,
-                                   horizon_s=s.relay_horizon_s, lease_s=s.relay_lease_s,
-                                   enqueue_in_store=self.enqueue_in_store)
+            async def write(calls: Sequence[Asked], now: float) -> list[Notified]:
+                # One transaction for the group, checked for repeats before it commits:
+                # a conflict fails the group; the call it names is set aside (written
+                # alone, after the others are written together again).
+                drafts = [d for asked in calls for d in asked.drafts]
+                created = await admit_drafts(
+                    self.store, self.transport, drafts, now=now, horizon_s=s.relay_horizon_s,
+                    lease_s=s.relay_lease_s, enqueue_in_store=self.enqueue_in_store,
+                    guard=guard_for(calls, now=now))
+                return notified(calls, created)
 
-            self._group = GroupCommit(write, clock=self.clock, config=self.group_commit)
+            self._group = Coalescer(write, clock=self.clock, config=self.group_commit,
+                                    size=lambda asked: len(asked.drafts),
+                                    culprit=conflicting)
         return self._group
 
     async def notify_many(self, requests: Iterable[NotifyRequest], *,
-                          connection: object | None = None) -> list[list[str]]:
-        """Many ``notify`` calls in one batch: all validated first, then written together."""
+                          connection: AsyncConnection[Any] | None = None) -> list[Notified]:
+        """Many ``notify`` calls in one batch: all validated first, then written together
+        in one transaction; each request's keys, as ``notify`` answers them. A request
+        that conflicts with an intent under its key, or with an earlier request of the
+        batch, raises ``KeyConflict`` (naming ``requests[i].<field>``) and the batch
+        writes nothing."""
+        if connection is not None:
+            # A store that joins no transaction is refused first, whatever the connection.
+            intake.joinable(self.store)
+            check_caller_connection(connection)
         s = self.settings.scheduler
         return await notify_many(
             self.store, self.transport, requests, known_channels=self.channel_kinds,
@@ -424,9 +541,19 @@ class Runtime:
             enqueue_in_store=self.enqueue_in_store, connection=connection,
             sendable=self._sendable)
 
+    def notify_many_joined(self, requests: Iterable[NotifyRequest], *, connection: object,
+                           target: JoinTarget) -> list[Notified]:
+        """Sync: ``notify_many`` on the caller's sync psycopg ``connection``, in the calling
+        thread (``Client.notify(connection=…)``; ``target``: the store's ``join_target``)."""
+        return intake.notify_many_joined(
+            self.store, requests, connection=connection, target=target, now=self.clock.now(),
+            known_channels=self.channel_kinds, horizon_s=self.settings.scheduler.relay_horizon_s,
+            enqueue_in_store=self.enqueue_in_store, sendable=self._sendable)
+
     def _sendable(self, draft: IntentDraft) -> tuple[str, str] | None:
         """What the worker would reject a draft for at send time (no such template, an
-        address no send can use), as ``(field, message)``: refused now, not later."""
+        address no send can use, a variable every message of its template needs that
+        its data lacks), as ``(field, message)``: refused now, not later."""
         gate = self._gate
         if gate is None:
             gate = self._gate = self.composer()
@@ -434,8 +561,9 @@ class Runtime:
         if found is None:
             return None
         what, problem = found
-        field = ("template" if what == "template"
-                 else "recipient.phone" if draft.channel == "sms" else "recipient.email")
+        sms = self.channel_kinds.get(draft.channel) == "sms"
+        field = (what if what == "template" or what.startswith("data.")
+                 else "recipient.phone" if sms else "recipient.email")
         return field, f"{problem} (channel {draft.channel!r})"
 
     async def cancel(self, key: str, reason: str = "cancelled by caller"
@@ -469,6 +597,15 @@ class Runtime:
         check_text(recipient_id, "recipient_id")
         found = await self.store.preferences_for([(recipient_id, c) for c in self.channels])
         return [found[(recipient_id, c)] for c in self.channels if (recipient_id, c) in found]
+
+    async def inspect(self, key: str | None = None, *, recipient: str | None = None
+                      ) -> list[Delivery]:
+        """Was it selected, enqueued, accepted: the deliveries of an intent key, a notify
+        key (every channel of it) or a recipient (id, or its surrogate as logged), with
+        their answers and timelines; empty when nothing matches."""
+        from tidings.operate.operations import timeline
+
+        return await timeline(self.store, key=key, recipient=recipient, channels=self.channels)
 
     def _known_channel(self, channel: str) -> None:
         if channel not in self.limits:
@@ -512,8 +649,10 @@ async def build_runtime(
     database but refuses (SchemaOutOfDate) one that is older; False only checks.
     ``patience_s``: how long a broker transport that cannot be reached is tried again
     (None: the adapter's default, for services riding out a broker restart)."""
-    the_clock = clock or SystemClock(settings.clock_offset_s)
     # Everything that can refuse the settings runs before the store is opened.
+    check_settings(settings)
+    check_providers(settings, given=providers or {})
+    the_clock = clock or SystemClock(settings.clock_offset_s)
     chosen_campaigns = list(campaigns) if campaigns is not None else campaigns_from(settings)
     limits = {name: pace_limits(spec, name) for name, spec in settings.channels.items()}
     templates = load_templates(settings)

@@ -34,12 +34,12 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from tidings.model import OutgoingMessage, SendRequest
-from tidings.outcomes import Outcome
-from tidings.relay import relay_pass
+from tidings.admission.relay import relay_pass
+from tidings.config.settings import Settings
+from tidings.core.model import OutgoingMessage, SendRequest
+from tidings.core.outcomes import Outcome
+from tidings.core.states import State
 from tidings.runtime import build_runtime
-from tidings.settings import Settings
-from tidings.states import State
 from tidings.stores.base import Change, Claim, ClaimKind
 
 POINTS = ("after_claim", "after_send", "after_reply", "after_commit", "before_ack",

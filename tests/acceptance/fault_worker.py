@@ -20,11 +20,11 @@ import sys
 from collections.abc import Sequence
 from dataclasses import asdict
 
-from tidings.logs import configure_logging
+from tidings.config.settings import Settings
+from tidings.core.logs import configure_logging
+from tidings.processes.service import serve_worker
 from tidings.providers.faults import RaisingProvider
 from tidings.runtime import build_runtime
-from tidings.service import serve_worker
-from tidings.settings import Settings
 
 
 def settings_for(store: str, url: str) -> Settings:

@@ -36,9 +36,9 @@ from hypothesis import strategies as st
 
 from support.api_process import TIDINGS, api_server, create_token
 from support.crm import QUERY, write_crm
+from tidings.config.settings import Settings
+from tidings.core.states import TERMINAL, State
 from tidings.runtime import build_runtime
-from tidings.settings import Settings
-from tidings.states import TERMINAL, State
 
 pytestmark = pytest.mark.slow
 
@@ -294,10 +294,12 @@ def config(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
     path.write_text(f'''
 store = "{store}"
 [channels.email]
+provider = {{ kind = "sandbox-twin" }}
 quota = "200/s"
 kind = "email"
 templates = "{templates}"
 [channels.sms]
+provider = {{ kind = "sandbox-twin" }}
 quota = "200/s"
 kind = "sms"
 templates = "{templates}"

@@ -27,6 +27,7 @@ def config(tmp_path: Path) -> Path:
     path.write_text(f'''
 store = "sqlite:///{tmp_path / 'api.db'}"
 [channels.email]
+provider = {{ kind = "sandbox-twin" }}
 quota = "50/s"
 [campaigns.digest]
 cron = "* * * * *"

@@ -38,8 +38,8 @@ from types import ModuleType
 
 import pytest
 
-from tidings.pacing import PaceLimits
-from tidings.worker import WorkerConfig
+from tidings.delivery.pacing import PaceLimits
+from tidings.delivery.worker import WorkerConfig
 
 pytestmark = pytest.mark.slow
 

@@ -26,10 +26,10 @@ from urllib.parse import unquote, urlsplit
 import pytest
 
 from support.rabbitmq import rabbitmqctl_run
+from tidings.config.settings import Settings
+from tidings.core.states import DONE, State
 from tidings.runtime import Runtime, build_runtime
 from tidings.sandbox import LatencySpec, SandboxConfig, SandboxServer, serve
-from tidings.settings import Settings
-from tidings.states import DONE, State
 from tidings.transports.rabbitmq import RabbitTransport
 
 pytestmark = pytest.mark.slow

@@ -83,7 +83,8 @@ def test_demo_keeps_its_contract(tmp_path: Path) -> None:
 
 def test_admission_pause_and_resume_a_channel(tmp_path: Path) -> None:
     config = tmp_path / "tidings.toml"
-    config.write_text(f'store = "sqlite:///{tmp_path / "s.db"}"\n[channels.email]\n')
+    config.write_text(f'store = "sqlite:///{tmp_path / "s.db"}"\n[channels.email]\n'
+                      'provider = { kind = "sandbox-twin" }\n')
     stale = run("admission", "pause", "--channel", "email", "--config", str(config))
     assert stale.returncode == 2 and "new database" in stale.stderr
     assert f"run `tidings db migrate --config {config}`" in stale.stderr
@@ -103,7 +104,8 @@ def test_settings_are_found_and_their_paths_are_relative_to_their_folder(tmp_pat
     home.mkdir()
     elsewhere.mkdir()
     config = home / "tidings.toml"
-    config.write_text('store = "sqlite:///tidings.db"\n[channels.email]\n')
+    config.write_text('store = "sqlite:///tidings.db"\n[channels.email]\n'
+                      'provider = { kind = "sandbox-twin" }\n')
 
     new = run("status", "--config", str(config), cwd=elsewhere)
     assert new.returncode == 2
@@ -164,7 +166,7 @@ def test_a_scheduler_refuses_an_audience_it_cannot_read_before_admitting(
         tmp_path: Path) -> None:
     config = tmp_path / "tidings.toml"
     config.write_text(
-        'store = "sqlite:///tidings.db"\n[channels.email]\n'
+        'store = "sqlite:///tidings.db"\n[channels.email]\nprovider = { kind = "sandbox-twin" }\n'
         '[campaigns.digest]\ncron = "* * * * *"\nchannels = ["email"]\ntemplate = "t"\n'
         'audience = { sql = { url = "sqlite:///customers.db", query = "SELECT id FROM c '
         'WHERE (:after IS NULL OR id > :after) ORDER BY id LIMIT :limit" } }\n')

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from support.cli_process import TIDINGS, ok_json, run
-from tidings.pacing.algorithm import PaceLimits
+from tidings.config.settings import Settings
+from tidings.core.pacing import PaceLimits
+from tidings.core.states import State
 from tidings.runtime import build_runtime
-from tidings.settings import Settings
-from tidings.states import State
 from tidings.stores.base import Change, ClaimKind
 
 QUERY = ("SELECT id, email, phone FROM customers"
@@ -39,8 +39,10 @@ def config(tmp_path: Path) -> Path:
     path.write_text(f'''
 store = "sqlite:///{tmp_path / 'ops.db'}"
 [channels.email]
+provider = {{ kind = "sandbox-twin" }}
 quota = "20/s"
 [channels.sms]
+provider = {{ kind = "sandbox-twin" }}
 quota = "2/s"
 [campaigns.digest]
 cron = "0 9 * * *"
@@ -217,7 +219,7 @@ def test_every_command_prints_text_unless_asked_for_json(config: Path) -> None:
 
 
 def test_inspect_and_dlq_list_show_the_same_local_times(config: Path) -> None:
-    from tidings.textout import when
+    from tidings.cli.textout import when
 
     key = given_a_dead_letter(config)
     [letter] = ok_json("dlq", "list", "--channel", "email", "--config", str(config))[

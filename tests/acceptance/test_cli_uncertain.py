@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from support.cli_process import ok_json, run
-from tidings.intake import NotifyRequest
+from tidings.admission.intake import NotifyRequest
+from tidings.config.settings import Settings
+from tidings.core.states import State
 from tidings.runtime import build_runtime
-from tidings.settings import Settings
-from tidings.states import State
 from tidings.stores.base import Change, ClaimKind
 
 
@@ -20,7 +20,8 @@ from tidings.stores.base import Change, ClaimKind
 def config(tmp_path: Path) -> Path:
     path = tmp_path / "tidings.toml"
     path.write_text(f'store = "sqlite:///{tmp_path / "ops.db"}"\n'
-                    '[channels.email]\nuncertain = "hold"\nhold_s = 60\n')
+                    '[channels.email]\nuncertain = "hold"\nhold_s = 60\n'
+                    'provider = { kind = "sandbox-twin" }\n')
     assert run("db", "migrate", "--config", str(path)).returncode == 0
     return path
 

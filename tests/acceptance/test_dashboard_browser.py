@@ -22,13 +22,13 @@ import pytest
 
 from support.api_process import TIDINGS, api_server, create_token
 from support.crm import QUERY, write_crm
-from tidings.clock import Clock, SystemClock
+from tidings.config.settings import Settings
+from tidings.core.clock import Clock, SystemClock
+from tidings.core.surrogate import surrogate
 from tidings.providers.base import Provider
 from tidings.providers.sandbox import SandboxTwinProvider
 from tidings.runtime import build_runtime
 from tidings.sandbox import SandboxConfig, SandboxCore
-from tidings.settings import Settings
-from tidings.surrogate import surrogate
 
 pytestmark = pytest.mark.slow
 
@@ -71,8 +71,10 @@ store = "sqlite:///{tmp_path / 'dashboard.db'}"
 [retry]
 max_failures = 1
 [channels.email]
+provider = {{ kind = "sandbox-twin" }}
 quota = "50/s"
 [channels.sms]
+provider = {{ kind = "sandbox-twin" }}
 quota = "20/s"
 [campaigns.digest]
 cron = "* * * * *"

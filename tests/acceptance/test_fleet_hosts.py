@@ -8,7 +8,7 @@ a ``socat`` relay bound to the bridge address forwards to it: a relay leaves the
 shared server's configuration alone and needs no second cluster (seconds of initdb
 and start), and what the workers see of the network is what a real host sees — when
 the link goes down, their TCP sessions go silent, the server notices nothing, and
-only the heartbeat tells (``tidings.liveness``). The sandbox HTTP server listens on
+only the heartbeat tells (``tidings.core.liveness``). The sandbox HTTP server listens on
 the bridge address too, in a process of its own that notes every send's arrival
 (``tests/support/arrivals_sandbox.py``), with one channel at 200/s and dedupe off (a key
 sent twice is accepted twice).
@@ -50,10 +50,10 @@ import pytest
 
 from support import waits
 from support.netns import Fleet, Host, fleet_network, require_netns
-from tidings.intake import NotifyRequest
+from tidings.admission.intake import NotifyRequest
+from tidings.config.settings import Settings
+from tidings.core.states import State
 from tidings.runtime import Runtime, build_runtime
-from tidings.settings import Settings
-from tidings.states import State
 
 pytestmark = pytest.mark.slow
 

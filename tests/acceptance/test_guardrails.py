@@ -27,10 +27,10 @@ from typing import Any
 import pytest
 
 from support.crm import QUERY
+from tidings.config.settings import Settings
+from tidings.core.states import State
 from tidings.runtime import Runtime, build_runtime
 from tidings.sandbox import SandboxConfig, SandboxServer, serve
-from tidings.settings import Settings
-from tidings.states import State
 
 pytestmark = pytest.mark.slow
 

@@ -24,10 +24,10 @@ from typing import Any
 import pytest
 
 from support.crm import QUERY
-from tidings.model import IntentDraft
+from tidings.config.settings import Settings
+from tidings.core.model import IntentDraft
 from tidings.runtime import Runtime, build_runtime
 from tidings.sandbox import SandboxConfig, SandboxServer, serve
-from tidings.settings import Settings
 
 pytestmark = pytest.mark.slow
 

@@ -26,12 +26,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tidings.intake import NotifyRequest
-from tidings.keys import storable
-from tidings.model import OutgoingMessage
+from tidings.admission.intake import NotifyRequest
+from tidings.config.settings import Settings
+from tidings.core.keys import storable
+from tidings.core.model import OutgoingMessage
 from tidings.runtime import Runtime, build_runtime
 from tidings.sandbox import SandboxConfig, SandboxServer, serve
-from tidings.settings import Settings
 
 pytestmark = pytest.mark.slow
 

@@ -1,6 +1,7 @@
-"""The README's "Your first campaign", run as written: its ``sh`` blocks in order, as real
+"""The README's "Your first campaign" and the tutorial it shortens
+(docs/first-campaign.md), each run as written: its ``sh`` blocks in order, as real
 processes in an empty folder, until the sandbox (not tidings' ledger) has accepted the
-two emails the README promises, then the dashboard's API answers the token it made.
+two emails the page promises, then the dashboard's API answers the token it made.
 
 The one liberty taken: the ports. ``tidings init`` gets ``--sandbox-port``, ``tidings
 sandbox`` and ``tidings api`` ``--port``, with free ones, so the run cannot meet another
@@ -20,8 +21,10 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from support.crm import free_port
-from support.readme import FIRST_CAMPAIGN, of
+from support.readme import README, TUTORIAL, first_campaign
 
 TIDINGS = [sys.executable, "-m", "tidings"]
 LONG_RUNNING = ("sandbox", "scheduler", "worker", "api")
@@ -46,13 +49,14 @@ def sandbox_accepted(port: int) -> int:
     return accepted
 
 
-def test_your_first_campaign_works_as_written(tmp_path: Path) -> None:
+@pytest.mark.parametrize("page", [README, TUTORIAL], ids=["README", "tutorial"])
+def test_your_first_campaign_works_as_written(page: Path, tmp_path: Path) -> None:
     sandbox_port, api_port = free_port(), free_port()
     cwd = tmp_path
     background: list[subprocess.Popen[str]] = []
     printed: dict[str, str] = {}
     try:
-        for block in of("sh", FIRST_CAMPAIGN):
+        for block in first_campaign(page):
             for line in block.text.splitlines():
                 words = shlex.split(line, comments=True)
                 if not words:

@@ -24,11 +24,11 @@ from typing import Any
 import pytest
 
 from support.redis_server import RedisServer
-from tidings.relay import relay_loop
+from tidings.admission.relay import relay_loop
+from tidings.config.settings import Settings
+from tidings.core.states import DONE, State
 from tidings.runtime import Runtime, build_runtime
 from tidings.sandbox import LatencySpec, SandboxConfig, SandboxServer, serve
-from tidings.settings import Settings
-from tidings.states import DONE, State
 
 pytestmark = pytest.mark.slow
 

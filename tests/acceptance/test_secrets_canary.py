@@ -44,10 +44,10 @@ import pytest
 from support.crm import QUERY, free_port, write_crm
 from tidings.api import sign
 from tidings.api.tokens import new_token
-from tidings.errors import InvalidInput
+from tidings.config.settings import Settings
+from tidings.core.errors import InvalidInput
+from tidings.core.states import DONE, State
 from tidings.runtime import Runtime, build_runtime
-from tidings.settings import Settings
-from tidings.states import DONE, State
 
 pytestmark = pytest.mark.slow
 

@@ -23,10 +23,10 @@ from typing import Any
 import pytest
 from fault_worker import settings_for
 
-from tidings.intake import NotifyRequest
+from tidings.admission.intake import NotifyRequest
+from tidings.core.states import DONE, State
 from tidings.runtime import Runtime, build_runtime
 from tidings.sandbox import LatencySpec, SandboxConfig, SandboxServer, serve
-from tidings.states import DONE, State
 
 pytestmark = pytest.mark.slow
 

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from tidings.intake import NotifyRequest
+from tidings.admission.intake import NotifyRequest
+from tidings.config.settings import Settings
+from tidings.core.states import State
 from tidings.runtime import build_runtime
 from tidings.sandbox import LatencySpec, SandboxConfig, serve
-from tidings.settings import Settings
-from tidings.states import State
 
 pytestmark = pytest.mark.slow
 
@@ -114,7 +114,8 @@ async def test_supervised_workers_on_postgres_deliver_each_key_once(
 async def test_workers_stop_when_their_supervisor_is_killed(tmp_path: Path) -> None:
     # SQLite is enough here: what is tested is the processes, not the store.
     settings_file = tmp_path / "tidings.toml"
-    settings_file.write_text(f'store = "sqlite:///{tmp_path / "t.db"}"\n[channels.email]\n')
+    settings_file.write_text(f'store = "sqlite:///{tmp_path / "t.db"}"\n[channels.email]\n'
+                             'provider = { kind = "sandbox-twin" }\n')
     command = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "tidings", "worker", "--channel", "email", "--processes", "2",
         "--config", str(settings_file),

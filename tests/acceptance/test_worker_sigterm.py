@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from tidings.config.settings import Settings
+from tidings.core.states import ACCEPTED_FAMILY, State
 from tidings.runtime import build_runtime
 from tidings.sandbox import LatencySpec, SandboxConfig, serve
-from tidings.settings import Settings
-from tidings.states import ACCEPTED_FAMILY, State
 
 pytestmark = pytest.mark.slow
 

@@ -35,9 +35,17 @@ from support.fake_http_providers import (
     serve_api,
 )
 from support.smtp_side import LocalSmtp, SmtpSide, serve_smtp
-from tidings.clock import FakeClock
-from tidings.model import Content, SendRequest
-from tidings.outcomes import (
+from tidings.config.providers import (
+    AnyProviderSettings,
+    HttpProviderSettings,
+    PostmarkProviderSettings,
+    SendGridProviderSettings,
+    SmtpProviderSettings,
+    TwilioProviderSettings,
+)
+from tidings.core.clock import FakeClock
+from tidings.core.model import Content, SendRequest
+from tidings.core.outcomes import (
     Accepted,
     Lookup,
     LookupHint,
@@ -49,15 +57,7 @@ from tidings.outcomes import (
     Uncertain,
 )
 from tidings.providers.base import Provider
-from tidings.providers.config import (
-    AnyProviderSettings,
-    HttpProviderSettings,
-    PostmarkProviderSettings,
-    SendGridProviderSettings,
-    SmtpProviderSettings,
-    TwilioProviderSettings,
-    build_provider_from,
-)
+from tidings.providers.build import build_provider_from
 from tidings.providers.sandbox import SandboxHttpProvider, SandboxTwinProvider
 from tidings.sandbox import SandboxConfig, SandboxCore, SandboxServer, serve
 from tidings.sandbox.core import SandboxAnswer
@@ -183,6 +183,8 @@ class Case(ABC):
 
 class TwinCase(Case):
     needs_content = False
+    #: The in-process twin connects to nothing, so nothing can be unreachable.
+    scenarios = frozenset(Scenario) - {Scenario.UNREACHABLE}
 
     def __init__(self) -> None:
         super().__init__()
@@ -360,7 +362,7 @@ async def networked_case(request: pytest.FixtureRequest) -> AsyncIterator[Case]:
 
 def message(case: Case, *, content: Content | None = CONTENT) -> SendRequest:
     return SendRequest(key=KEY, channel="email", to=case.to, template="digest",
-                       data='{"items":[1,2]}', recipient_id="cust_1042", content=content)
+                       data={"items": [1, 2]}, recipient_id="cust_1042", content=content)
 
 
 def assert_discreet(outcome: Outcome, case: Case) -> None:

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from tidings.errors import InvalidTransition, StoreError
-from tidings.model import DraftPage, Event, IntentDraft, Message
+from tidings.core.errors import InvalidTransition, StoreError
+from tidings.core.model import DraftPage, Event, IntentDraft, Message
+from tidings.core.states import State
 from tidings.runtime import open_store
-from tidings.states import State
 from tidings.stores.base import Change, ClaimKind, OccurrenceProgress, Store
 
 T0 = 1_000_000.0

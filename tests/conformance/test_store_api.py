@@ -13,9 +13,9 @@ from dataclasses import replace
 
 import pytest
 
-from tidings.errors import StoreError
-from tidings.model import IntentDraft
-from tidings.states import State
+from tidings.core.errors import StoreError
+from tidings.core.model import IntentDraft
+from tidings.core.states import State
 from tidings.stores.base import (
     ApiToken,
     Change,

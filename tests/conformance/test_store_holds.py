@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tidings.model import Intent, IntentDraft
-from tidings.states import State
+from tidings.core.model import Intent, IntentDraft
+from tidings.core.states import State
 from tidings.stores.base import Change, Selection, Store
 
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from tidings.errors import SchemaOutOfDate, StoreError
-from tidings.model import Event
+from tidings.core.errors import SchemaOutOfDate, StoreError
+from tidings.core.model import Event
 from tidings.stores import queries
 from tidings.stores.sqlite_db import SqliteDatabase
 
@@ -219,8 +219,8 @@ async def test_tokens_made_before_expiries_existed_never_expire(
 
 async def test_an_owning_process_creates_a_new_database_but_refuses_an_older_one(
         migrated: Migrated, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tidings.config.settings import Settings
     from tidings.runtime import build_runtime
-    from tidings.settings import Settings
 
     settings = Settings.parse({"store": migrated.url})
     with pytest.raises(SchemaOutOfDate) as checked:
@@ -238,7 +238,7 @@ async def test_an_owning_process_creates_a_new_database_but_refuses_an_older_one
 
 async def test_events_written_before_retention_are_kept_in_order_and_prunable(
         migrated: Migrated, monkeypatch: pytest.MonkeyPatch) -> None:
-    from tidings.retention import DAY_S, RetentionConfig, prune
+    from tidings.recovery.retention import DAY_S, RetentionConfig, prune
     from tidings.stores.postgres import PostgresStore
     from tidings.stores.sqlite import SqliteStore
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tidings.preferences import Preference
+from tidings.core.preferences import Preference
 from tidings.stores.base import Store
 
 T0 = 1_000_000.0

@@ -12,9 +12,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from tidings.model import IntentDraft, Message
+from tidings.core.model import IntentDraft, Message
+from tidings.core.states import State
 from tidings.runtime import open_store
-from tidings.states import State
 from tidings.stores.base import Change, ClaimKind, QueueAcks, Store
 from tidings.transports.base import Transport
 

@@ -13,16 +13,10 @@ from typing import Any
 
 import pytest
 
-from tidings.model import Event, IntentDraft
-from tidings.retention import (
-    AUDIT_KEY,
-    DAY_S,
-    PARTITIONS_AHEAD,
-    PruneCounts,
-    RetentionConfig,
-    prune,
-)
-from tidings.states import State
+from tidings.core.model import Event, IntentDraft
+from tidings.core.retention import PARTITIONS_AHEAD
+from tidings.core.states import State
+from tidings.recovery.retention import AUDIT_KEY, DAY_S, PruneCounts, RetentionConfig, prune
 from tidings.stores.base import Change, Store
 
 #: A UTC midnight (2027-01-15), so a day of the ledger is one day partition.

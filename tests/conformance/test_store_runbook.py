@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from tidings.errors import StoreError
-from tidings.model import Event, IntentDraft
+from tidings.core.errors import StoreError
+from tidings.core.model import Event, IntentDraft
 from tidings.stores.base import Store
 
 

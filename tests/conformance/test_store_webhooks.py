@@ -1,6 +1,8 @@
 """The Store conformance suite, provider webhooks part: provider events recorded once per
-(provider, message id, type) on the intent's timeline beside ``accepted``, orphans kept
-and adopted later, and the counts behind the metrics.
+(provider, message id, type) on the intent's timeline beside ``accepted``, moving the
+intent accepted -> delivered -> bounced or complained (never out of another state, a
+replay moving nothing), orphans kept and adopted later, and the counts behind the
+metrics.
 
 Runs unchanged on every store adapter; scenarios are given / when / then with every
 ``now`` explicit.
@@ -10,8 +12,8 @@ from __future__ import annotations
 
 import asyncio
 
-from tidings.model import IntentDraft
-from tidings.states import State
+from tidings.core.model import IntentDraft
+from tidings.core.states import State
 from tidings.stores.base import (
     Change,
     ClaimKind,
@@ -58,22 +60,26 @@ async def timeline(store: Store, key: str) -> list[str]:
 # ---------------------------------------------------------------- recording
 
 
-async def test_a_delivery_report_joins_the_timeline_beside_accepted(store: Store) -> None:
+async def test_a_delivery_report_joins_the_timeline_and_moves_the_intent_on(
+    store: Store,
+) -> None:
     await accepted(store, "remind:c1:sms", "SM0001")
 
     result = await store.provider_events_record(
         [event("SM0001", detail="delivered")], now=T0 + 10)
 
-    assert result == RecordResult(recorded=1)
+    assert result == RecordResult(recorded=1, moved=1)
     events = await store.events_for("remind:c1:sms")
     assert [e.type for e in events][-2:] == ["accepted", "provider_delivered"]
     report = events[-1]
     assert (report.channel, report.at, report.detail) == ("sms", T0 + 5, "twilio: delivered")
-    assert report.state == "accepted"  # as the intent is: a report never moves it
+    assert report.state == "delivered"  # the intent's state after the report
     intent = await store.intent_get("remind:c1:sms")
     assert intent is not None
-    assert (intent.state, intent.receipt, intent.accepted_at) == (State.ACCEPTED, "SM0001",
-                                                                   T0 + 1)
+    # The acceptance is kept: its time, its receipt, when it finished.
+    assert (intent.state, intent.receipt, intent.accepted_at, intent.finished_at) == (
+        State.DELIVERED, "SM0001", T0 + 1, T0 + 1)
+    assert intent.disposition == "delivered"
 
 
 async def test_a_report_is_recorded_once_however_often_it_arrives(store: Store) -> None:
@@ -82,7 +88,7 @@ async def test_a_report_is_recorded_once_however_often_it_arrives(store: Store) 
     first = await store.provider_events_record([event("SM0001"), event("SM0001")], now=T0)
     again = await store.provider_events_record([event("SM0001", at=T0 + 9)], now=T0 + 60)
 
-    assert first == RecordResult(recorded=1, duplicates=1)
+    assert first == RecordResult(recorded=1, duplicates=1, moved=1)
     assert again == RecordResult(duplicates=1)
     assert (await timeline(store, "k1")).count("provider_delivered") == 1
 
@@ -94,8 +100,11 @@ async def test_each_type_of_report_on_a_message_is_its_own_event(store: Store) -
         [event("msg-1", DELIVERED, provider="sendgrid"),
          event("msg-1", COMPLAINED, provider="sendgrid", at=T0 + 50)], now=T0 + 60)
 
-    assert result == RecordResult(recorded=2)
-    assert (await timeline(store, "k1"))[-2:] == ["provider_delivered", "provider_complained"]
+    assert result == RecordResult(recorded=2, moved=2, suppressed=1)
+    events = [e for e in await store.events_for("k1") if e.type.startswith("provider_")]
+    assert [(e.type, e.state) for e in events] == [("provider_delivered", "delivered"),
+                                                   ("provider_complained", "complained")]
+    assert (await intent_state(store, "k1")) is State.COMPLAINED
 
 
 async def test_the_same_message_id_from_another_provider_is_another_event(
@@ -106,8 +115,109 @@ async def test_the_same_message_id_from_another_provider_is_another_event(
     result = await store.provider_events_record(
         [event("m-1", provider="generic"), event("m-1", provider="twilio")], now=T0)
 
-    assert result == RecordResult(recorded=2)
+    assert result == RecordResult(recorded=2, moved=1)  # delivered once is delivered
     assert (await timeline(store, "k1")).count("provider_delivered") == 2
+
+
+# ---------------------------------------------------------------- state moves
+
+
+async def intent_state(store: Store, key: str) -> State:
+    intent = await store.intent_get(key)
+    assert intent is not None
+    return intent.state
+
+
+async def test_a_bounce_after_delivery_moves_delivered_to_bounced(store: Store) -> None:
+    await accepted(store, "k1", "SM0001")
+    await store.provider_events_record([event("SM0001")], now=T0 + 10)
+
+    later = await store.provider_events_record([event("SM0001", BOUNCED)], now=T0 + 20)
+
+    assert later == RecordResult(recorded=1, moved=1, suppressed=1)
+    assert await intent_state(store, "k1") is State.BOUNCED
+
+
+async def test_a_report_out_of_order_records_but_never_moves_back(store: Store) -> None:
+    # Given a bounce, then the delivery report the provider sent before it.
+    await accepted(store, "k1", "SM0001")
+    await store.provider_events_record([event("SM0001", BOUNCED)], now=T0 + 10)
+
+    late = await store.provider_events_record([event("SM0001", DELIVERED)], now=T0 + 20)
+    complaint = await store.provider_events_record([event("SM0001", COMPLAINED)], now=T0 + 30)
+
+    assert late == complaint == RecordResult(recorded=1)
+    assert await intent_state(store, "k1") is State.BOUNCED
+    assert (await store.events_for("k1"))[-1].type == "provider_complained"
+    assert (await store.events_for("k1"))[-1].state == "bounced"
+
+
+async def test_a_replayed_report_changes_nothing(store: Store) -> None:
+    await accepted(store, "k1", "SM0001")
+    await store.provider_events_record([event("SM0001", BOUNCED)], now=T0 + 10)
+    before = await store.intent_get("k1")
+    timeline_before = await timeline(store, "k1")
+
+    replay = await store.provider_events_record([event("SM0001", BOUNCED)], now=T0 + 99)
+
+    assert replay == RecordResult(duplicates=1)
+    assert await store.intent_get("k1") == before
+    assert await timeline(store, "k1") == timeline_before
+
+
+async def test_a_failed_report_records_without_moving(store: Store) -> None:
+    await accepted(store, "k1", "SM0001")
+
+    result = await store.provider_events_record(
+        [event("SM0001", ProviderEventType.FAILED)], now=T0 + 10)
+
+    assert result == RecordResult(recorded=1)
+    assert await intent_state(store, "k1") is State.ACCEPTED
+
+
+async def test_a_report_never_moves_an_intent_outside_the_accepted_family(
+    store: Store,
+) -> None:
+    # Given an intent the provider refused, whose message id a report names anyway.
+    await store.intent_admit([draft("k1")], now=T0)
+    [claim] = await store.intent_claim_many(["k1"], owner="w1", lease_s=30, now=T0)
+    await store.intent_apply_many([Change(
+        key="k1", from_state=State.CLAIMED, to_state=State.UNCERTAIN, event="uncertain",
+        lease_token=claim.token)], now=T0 + 1)
+    await store.intent_apply_many([Change(
+        key="k1", from_state=State.UNCERTAIN, to_state=State.DEAD, event="dead",
+        receipt="SM0001")], now=T0 + 2)
+
+    result = await store.provider_events_record([event("SM0001", BOUNCED)], now=T0 + 10)
+
+    assert result.moved == 0
+    assert await intent_state(store, "k1") is State.DEAD
+
+
+async def test_reports_of_many_intents_in_one_batch_each_move_their_own(store: Store) -> None:
+    for i in range(4):
+        await accepted(store, f"k{i}", f"m{i}")
+
+    result = await store.provider_events_record(
+        [event("m3", BOUNCED), event("m0"), event("m1", COMPLAINED), event("m0", BOUNCED),
+         event("m2")], now=T0 + 10)
+
+    # (one number: its first bounce or complaint suppresses it, the rest add nothing)
+    assert result == RecordResult(recorded=5, moved=5, suppressed=1)
+    assert [await intent_state(store, f"k{i}") for i in range(4)] == [
+        State.BOUNCED, State.COMPLAINED, State.DELIVERED, State.BOUNCED]
+
+
+async def test_concurrent_reports_on_one_intent_end_where_the_table_leads(
+    store: Store,
+) -> None:
+    await accepted(store, "k1", "SM0001")
+
+    await asyncio.gather(*(store.provider_events_record([e], now=T0 + 10) for e in (
+        event("SM0001", DELIVERED), event("SM0001", BOUNCED), event("SM0001", DELIVERED))))
+
+    # Whichever came first, a bounce is where the intent ends.
+    assert await intent_state(store, "k1") is State.BOUNCED
 
 
 async def test_an_empty_batch_records_nothing(store: Store) -> None:
@@ -138,7 +248,7 @@ async def test_a_report_for_an_unknown_message_is_kept_as_an_orphan(store: Store
         [event("SM9999", BOUNCED, detail="ErrorCode 30003"), event("SM0001")], now=T0 + 10)
     again = await store.provider_events_record([event("SM9999", BOUNCED)], now=T0 + 20)
 
-    assert result == RecordResult(recorded=1, orphaned=1)
+    assert result == RecordResult(recorded=1, orphaned=1, moved=1)
     assert again == RecordResult(duplicates=1)
     [orphan] = await store.provider_events_orphaned()
     assert (orphan.provider, orphan.message_id, orphan.type) == ("twilio", "SM9999", BOUNCED)
@@ -160,12 +270,15 @@ async def test_an_orphan_is_adopted_once_its_receipt_is_stored(store: Store) -> 
     await store.provider_events_record([event("SM0001", at=T0 + 2)], now=T0 + 3)
     await accepted(store, "k1", "SM0001", now=T0 + 4)
 
-    adopted = await store.provider_events_adopt(since=T0)
-    again = await store.provider_events_adopt(since=T0)
+    adopted = await store.provider_events_adopt(since=T0, now=T0 + 5)
+    again = await store.provider_events_adopt(since=T0, now=T0 + 6)
 
     assert (adopted, again) == (1, 0)
     assert await store.provider_events_orphaned() == []
     assert (await timeline(store, "k1"))[-2:] == ["accepted", "provider_delivered"]
+    # Adopted, the report moves its intent as it would have on arrival.
+    assert await intent_state(store, "k1") is State.DELIVERED
+    assert (await store.events_for("k1"))[-1].state == "delivered"
     # Adopted, it is a duplicate like any event seen before.
     repeat = await store.provider_events_record([event("SM0001")], now=T0 + 9)
     assert repeat == RecordResult(duplicates=1)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
-from tidings.model import OutgoingMessage, QueueDepth, Received
+from tidings.core.model import OutgoingMessage, QueueDepth, Received
 from tidings.transports.base import RecordsReceiver, Transport
 
 T0 = 1_000_000.0

@@ -35,15 +35,15 @@ from typing import Any, TypeVar
 
 import pytest
 
-from tidings.audience import GeneratorAudience
-from tidings.campaign import Campaign
-from tidings.cron import Schedule
-from tidings.errors import StoreError
-from tidings.keys import campaign_key_maker
-from tidings.model import IntentDraft, Recipient
+from tidings.admission.audience import GeneratorAudience
+from tidings.admission.campaign import Campaign
+from tidings.admission.scheduler import Scheduler, SchedulerConfig, occurrence_id
+from tidings.core.cron import Schedule
+from tidings.core.errors import StoreError
+from tidings.core.keys import campaign_key_maker
+from tidings.core.model import IntentDraft, Recipient
+from tidings.core.states import State
 from tidings.runtime import open_store
-from tidings.scheduler import Scheduler, SchedulerConfig, occurrence_id
-from tidings.states import State
 from tidings.stores.base import Change, ClaimKind, Store
 
 pytestmark = pytest.mark.slow

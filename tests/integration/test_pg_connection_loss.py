@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 import psycopg
 import pytest
 
-from tidings.model import IntentDraft
+from tidings.core.model import IntentDraft
 from tidings.stores import postgres_db
 from tidings.stores.postgres import PostgresStore
 from tidings.stores.postgres_db import Conn, PostgresDatabase
@@ -34,7 +34,7 @@ async def terminate_ours(admin_url: str, url: str) -> int:
     async with await psycopg.AsyncConnection.connect(admin_url, autocommit=True) as conn:
         cur = await conn.execute(
             "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-            # The URL's name follows the process's own (tidings.liveness.application_name).
+            # The URL's name follows the process's own (tidings.core.liveness.application_name).
             "WHERE application_name LIKE %s AND datname = %s AND pid <> pg_backend_pid()",
             (f"tidings % {APP}", database))
         row = await cur.fetchone()

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 import psycopg
 import pytest
 
-from tidings.model import IntentDraft, OutgoingMessage
+from tidings.core.model import IntentDraft, OutgoingMessage
 from tidings.stores.postgres import PostgresStore
 from tidings.transports.postgres import PostgresTransport
 

@@ -12,12 +12,16 @@ from collections.abc import AsyncIterator
 import psycopg
 import pytest
 
-from tidings.clock import SystemClock
-from tidings.errors import ConfigurationError, InvalidInput
+from support.pg_urls import without_search_path
+from tidings.config.settings import Settings
+from tidings.core.clock import SystemClock
+from tidings.core.errors import ConfigurationError, InvalidInput
 from tidings.providers.sandbox import SandboxTwinProvider
 from tidings.runtime import Runtime, build_runtime
 from tidings.sandbox.core import SandboxConfig, SandboxCore
-from tidings.settings import Settings
+
+#: A channel on the in-process sandbox, named as such: no channel has a provider by default.
+TWIN = {"provider": {"kind": "sandbox-twin"}}
 
 RECIPIENT = {"id": "customer-73", "email": "c73@example.test", "phone": "+447700900073"}
 
@@ -30,7 +34,7 @@ async def sandbox() -> SandboxCore:
 @pytest.fixture
 async def runtime(pg_url: str, sandbox: SandboxCore) -> AsyncIterator[Runtime]:
     clock = SystemClock()
-    settings = Settings.parse({"store": pg_url, "channels": {"email": {}, "sms": {}}})
+    settings = Settings.parse({"store": pg_url, "channels": {"email": TWIN, "sms": TWIN}})
     providers = {c: SandboxTwinProvider(core=sandbox, channel=c, clock=clock)
                  for c in ("email", "sms")}
     rt = await build_runtime(settings, clock=clock, providers=providers)
@@ -159,8 +163,45 @@ async def test_a_connection_that_is_not_psycopg_names_the_field(runtime: Runtime
 
 
 async def test_the_sqlite_store_refuses_a_caller_connection(tmp_path: object) -> None:
-    settings = Settings.parse({"store": f"sqlite:///{tmp_path}/t.db", "channels": {"email": {}}})
+    settings = Settings.parse({"store": f"sqlite:///{tmp_path}/t.db", "channels": {"email": TWIN}})
     async with await build_runtime(settings) as rt:
         with pytest.raises(ConfigurationError, match="connection"):
             await rt.notify(key="s-9:c", recipient=RECIPIENT, channels=["email"],
                             template="shipment/v1", connection=object())
+
+
+async def test_a_search_path_without_the_stores_schema_is_joined_in_it(
+        runtime: Runtime, pg_url: str,
+        sandbox: SandboxCore) -> None:
+    # The application's connection has the database's default search_path ("$user",
+    # public), where the store's tables are not: the join sets the store's for its writes.
+    app_url = without_search_path(pg_url)
+    async with await psycopg.AsyncConnection.connect(app_url) as conn:
+        before = await (await conn.execute("SHOW search_path")).fetchone()
+        await runtime.notify(key="shipment-10:customer-73", recipient=RECIPIENT,
+                             channels=["email"], template="shipment/v1", connection=conn)
+        assert await (await conn.execute("SHOW search_path")).fetchone() == before
+        await conn.commit()
+    assert await counts(pg_url, "shipment-10:") == (1, 1, 1)
+    await deliver_all(runtime, "email")
+    assert sandbox.stats()["channels"]["email"]["accepted_keys"] == 1
+
+
+async def test_an_autocommit_connection_outside_a_transaction_is_refused(
+        runtime: Runtime, pg_url: str) -> None:
+    async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
+        with pytest.raises(InvalidInput, match="connection: is in no transaction"):
+            await runtime.notify(key="shipment-11:customer-73", recipient=RECIPIENT,
+                                 channels=["email"], template="shipment/v1",
+                                 connection=conn)
+    assert await counts(pg_url, "shipment-11:") == (0, 0, 0)
+
+
+async def test_a_connection_to_another_database_is_refused(
+        runtime: Runtime, pg_admin_url: str) -> None:
+    async with await psycopg.AsyncConnection.connect(pg_admin_url) as conn:
+        with pytest.raises(InvalidInput, match="connection: is to database 'postgres'"):
+            await runtime.notify(key="shipment-12:customer-73", recipient=RECIPIENT,
+                                 channels=["email"], template="shipment/v1",
+                                 connection=conn)
+        assert await (await conn.execute("SELECT 1")).fetchone() == (1,)

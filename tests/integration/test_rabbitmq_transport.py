@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 import aio_pika
 import pytest
 
-from tidings.model import OutgoingMessage
+from tidings.core.model import OutgoingMessage
 from tidings.transports.rabbitmq import DELIVERY_LIMIT, RabbitTransport
 
 VIS = 30.0

@@ -21,8 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from support.redis_server import RedisServer
-from tidings.errors import TransportError
-from tidings.model import OutgoingMessage, Received
+from tidings.core.errors import TransportError
+from tidings.core.model import OutgoingMessage, Received
 from tidings.stores.sqlite_db import SqliteDatabase
 from tidings.transports.base import Transport
 from tidings.transports.redis_streams import MAX_BLOCK_S, RedisStreamsTransport

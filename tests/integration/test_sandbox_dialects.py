@@ -14,14 +14,14 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from tidings.intake import NotifyRequest
-from tidings.model import Content, SendRequest
-from tidings.outcomes import Accepted, LookupHint, LookupStatus, Uncertain
+from tidings.admission.intake import NotifyRequest
+from tidings.config.settings import Settings
+from tidings.core.model import Content, SendRequest
+from tidings.core.outcomes import Accepted, LookupHint, LookupStatus, Uncertain
+from tidings.core.states import State
 from tidings.runtime import build_runtime
 from tidings.sandbox import SandboxConfig, serve
 from tidings.sandbox.dialects import DialectSettings
-from tidings.settings import Settings
-from tidings.states import State
 from tidings.webhooks.verify import TwilioVerifier, WebhookRequest
 
 TOKEN = "twilio-auth-token-1"
@@ -80,13 +80,13 @@ async def hooks() -> AsyncIterator[Hooks]:
 @pytest.mark.parametrize("dialect", ["postmark", "sendgrid", "twilio"])
 async def test_the_adapter_sends_and_looks_up_in_its_providers_dialect(
         dialect: str, tmp_path: Path) -> None:
-    from tidings.clock import SystemClock
-    from tidings.providers.config import (
+    from tidings.config.providers import (
         PostmarkProviderSettings,
         SendGridProviderSettings,
         TwilioProviderSettings,
-        build_provider_from,
     )
+    from tidings.core.clock import SystemClock
+    from tidings.providers.build import build_provider_from
 
     server = await serve(SandboxConfig(dedupe=False, lost_response=1.0, quotas=QUOTAS),
                          dialects=DialectSettings(dialects=(dialect,)))
@@ -99,7 +99,7 @@ async def test_the_adapter_sends_and_looks_up_in_its_providers_dialect(
     provider = build_provider_from(settings, channel=channel, clock=clock, env=ENV)
     try:
         request = SendRequest(key="order-1", channel=channel, to=to, template="t/v1",
-                              data="{}", recipient_id="r1", content=CONTENT)
+                              data={}, recipient_id="r1", content=CONTENT)
         lost = await provider.send(request)
         hint = LookupHint(to=to, sent_after=clock.now() - 60, sent_before=clock.now() + 60)
         found = await (provider.lookup("order-1", hint)  # type: ignore[call-arg]
@@ -111,7 +111,7 @@ async def test_the_adapter_sends_and_looks_up_in_its_providers_dialect(
                          if dialect == "twilio" else provider.lookup("order-2"))
         server.core.configure(SandboxConfig(dedupe=False, quotas=QUOTAS))
         sent = await provider.send(SendRequest(key="order-3", channel=channel, to=to,
-                                               template="t/v1", data="{}",
+                                               template="t/v1", data={},
                                                recipient_id="r1", content=CONTENT))
     finally:
         await provider.close()
@@ -125,8 +125,9 @@ async def test_the_adapter_sends_and_looks_up_in_its_providers_dialect(
 
 
 async def test_the_twilio_dialect_signs_its_status_callbacks(hooks: Hooks) -> None:
-    from tidings.clock import SystemClock
-    from tidings.providers.config import TwilioProviderSettings, build_provider_from
+    from tidings.config.providers import TwilioProviderSettings
+    from tidings.core.clock import SystemClock
+    from tidings.providers.build import build_provider_from
 
     server = await serve(SandboxConfig(dedupe=False, quotas=QUOTAS), dialects=DialectSettings(
         dialects=("twilio",), twilio_auth_token=TOKEN, webhook_delay_s=0.0))
@@ -135,7 +136,7 @@ async def test_the_twilio_dialect_signs_its_status_callbacks(hooks: Hooks) -> No
     provider = build_provider_from(settings, channel="sms", clock=SystemClock(), env=ENV)
     try:
         outcome = await provider.send(SendRequest(
-            key="order/1", channel="sms", to="+15557654321", template="t/v1", data="{}",
+            key="order/1", channel="sms", to="+15557654321", template="t/v1", data={},
             recipient_id="r1", content=CONTENT))
         for _ in range(100):
             if hooks.received:
@@ -153,8 +154,9 @@ async def test_the_twilio_dialect_signs_its_status_callbacks(hooks: Hooks) -> No
 
 
 async def test_the_postmark_dialect_posts_delivery_records_with_metadata(hooks: Hooks) -> None:
-    from tidings.clock import SystemClock
-    from tidings.providers.config import PostmarkProviderSettings, build_provider_from
+    from tidings.config.providers import PostmarkProviderSettings
+    from tidings.core.clock import SystemClock
+    from tidings.providers.build import build_provider_from
 
     target = hooks.url.replace("http://", "http://hooks:pw@") + "/v1/webhooks/postmark"
     server = await serve(SandboxConfig(dedupe=False, lost_response=1.0, quotas=QUOTAS),
@@ -167,7 +169,7 @@ async def test_the_postmark_dialect_posts_delivery_records_with_metadata(hooks: 
     try:
         outcome = await provider.send(SendRequest(
             key="order-1", channel="email", to="ada@example.com", template="t/v1",
-            data="{}", recipient_id="r1", content=CONTENT))
+            data={}, recipient_id="r1", content=CONTENT))
         for _ in range(100):
             if hooks.received:
                 break
@@ -235,8 +237,9 @@ async def test_lost_answers_settle_with_no_key_accepted_twice(
 async def test_the_sendgrid_dialect_signs_its_event_webhook(hooks: Hooks) -> None:
     from cryptography.hazmat.primitives.asymmetric import ec
 
-    from tidings.clock import SystemClock
-    from tidings.providers.config import SendGridProviderSettings, build_provider_from
+    from tidings.config.providers import SendGridProviderSettings
+    from tidings.core.clock import SystemClock
+    from tidings.providers.build import build_provider_from
     from tidings.webhooks.parse import parse_sendgrid
     from tidings.webhooks.verify import SendGridVerifier
 
@@ -252,7 +255,7 @@ async def test_the_sendgrid_dialect_signs_its_event_webhook(hooks: Hooks) -> Non
     try:
         outcome = await provider.send(SendRequest(
             key="order-1", channel="email", to="ada@example.com", template="t/v1",
-            data="{}", recipient_id="r1", content=CONTENT))
+            data={}, recipient_id="r1", content=CONTENT))
         for _ in range(100):
             if hooks.received:
                 break

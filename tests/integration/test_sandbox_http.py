@@ -21,9 +21,9 @@ import httpx
 import pytest
 
 from support.crm import free_port
-from tidings.clock import FakeClock
-from tidings.model import SendRequest
-from tidings.outcomes import Accepted, Lookup, Permanent, RateLimited, Transient, Uncertain
+from tidings.core.clock import FakeClock
+from tidings.core.model import SendRequest
+from tidings.core.outcomes import Accepted, Lookup, Permanent, RateLimited, Transient, Uncertain
 from tidings.providers.sandbox import SandboxHttpProvider
 from tidings.sandbox import SandboxConfig, SandboxCore, SandboxServer, serve
 
@@ -73,7 +73,7 @@ async def provider(request: pytest.FixtureRequest,
 
 
 def message(key: str = KEY, to: str = "ada@example.com") -> SendRequest:
-    return SendRequest(key=key, channel="email", to=to, template="digest", data="{}",
+    return SendRequest(key=key, channel="email", to=to, template="digest", data={},
                        recipient_id="cust_1042")
 
 

@@ -25,10 +25,11 @@ from typing import Any
 
 import pytest
 
-from tidings.clock import FakeClock
-from tidings.model import Content, SendRequest
-from tidings.outcomes import Accepted, Outcome, Permanent, RateLimited, Transient, Uncertain
-from tidings.providers.config import SmtpProviderSettings, build_provider_from
+from tidings.config.providers import SmtpProviderSettings
+from tidings.core.clock import FakeClock
+from tidings.core.model import Content, SendRequest
+from tidings.core.outcomes import Accepted, Outcome, Permanent, RateLimited, Transient, Uncertain
+from tidings.providers.build import build_provider_from
 from tidings.providers.smtp import SmtpProvider, message_id
 
 pytestmark = pytest.mark.slow
@@ -121,7 +122,7 @@ def provider_for(server: SmtpServer, **options: Any) -> SmtpProvider:
 
 
 def message(key: str, to: str = "ada@example.com") -> SendRequest:
-    return SendRequest(key=key, channel="email", to=to, template="digest", data="{}",
+    return SendRequest(key=key, channel="email", to=to, template="digest", data={},
                        recipient_id="cust_1042", content=CONTENT)
 
 

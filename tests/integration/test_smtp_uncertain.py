@@ -12,10 +12,10 @@ import pytest
 
 from support.fake_http_providers import Scenario
 from support.smtp_side import LocalSmtp, SmtpSide, serve_smtp
-from tidings.clock import FakeClock
+from tidings.config.settings import Settings
+from tidings.core.clock import FakeClock
+from tidings.core.states import State
 from tidings.runtime import Runtime, build_runtime
-from tidings.settings import Settings
-from tidings.states import State
 
 T0 = 1_780_000_000.0
 

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from tidings.intake import NotifyRequest
+from tidings.admission.intake import NotifyRequest
+from tidings.config.settings import Settings
+from tidings.core.states import State
 from tidings.runtime import build_runtime
 from tidings.sandbox import SandboxConfig, serve
-from tidings.settings import Settings
-from tidings.states import State
 
 pytestmark = pytest.mark.slow
 

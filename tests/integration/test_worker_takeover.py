@@ -2,7 +2,7 @@
 
 Two real ``tidings worker`` processes serve one paced channel through the sandbox HTTP
 server (dedupe off: a key sent twice is accepted twice); one is SIGKILLed while it
-holds leases. Its marker is seen gone at once (``tidings.liveness``), the reconciler of
+holds leases. Its marker is seen gone at once (``tidings.core.liveness``), the reconciler of
 the survivor ends its leases (to uncertain, settled by the sandbox's lookup) and makes
 its messages visible again, so its keys are settled long before ``lease_s`` (30 s
 here). The witness is the sandbox's own count: every key accepted, none twice.
@@ -24,12 +24,15 @@ from typing import Any
 import pytest
 
 from support import waits
-from tidings.intake import NotifyRequest
-from tidings.liveness import LivenessConfig, gone
+from tidings.admission.intake import NotifyRequest
+from tidings.config.settings import Settings
+from tidings.core.liveness import LivenessConfig, gone
+from tidings.core.states import State
 from tidings.runtime import Runtime, build_runtime
 from tidings.sandbox import LatencySpec, SandboxConfig, serve
-from tidings.settings import Settings
-from tidings.states import State
+
+#: A channel on the in-process sandbox, named as such: no channel has a provider by default.
+TWIN = {"provider": {"kind": "sandbox-twin"}}
 
 pytestmark = pytest.mark.slow
 
@@ -153,7 +156,7 @@ async def test_a_postgres_marker_goes_with_its_session(pg_url: str, tmp_path: Pa
     silent for ``fence_s`` (it may live on, but by then it starts no send)."""
     import psycopg
 
-    settings = Settings.parse({"store": pg_url, "channels": {"email": {}}})
+    settings = Settings.parse({"store": pg_url, "channels": {"email": TWIN}})
     runtime = await build_runtime(settings)
     try:
         registry = runtime.registry()

@@ -18,16 +18,16 @@ from typing import Any, TypeVar
 import pytest
 
 from support.clock_driver import ClockDriver, ExecutorCalls
-from tidings.campaign import Campaign
-from tidings.clock import FakeClock
-from tidings.model import Event, Intent, SendRequest
-from tidings.outcomes import Lookup, Outcome
+from tidings.admission.campaign import Campaign
+from tidings.config.settings import Settings
+from tidings.core.clock import FakeClock
+from tidings.core.model import Event, Intent, SendRequest
+from tidings.core.outcomes import Lookup, Outcome
+from tidings.core.states import DONE, State
+from tidings.delivery.worker import Worker
 from tidings.providers.sandbox import SandboxTwinProvider
 from tidings.runtime import Runtime, build_runtime
 from tidings.sandbox import SandboxConfig, SandboxCore
-from tidings.settings import Settings
-from tidings.states import DONE, State
-from tidings.worker import Worker
 
 T = TypeVar("T")
 

@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tidings import operations
-from tidings.audience import GeneratorAudience
-from tidings.campaign import Campaign
-from tidings.capacity import Bound, Verdict
-from tidings.cron import Schedule
-from tidings.model import Recipient
-from tidings.states import State
+from tidings.admission.audience import GeneratorAudience
+from tidings.admission.campaign import Campaign
+from tidings.core.cron import Schedule
+from tidings.core.model import Recipient
+from tidings.core.states import State
+from tidings.operate import operations
+from tidings.operate.capacity import Bound, Verdict
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

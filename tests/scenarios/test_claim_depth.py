@@ -14,10 +14,10 @@ import asyncio
 import math
 from typing import TYPE_CHECKING, Any
 
-from tidings.errors import StoreError
-from tidings.model import Received
-from tidings.states import State
-from tidings.worker import Worker
+from tidings.core.errors import StoreError
+from tidings.core.model import Received
+from tidings.core.states import State
+from tidings.delivery.worker import Worker
 
 if TYPE_CHECKING:
     from conftest import Harness, HarnessFactory

@@ -14,14 +14,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tidings import bulk, holds
-from tidings.audience import GeneratorAudience
-from tidings.campaign import Campaign
-from tidings.cron import Schedule
-from tidings.errors import InvalidInput
-from tidings.model import IntentDraft, Recipient
-from tidings.rollout import declare_paused
-from tidings.states import State
+from tidings.admission.audience import GeneratorAudience
+from tidings.admission.campaign import Campaign
+from tidings.admission.rollout import declare_paused
+from tidings.core.cron import Schedule
+from tidings.core.errors import InvalidInput
+from tidings.core.model import IntentDraft, Recipient
+from tidings.core.states import State
+from tidings.delivery import hold_gate
+from tidings.operate import bulk, holds
 from tidings.stores.base import Change
 
 if TYPE_CHECKING:
@@ -273,7 +274,7 @@ async def test_a_hold_reaches_a_running_worker_within_the_gate_ttl(h: Harness) -
     await holds.hold(h.rt.store, scope="campaign", name="digest", by=OPERATOR,
                      now=h.clock.now())
     later = await admit(h, "digest", 3, prefix="after")
-    h.clock.advance(holds.GATE_TTL_S)
+    h.clock.advance(hold_gate.GATE_TTL_S)
     await h.run_once(worker)
     # then the same worker parks it
     assert await states(h, later) == {"parked": 3}
@@ -508,7 +509,7 @@ async def test_whatever_the_order_no_held_intent_is_sent_and_each_is_sent_once(
                                     name=target[1], by=OPERATOR, now=h.clock.now())
                 active.discard(target)
             elif op == "work":
-                h.clock.advance(holds.GATE_TTL_S)  # every worker has seen every hold
+                h.clock.advance(hold_gate.GATE_TTL_S)  # every worker has seen every hold
                 before = len(h.provider.sent)
                 await h.run_once(worker)
                 for sent in h.provider.sent[before:]:

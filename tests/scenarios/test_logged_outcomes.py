@@ -2,7 +2,7 @@
 surrogate, message id, provider request id, attempt, outcome and worker, loud enough
 when it matters, and never the address.
 
-Runs the real log set-up (``tidings.logs``, JSON) over the scenario harness: the
+Runs the real log set-up (``tidings.core.logs``, JSON) over the scenario harness: the
 sandbox twin on a fake clock, no sleeping.
 """
 
@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from support.logcapture import json_logs, lines, restored_logging
-from tidings.audience import GeneratorAudience
-from tidings.campaign import Campaign
-from tidings.cron import Schedule
-from tidings.logs import log_time
-from tidings.model import Recipient
-from tidings.surrogate import surrogate
+from tidings.admission.audience import GeneratorAudience
+from tidings.admission.campaign import Campaign
+from tidings.core.cron import Schedule
+from tidings.core.logs import log_time
+from tidings.core.model import Recipient
+from tidings.core.surrogate import surrogate
 
 if TYPE_CHECKING:
     from conftest import Harness, HarnessFactory

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tidings.errors import InvalidInput, StoreError
-from tidings.states import State
+from tidings.core.errors import InvalidInput, StoreError
+from tidings.core.states import State
 
 if TYPE_CHECKING:
     from conftest import Harness

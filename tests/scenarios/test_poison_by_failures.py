@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from tidings.compose import Composed
-from tidings.model import Intent
-from tidings.states import State
+from tidings.core.model import Intent
+from tidings.core.states import State
+from tidings.delivery.compose import Composed
 
 if TYPE_CHECKING:
     from conftest import Harness, HarnessFactory

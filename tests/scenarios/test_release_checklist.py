@@ -19,12 +19,13 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tidings.audience import GeneratorAudience
-from tidings.campaign import Campaign
-from tidings.cron import Schedule
-from tidings.errors import ConfigurationError, InvalidInput, StoreError
-from tidings.intake import NotifyRequest
-from tidings.model import (
+from tidings.admission.audience import GeneratorAudience
+from tidings.admission.campaign import Campaign
+from tidings.admission.intake import NotifyRequest
+from tidings.config.settings import Settings
+from tidings.core.cron import Schedule
+from tidings.core.errors import ConfigurationError, InvalidInput, StoreError
+from tidings.core.model import (
     MAX_PAYLOAD_BYTES,
     IntentDraft,
     Message,
@@ -33,10 +34,9 @@ from tidings.model import (
     Recipient,
     SendRequest,
 )
-from tidings.outcomes import RateLimited, Uncertain
+from tidings.core.outcomes import RateLimited, Uncertain
+from tidings.core.states import State
 from tidings.runtime import build_runtime
-from tidings.settings import Settings
-from tidings.states import State
 from tidings.stores.base import Change, ClaimKind
 
 if TYPE_CHECKING:
@@ -172,7 +172,7 @@ async def test_lease_expiry_hands_the_message_to_another_worker_once(
         # ... after its request reached the provider, before it could record the answer
         intent = await h.intent(key)
         await h.provider.send(SendRequest(key=key, channel=EMAIL, to=intent.address,
-                                          template=intent.template, data=intent.data,
+                                          template=intent.template, data_json=intent.data,
                                           recipient_id=intent.recipient_id))
     settings = h.rt.settings.worker
     assert settings.visibility_s > settings.lease_s
@@ -742,7 +742,7 @@ async def test_a_bad_campaign_is_refused_before_the_store_is_opened(tmp_path: An
     # Given settings whose campaign audience cannot be imported (only build_runtime sees it)
     url = f"sqlite:///{tmp_path}/bad.db"
     settings = Settings.parse({
-        "store": url, "channels": {EMAIL: {}},
+        "store": url, "channels": {EMAIL: {"provider": {"kind": "sandbox-twin"}}},
         "campaigns": {"digest": {"cron": "0 9 * * *", "channels": [EMAIL], "template": "t",
                                  "audience": {"python": "no_such_module_here:gen"}}}})
     # When the runtime is built, then the error names the campaign's field

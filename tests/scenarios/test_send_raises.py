@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tidings.compose import Composed
-from tidings.errors import StoreError
-from tidings.model import Intent
+from tidings.core.errors import StoreError
+from tidings.core.model import Intent
+from tidings.core.states import State
+from tidings.delivery.compose import Composed
 from tidings.providers.faults import RaisingProvider
-from tidings.states import State
 
 if TYPE_CHECKING:
     from conftest import Harness, HarnessFactory
@@ -118,7 +118,7 @@ async def test_a_pacer_that_raises_before_the_send_is_a_transient_failure_with_b
     # and the event says what was raised, with neither the address nor the number
     event = await last_event(h, key)
     assert (event.type, event.state) == ("transient_failure", "retryable")
-    assert event.detail.startswith("raised before the send: tidings.errors.StoreError: "
+    assert event.detail.startswith("raised before the send: tidings.core.errors.StoreError: "
                                    "pacer state locked while pacing")
     assert_no_address(event.detail)
 
@@ -308,7 +308,7 @@ async def test_a_send_past_its_deadline_is_cut_off_and_uncertain(h: Harness) -> 
     assert w.held == 0 and w.stats.raised == 1
     detail = (await last_event(h, key)).detail
     assert detail.startswith("raised during the send, which may have reached the provider: "
-                             "tidings.errors.SendDeadlineExceeded: no answer within "
+                             "tidings.core.errors.SendDeadlineExceeded: no answer within "
                              "send_deadline_s (0 s)"), detail
     # and the reconciler settles it as any uncertain send: once
     w.provider = h.provider
@@ -345,7 +345,7 @@ async def test_a_send_that_raises_every_time_ends_dead_with_the_reason(
     assert_no_address(dead.reason)
     if where == "pacer":
         assert dead.reason.startswith("retry budget spent after 3 transient failures: "
-                                      "raised before the send: tidings.errors.StoreError")
+                                      "raised before the send: tidings.core.errors.StoreError")
     else:
         # three uncertain tries, each settled by lookup as not accepted, then no fourth
         assert provider.counts.sends == 3

@@ -41,14 +41,22 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from tidings.clock import FakeClock
-from tidings.errors import TidingsError
-from tidings.model import Message, SendRequest
-from tidings.outcomes import Accepted, Lookup, Outcome, Permanent, RateLimited, Transient, Uncertain
+from tidings.config.settings import Settings
+from tidings.core.clock import FakeClock
+from tidings.core.errors import KeyConflict, TidingsError
+from tidings.core.model import Message, SendRequest
+from tidings.core.outcomes import (
+    Accepted,
+    Lookup,
+    Outcome,
+    Permanent,
+    RateLimited,
+    Transient,
+    Uncertain,
+)
+from tidings.core.states import ACCEPTED_FAMILY, DONE, TRANSITIONS, State
 from tidings.runtime import Runtime, build_runtime
 from tidings.sandbox import SandboxConfig, SandboxCore
-from tidings.settings import Settings
-from tidings.states import ACCEPTED_FAMILY, DONE, TRANSITIONS, State
 from tidings.stores.base import Change, Claim, ClaimKind
 
 T = TypeVar("T")
@@ -212,6 +220,7 @@ class DeliveryMachine(RuleBasedStateMachine):
         self.provider = ScriptedProvider(self.core, self.clock)
         self.ids = itertools.count()
         self.absorbed: dict[str, State] = {}
+        self.asked: dict[str, float | None] = {}  # each key's expiry, as first notified
         data = {
             "store": f"sqlite:///{self.dir / 'sm.db'}",
             "channels": {EMAIL: {"max_in_flight": 1000}},
@@ -269,10 +278,27 @@ class DeliveryMachine(RuleBasedStateMachine):
 
     @rule(i=st.integers(0, KEYS - 1), expiring=st.booleans())
     def notify(self, i: int, expiring: bool) -> None:
-        """A new intent, or a repeated notify of an existing key (a no-op)."""
+        """A new intent, a repeated notify of an existing key (a no-op, answered
+        existing), or another request under it (another expiry: refused, nothing
+        written)."""
+        key = f"k{i}"
         expires_at = self.clock.now() + 120 if expiring else None
-        self.run(self.rt.notify(key=f"k{i}", recipient={"id": f"c{i}", "email": f"c{i}@x.io"},
-                                channels=[EMAIL], template="t", expires_at=expires_at))
+        repeat = key in self.asked and (self.asked[key] is None) == (expires_at is None)
+        if repeat:
+            expires_at = self.asked[key]
+
+        def call() -> Any:
+            return self.rt.notify(key=key, recipient={"id": f"c{i}", "email": f"c{i}@x.io"},
+                                  channels=[EMAIL], template="t", expires_at=expires_at)
+
+        if key in self.asked and not repeat:
+            with contextlib.suppress(KeyConflict):
+                self.run(call())
+                raise AssertionError(f"another expiry under {key!r} was not refused")
+            return
+        made = self.run(call())
+        assert (made.existing if repeat else made.created) == tuple(made)
+        self.asked[key] = expires_at
 
     @rule(outcomes=st.lists(st.sampled_from(OUTCOMES), max_size=KEYS))
     def claim_and_send(self, outcomes: list[str]) -> None:

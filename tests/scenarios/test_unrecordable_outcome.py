@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tidings.errors import StoreError
-from tidings.outcomes import Accepted, Permanent, RateLimited, Transient
-from tidings.states import State
+from tidings.core.errors import StoreError
+from tidings.core.outcomes import Accepted, Permanent, RateLimited, Transient
+from tidings.core.states import State
+from tidings.delivery.worker import COMMIT_APART_AFTER, PLAIN_REASON
 from tidings.stores.base import Change, QueueAcks
-from tidings.worker import COMMIT_APART_AFTER, PLAIN_REASON
 
 if TYPE_CHECKING:
     from conftest import HarnessFactory

@@ -25,28 +25,17 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from email.utils import formatdate
-from enum import StrEnum
 from typing import Any, Literal
 from urllib.parse import parse_qs, unquote
 
 import httpx
 from aiohttp import web
 
-RETRY_AFTER_S = 5
+from tidings.testing import RETRY_AFTER_S, Scenario
 
-
-class Scenario(StrEnum):
-    """What the provider side does with the next request."""
-
-    ACCEPT = "accept"
-    RATE_LIMITED_SECONDS = "rate_limited_seconds"
-    RATE_LIMITED_DATE = "rate_limited_date"
-    TRY_LATER = "try_later"
-    REFUSE = "refuse"
-    DROP_AFTER_SEND = "drop_after_send"
-    ACCEPT_THEN_DROP = "accept_then_drop"
-    HANG_AFTER_SEND = "hang_after_send"
-    UNREACHABLE = "unreachable"
+# The contract kit's own scenarios and Retry-After: the sides here are the ones the kit
+# is run against for every built-in adapter (tests/conformance/test_provider_kit.py).
+__all__ = ["RETRY_AFTER_S", "Scenario"]
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """Given-helpers for tests of what tidings logs: configure the real set-up
-(``tidings.logs``) onto a string buffer, read it back as JSON lines, and put the
+(``tidings.core.logs``) onto a string buffer, read it back as JSON lines, and put the
 process's logging back as it was afterwards."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 import structlog
 
-from tidings.logs import configure_logging, use_clock
+from tidings.core.logs import configure_logging, use_clock
 
 
 @contextmanager

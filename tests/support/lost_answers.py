@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from tidings.model import SendRequest
-from tidings.outcomes import Lookup, Uncertain
+from tidings.core.model import SendRequest
+from tidings.core.outcomes import Lookup, Uncertain
 
 
 @dataclass

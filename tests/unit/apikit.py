@@ -13,15 +13,18 @@ from typing import Any
 import httpx
 from fastapi import FastAPI
 
+from tidings.admission.audience import GeneratorAudience
+from tidings.admission.campaign import Campaign
 from tidings.api import create_app, sign
 from tidings.api.tokens import new_token
-from tidings.audience import GeneratorAudience
-from tidings.campaign import Campaign
-from tidings.clock import FakeClock
-from tidings.cron import Schedule
-from tidings.model import Recipient
+from tidings.config.settings import Settings
+from tidings.core.clock import FakeClock
+from tidings.core.cron import Schedule
+from tidings.core.model import Recipient
 from tidings.runtime import Runtime, build_runtime
-from tidings.settings import Settings
+
+#: A channel on the in-process sandbox, named as such: no channel has a provider by default.
+TWIN = {"provider": {"kind": "sandbox-twin"}}
 
 #: Friday 2026-08-14 09:00:05 UTC: five seconds after the daily digest's 09:00 fire time.
 T0 = 1_786_698_005.0
@@ -52,7 +55,8 @@ def settings_for(tmp_path: Path, *, api: Mapping[str, Any] | None = None,
                  store: str | None = None) -> Settings:
     return Settings.parse({
         "store": store or f"sqlite:///{tmp_path / 'api.db'}",
-        "channels": channels or {"email": {"quota": "10/s"}, "sms": {"quota": "5/s"}},
+        "channels": channels or {"email": {"quota": "10/s", **TWIN},
+                                 "sms": {"quota": "5/s", **TWIN}},
         "scheduler": {"page_size": page_size, "max_pages": max_pages},
         "api": {"queues": {"weekly-digest": {"campaign": "weekly-digest"},
                            "transactional-email": {"channel": "email"}},

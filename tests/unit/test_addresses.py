@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tidings.addresses import check_address
+from tidings.core.addresses import check_address
 
 
 @pytest.mark.parametrize("address", [

@@ -28,8 +28,8 @@ from tidings.api.tokens import (
     parse_scopes,
     split_token,
 )
-from tidings.durations import parse_duration
-from tidings.errors import ConfigurationError, InvalidInput
+from tidings.core.durations import parse_duration
+from tidings.core.errors import ConfigurationError, InvalidInput
 
 #: Values for the path parameters of every route, to call each one concretely.
 PATH_VALUES = {"campaign": "weekly-digest", "channel": "email", "date": DAY,

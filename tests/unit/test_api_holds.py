@@ -11,7 +11,7 @@ import pytest
 from apikit import DAY, Api, open_api
 from test_api_ui import FRAGMENT, HTML, session
 
-from tidings.states import State
+from tidings.core.states import State
 
 KEY = f"weekly-digest/{DAY}/cust_0001/email/v3"
 HOLD = {"campaign": "weekly-digest", "reason": "template bug"}

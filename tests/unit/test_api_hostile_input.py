@@ -15,11 +15,11 @@ from apikit import Api, open_api, publish_body, publish_headers
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tidings.api.publish import _predecessors
-from tidings.errors import ConfigurationError, InvalidInput
-from tidings.keys import storable
-from tidings.preferences import zone
-from tidings.settings import Settings
+from tidings.admission.publish_intake import _predecessors
+from tidings.config.settings import Settings
+from tidings.core.errors import ConfigurationError, InvalidInput
+from tidings.core.keys import storable
+from tidings.core.preferences import zone
 from tidings.webhooks.parse import parse
 
 HUGE = "9" * 400

@@ -14,11 +14,11 @@ import httpx
 import pytest
 from apikit import DAY, Api, open_api, publish_body, publish_headers
 
-from tidings.api.publish import sendable
-from tidings.clock import FakeClock
-from tidings.compose import Composer
-from tidings.model import IntentDraft
-from tidings.templates import TemplateSet
+from tidings.admission.publish_intake import sendable
+from tidings.core.clock import FakeClock
+from tidings.core.model import IntentDraft
+from tidings.delivery.compose import Composer
+from tidings.delivery.templates import TemplateSet
 
 URL = "/v1/queue/publish"
 NUL, LONE = "\x00", "\ud800"
@@ -41,8 +41,11 @@ def write_templates(root: Path) -> Path:
 async def api(tmp_path: Path) -> AsyncIterator[Api]:
     """Channels with kinds and templates: the worker checks addresses and renders."""
     templates = str(write_templates(tmp_path / "templates"))
-    channels = {"email": {"quota": "10/s", "kind": "email", "templates": templates},
-                "sms": {"quota": "5/s", "kind": "sms", "templates": templates}}
+    twin = {"kind": "sandbox-twin"}
+    channels = {"email": {"quota": "10/s", "kind": "email", "templates": templates,
+                          "provider": twin},
+                "sms": {"quota": "5/s", "kind": "sms", "templates": templates,
+                        "provider": twin}}
     async with open_api(tmp_path, members=5, channels=channels) as opened:
         yield opened
 
@@ -173,7 +176,10 @@ async def test_a_replay_outside_the_supported_dates_is_refused(api: Api, day: st
      "body.payload.template", "NAME/vN"),
     (publish_body(queue="transactional-email", template="receipt-v2", email="not-an-address"),
      "body.payload.email", "invalid email address"),
-    (publish_body(email="a@example.com", phone="5550001"), "body.payload.phone", "E.164"),
+    (publish_body(email="a@example.com", phone="5550001", first="Ada"), "body.payload.phone",
+     "E.164"),
+    (publish_body(email="a@example.com"), "body.payload.data.first",
+     "template 'weekly-digest/v3' body.txt uses it in every message"),
 ])
 async def test_what_no_worker_could_send_is_refused_at_publish(
         api: Api, body: object, field: str, says: str) -> None:
@@ -229,8 +235,8 @@ async def test_an_unusable_address_from_the_audience_skips_its_channel(api: Api)
                         due_at=0.0)
     skipped: dict[str, str] = {}
 
-    kept = sendable(composer, [draft], skipped, from_payload=False,
-                    template_field="body.queue")
+    kept = sendable(composer.draft_problem, [draft], skipped, from_payload=False,
+                    template_field="queue", where="body.")
 
     assert kept == []
     assert skipped["email"].startswith("customer's address in the audience: invalid email")

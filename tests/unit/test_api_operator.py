@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from apikit import DAY, T0, Api, dumps, open_api, publish_body, publish_headers, walk
 
-from tidings.pacing.algorithm import PaceLimits
-from tidings.states import State
+from tidings.core.pacing import PaceLimits
+from tidings.core.states import State
+from tidings.core.surrogate import surrogate
 from tidings.stores.base import Change, ClaimKind
-from tidings.surrogate import surrogate
 
 KEY = f"weekly-digest/{DAY}/cust_0001/email/v3"
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from apikit import T0, Api, open_api
 
-from tidings.states import State
+from tidings.core.states import State
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from apikit import (
     walk,
 )
 
-from tidings.policy import parse_retry_after
+from tidings.core.policy import parse_retry_after
 
 URL = "/v1/queue/publish"
 

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 
 from tidings.api import create_app
 from tidings.api.tokens import hash_secret
-from tidings.clock import FakeClock
+from tidings.core.clock import FakeClock
 from tidings.runtime import build_runtime
 from tidings.stores.base import ApiToken
 

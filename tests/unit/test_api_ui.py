@@ -16,10 +16,10 @@ from tidings.api.auth import SESSION_COOKIE, Sessions, sessions_from
 from tidings.api.ui.formatting import fmt_ago, fmt_duration, fmt_percent, fmt_rate, scrub
 from tidings.api.ui.history import History, sparkline
 from tidings.api.ui.session import LOGIN_COOKIE
-from tidings.readmodel import Counts
-from tidings.states import State
+from tidings.core.states import State
+from tidings.core.surrogate import surrogate
+from tidings.operate.readmodel import Counts
 from tidings.stores.base import Change, ClaimKind
-from tidings.surrogate import surrogate
 
 KEY = f"weekly-digest/{DAY}/cust_0001/email/v3"
 DEAD = f"weekly-digest/{DAY}/cust_0002/email/v3"

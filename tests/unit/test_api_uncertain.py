@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from apikit import DAY, T0, Api, open_api
 
-from tidings.states import State
+from tidings.core.states import State
 from tidings.stores.base import Change, ClaimKind
 
 KEYS = [f"weekly-digest/{DAY}/cust_000{i}/email/v3" for i in (1, 2, 3)]

@@ -25,11 +25,14 @@ from prometheus_client.registry import Collector
 
 from tidings.api.errors import install
 from tidings.api.webhooks import webhook_router
-from tidings.clock import FakeClock
+from tidings.config.settings import Settings
+from tidings.core.clock import FakeClock
 from tidings.runtime import Runtime, build_runtime
-from tidings.settings import Settings
 from tidings.webhooks import signature_header, twilio_signature
 from tidings.webhooks.metrics import WebhookMetrics, provider_event_families
+
+#: A channel on the in-process sandbox, named as such: no channel has a provider by default.
+TWIN = {"provider": {"kind": "sandbox-twin"}}
 
 T0 = 1_786_698_005.0
 BASE = "http://tidings.test"
@@ -81,7 +84,7 @@ async def hooks(tmp_path: Path) -> AsyncIterator[Hooks]:
     clock = FakeClock(T0)
     settings = Settings.parse({
         "store": f"sqlite:///{tmp_path / 'hooks.db'}",
-        "channels": {"email": {}, "sms": {}},
+        "channels": {"email": TWIN, "sms": TWIN},
         "webhooks": {"max_body_bytes": 4096},
     })
     runtime = await build_runtime(settings, clock=clock, campaigns=[])
@@ -118,7 +121,8 @@ def generic_post(body: Any, *, at: float = T0, secret: str = HOOK_SECRET) -> dic
 # ---------------------------------------------------------------- the scenario
 
 
-async def test_a_signed_delivery_report_lands_beside_accepted_once(hooks: Hooks) -> None:
+async def test_a_signed_delivery_report_lands_beside_accepted_once_and_moves_it_on(
+        hooks: Hooks) -> None:
     receipt = await hooks.send("shipment-4821:customer-73", "sms")
     key = "shipment-4821:customer-73:sms"
 
@@ -127,14 +131,16 @@ async def test_a_signed_delivery_report_lands_beside_accepted_once(hooks: Hooks)
 
     assert answer.status_code == 200, answer.text
     assert answer.json() == {"provider": "twilio", "recorded": 1, "duplicates": 0,
-                             "orphaned": 0, "ignored": 0, "settled": 0}
+                             "orphaned": 0, "ignored": 0, "settled": 0, "moved": 1,
+                             "suppressed": 0}
     assert replay.status_code == 200
     assert replay.json()["duplicates"] == 1 and replay.json()["recorded"] == 0
     timeline = await hooks.timeline(key)
     assert timeline[-2:] == ["accepted", "provider_delivered"]
     assert timeline.count("provider_delivered") == 1
     intent = await hooks.runtime.store.intent_get(key)
-    assert intent is not None and intent.state.value == "accepted"
+    assert intent is not None and intent.state.value == "delivered"
+    assert replay.json()["moved"] == 0
     assert hooks.metric("tidings_webhook_requests_total", provider="twilio",
                         outcome="ok") == 2
     assert hooks.metric("tidings_webhook_events_total", provider="twilio",
@@ -193,7 +199,8 @@ async def test_an_intermediate_status_is_ignored_and_counted(hooks: Hooks) -> No
     answer = await hooks.client.post(**twilio_post(receipt, "sent"))
 
     assert answer.json() == {"provider": "twilio", "recorded": 0, "duplicates": 0,
-                             "orphaned": 0, "ignored": 1, "settled": 0}
+                             "orphaned": 0, "ignored": 1, "settled": 0, "moved": 0,
+                             "suppressed": 0}
     assert hooks.metric("tidings_webhook_events_total", provider="twilio",
                         result="ignored") == 1
 
@@ -211,8 +218,9 @@ async def test_a_signed_generic_batch_and_a_stale_signature(hooks: Hooks) -> Non
     stale = await hooks.client.post(**generic_post(batch, at=T0))
 
     assert answer.json()["recorded"] == 2
-    assert (await hooks.timeline("order-9:c:email"))[-3:] == [
-        "accepted", "provider_delivered", "provider_complained"]
+    assert answer.json()["suppressed"] == 1  # the complaint
+    assert (await hooks.timeline("order-9:c:email"))[-4:] == [
+        "accepted", "provider_delivered", "provider_complained", "address_suppressed"]
     assert stale.status_code == 401
     assert stale.json()["message"].startswith("is 301 s from the server's clock")
 
@@ -233,10 +241,13 @@ async def test_a_signed_sendgrid_batch_matches_the_receipt_by_prefix(hooks: Hook
         "X-Twilio-Email-Event-Webhook-Timestamp": timestamp})
 
     assert answer.json() == {"provider": "sendgrid", "recorded": 1, "duplicates": 0,
-                             "orphaned": 0, "ignored": 1, "settled": 0}
-    report = (await hooks.runtime.store.events_for("order-10:c:email"))[-1]
+                             "orphaned": 0, "ignored": 1, "settled": 0, "moved": 1,
+                             "suppressed": 1}
+    report, suppressed = (await hooks.runtime.store.events_for("order-10:c:email"))[-2:]
     assert report.type == "provider_bounced"
     assert report.detail == "sendgrid: bounce (bounce): 550 unknown user [address]"
+    assert (suppressed.type, suppressed.state) == ("address_suppressed", "bounced")
+    assert suppressed.detail == "hard_bounce: bounce (bounce): 550 unknown user [address]"
 
 
 async def test_postmark_is_verified_by_basic_auth(hooks: Hooks) -> None:
@@ -289,7 +300,7 @@ async def test_a_provider_without_secrets_refuses_naming_the_variable(
     tmp_path: Path,
 ) -> None:
     settings = Settings.parse({"store": f"sqlite:///{tmp_path / 'bare.db'}",
-                               "channels": {"sms": {}}})
+                               "channels": {"sms": TWIN}})
     runtime = await build_runtime(settings, clock=FakeClock(T0), campaigns=[])
     app = FastAPI()
     install(app, lambda path, status, reason: None)

@@ -3,6 +3,7 @@ added, moved or renamed changes the page in the same commit), and the README lin
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from pathlib import Path
 
@@ -31,3 +32,11 @@ def test_every_package_has_its_line() -> None:
 
 def test_the_readme_links_the_page() -> None:
     assert "docs/architecture.md" in (ROOT / "README.md").read_text()
+
+
+def test_the_tree_is_the_one_the_code_draws() -> None:
+    spec = importlib.util.spec_from_file_location("package_tree", ROOT / "docs" / "package_tree.py")
+    assert spec is not None and spec.loader is not None
+    tree = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tree)
+    assert tree.page() == PAGE, "the package tree is stale: run python docs/package_tree.py"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tidings.audience import (
+from tidings.admission.audience import (
     Audience,
     GeneratorAudience,
     KeysetAudience,
@@ -18,8 +18,8 @@ from tidings.audience import (
     audience_from_spec,
     check_audiences,
 )
-from tidings.errors import ConfigurationError, InvalidInput
-from tidings.model import Recipient
+from tidings.core.errors import ConfigurationError, InvalidInput
+from tidings.core.model import Recipient
 
 SQL_PAGE = """
     SELECT customer_id AS id, email, phone, subscribed AS active, first_name, tier
@@ -384,7 +384,7 @@ def user_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     """An importable user module with a generator function and a constant."""
     name = "tidings_test_user_audiences"
     (tmp_path / f"{name}.py").write_text(textwrap.dedent("""
-        from tidings.model import Recipient
+        from tidings.core.model import Recipient
 
         def customers():
             for i in range(3):

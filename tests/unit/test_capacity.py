@@ -1,4 +1,4 @@
-"""The capacity model (tidings.capacity): properties of the forecast, checked by
+"""The capacity model (tidings.operate.capacity): properties of the forecast, checked by
 hypothesis, and its edges by example."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tidings import capacity
-from tidings.capacity import Bound, Verdict
-from tidings.pacing.algorithm import PaceLimits
+from tidings.core.pacing import PaceLimits
+from tidings.operate import capacity
+from tidings.operate.capacity import Bound, Verdict
 
 rates = st.floats(min_value=0.01, max_value=1e6, allow_nan=False, allow_infinity=False)
 maybe_rates = st.none() | rates

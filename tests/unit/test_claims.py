@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tidings.claims import (
+from tidings.core.claims import (
     LOCKED_RETRY_S,
     ClaimPlan,
     LeaseWrite,
@@ -17,8 +17,8 @@ from tidings.claims import (
     plan_claims,
     redelivery_event,
 )
-from tidings.model import Event, Intent
-from tidings.states import CANCELLABLE, CLAIMABLE, DONE, State, check
+from tidings.core.model import Event, Intent
+from tidings.core.states import CANCELLABLE, CLAIMABLE, DONE, State, check
 from tidings.stores.base import ClaimKind
 
 NOW = 100.0

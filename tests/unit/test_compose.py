@@ -13,15 +13,15 @@ from typing import Any
 
 import pytest
 
-from tidings.clock import FakeClock
-from tidings.compose import Cancelled, Composed, Composer, Deferred, Ready, Rejected
-from tidings.errors import ConfigurationError
-from tidings.model import Content, Intent, IntentDraft
-from tidings.preferences import Preference
-from tidings.states import State, check
+from tidings.core.clock import FakeClock
+from tidings.core.errors import ConfigurationError
+from tidings.core.model import Content, Intent, IntentDraft
+from tidings.core.preferences import Preference
+from tidings.core.states import State, check
+from tidings.delivery.compose import Cancelled, Composed, Composer, Deferred, Ready, Rejected
+from tidings.delivery.templates import TemplateSet
 from tidings.stores.base import ClaimKind, Store
 from tidings.stores.sqlite import SqliteStore
-from tidings.templates import TemplateSet
 
 # 2026-05-28 08:00 UTC: 10:00 in Berlin, 04:00 in New York.
 NOW = 1_779_955_200.0
@@ -99,7 +99,7 @@ async def test_an_intent_with_templates_is_ready_with_its_content_rendered(
                                              html="<b>Ada</b>")
     assert second.request.content == Content(text="3 new, Ada")
     assert (first.request.key, first.request.to, first.request.recipient_id,
-            first.request.template, first.request.data) == (
+            first.request.template, first.request.data_json) == (
         email.key, email.address, email.recipient_id, email.template, email.data)
 
 

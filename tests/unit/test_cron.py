@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tidings.cron import OccurrenceTime, Schedule
-from tidings.errors import ConfigurationError, InvalidInput
+from tidings.core.cron import OccurrenceTime, Schedule
+from tidings.core.errors import ConfigurationError, InvalidInput
 
 BERLIN = ZoneInfo("Europe/Berlin")
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tidings.clock import FakeClock
+from tidings.config.settings import Settings
+from tidings.core.clock import FakeClock
 from tidings.demo.data import seed_customers
 from tidings.demo.run import (
     CAMPAIGN,
@@ -18,7 +19,6 @@ from tidings.demo.run import (
     simulated_offset,
 )
 from tidings.runtime import build_runtime
-from tidings.settings import Settings
 
 NOW = 1_796_000_000.0
 

@@ -6,9 +6,9 @@ import random
 
 import pytest
 
-from tidings.clock import FakeClock
-from tidings.model import SendRequest
-from tidings.outcomes import Accepted
+from tidings.core.clock import FakeClock
+from tidings.core.model import SendRequest
+from tidings.core.outcomes import Accepted
 from tidings.providers.faults import InjectedFault, RaisingProvider
 from tidings.providers.sandbox import SandboxTwinProvider
 from tidings.sandbox import SandboxConfig, SandboxCore
@@ -22,7 +22,7 @@ def twin() -> tuple[SandboxCore, SandboxTwinProvider]:
 
 def request(i: int) -> SendRequest:
     return SendRequest(key=f"k{i}:email", channel="email", to=f"c{i}@example.com",
-                       template="t", data="{}", recipient_id=f"c{i}")
+                       template="t", data={}, recipient_id=f"c{i}")
 
 
 async def test_before_sends_nothing_and_after_sends_then_raises() -> None:

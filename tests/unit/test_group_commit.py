@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tidings.clock import FakeClock
-from tidings.errors import StoreError
-from tidings.group_commit import GroupCommit, GroupCommitConfig
-from tidings.model import IntentDraft
+from tidings.core.clock import FakeClock
+from tidings.core.errors import StoreError
+from tidings.core.model import IntentDraft
+from tidings.delivery.group_commit import GroupCommit, GroupCommitConfig
 
 
 def draft(key: str) -> IntentDraft:
@@ -174,7 +174,7 @@ async def test_one_call_larger_than_a_group_is_written_whole(max_drafts: int) ->
 
 
 async def test_a_coalescer_answers_each_call_with_its_own_item_and_fails_one_alone() -> None:
-    from tidings.group_commit import Coalescer
+    from tidings.delivery.group_commit import Coalescer
 
     groups: list[list[int]] = []
 

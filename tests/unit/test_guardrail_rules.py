@@ -8,8 +8,10 @@ from pathlib import Path
 import pytest
 
 from support.crm import QUERY
-from tidings.errors import ConfigurationError
-from tidings.guardrails import (
+from tidings.config.settings import Settings
+from tidings.core.errors import ConfigurationError
+from tidings.core.model import Event, IntentDraft
+from tidings.operate.guardrails import (
     BUCKETS,
     GuardrailConfig,
     Thresholds,
@@ -17,9 +19,7 @@ from tidings.guardrails import (
     readings,
     tripped_by_guardrail,
 )
-from tidings.model import Event, IntentDraft
 from tidings.runtime import build_runtime
-from tidings.settings import Settings
 from tidings.stores.base import OutcomeCount, Switch
 
 WINDOW = 300.0
@@ -99,7 +99,7 @@ async def test_enforce_pauses_once_records_why_and_waits_for_an_operator(
         tmp_path: Path) -> None:
     settings = Settings.parse({
         "store": f"sqlite:///{tmp_path / 't.db'}",
-        "channels": {"email": {}},
+        "channels": {"email": {"provider": {"kind": "sandbox-twin"}}},
         "guardrails": {"rejection_rate": 0.2, "campaigns": {"beta": {"rejection_rate": 0.9}},
                        "channels": {"email": {"rejection_rate": 0.9}}},
         "campaigns": {name: {"cron": "0 9 * * *", "channels": ["email"], "template": "t",

@@ -16,14 +16,14 @@ import httpx
 import pytest
 from pydantic import SecretStr
 
-from tidings.clock import FakeClock
-from tidings.errors import ConfigurationError
-from tidings.model import Content, SendRequest
-from tidings.outcomes import Accepted, Outcome, Permanent, RateLimited, Transient, Uncertain
+from tidings.core.clock import FakeClock
+from tidings.core.errors import ConfigurationError
+from tidings.core.model import Content, SendRequest
+from tidings.core.outcomes import Accepted, Outcome, Permanent, RateLimited, Transient, Uncertain
+from tidings.core.redaction import MAX_REASON_CHARS, redact
 from tidings.providers.http import HttpJsonProvider
 from tidings.providers.http_outcomes import NO_MESSAGE_ID, outcome_for_status
 from tidings.providers.postmark import PostmarkProvider
-from tidings.providers.redaction import MAX_REASON_CHARS, redact
 from tidings.providers.sendgrid import SendGridProvider
 from tidings.providers.twilio import TwilioProvider
 
@@ -58,8 +58,8 @@ def client(handler: Handler) -> httpx.AsyncClient:
 
 
 def send_request(to: str = EMAIL, key: str = KEY, content: Content | None = CONTENT,
-                 data: str = '{"items":[1,2]}') -> SendRequest:
-    return SendRequest(key=key, channel="email", to=to, template="digest", data=data,
+                 data_json: str = '{"items":[1,2]}') -> SendRequest:
+    return SendRequest(key=key, channel="email", to=to, template="digest", data_json=data_json,
                        recipient_id="cust_1042", content=content)
 
 
@@ -165,6 +165,18 @@ async def test_twilio_queue_overflow_is_rate_limited_and_a_bad_number_permanent(
         "status": 400})).send(send_request(to=PHONE))
     assert bad == Permanent(reason="HTTP 400: Twilio error 21211: The 'To' number "
                                    "[recipient] is not a valid phone number.")
+
+
+async def test_twilio_stop_is_permanent_with_the_code_the_worker_suppresses_on() -> None:
+    from tidings.core.outcomes import RECIPIENT_STOPPED
+
+    stopped = await twilio(lambda r: httpx.Response(400, json={
+        "code": 21610, "message": f"Attempt to send to unsubscribed recipient {PHONE}",
+        "status": 400}, headers={"Twilio-Request-Id": "RQ1"})).send(send_request(to=PHONE))
+
+    assert stopped == Permanent(
+        reason="HTTP 400: Twilio error 21610: Attempt to send to unsubscribed recipient "
+               "[recipient]", request_id="RQ1", code=RECIPIENT_STOPPED)
 
 
 async def test_twilio_percent_encodes_a_key_that_is_not_plain_ascii() -> None:

@@ -13,16 +13,18 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tidings import operations
-from tidings.clock import FakeClock
-from tidings.cron import EARLIEST_DATE, LATEST_DATE, Schedule, check_instant, logical_day
-from tidings.errors import InvalidInput
-from tidings.intake import NotifyRequest, drafts_for
-from tidings.keys import check_json_text, make_storable, storable
+from tidings.admission.intake import NotifyRequest, drafts_for
+from tidings.config.settings import Settings
+from tidings.core.clock import FakeClock
+from tidings.core.cron import EARLIEST_DATE, LATEST_DATE, Schedule, check_instant, logical_day
+from tidings.core.errors import InvalidInput
+from tidings.core.keys import check_json_text, make_storable, storable
+from tidings.operate import operations
 from tidings.runtime import build_runtime
-from tidings.settings import Settings
 from tidings.webhooks.parse import parse
 
+#: A channel on the in-process sandbox, named as such: no channel has a provider by default.
+TWIN = {"provider": {"kind": "sandbox-twin"}}
 NOW = 1_786_698_005.0
 
 json_values = st.recursive(
@@ -203,8 +205,9 @@ async def test_runtime_notify_refuses_an_unknown_template_and_a_bad_address(
     folder = str(tmp_path / "templates")
     rt = await build_runtime(Settings.parse({
         "store": f"sqlite:///{tmp_path / 't.db'}",
-        "channels": {"email": {"kind": "email", "templates": folder},
-                     "sms": {"kind": "sms", "templates": folder}}}), clock=FakeClock(NOW))
+        "channels": {"email": {"kind": "email", "templates": folder, **TWIN},
+                     "sms": {"kind": "sms", "templates": folder, **TWIN}}}),
+        clock=FakeClock(NOW))
     try:
         refused = []
         for change in ({"template": "receipt/v2"}, {"template": "nope/v1"},
@@ -234,7 +237,7 @@ def test_a_good_notify_still_makes_its_drafts() -> None:
 
 
 def test_a_recipients_own_fields_are_template_data_and_the_requests_data_wins() -> None:
-    from tidings.model import Recipient
+    from tidings.core.model import Recipient
 
     for recipient in ({"id": "c1", "email": "c1@example.com", "name": "Ann", "tier": "gold"},
                       Recipient(id="c1", email="c1@example.com",
@@ -259,7 +262,7 @@ def test_a_recipient_id_of_the_wrong_type_says_so(rid: object, says: str) -> Non
 async def test_notify_many_takes_any_iterable_and_refuses_what_is_none(
         tmp_path: Path) -> None:
     rt = await build_runtime(Settings.parse({
-        "store": f"sqlite:///{tmp_path / 't.db'}", "channels": {"email": {}}}),
+        "store": f"sqlite:///{tmp_path / 't.db'}", "channels": {"email": TWIN}}),
         clock=FakeClock(NOW))
     try:
         for wrong in (None, {"a": 1}, "order-1", 5):
@@ -321,7 +324,7 @@ def test_a_providers_free_text_is_kept_in_a_make_storable() -> None:
 
 async def test_preferences_refuse_a_recipient_id_no_store_holds(tmp_path: Path) -> None:
     settings = Settings.parse({"store": f"sqlite:///{tmp_path / 'p.db'}",
-                               "channels": {"email": {"quota": "10/s"}}})
+                               "channels": {"email": {"quota": "10/s", **TWIN}}})
     async with await build_runtime(settings, clock=FakeClock()) as runtime:
         for call in (runtime.set_preference("a\x00b", "email", opted_out=True),
                      runtime.delete_preference("a\ud800", "email"),
@@ -334,7 +337,7 @@ async def test_preferences_refuse_a_recipient_id_no_store_holds(tmp_path: Path) 
 async def test_a_timeline_of_text_no_store_holds_is_invalid_input(tmp_path: Path) -> None:
     # The dashboard's search and the CLI's inspect call this too, not only the JSON API.
     settings = Settings.parse({"store": f"sqlite:///{tmp_path / 't.db'}",
-                               "channels": {"email": {"quota": "10/s"}}})
+                               "channels": {"email": {"quota": "10/s", **TWIN}}})
     async with await build_runtime(settings, clock=FakeClock()) as runtime:
         for selector, field in (({"key": "a\x00b"}, "key"), ({"key": "a b"}, "key"),
                                 ({"recipient": "c\ud800"}, "recipient")):
@@ -346,7 +349,7 @@ async def test_a_timeline_of_text_no_store_holds_is_invalid_input(tmp_path: Path
 @pytest.mark.parametrize("text", ["\x1b[31mRED\x1b[0m", "one\r\nfake line", "tab\there",
                                   "\x9b2J", "x" * 501])
 def test_a_line_an_operator_writes_has_no_control_character_and_a_bound(text: str) -> None:
-    from tidings.keys import check_line
+    from tidings.core.keys import check_line
 
     with pytest.raises(InvalidInput) as caught:
         check_line(text, "reason")
@@ -356,11 +359,11 @@ def test_a_line_an_operator_writes_has_no_control_character_and_a_bound(text: st
 
 async def test_reasons_are_lines_and_a_second_pause_keeps_the_first_reason(
         tmp_path: Path) -> None:
-    from tidings import bulk, holds
-    from tidings.operations import switch_admission
+    from tidings.operate import bulk, holds
+    from tidings.operate.operations import switch_admission
 
     rt = await build_runtime(Settings.parse({
-        "store": f"sqlite:///{tmp_path / 't.db'}", "channels": {"email": {}}}),
+        "store": f"sqlite:///{tmp_path / 't.db'}", "channels": {"email": TWIN}}),
         clock=FakeClock(NOW))
     try:
         with pytest.raises(InvalidInput) as held:

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from apikit import T0, digest, dumps, open_api, publish_body, publish_headers
 
-from tidings.audience import GeneratorAudience
-from tidings.model import Recipient
-from tidings.states import State
+from tidings.admission.audience import GeneratorAudience
+from tidings.core.model import Recipient
+from tidings.core.states import State
 
 GOLDEN = Path(__file__).parent / "golden" / "keys.json"
 #: Ids as audiences hold them: plain, non-ASCII, with ':' '@' '.' '+' '=' in them.

@@ -15,19 +15,22 @@ from typing import Any
 
 import pytest
 
-from tidings import service
-from tidings.clock import FakeClock
-from tidings.liveness import LivenessConfig, Marker, WorkerMark, gone, sends_land_by
-from tidings.model import Event, Received
-from tidings.outcomes import Lookup
-from tidings.pacing import algorithm
-from tidings.pacing.algorithm import PaceLimits
-from tidings.reconciler import Reconciler
+from tidings.config.settings import Settings
+from tidings.core import pacing as algorithm
+from tidings.core.clock import FakeClock
+from tidings.core.liveness import LivenessConfig, Marker, WorkerMark, gone, sends_land_by
+from tidings.core.model import Event, Received
+from tidings.core.outcomes import Lookup
+from tidings.core.pacing import PaceLimits
+from tidings.core.states import State
+from tidings.processes import service
+from tidings.recovery.reconciler import Reconciler
 from tidings.runtime import Runtime, build_runtime
-from tidings.settings import Settings
-from tidings.states import State
 from tidings.stores.base import Change
 from tidings.transports.base import RecordsReceiver
+
+#: A channel on the in-process sandbox, named as such: no channel has a provider by default.
+TWIN = {"provider": {"kind": "sandbox-twin"}}
 
 T0 = 1_780_000_000.0
 LEASE_S = 300.0
@@ -88,7 +91,7 @@ async def rt(tmp_path: Path) -> AsyncIterator[Runtime]:
         "store": f"sqlite:///{tmp_path / 'live.db'}",
         "worker": {"lease_s": LEASE_S, "visibility_s": VISIBILITY_S, "heartbeat_s": 1.0,
                    "gone_after_s": CONFIG.stale_after_s},
-        "channels": {"email": {}}})
+        "channels": {"email": TWIN}})
     runtime = await build_runtime(settings, clock=FakeClock(T0))
     try:
         yield runtime
@@ -498,7 +501,7 @@ async def test_an_unreachable_store_closes_the_fence_and_is_told_once(
 
 
 def test_the_store_urls_application_name_follows_the_processs_own() -> None:
-    from tidings.liveness import application_name
+    from tidings.core.liveness import application_name
 
     assert application_name("h", 7) == "tidings h:7"
     assert application_name("h", 7, label="billing") == "tidings h:7 billing"
@@ -527,7 +530,7 @@ async def test_a_pass_that_ends_leases_wakes_its_loop_to_settle_them(tmp_path: P
         "store": f"sqlite:///{tmp_path / 'wake.db'}",
         "worker": {"lease_s": LEASE_S, "visibility_s": VISIBILITY_S},
         "reconciler": {"uncertain_after_s": 0},
-        "channels": {"email": {}}})
+        "channels": {"email": TWIN}})
     runtime = await build_runtime(settings, clock=FakeClock(T0))
     try:
         marker = Marker(runtime.registry(), "w-killed",  # type: ignore[arg-type]

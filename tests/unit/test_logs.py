@@ -1,4 +1,4 @@
-"""``tidings.logs``: one format for every logger, and nothing personal or secret in it."""
+"""``tidings.core.logs``: one format for every logger, and nothing personal or secret in it."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import pytest
 import structlog
 
 from support.logcapture import json_logs, lines, restored_logging
-from tidings.errors import ConfigurationError
-from tidings.logs import (
+from tidings.core.errors import ConfigurationError
+from tidings.core.logs import (
     Redactor,
     configure_logging,
     default_format,

@@ -6,9 +6,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tidings.errors import InvalidInput, MessageDecodeError
-from tidings.keys import campaign_key, campaign_key_maker, campaign_key_parts, check_recipient_ids
-from tidings.model import (
+from tidings.core.errors import InvalidInput, MessageDecodeError
+from tidings.core.keys import (
+    campaign_key,
+    campaign_key_maker,
+    campaign_key_parts,
+    check_recipient_ids,
+)
+from tidings.core.model import (
     MAX_PAYLOAD_BYTES,
     DraftPage,
     IntentDraft,

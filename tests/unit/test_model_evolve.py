@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tidings.model import Intent, evolve
-from tidings.states import State
+from tidings.core.model import Intent, evolve
+from tidings.core.states import State
 
 BASE = Intent(
     key="weekly-digest/2026-08-14/cust_1042/email/v3", channel="email", recipient_id="c1",

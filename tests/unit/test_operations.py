@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from tidings import operations
-from tidings.model import QueueDepth
-from tidings.pacing.algorithm import PaceLimits
+from tidings.core.model import QueueDepth
+from tidings.core.pacing import PaceLimits
+from tidings.operate import operations
 from tidings.stores.base import IntentSummary, Switch
 
 NOW = 10_000.0

@@ -9,9 +9,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tidings.clock import FakeClock
-from tidings.errors import ConfigurationError
-from tidings.pacing import MemoryPacerBackend, PaceLimits, Pacer, algorithm, parse_quota
+from tidings.core import pacing as algorithm
+from tidings.core.clock import FakeClock
+from tidings.core.errors import ConfigurationError
+from tidings.delivery.pacing import MemoryPacerBackend, PaceLimits, Pacer, parse_quota
 
 
 def test_quota_parsing() -> None:

@@ -96,7 +96,8 @@ def test_profile_summary_leaves_waits_out_and_ranks_the_focus_frames() -> None:
     lines = [
         "thread (1): MainThread;run (asyncio/runners.py:1);"
         "EpollSelector.select (selectors.py:468) 40",
-        "thread (1): MainThread;run (asyncio/runners.py:1);Worker._take (tidings/worker.py:9);"
+        "thread (1): MainThread;run (asyncio/runners.py:1);"
+        "Claiming._take (tidings/delivery/claiming.py:9);"
         "loads (json/__init__.py:3) 30",
         "thread (2): db;_worker (concurrent/futures/thread.py:81) 20",
         "thread (2): db;_worker (concurrent/futures/thread.py:83);"
@@ -109,15 +110,18 @@ def test_profile_summary_leaves_waits_out_and_ranks_the_focus_frames() -> None:
     assert summary["self"][0] == {"frame": "loads (json/__init__.py:3)", "samples": 30,
                                   "share": 0.75}
     assert [row["frame"] for row in summary["inclusive"]] == [
-        "Worker._take (tidings/worker.py:9)", "Store.apply (tidings/stores/sqlite.py:5)"]
+        "Claiming._take (tidings/delivery/claiming.py:9)",
+        "Store.apply (tidings/stores/sqlite.py:5)"]
 
 
 def test_delivery_breakdown_names_the_part_of_the_path_of_each_main_thread_sample() -> None:
     lines = [
-        "thread (1): MainThread;run;Worker._send (tidings/worker.py:1);SinkTwin.send (t.py:2);"
+        "thread (1): MainThread;run;Sending._send (tidings/delivery/sending.py:1);"
+        "SinkTwin.send (t.py:2);"
         "io_round_trip (jobs.py:3);Redis.execute_command (r.py:4) 6",
-        "thread (1): MainThread;run;Worker._send (tidings/worker.py:1);decide (s.py:9) 2",
-        "thread (1): MainThread;run;Pacer.acquire (tidings/pacing/pacer.py:1) 1",
+        "thread (1): MainThread;run;Sending._send (tidings/delivery/sending.py:1);"
+        "decide (s.py:9) 2",
+        "thread (1): MainThread;run;Pacer.acquire (tidings/delivery/pacing/pacer.py:1) 1",
         "thread (1): MainThread;run;EpollSelector.select (selectors.py:468) 1",
         "thread (2): tidings-sqlite_0;_worker;SqliteDatabase._transaction (x.py:1) 50",
     ]

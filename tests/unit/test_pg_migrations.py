@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tidings.errors import ConfigurationError, StoreError
+from tidings.core.errors import ConfigurationError, StoreError
 from tidings.runtime import open_store
 from tidings.stores import queries
 from tidings.stores.postgres_db import redact

@@ -3,7 +3,7 @@
 import random
 from email.utils import formatdate
 
-from tidings.policy import full_jitter, parse_retry_after
+from tidings.core.policy import full_jitter, parse_retry_after
 
 NOW = 1_780_000_000.0
 

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from tidings.errors import InvalidInput
-from tidings.preferences import ALLOW, OPTED_OUT, Preference, Verdict, verdict
+from tidings.core.errors import InvalidInput
+from tidings.core.preferences import ALLOW, OPTED_OUT, Preference, Verdict, verdict
 
 NY = "America/New_York"
 

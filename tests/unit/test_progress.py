@@ -13,15 +13,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from support.logcapture import json_logs, lines, restored_logging
-from tidings.audience import GeneratorAudience
-from tidings.campaign import Campaign
-from tidings.clock import FakeClock
-from tidings.cron import Schedule
-from tidings.logs import log_time, use_clock
-from tidings.model import Recipient
-from tidings.progress import Tally, startup
+from tidings.admission.audience import GeneratorAudience
+from tidings.admission.campaign import Campaign
+from tidings.config.settings import Settings
+from tidings.core.clock import FakeClock
+from tidings.core.cron import Schedule
+from tidings.core.logs import log_time, use_clock
+from tidings.core.model import Recipient
+from tidings.processes.progress import Tally, startup
 from tidings.runtime import build_runtime
-from tidings.settings import Settings
+
+#: A channel on the in-process sandbox, named as such: no channel has a provider by default.
+TWIN = {"provider": {"kind": "sandbox-twin"}}
 
 MONDAY_0830 = 1_796_632_200.0  # 2026-12-07T08:30:00Z, a Monday
 
@@ -36,8 +39,8 @@ async def test_the_summary_names_store_channels_quotas_and_the_next_occurrence(
         tmp_path: Path) -> None:
     settings = Settings.parse({
         "store": f"sqlite:///{tmp_path / 't.db'}", "clock_offset_s": 86_400.0,
-        "channels": {"email": {"quota": "50/s", "max_in_flight": 8},
-                     "sms": {"quota": "5/s"}}})
+        "channels": {"email": {"quota": "50/s", "max_in_flight": 8, **TWIN},
+                     "sms": {"quota": "5/s", **TWIN}}})
     digest = Campaign(name="digest", schedule=Schedule("0 9 * * 1", "UTC"),
                       channels=("email",), template="digest", version=1,
                       audience=GeneratorAudience(lambda: iter([Recipient(id="c1")])))
@@ -59,7 +62,7 @@ async def test_the_summary_names_store_channels_quotas_and_the_next_occurrence(
 
 async def test_a_worker_summarises_its_own_channel_only(tmp_path: Path) -> None:
     settings = Settings.parse({"store": f"sqlite:///{tmp_path / 't.db'}",
-                               "channels": {"email": {}, "sms": {}}})
+                               "channels": {"email": TWIN, "sms": TWIN}})
     async with await build_runtime(settings, clock=FakeClock(MONDAY_0830)) as runtime:
         summary = startup(runtime, "worker", channel="sms")
     assert [f["channel"] for e, f in summary if e == "channel"] == ["sms"]

@@ -9,19 +9,19 @@ import httpx
 import pytest
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from tidings.clock import FakeClock
-from tidings.errors import ConfigurationError
-from tidings.model import Content, SendRequest
-from tidings.outcomes import Accepted
-from tidings.providers.config import (
+from tidings.config.providers import (
     HttpProviderSettings,
     PostmarkProviderSettings,
     ProviderKindSettings,
     SendGridProviderSettings,
     SmtpProviderSettings,
     TwilioProviderSettings,
-    build_provider_from,
 )
+from tidings.core.clock import FakeClock
+from tidings.core.errors import ConfigurationError
+from tidings.core.model import Content, SendRequest
+from tidings.core.outcomes import Accepted
+from tidings.providers.build import build_provider_from
 from tidings.providers.http import HttpJsonProvider
 from tidings.providers.postmark import PostmarkProvider
 from tidings.providers.sandbox import SandboxHttpProvider
@@ -161,7 +161,7 @@ async def test_the_injected_client_reaches_the_http_adapters() -> None:
         provider = build_provider_from(settings, channel="email", clock=FakeClock(),
                                        client=client, env={"MAILER_TOKEN": SECRET})
         outcome = await provider.send(SendRequest(
-            key="k1", channel="email", to="ada@example.com", template="t", data="{}",
+            key="k1", channel="email", to="ada@example.com", template="t", data={},
             recipient_id="r1", content=Content(text="hi")))
     assert outcome == Accepted(receipt="m1")
     assert seen[0].headers["Authorization"] == f"Bearer {SECRET}"

@@ -16,9 +16,9 @@ from support.fake_http_providers import (
     Scenario,
     mock_transport,
 )
-from tidings.clock import FakeClock
-from tidings.model import Content, SendRequest
-from tidings.outcomes import LookupHint, LookupStatus
+from tidings.core.clock import FakeClock
+from tidings.core.model import Content, SendRequest
+from tidings.core.outcomes import LookupHint, LookupStatus
 from tidings.providers.postmark import PostmarkProvider
 from tidings.providers.sendgrid import SendGridProvider
 from tidings.providers.twilio import TwilioProvider, callback_for
@@ -30,7 +30,7 @@ CONTENT = Content(subject="Shipped", text="Your order shipped.")
 
 
 def request(key: str, to: str) -> SendRequest:
-    return SendRequest(key=key, channel="c", to=to, template="t/v1", data="{}",
+    return SendRequest(key=key, channel="c", to=to, template="t/v1", data={},
                        recipient_id="r1", content=CONTENT)
 
 

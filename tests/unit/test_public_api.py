@@ -3,9 +3,10 @@
 import tidings
 
 PUBLIC = {
-    "Audience", "Campaign", "Clock", "ConfigurationError", "FakeClock", "GeneratorAudience",
-    "InvalidInput", "InvalidTransition", "KeysetAudience", "MessageDecodeError",
-    "NotifyRequest", "Recipient", "Runtime", "Schedule", "SchemaOutOfDate", "Settings",
+    "Audience", "Campaign", "Client", "ClientError", "Clock", "ConfigurationError", "FakeClock",
+    "GeneratorAudience",
+    "InvalidInput", "InvalidTransition", "KeyConflict", "KeysetAudience", "MessageDecodeError",
+    "NotifyRequest", "Notified", "Recipient", "Runtime", "Schedule", "SchemaOutOfDate", "Settings",
     "SqlAudience", "State", "StoreError", "SystemClock", "TidingsError", "TransportError",
     "__version__", "build_runtime",
 }

@@ -46,6 +46,10 @@ DIALECT_ONLY: dict[str, dict[str, str]] = {
         # A SQLite worker holds no session a peer could end or lose and take again.
         "worker_disconnect": "ends the sessions of a worker declared gone",
         "worker_relock": "takes the marker lock again on a new connection",
+        # A caller's own transaction is joined on PostgreSQL alone (SQLite's store writes
+        # through its one connection, in its own thread).
+        "join_identity": "which database and search_path a connection has",
+        "join_search_path": "the store's search_path, set locally around a join's writes",
         # Admission stages a page by COPY into temporary tables, then inserts from them.
         "admit_stage_create": "temporary stage for whole drafts",
         "admit_stage_copy": "COPY into that stage",
@@ -95,11 +99,19 @@ DIALECT_ONLY: dict[str, dict[str, str]] = {
 
 #: The modules that run each dialect's queries.
 USERS = {
-    "sqlite": ["stores/sqlite.py", "stores/sqlite_db.py", "stores/reads.py",
-               "transports/sqlite.py", "stores/sqlite_liveness.py"],
-    "postgresql": ["stores/postgres.py", "stores/postgres_db.py", "stores/reads.py",
-                   "transports/postgres.py", "transports/postgres_listen.py",
-                   "stores/postgres_liveness.py"],
+    "sqlite": ["stores/sqlite.py", "stores/sqlite_admission.py", "stores/sqlite_api.py",
+               "stores/sqlite_base.py", "stores/sqlite_ledger.py",
+               "stores/sqlite_records.py", "stores/sqlite_retention.py",
+               "stores/sqlite_db.py", "stores/reads.py",
+               "transports/sqlite.py", "stores/sqlite_liveness.py",
+               "stores/sqlite_suppressions.py"],
+    "postgresql": ["stores/postgres.py", "stores/postgres_admission.py", "stores/postgres_join.py",
+                   "stores/postgres_api.py", "stores/postgres_base.py",
+                   "stores/postgres_ledger.py", "stores/postgres_records.py",
+                   "stores/postgres_retention.py", "stores/postgres_db.py",
+                   "stores/reads.py", "transports/postgres.py",
+                   "transports/postgres_listen.py", "stores/postgres_liveness.py",
+                   "stores/postgres_suppressions.py"],
 }
 
 

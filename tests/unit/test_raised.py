@@ -5,10 +5,10 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tidings.keys import storable
+from tidings.core.keys import storable
+from tidings.core.redaction import MAX_REASON_CHARS
+from tidings.delivery.raised import describe_raised
 from tidings.providers.faults import InjectedFault
-from tidings.providers.redaction import MAX_REASON_CHARS
-from tidings.raised import describe_raised
 
 ANY_TEXT = st.text(st.characters(exclude_categories=()), max_size=400)
 

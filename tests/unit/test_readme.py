@@ -1,14 +1,18 @@
-"""The README's code blocks are run or loaded, so they keep working together.
+"""The code blocks of the README and of the documentation site's pages (docs/) are run
+or loaded, so they keep working together.
 
 - every ``toml`` block is a settings file tidings loads;
 - every ``json`` block is one JSON object;
-- the ``python`` block of "Using it from Python" runs against the settings block of
-  "Settings (TOML)", and the PostgreSQL one inside a caller's transaction on a real
-  server (skipped without one, failed under CI);
+- the ``python`` block of "Using it from Python" (docs/application.md) runs against the
+  first settings block of docs/configure.md, and the one of docs/postgresql.md inside a
+  caller's transaction on a real server (skipped without one, failed under CI);
 - every ``sh`` block is valid shell whose ``tidings`` commands and options exist and
-  whose ``pip`` extras are declared; the "Your first campaign" blocks are also run, as
-  real processes, by tests/acceptance/test_readme_walkthrough.py;
-- the worked trigger signature is what tidings computes, and what its one-liners print.
+  whose ``pip`` extras are declared; the README's "Your first campaign" and the tutorial
+  (docs/first-campaign.md) run the same commands, and both are run, as real processes,
+  by tests/acceptance/test_readme_walkthrough.py;
+- the README keeps the two set-up commands, and every file it links exists;
+- the worked trigger signature (docs/http-api.md) is what tidings computes, and what its
+  one-liners print.
 """
 
 from __future__ import annotations
@@ -31,12 +35,21 @@ import click
 import pytest
 import typer
 
-from support.readme import FIRST_CAMPAIGN, Block, blocks, of
+from support.readme import (
+    DOCS,
+    README,
+    TUTORIAL,
+    Block,
+    every_block,
+    first_campaign,
+    of,
+    section_text,
+)
 from tidings.api import sign
 from tidings.cli import app
+from tidings.config.settings import Settings
+from tidings.core.states import State
 from tidings.runtime import build_runtime
-from tidings.settings import Settings
-from tidings.states import State
 
 ROOT = Path(__file__).resolve().parents[2]
 TOML, SH, JSON = of("toml"), of("sh"), of("json")
@@ -46,10 +59,29 @@ def ids(found: list[Block]) -> list[str]:
     return [b.id for b in found]
 
 
-def test_the_readme_has_blocks_of_every_kind() -> None:
+def test_the_pages_have_blocks_of_every_kind() -> None:
     assert len(TOML) >= 3 and len(SH) >= 6 and JSON
-    assert {b.lang for b in blocks()} <= {"sh", "python", "toml", "json", ""}, (
-        "a block in a language this test does not run or load")
+    strays = [b.id for b in every_block() if b.lang not in {"sh", "python", "toml", "json", ""}]
+    assert not strays, f"blocks in a language this test does not run or load: {strays}"
+
+
+SET_UP = ["python3 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/tidings demo\n",
+          "python3 -m venv .venv && .venv/bin/pip install -e '.[dev]' && .venv/bin/pytest\n"]
+
+
+def test_the_readme_sets_up_with_exactly_two_commands() -> None:
+    """One installs and runs the demo, one runs the tests (.ci/run runs the second)."""
+    assert [b.text for b in of("sh", "Set up", README)] == SET_UP
+    ci = (ROOT / ".ci" / "run").read_text().replace(" --quiet", "")
+    assert SET_UP[1].strip() in ci
+
+
+def test_every_file_the_readme_links_exists() -> None:
+    links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", README.read_text())
+    local = [link for link in links if "://" not in link]
+    assert "docs/architecture.md" in local
+    missing = [link for link in local if not (ROOT / link).exists()]
+    assert not missing, missing
 
 
 def write_settings(block: str, folder: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
@@ -64,28 +96,29 @@ def write_settings(block: str, folder: Path, monkeypatch: pytest.MonkeyPatch) ->
 
 
 @pytest.mark.parametrize("block", TOML, ids=ids(TOML))
-def test_a_readme_settings_block_loads(block: Block, tmp_path: Path,
+def test_a_settings_block_loads(block: Block, tmp_path: Path,
                                        monkeypatch: pytest.MonkeyPatch) -> None:
     Settings.load(write_settings(block.text, tmp_path, monkeypatch), env={})
 
 
 @pytest.mark.parametrize("block", JSON, ids=ids(JSON))
-def test_a_readme_json_block_is_one_object(block: Block) -> None:
+def test_a_json_block_is_one_object(block: Block) -> None:
     assert isinstance(json.loads(block.text), dict)
 
 
 async def run_python(source: str, namespace: dict[str, Any]) -> None:
-    """Run a README snippet as written: top-level ``await`` and ``async with`` allowed."""
-    code = compile(source, "README.md", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
-    result = eval(code, namespace)  # the README's own code, compiled above
+    """Run a snippet of the docs as written: top-level ``await`` and ``async with``
+    allowed."""
+    code = compile(source, "docs", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    result = eval(code, namespace)  # the documentation's own code, compiled above
     if isinstance(result, types.CoroutineType):
         await result
 
 
 async def test_the_python_example_runs_with_the_settings_example(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    [snippet] = of("python", "Using it from Python")
-    settings = of("toml", "Settings (TOML)")[0]
+    [snippet] = of("python", "Using it from Python", DOCS / "application.md")
+    settings = of("toml", page=DOCS / "configure.md")[0]
     write_settings(settings.text, tmp_path, monkeypatch)
     monkeypatch.chdir(tmp_path)
 
@@ -101,8 +134,8 @@ async def test_the_transactional_notify_example_runs_on_postgresql(
         pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import psycopg
 
-    [snippet] = of("python", "PostgreSQL")
-    settings = of("toml", "Settings (TOML)")[0]
+    [snippet] = of("python", page=DOCS / "postgresql.md")
+    settings = of("toml", page=DOCS / "configure.md")[0]
     path = write_settings(settings.text, tmp_path, monkeypatch)
     async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
         await conn.execute("CREATE TABLE orders (id integer PRIMARY KEY)")
@@ -161,7 +194,7 @@ def check_pip(words: list[str]) -> None:
 
 
 @pytest.mark.parametrize("block", SH, ids=ids(SH))
-def test_a_readme_shell_block_is_valid_and_names_real_commands(block: Block) -> None:
+def test_a_shell_block_is_valid_and_names_real_commands(block: Block) -> None:
     syntax = subprocess.run(["bash", "-n"], input=block.text, capture_output=True,
                             text=True, check=False)
     assert syntax.returncode == 0, syntax.stderr
@@ -173,9 +206,9 @@ def test_a_readme_shell_block_is_valid_and_names_real_commands(block: Block) -> 
             check_pip(words)
 
 
-def test_the_first_campaign_walkthrough_is_there_and_uses_only_tidings() -> None:
-    walkthrough = of("sh", FIRST_CAMPAIGN)
-    used = [words for block in walkthrough for words in commands(block)]
+@pytest.mark.parametrize("page", [README, TUTORIAL], ids=["README", "tutorial"])
+def test_the_first_campaign_walkthrough_is_there_and_uses_only_tidings(page: Path) -> None:
+    used = [words for block in first_campaign(page) for words in commands(block)]
     assert [w[:2] for w in used if w[0] == "tidings"] == [
         ["tidings", "init"], ["tidings", "sandbox"], ["tidings", "scheduler"],
         ["tidings", "worker"], ["tidings", "status"], ["tidings", "inspect"],
@@ -183,8 +216,15 @@ def test_the_first_campaign_walkthrough_is_there_and_uses_only_tidings() -> None
     assert all(w[0] in ("tidings", "cd") for w in used)
 
 
-SIGNING = (ROOT / "README.md").read_text().partition("### Signing a trigger")[2]
-SIGNING = SIGNING.partition("\n## ")[0]
+def test_the_readme_walks_the_tutorials_commands() -> None:
+    """The README's first campaign is the tutorial's, shortened in words only."""
+    def walk(page: Path) -> list[list[str]]:
+        return [words for block in first_campaign(page) for words in commands(block)]
+
+    assert walk(README) == walk(TUTORIAL)
+
+
+SIGNING = section_text(DOCS / "http-api.md", "### Signing a trigger")
 
 
 def test_the_worked_signature_example_is_what_tidings_computes() -> None:

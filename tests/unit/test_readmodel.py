@@ -6,18 +6,18 @@ from __future__ import annotations
 import json
 from dataclasses import fields
 
-from tidings import operations, readmodel
-from tidings.model import Event, Intent, QueueDepth
-from tidings.pacing.algorithm import PaceLimits
-from tidings.readmodel import HoldsReport, IntentView, as_dict, to_json
-from tidings.states import State
+from tidings.core.model import Event, Intent, QueueDepth
+from tidings.core.pacing import PaceLimits
+from tidings.core.states import State
+from tidings.delivery.uncertain import Policy, UncertainPolicy
+from tidings.operate import operations, readmodel
+from tidings.operate.readmodel import HoldsReport, IntentView, as_dict, to_json
 from tidings.stores.base import IntentSummary, Switch
-from tidings.uncertain import Policy, UncertainPolicy
 
 NOW = 50_000.0
 COUNTS = ["total", "backlog", "scheduled", "oldest_age_s", "in_flight", "retryable",
           "uncertain", "accepted", "accepted_in_time", "expired", "dead", "rejected",
-          "cancelled", "overdue", "send_rate_per_s", "sli"]
+          "cancelled", "overdue", "send_rate_per_s", "sli", "suppressed"]
 DRAIN = ["backlog", "channel_backlog", "observed_rate_per_s", "configured_rate_per_s",
          "rate_per_s", "rate_source", "drain_s", "deadline_in_s", "freshness_deadline_s",
          "expected_late", "verdict"]

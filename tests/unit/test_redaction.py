@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tidings.providers.redaction import scrub
+from tidings.core.redaction import scrub
 
 
 @pytest.mark.parametrize("url", ["postgresql://postgres@127.0.0.1:5432/tidings",

@@ -19,11 +19,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tidings.clock import FakeClock
-from tidings.model import IntentDraft, OutgoingMessage
-from tidings.relay import RelayConfig, relay_pass
+from tidings.admission.relay import RelayConfig, relay_pass
+from tidings.core.clock import FakeClock
+from tidings.core.model import IntentDraft, OutgoingMessage
+from tidings.core.states import State
 from tidings.runtime import open_store
-from tidings.states import State
 from tidings.stores.base import Store
 
 T0 = 1_780_000_000.0

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from apikit import T0, customers, digest, settings_for
 
-from tidings.clock import FakeClock
-from tidings.errors import InvalidInput
+from tidings.core.clock import FakeClock
+from tidings.core.errors import InvalidInput
+from tidings.core.states import State
 from tidings.runtime import Runtime, build_runtime
-from tidings.states import State
 
 
 async def runtime_at(tmp_path: Path, now: float, version: int = 3) -> Runtime:
@@ -95,7 +95,7 @@ async def test_replaying_a_date_sent_under_an_earlier_version_needs_a_decision(
 
 async def test_a_replay_older_than_what_is_retained_is_refused_naming_the_date(
         tmp_path: Path) -> None:
-    from tidings.retention import prune
+    from tidings.recovery.retention import prune
 
     # given a date sent (here: cancelled, terminal too) and, 40 days on, pruned
     async with await runtime_at(tmp_path, T0) as rt:
@@ -128,7 +128,7 @@ async def test_a_replay_older_than_what_is_retained_is_refused_naming_the_date(
 
 
 async def test_a_backfill_to_a_time_stops_at_that_occurrence(tmp_path: Path) -> None:
-    from tidings.cron import Schedule
+    from tidings.core.cron import Schedule
 
     hourly = replace(digest(1), schedule=Schedule("0 * * * *", "UTC"))
     midnight = replace(digest(1), name="nightly", schedule=Schedule("0 0 * * *", "UTC"))

@@ -9,25 +9,28 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tidings.clock import FakeClock
-from tidings.errors import ConfigurationError
-from tidings.retention import (
-    DAY_S,
+from tidings.config.settings import Settings
+from tidings.core.clock import FakeClock
+from tidings.core.errors import ConfigurationError
+from tidings.core.retention import (
     EVENT_SKEW_S,
     PARTITIONS_AHEAD,
+    day_partition,
+    day_start,
+    parse_partition,
+)
+from tidings.recovery.retention import (
+    DAY_S,
     Partition,
     PruneCounts,
     RetentionConfig,
-    day_partition,
-    day_start,
     minimum_retention,
     next_prune_at,
-    parse_partition,
     plan_partitions,
     plan_prune,
     prune_due,
 )
-from tidings.settings import Settings
+from tidings.runtime import check_settings
 
 CAMPAIGN = {"cron": "0 9 * * *", "channels": ["email"], "template": "t",
             "audience": {"sql": {"url": "sqlite:///crm.db", "query": "SELECT 1"}}}
@@ -36,12 +39,14 @@ MIDNIGHT = 1_799_971_200.0
 
 
 def settings(**sections: Any) -> dict[str, Any]:
-    return {"channels": {"email": {}}, **sections}
+    return {"channels": {"email": {"provider": {"kind": "sandbox-twin"}}}, **sections}
 
 
 def refusal(data: dict[str, Any]) -> ConfigurationError:
+    """The refusal of the composition root's cross-check (the settings model alone reads
+    each field; the bound needs retention's rule)."""
     with pytest.raises(ConfigurationError) as raised:
-        Settings.parse(data)
+        check_settings(Settings.parse(data))
     return raised.value
 
 
@@ -107,7 +112,9 @@ def test_a_retention_is_accepted_exactly_when_it_covers_the_bound(
     needed = max(ttl, 60 * 50 + 5 * 300) + expires + 3600
 
     if keep >= needed:
-        assert Settings.parse(data).retention.intents_s == keep
+        parsed = Settings.parse(data)
+        check_settings(parsed)
+        assert parsed.retention.intents_s == keep
     else:
         assert refusal(data).field == "retention.intents_s"
 
@@ -233,10 +240,10 @@ def test_an_empty_ledger_drops_every_partition_older_than_the_cutoff_and_no_newe
 
 async def test_the_reconciler_loop_prunes_at_its_first_pass_and_once_a_step(
         tmp_path: Path) -> None:
-    from tidings.retention import AUDIT_KEY, retention_config
+    from tidings.core.states import State
+    from tidings.processes.service import prune_when_due
+    from tidings.recovery.retention import AUDIT_KEY, retention_config
     from tidings.runtime import build_runtime
-    from tidings.service import prune_when_due
-    from tidings.states import State
 
     clock = FakeClock(MIDNIGHT + 60)
     parsed = Settings.parse(settings(store=f"sqlite:///{tmp_path / 'r.db'}"))

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tidings.errors import StoreError
-from tidings.model import Intent
-from tidings.states import State
+from tidings.core.errors import StoreError
+from tidings.core.model import Intent
+from tidings.core.states import State
 from tidings.stores.base import Switch
 from tidings.stores.rows import INTENT, SWITCH, Shape
 

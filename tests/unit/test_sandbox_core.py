@@ -9,7 +9,7 @@ from email.utils import parsedate_to_datetime
 
 import pytest
 
-from tidings.errors import ConfigurationError
+from tidings.core.errors import ConfigurationError
 from tidings.sandbox import AnswerKind, LatencySpec, SandboxAnswer, SandboxConfig, SandboxCore
 from tidings.sandbox import core as core_module
 
@@ -287,6 +287,17 @@ def test_fail_addresses_fail_every_time() -> None:
     assert {a.status for a in answers} == {503}
     assert core.stats()["channels"]["email"]["server_errors"] == 5
     assert core.lookup("k") is None
+
+
+def test_stopped_numbers_are_refused_as_a_stop_every_time() -> None:
+    core, _ = make(stopped_addresses=["+15550009999"])
+    answers = [send(core, f"k{n}", to="+15550009999", channel="sms") for n in range(3)]
+    other = send(core, "fine", to="+15550001111", channel="sms")
+
+    assert {(a.status, a.stopped) for a in answers} == {(422, True)}
+    assert (other.accepted, other.stopped) == (True, False)
+    assert core.stats()["channels"]["sms"]["rejected"] == 3
+    assert SandboxConfig.from_dict(core.config.to_dict()) == core.config
 
 
 def test_missing_key_or_address_is_a_bad_request() -> None:

@@ -10,9 +10,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tidings.clock import FakeClock
-from tidings.model import SendRequest
-from tidings.outcomes import Accepted, Lookup, Permanent, RateLimited, Transient, Uncertain
+from tidings.core.clock import FakeClock
+from tidings.core.model import SendRequest
+from tidings.core.outcomes import Accepted, Lookup, Permanent, RateLimited, Transient, Uncertain
 from tidings.providers.base import Provider
 from tidings.providers.sandbox import (
     SandboxHttpProvider,
@@ -27,7 +27,7 @@ KEY = "weekly-digest/2026-08-14/cust_1042/email/v3"
 
 def request(key: str = KEY, to: str = "ada@example.com") -> SendRequest:
     return SendRequest(key=key, channel="email", to=to, template="digest",
-                       data='{"items":[1,2]}', recipient_id="cust_1042")
+                       data={"items": [1, 2]}, recipient_id="cust_1042")
 
 
 def mock_provider(handler: Callable[[httpx.Request], httpx.Response],
@@ -288,11 +288,11 @@ async def test_twin_maps_errors_like_http(config: dict[str, object], to: str,
 
 
 async def test_twin_quota_in_settings_sizes_the_in_process_sandbox(tmp_path: Path) -> None:
-    from tidings.clock import FakeClock
-    from tidings.model import SendRequest
-    from tidings.outcomes import Accepted
+    from tidings.config.settings import Settings
+    from tidings.core.clock import FakeClock
+    from tidings.core.model import SendRequest
+    from tidings.core.outcomes import Accepted
     from tidings.runtime import build_runtime
-    from tidings.settings import Settings
 
     settings = Settings.parse({
         "store": f"sqlite:///{tmp_path / 't.db'}",
@@ -300,6 +300,6 @@ async def test_twin_quota_in_settings_sizes_the_in_process_sandbox(tmp_path: Pat
     async with await build_runtime(settings, clock=FakeClock(1_000_000.0)) as runtime:
         provider = runtime.provider("email")
         outcomes = [await provider.send(SendRequest(
-            key=f"k{i}", channel="email", to=f"c{i}@example.com", template="t/v1", data="{}",
+            key=f"k{i}", channel="email", to=f"c{i}@example.com", template="t/v1", data={},
             recipient_id=f"c{i}")) for i in range(1500)]  # one second: over the default 1,000
     assert all(isinstance(o, Accepted) for o in outcomes)

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from tidings.audience import audience_from_spec
-from tidings.errors import InvalidInput
+from tidings.admission.audience import audience_from_spec
+from tidings.cli.scaffold import CAMPAIGN, describe, write_starter
+from tidings.config.settings import Settings
+from tidings.core.errors import InvalidInput
 from tidings.runtime import campaigns_from, load_templates
-from tidings.scaffold import CAMPAIGN, describe, write_starter
-from tidings.settings import Settings
 
 
 async def test_the_starter_settings_load_and_the_audience_pages(

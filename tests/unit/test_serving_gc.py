@@ -4,7 +4,7 @@ import gc
 
 import pytest
 
-from tidings.gc_tuning import WORKER_GC_YOUNG, serving_gc
+from tidings.processes.gc_tuning import WORKER_GC_YOUNG, serving_gc
 
 
 def test_serving_gc_freezes_start_up_and_restores_the_collector_after() -> None:

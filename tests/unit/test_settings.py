@@ -13,11 +13,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from tidings import settings as settings_module
-from tidings.durations import LeaseSeconds, Seconds, SecondsOrZero
-from tidings.errors import ConfigurationError
-from tidings.providers import config as provider_config
-from tidings.settings import Settings
+from tidings.config import providers as provider_config
+from tidings.config import settings as settings_module
+from tidings.config.settings import Settings
+from tidings.core.durations import LeaseSeconds, Seconds, SecondsOrZero
+from tidings.core.errors import ConfigurationError
 
 #: Every duration field, as a dotted path into a settings mapping.
 DURATIONS = [

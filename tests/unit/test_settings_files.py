@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tidings.settings import Settings, find_settings_file
+from tidings.config.settings import Settings, find_settings_file
 
 QUERY = "SELECT id, email FROM customers WHERE (:after IS NULL OR id > :after) LIMIT :limit"
 
@@ -56,7 +56,7 @@ audience = {{ sql = {{ url = "sqlite:///customers.db", query = "{QUERY}" }} }}
 @given(st.sampled_from(["sqlite:///:memory:", "sqlite:////abs/t.db",
                         "postgresql://u@localhost:5432/db"]))
 def test_absolute_in_memory_and_server_urls_are_kept(url: str) -> None:
-    from tidings.settings import resolve_relative_paths
+    from tidings.config.settings import resolve_relative_paths
 
     data = {"store": url}
     resolve_relative_paths(data, Path("/elsewhere"))

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tidings import settings_reference
-from tidings.settings import Settings
+from tidings.config import reference as settings_reference
+from tidings.config.settings import Settings
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "settings.md"
 
@@ -16,7 +16,7 @@ PAGE = Path(__file__).resolve().parents[2] / "docs" / "settings.md"
 def test_the_settings_reference_is_current() -> None:
     assert PAGE.read_text() == settings_reference.render(), (
         "docs/settings.md is not current: run "
-        "`python -m tidings.settings_reference docs/settings.md`")
+        "`python -m tidings.config.reference docs/settings.md`")
 
 
 def test_every_field_of_every_table_has_a_row() -> None:

@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
-from tidings.clock import FakeClock
-from tidings.errors import ConfigurationError, InvalidInput
-from tidings.providers.config import SmtpProviderSettings
+from tidings.cli.textout import when
+from tidings.config.providers import SmtpProviderSettings
+from tidings.config.settings import Settings
+from tidings.core.clock import FakeClock
+from tidings.core.errors import ConfigurationError, InvalidInput
 from tidings.runtime import build_runtime, campaigns_from
-from tidings.settings import Settings
-from tidings.textout import when
 
 T0 = 1_780_000_000.0
 QUERY = ("SELECT id, email FROM customers WHERE (:after IS NULL OR id > :after) "
@@ -95,7 +95,8 @@ def _project(tmp_path: Path, *, template: str, version: int) -> Settings:
     (folder / "body.txt").write_text("Hello")
     return Settings.parse({
         "store": f"sqlite:///{tmp_path / 't.db'}",
-        "channels": {"email": {"kind": "email", "templates": str(tmp_path / "templates")}},
+        "channels": {"email": {"kind": "email", "templates": str(tmp_path / "templates"),
+                               "provider": {"kind": "sandbox-twin"}}},
         "campaigns": {"digest": {
             "cron": "0 9 * * MON", "channels": ["email"], "template": template,
             "version": version, "audience": {"sql": {

@@ -16,9 +16,9 @@ from aiosmtpd.smtp import SMTP, AuthResult, Envelope, Session
 
 from support.fake_http_providers import Scenario
 from support.smtp_side import LocalSmtp, SmtpSide, serve_smtp
-from tidings.clock import FakeClock
-from tidings.model import Content, SendRequest
-from tidings.outcomes import Accepted, Outcome, Permanent, RateLimited, Transient
+from tidings.core.clock import FakeClock
+from tidings.core.model import Content, SendRequest
+from tidings.core.outcomes import Accepted, Outcome, Permanent, RateLimited, Transient
 from tidings.providers.smtp import SmtpProvider, message_id, reply_outcome
 
 EMAIL = "ada@example.com"
@@ -81,7 +81,7 @@ def make(local: LocalSmtp, clock: FakeClock | None = None, **options: Any) -> Sm
 
 
 def request(key: str = "k1", to: str = EMAIL, content: Content | None = CONTENT) -> SendRequest:
-    return SendRequest(key=key, channel="email", to=to, template="digest", data="{}",
+    return SendRequest(key=key, channel="email", to=to, template="digest", data={},
                        recipient_id="cust_1042", content=content)
 
 

@@ -4,10 +4,10 @@ import random
 
 import pytest
 
-from tidings.errors import InvalidTransition
-from tidings.outcomes import Accepted, Permanent, RateLimited, Transient, Uncertain
-from tidings.policy import RetryPolicy
-from tidings.states import (
+from tidings.core.errors import InvalidTransition
+from tidings.core.outcomes import Accepted, Permanent, RateLimited, Transient, Uncertain
+from tidings.core.policy import RetryPolicy
+from tidings.core.states import (
     DONE,
     TRANSITIONS,
     State,
@@ -136,3 +136,19 @@ def test_a_raise_once_the_request_may_have_left_is_uncertain_even_with_the_budge
 def test_outcomes_are_not_raised() -> None:
     assert not decide_(Transient(reason="503")).raised
     assert not decide_(Uncertain(reason="timeout")).raised
+
+
+# ---------------------------------------------------------------- provider reports
+
+
+def test_a_report_moves_only_accepted_family_intents_forward() -> None:
+    from tidings.core.states import ACCEPTED_FAMILY, report_move
+
+    delivered, bounced, complained = (report_move(t) for t in
+                                      ("delivered", "bounced", "complained"))
+    assert delivered is not None and bounced is not None and complained is not None
+    assert (delivered.to, delivered.sources) == (State.DELIVERED, {State.ACCEPTED})
+    assert (bounced.to, bounced.sources) == (State.BOUNCED, {State.ACCEPTED, State.DELIVERED})
+    assert complained.sources == {State.ACCEPTED, State.DELIVERED}
+    assert all(m.sources <= ACCEPTED_FAMILY for m in (delivered, bounced, complained))
+    assert report_move("failed") is None

@@ -1,8 +1,10 @@
 """The two store adapters stay thin and apart: neither imports the other, and they
 share no run of ten lines, the same to the letter or the same in shape with other
-names, strings and numbers (what one would copy and then edit).
+names, strings and numbers (what one would copy and then edit). Each adapter is many
+modules (its store class, the role mixins it is made of, its database); every module
+of one is held against every module of the other.
 
-What the adapters have in common belongs in the core (``tidings.claims``) or in the
+What the adapters have in common belongs in the core (``tidings.core.claims``) or in the
 shared store modules (``stores/rows.py``, ``reads.py``, ``lifecycle.py``); each
 adapter only runs its SQL and maps its rows. A run found here names both places.
 """
@@ -19,7 +21,10 @@ from pathlib import Path
 import pytest
 
 STORES = Path(__file__).resolve().parents[2] / "src" / "tidings" / "stores"
-ADAPTERS = ("sqlite.py", "postgres.py")
+#: Each adapter's modules: the store class (``sqlite.py``, ``postgres.py``), the role
+#: mixins it is made of and the database beside it (``sqlite_*.py``, ``postgres_*.py``).
+ADAPTERS = {"sqlite": sorted(STORES.glob("sqlite*.py")),
+            "postgres": sorted(STORES.glob("postgres*.py"))}
 #: The longest run the two adapters may share (ten lines fail).
 LONGEST = 9
 #: Tokens that say nothing of a line's shape: one adapter awaits what the other calls.
@@ -76,22 +81,36 @@ def shared_runs(a: str, b: str, *, longer_than: int) -> list[tuple[int, int, int
     return runs
 
 
+def test_each_adapter_is_its_store_and_its_role_modules() -> None:
+    # the glob finds the store class and the role mixins it is made of, in both
+    for adapter, paths in ADAPTERS.items():
+        names = {path.stem for path in paths}
+        assert {adapter, f"{adapter}_base", f"{adapter}_ledger"} <= names
+
+
 def test_the_adapters_share_no_run_of_ten_lines() -> None:
-    sqlite, postgres = ((STORES / name).read_text("utf-8") for name in ADAPTERS)
-    runs = shared_runs(sqlite, postgres, longer_than=LONGEST)
-    assert [f"{n} lines: sqlite.py:{a} ~ postgres.py:{b}" for n, a, b in runs] == []
+    found = []
+    for sqlite in ADAPTERS["sqlite"]:
+        for postgres in ADAPTERS["postgres"]:
+            runs = shared_runs(sqlite.read_text("utf-8"), postgres.read_text("utf-8"),
+                               longer_than=LONGEST)
+            found += [f"{n} lines: {sqlite.name}:{a} ~ {postgres.name}:{b}"
+                      for n, a, b in runs]
+    assert found == []
 
 
-@pytest.mark.parametrize("name", ADAPTERS)
-def test_neither_adapter_imports_the_other(name: str) -> None:
-    other = {"sqlite.py": "postgres", "postgres.py": "sqlite"}[name]
-    tree = ast.parse((STORES / name).read_text("utf-8"))
+@pytest.mark.parametrize("path", [*ADAPTERS["sqlite"], *ADAPTERS["postgres"]],
+                         ids=lambda path: path.name)
+def test_neither_adapter_imports_the_other(path: Path) -> None:
+    other = "postgres" if path.name.startswith("sqlite") else "sqlite"
+    theirs = {f"tidings.stores.{p.stem}" for p in ADAPTERS[other]}
+    tree = ast.parse(path.read_text("utf-8"))
     imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import)
                  for alias in node.names}
-    assert f"tidings.stores.{other}" not in imported
+    assert not imported & theirs
     assert not any(isinstance(node, ast.ImportFrom) and node.module == "tidings.stores"
-                   and other in {alias.name for alias in node.names}
+                   and {f"tidings.stores.{alias.name}" for alias in node.names} & theirs
                    for node in ast.walk(tree))
 
 

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tidings.errors import ConfigurationError
-from tidings.model import Content
-from tidings.templates import RenderError, TemplateSet, parse_template_id, sms_length
+from tidings.core.errors import ConfigurationError
+from tidings.core.model import Content
+from tidings.delivery.templates import RenderError, TemplateSet, parse_template_id, sms_length
 
 DIGEST = {
     "subject.txt": "Your digest, {{ name }}\n",

@@ -11,10 +11,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from rich.console import Console
 
-from tidings import operations, textout
-from tidings.model import Event, Intent
-from tidings.readmodel import Delivery
-from tidings.states import State
+from tidings.cli import textout
+from tidings.core.model import Event, Intent
+from tidings.core.states import State
+from tidings.operate import operations
+from tidings.operate.readmodel import Delivery
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import socket
 
 import pytest
 
-from tidings.errors import TransportError
+from tidings.core.errors import TransportError
 from tidings.transports.open import open_transport
 
 

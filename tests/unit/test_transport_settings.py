@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tidings.errors import ConfigurationError
+from tidings.config.settings import Settings
+from tidings.core.errors import ConfigurationError
 from tidings.runtime import build_runtime
-from tidings.settings import Settings
 from tidings.transports.open import open_transport, redact_url, split_prefix, transport_kind
 
 

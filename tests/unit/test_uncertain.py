@@ -16,18 +16,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from support.lost_answers import LostAnswers
-from tidings import operations
-from tidings.clock import FakeClock
-from tidings.errors import ConfigurationError, InvalidInput
-from tidings.intake import NotifyRequest
-from tidings.model import Intent
-from tidings.outcomes import Lookup, LookupStatus
-from tidings.readmodel import to_json
-from tidings.runtime import Runtime, build_runtime
-from tidings.settings import Settings
-from tidings.states import TRANSITIONS, State
-from tidings.stores.base import Change
-from tidings.uncertain import (
+from tidings.admission.intake import NotifyRequest
+from tidings.config.settings import Settings
+from tidings.core.clock import FakeClock
+from tidings.core.errors import ConfigurationError, InvalidInput
+from tidings.core.model import Intent
+from tidings.core.outcomes import Lookup, LookupStatus
+from tidings.core.states import TRANSITIONS, State
+from tidings.delivery.uncertain import (
     OperatorDecision,
     Policy,
     UncertainPolicy,
@@ -37,6 +33,10 @@ from tidings.uncertain import (
     parse_age,
     policy_for,
 )
+from tidings.operate import operations
+from tidings.operate.readmodel import to_json
+from tidings.runtime import Runtime, build_runtime
+from tidings.stores.base import Change
 
 T0 = 1_780_000_000.0
 
@@ -477,7 +477,7 @@ async def test_a_message_for_a_held_intent_is_acked_without_a_send(world: World)
     assert await world.state("m") is State.HELD
 
     # a stray copy of its message (a duplicate publication, a redelivery)
-    from tidings.relay import publish
+    from tidings.admission.relay import publish
 
     await publish(world.rt.transport, [("m:email", "email", world.clock.now())],
                   now=world.clock.now())

@@ -23,18 +23,18 @@ from support.fake_http_providers import (
     Scenario,
     mock_transport,
 )
-from tidings.clock import FakeClock
-from tidings.providers.base import Provider
-from tidings.providers.config import (
+from tidings.config.providers import (
     HttpProviderSettings,
     PostmarkProviderSettings,
     SendGridProviderSettings,
     TwilioProviderSettings,
-    build_provider_from,
 )
+from tidings.config.settings import Settings
+from tidings.core.clock import FakeClock
+from tidings.core.states import State
+from tidings.providers.base import Provider
+from tidings.providers.build import build_provider_from
 from tidings.runtime import Runtime, build_runtime
-from tidings.settings import Settings
-from tidings.states import State
 
 T0 = 1_780_000_000.0
 BASE = "https://provider.test"

@@ -20,13 +20,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from support.lost_answers import LostAnswers
+from tidings.admission.intake import NotifyRequest
 from tidings.api.errors import install
 from tidings.api.webhooks import webhook_router
-from tidings.clock import FakeClock
-from tidings.intake import NotifyRequest
+from tidings.config.settings import Settings
+from tidings.core.clock import FakeClock
+from tidings.core.states import State
 from tidings.runtime import Runtime, build_runtime
-from tidings.settings import Settings
-from tidings.states import State
 from tidings.webhooks import signature_header, twilio_signature
 from tidings.webhooks.parse import (
     KEY_FIELD,
@@ -183,10 +183,11 @@ async def test_a_delivery_report_naming_the_key_settles_a_held_send(hooks: Hooks
     answer = await hooks.twilio(KEY, "SM42", "delivered")
 
     # then it is accepted with Twilio's sid as receipt, the report on its timeline
+    # moving it on to delivered
     assert answer.status_code == 200, answer.text
     assert answer.json()["settled"] == 1 and answer.json()["orphaned"] == 0
     intent = await hooks.intent(KEY)
-    assert (intent.state, intent.receipt) == (State.ACCEPTED, "SM42")
+    assert (intent.state, intent.receipt) == (State.DELIVERED, "SM42")
     assert (await hooks.timeline(KEY))[-2:] == ["evidence_accepted", "provider_delivered"]
     assert hooks.provider.sent == [KEY]  # never resent
 
@@ -251,4 +252,4 @@ async def test_evidence_for_a_settled_send_changes_nothing(hooks: Hooks) -> None
     late = await hooks.generic({"message_id": "g-1", "event": "failed", "key": KEY})
 
     assert late.json()["settled"] == 0
-    assert (await hooks.intent(KEY)).state is State.ACCEPTED
+    assert (await hooks.intent(KEY)).state is State.DELIVERED  # as the report left it

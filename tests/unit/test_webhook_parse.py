@@ -9,7 +9,7 @@ from urllib.parse import urlencode
 
 import pytest
 
-from tidings.errors import InvalidInput
+from tidings.core.errors import InvalidInput
 from tidings.stores.base import ProviderEvent, ProviderEventType
 from tidings.webhooks.parse import (
     parse,
@@ -38,21 +38,32 @@ def twilio_form(**fields: str) -> bytes:
 # ---------------------------------------------------------------- twilio
 
 
-@pytest.mark.parametrize(("status", "kind", "detail"), [
-    ("delivered", D, "delivered"),
-    ("undelivered", B, "undelivered: ErrorCode 30003"),
-    ("failed", F, "failed: ErrorCode 30003"),
+@pytest.mark.parametrize(("status", "kind", "detail", "bounce"), [
+    ("delivered", D, "delivered", None),
+    ("undelivered", B, "undelivered: ErrorCode 30003", "soft"),
+    ("failed", F, "failed: ErrorCode 30003", None),
 ])
 def test_a_twilio_final_status_becomes_an_event_at_the_time_received(
-    status: str, kind: ProviderEventType, detail: str,
+    status: str, kind: ProviderEventType, detail: str, bounce: str | None,
 ) -> None:
     code = "" if status == "delivered" else "30003"
     parsed = parse_twilio(twilio_form(MessageSid="SM0001", MessageStatus=status,
                                       ErrorCode=code), now=NOW)
 
     assert parsed.events == (ProviderEvent(provider="twilio", message_id="SM0001", type=kind,
-                                           at=NOW, detail=detail),)
+                                           at=NOW, detail=detail, bounce=bounce),)
     assert parsed.ignored == 0
+
+
+@pytest.mark.parametrize(("code", "bounce"), [("30005", "hard"), ("30006", "hard"),
+                                              ("30003", "soft"), ("30008", "soft"),
+                                              ("", "soft")])
+def test_a_twilio_undelivered_status_is_classed_by_its_error_code(code: str,
+                                                                  bounce: str) -> None:
+    [event] = parse_twilio(twilio_form(MessageSid="SM0001", MessageStatus="undelivered",
+                                       ErrorCode=code), now=NOW).events
+
+    assert event.bounce == bounce
 
 
 @pytest.mark.parametrize("status", ["queued", "sending", "sent", "accepted", "read"])
@@ -133,7 +144,8 @@ def test_a_sendgrid_batch_maps_each_kind_and_ignores_the_rest() -> None:
         ProviderEvent(provider="sendgrid", message_id="W86EgYT6SQKk0lRflfLRsA", type=D,
                       at=1780000101, detail="delivered: 250 OK queued as <[address]>"),
         ProviderEvent(provider="sendgrid", message_id="other", type=B, at=1780000103,
-                      detail="bounce (bounce): 5.1.1: 550 5.1.1 <[address]>: user unknown"),
+                      detail="bounce (bounce): 5.1.1: 550 5.1.1 <[address]>: user unknown",
+                      bounce="hard"),
         ProviderEvent(provider="sendgrid", message_id="third", type=F, at=1780000104,
                       detail="dropped: Bounced Address"),
         ProviderEvent(provider="sendgrid", message_id="fourth", type=C, at=1780000105,
@@ -150,6 +162,7 @@ def test_no_sendgrid_detail_carries_an_address_or_a_number() -> None:
     [event] = parse_sendgrid(body, now=NOW).events
 
     assert event.detail == "bounce (blocked): 550 mailbox [address] full, call [number]"
+    assert event.bounce == "soft"  # a block is for now: it counts toward the threshold
 
 
 @pytest.mark.parametrize(("payload", "field"), [
@@ -210,10 +223,43 @@ def test_postmark_delivery_bounce_and_complaint_records_map_to_events() -> None:
     assert bounced == (ProviderEvent(
         provider="postmark", message_id="883953f4-6105-42a2-a16a-77a8eac79483", type=B,
         at=at, detail="Bounce: HardBounce: The server was unable to deliver your message "
-                      "(ex: unknown user)."),)
+                      "(ex: unknown user).", bounce="hard"),)
     assert [(e.message_id, e.type, e.at) for e in complained] == [
         ("00000000-0000-0000-0000-000000000001", C, 1406914090.273539)]
     assert all("john" not in (e.detail or "") for e in (*delivered, *bounced, *complained))
+
+
+@pytest.mark.parametrize(("type_", "bounce"), [
+    ("HardBounce", "hard"), ("BadEmailAddress", "hard"), ("SoftBounce", "soft"),
+    ("Transient", "soft"), ("DnsError", "soft"), ("AutoResponder", "other"),
+    ("AddressChange", "other")])
+def test_a_postmark_bounce_is_classed_by_its_type(type_: str, bounce: str) -> None:
+    [event] = parse_postmark(dumps({**POSTMARK_BOUNCE, "Type": type_}), now=NOW).events
+
+    assert event.bounce == bounce
+
+
+@pytest.mark.parametrize(("bounce", "expected"), [(None, None), ("soft", "soft"),
+                                                  ("hard", "hard")])
+def test_a_generic_bounce_may_say_how_it_is_classed(bounce: str | None,
+                                                    expected: str | None) -> None:
+    item = {"message_id": "m", "event": "bounced"} | ({} if bounce is None
+                                                      else {"bounce": bounce})
+
+    [event] = parse_generic(dumps(item), now=NOW).events
+
+    assert event.bounce == expected
+
+
+@pytest.mark.parametrize("item", [{"message_id": "m", "event": "bounced", "bounce": "maybe"},
+                                  {"message_id": "m", "event": "bounced", "bounce": [1]},
+                                  {"message_id": "m", "event": "delivered", "bounce": "hard"}])
+def test_a_generic_bounce_class_that_is_not_one_is_refused_naming_it(
+        item: dict[str, object]) -> None:
+    with pytest.raises(InvalidInput) as refused:
+        parse_generic(dumps(item), now=NOW)
+
+    assert refused.value.field == "body.bounce"
 
 
 @pytest.mark.parametrize("record", ["Open", "Click", "SubscriptionChange"])

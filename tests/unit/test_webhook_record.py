@@ -1,5 +1,5 @@
 """Recording provider events on the embedded store: once per (provider, message id, type),
-beside ``accepted`` without moving the intent, orphans kept and adopted later, and the
+beside ``accepted``, moving the intent on (delivered), orphans kept and adopted later, and the
 verify -> parse -> record order of one request."""
 
 from __future__ import annotations
@@ -10,15 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from tidings.clock import FakeClock
-from tidings.errors import InvalidInput
-from tidings.model import IntentDraft
-from tidings.reconciler import Reconciler
-from tidings.states import State
+from tidings.core.clock import FakeClock
+from tidings.core.errors import InvalidInput
+from tidings.core.model import IntentDraft
+from tidings.core.states import State
+from tidings.recovery.provider_reports import receive
+from tidings.recovery.reconciler import Reconciler
 from tidings.stores.base import Change, ProviderEvent, ProviderEventType, RecordResult
 from tidings.stores.sqlite import SqliteStore
 from tidings.transports.sqlite import SqliteTransport
-from tidings.webhooks import adopt_orphans, receive, record_events
+from tidings.webhooks import adopt_orphans, record_events
 from tidings.webhooks.verify import HmacVerifier, SignatureError, WebhookRequest, signature_header
 
 T0 = 1_780_000_000.0
@@ -55,12 +56,12 @@ async def test_a_report_is_recorded_once_beside_accepted(store: SqliteStore) -> 
     first = await record_events(store, [report("m-1")], T0 + 2)
     replay = await record_events(store, [report("m-1")], T0 + 3)
 
-    assert (first, replay) == (RecordResult(recorded=1), RecordResult(duplicates=1))
+    assert (first, replay) == (RecordResult(recorded=1, moved=1), RecordResult(duplicates=1))
     events = await store.events_for("order-1:email")
     assert [e.type for e in events] == ["selected", "claimed", "accepted", "provider_delivered"]
     assert events[-1].detail == "generic: mx said ok"
     intent = await store.intent_get("order-1:email")
-    assert intent is not None and intent.state is State.ACCEPTED
+    assert intent is not None and intent.state is State.DELIVERED
 
 
 async def test_an_empty_batch_touches_nothing(store: SqliteStore) -> None:

@@ -11,9 +11,9 @@ import pytest
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from tidings.clock import FakeClock
-from tidings.errors import ConfigurationError
-from tidings.settings import WebhookSettings
+from tidings.config.settings import WebhookSettings
+from tidings.core.clock import FakeClock
+from tidings.core.errors import ConfigurationError
 from tidings.webhooks.verify import (
     BasicAuthVerifier,
     HmacVerifier,

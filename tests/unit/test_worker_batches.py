@@ -7,11 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from tidings.clock import FakeClock
-from tidings.errors import ConfigurationError
+from tidings.config.settings import Settings
+from tidings.core.clock import FakeClock
+from tidings.core.errors import ConfigurationError
+from tidings.delivery.worker import WorkerConfig
 from tidings.runtime import build_runtime
-from tidings.settings import Settings
-from tidings.worker import WorkerConfig
+
+#: A channel on the in-process sandbox, named as such: no channel has a provider by default.
+TWIN = {"provider": {"kind": "sandbox-twin"}}
 
 T0 = 1_000_000.0
 DEFAULTS = (WorkerConfig.batch_size, WorkerConfig.max_held, WorkerConfig.commit_batch)
@@ -25,7 +28,7 @@ DEFAULTS = (WorkerConfig.batch_size, WorkerConfig.max_held, WorkerConfig.commit_
 async def test_the_worker_takes_what_the_settings_say(
         tmp_path: Path, worker: dict[str, int], expected: tuple[int, int, int]) -> None:
     settings = Settings.parse({"store": f"sqlite:///{tmp_path / 'batches.db'}",
-                               "worker": worker, "channels": {"email": {}}})
+                               "worker": worker, "channels": {"email": TWIN}})
     rt = await build_runtime(settings, clock=FakeClock(T0))
     try:
         config = rt.worker("email", "w1").config

@@ -12,15 +12,17 @@ import sys
 #: renders no templates and sends through the sandbox.
 NOT_FOR_A_WORKER = ("fastapi", "starlette", "uvicorn", "jinja2", "croniter",
                     "email_validator", "cryptography", "prometheus_client", "psycopg",
-                    "aiosmtplib", "tidings.api", "tidings.templates", "tidings.sandbox.server",
+                    "aiosmtplib", "tidings.api", "tidings.delivery.templates",
+                    "tidings.sandbox.server",
                     "tidings.providers.smtp", "tidings.providers.twilio",
                     "tidings.providers.sendgrid", "tidings.providers.postmark",
-                    "tidings.operations")
+                    "tidings.operate.operations")
 
 #: What ``tidings worker`` on SQLite with the sandbox provider imports to its first send.
-WORKER_PATH = ("tidings.cli", "tidings.service", "tidings.stores.sqlite",
+WORKER_PATH = ("tidings.cli", "tidings.processes.service", "tidings.stores.sqlite",
                "tidings.stores.sqlite_liveness", "tidings.transports.sqlite",
-               "tidings.providers.sandbox", "tidings.reconciler", "tidings.settings")
+               "tidings.providers.sandbox", "tidings.recovery.reconciler",
+               "tidings.config.settings")
 
 
 def loaded_after(*modules: str) -> list[str]:
@@ -39,7 +41,7 @@ def test_a_worker_imports_nothing_it_does_not_use() -> None:
 
 
 def test_reading_settings_imports_no_provider_adapter() -> None:
-    loaded = loaded_after("tidings.settings")
+    loaded = loaded_after("tidings.config.settings")
     assert loaded == []
 
 

@@ -48,13 +48,13 @@ import sys
 import jobs
 
 from systems._producer import main
-from tidings.intake import NotifyRequest
-from tidings.model import Recipient, SendRequest
-from tidings.outcomes import Outcome
+from tidings.admission.intake import NotifyRequest
+from tidings.config.settings import Settings
+from tidings.core.model import Recipient, SendRequest
+from tidings.core.outcomes import Outcome
 from tidings.providers.sandbox import SandboxTwinProvider
 from tidings.runtime import Runtime, build_runtime
 from tidings.sandbox.core import SandboxConfig, SandboxCore
-from tidings.settings import Settings
 
 CONFIG = os.environ.get("PEERS_TIDINGS_CONFIG", "tidings.toml")
 CHANNEL = "email"
@@ -107,7 +107,7 @@ async def _produce_with_relay(runtime: Runtime, ids: range) -> None:
     ``tidings scheduler`` runs beside admission) publishes it meanwhile; the producer
     ends once no intent is left ``selected`` (the workers' reconcilers may publish some
     of them too), so its time is the time to the broker."""
-    from tidings.relay import relay_loop
+    from tidings.admission.relay import relay_loop
 
     stopping = asyncio.Event()
 
@@ -142,8 +142,8 @@ async def _one_call_per_job(runtime: Runtime, ids: range) -> None:
 
 
 async def serve() -> None:
-    from tidings.clock import SystemClock
-    from tidings.service import serve_worker
+    from tidings.core.clock import SystemClock
+    from tidings.processes.service import serve_worker
 
     clock = SystemClock()
     core = SandboxCore(SandboxConfig(quotas={CHANNEL: 1_000_000}), now=clock.now,

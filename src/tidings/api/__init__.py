@@ -14,6 +14,8 @@ POST /v1/dead-letters/{channel}/redrive  operator    reopen dead intents, requeu
 POST /v1/admission/pause|resume          operator    campaign or channel admission switch
 POST /v1/replay/{campaign}/{date}        operator    admit a past date as a replay
 POST /v1/cancel                          operator    cancel a key before its send
+GET  /v1/suppressions[/export|/history]  operator    the list (JSON pages, CSV); who changed one
+POST /v1/suppressions[/remove|/import]   operator    suppress, take off (audited), import CSV
 GET  /metrics                            viewer      Prometheus
 GET  /healthz, /openapi.json, /docs      public
 =======================================  ==========  ========================================

@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from tidings.admission.campaign import Campaign
+from tidings.admission.scheduler import PassResult, Scheduler, occurrence_id
 from tidings.api.errors import ApiError
-from tidings.campaign import Campaign
-from tidings.cron import OccurrenceTime
-from tidings.errors import InvalidInput, unknown_name
+from tidings.core.cron import OccurrenceTime
+from tidings.core.errors import InvalidInput, unknown_name
 from tidings.runtime import Runtime
-from tidings.scheduler import PassResult, Scheduler, occurrence_id
 from tidings.stores.base import ApiRecords
 
 log = logging.getLogger("tidings.api.admission")

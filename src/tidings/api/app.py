@@ -12,8 +12,17 @@ from fastapi import Depends, FastAPI
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from tidings import __version__
-from tidings.api import holds, observe, operator, preferences, publish, trigger, ui, uncertain
+from tidings.api import (
+    holds,
+    observe,
+    operator,
+    preferences,
+    publish,
+    suppression,
+    trigger,
+    ui,
+    uncertain,
+)
 from tidings.api.access import AccessLog
 from tidings.api.admission import AdmissionRunner
 from tidings.api.asgi import replay_body
@@ -27,11 +36,13 @@ from tidings.api.auth import (
 )
 from tidings.api.context import ApiContext
 from tidings.api.errors import error_response, install
+from tidings.api.metrics import ApiMetrics
 from tidings.api.ratelimit import Bucket
+from tidings.api.unsubscribe import unsubscribe_router
 from tidings.api.webhooks import webhook_router
-from tidings.errors import ConfigurationError, unknown_name
-from tidings.metrics import ApiMetrics
-from tidings.pacing.algorithm import parse_quota
+from tidings.core.errors import ConfigurationError, unknown_name
+from tidings.core.pacing import parse_quota
+from tidings.core.version import __version__
 from tidings.runtime import Runtime
 from tidings.webhooks.metrics import WebhookMetrics
 
@@ -124,7 +135,8 @@ def create_app(runtime: Runtime, *, env: Mapping[str, str] | None = None,
                scope_map: ScopeMap | None = None, resume_on_start: bool = True) -> FastAPI:
     """The HTTP API over ``runtime`` (whose lifetime stays the caller's).
 
-    ``env`` is where the trigger secrets are read (the process environment by default);
+    ``env`` is where the trigger and unsubscribe secrets are read (the process
+    environment by default);
     ``scope_map`` extends or replaces the route scopes (every route must be mapped).
     With ``resume_on_start`` the app's start-up continues occurrences left admitting.
     """
@@ -165,10 +177,12 @@ def create_app(runtime: Runtime, *, env: Mapping[str, str] | None = None,
         trigger_secrets=secrets_from(environ.get(settings.trigger_secrets_env)),
         tolerance_s=settings.trigger_tolerance_s, secrets_env=settings.trigger_secrets_env,
         sessions=sessions_from(environ))
-    for module in (observe, trigger, publish, operator, uncertain, holds, preferences, ui):
+    for module in (observe, trigger, publish, operator, uncertain, holds, preferences,
+                   suppression, ui):
         app.include_router(module.router)
     app.include_router(webhook_router(runtime, env=environ,
                                       metrics=WebhookMetrics(context.metrics.registry)))
+    app.include_router(unsubscribe_router(runtime, env=environ))
 
     def refused(path: str, status: int, reason: str) -> None:
         _count_refusal(context, path, status, reason)

@@ -41,8 +41,8 @@ from fastapi import Request
 
 from tidings.api.errors import ApiError
 from tidings.api.tokens import Scope, grants, matches, split_token, unusable
-from tidings.clock import Clock, skew_s
-from tidings.group_commit import Coalescer, GroupCommitConfig
+from tidings.core.clock import Clock, skew_s
+from tidings.delivery.group_commit import Coalescer, GroupCommitConfig
 from tidings.stores.base import ApiRecords, ApiToken
 
 PUBLIC: Final = "public"
@@ -118,8 +118,18 @@ def default_scope_map() -> ScopeMap:
         .route("PUT", "/v1/preferences/{recipient_id}/{channel}", Scope.PUBLISH)
         .route("DELETE", "/v1/preferences/{recipient_id}/{channel}", Scope.PUBLISH)
         .route("GET", "/v1/preferences/{recipient_id}", Scope.VIEWER)
+        # The list holds addresses: an operator's to read and change.
+        .route("GET", "/v1/suppressions", Scope.OPERATOR)
+        .route("POST", "/v1/suppressions", Scope.OPERATOR)
+        .route("POST", "/v1/suppressions/remove", Scope.OPERATOR)
+        .route("POST", "/v1/suppressions/import", Scope.OPERATOR)
+        .route("GET", "/v1/suppressions/export", Scope.OPERATOR)
+        .route("GET", "/v1/suppressions/history", Scope.OPERATOR)
         # No token: the route verifies the provider's own signature (tidings.webhooks).
         .route("POST", "/v1/webhooks/{provider}", PUBLIC)
+        # No token: the signed link is the credential (tidings.core.unsubscribe).
+        .route("GET", "/v1/unsubscribe/{token}", PUBLIC)
+        .route("POST", "/v1/unsubscribe/{token}", PUBLIC)
         .prefix("/ui", Scope.VIEWER)
         .route("GET", "/ui/login", PUBLIC)
         .route("POST", "/ui/login", PUBLIC)

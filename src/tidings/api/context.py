@@ -11,13 +11,13 @@ from fastapi import Request
 
 from tidings.api.admission import AdmissionRunner
 from tidings.api.errors import ApiError
+from tidings.api.metrics import ApiMetrics
 from tidings.api.ratelimit import Bucket
-from tidings.compose import Composer
-from tidings.errors import unknown_name
-from tidings.group_commit import Coalescer, GroupCommitConfig
-from tidings.metrics import ApiMetrics
+from tidings.config.settings import ApiSettings, QueueSettings
+from tidings.core.errors import unknown_name
+from tidings.delivery.compose import Composer
+from tidings.delivery.group_commit import Coalescer, GroupCommitConfig
 from tidings.runtime import Runtime
-from tidings.settings import ApiSettings, QueueSettings
 from tidings.stores.base import ApiRecords, IdempotentResponse, PublishWrite, PublishWritten, Switch
 
 

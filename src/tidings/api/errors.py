@@ -13,8 +13,8 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from tidings.errors import ConfigurationError, FieldError, StoreError, TransportError
-from tidings.providers.redaction import scrub
+from tidings.core.errors import ConfigurationError, FieldError, StoreError, TransportError
+from tidings.core.redaction import scrub
 
 log = logging.getLogger("tidings.api")
 

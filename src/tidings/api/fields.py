@@ -1,4 +1,4 @@
-"""The rules of ``tidings.keys`` for every string the API takes, as pydantic markers.
+"""The rules of ``tidings.core.keys`` for every string the API takes, as pydantic markers.
 
 A body field, a path or a query parameter puts one marker beside its own bounds::
 
@@ -18,8 +18,8 @@ from __future__ import annotations
 from pydantic import AfterValidator
 from pydantic_core import PydanticCustomError
 
-from tidings.errors import InvalidInput
-from tidings.keys import check_line, check_text, validate_key
+from tidings.core.errors import InvalidInput
+from tidings.core.keys import check_line, check_text, validate_key
 
 __all__ = ["KEY", "LINE", "TEXT"]
 

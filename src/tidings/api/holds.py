@@ -1,5 +1,5 @@
-"""Operator endpoints for delivery holds and bulk actions (``tidings.holds``,
-``tidings.bulk``). Every change is an audit event naming the caller's token."""
+"""Operator endpoints for delivery holds and bulk actions (``tidings.operate.holds``,
+``tidings.operate.bulk``). Every change is an audit event naming the caller's token."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt
 
-from tidings import bulk, holds
 from tidings.api.auth import Principal, authorize
 from tidings.api.context import ApiContext, ctx
 from tidings.api.errors import ApiError
 from tidings.api.fields import KEY, LINE, TEXT
 from tidings.api.operator import _refused
-from tidings.errors import InvalidInput
-from tidings.readmodel import as_dict
+from tidings.core.errors import InvalidInput
+from tidings.operate import bulk, holds
+from tidings.operate.readmodel import as_dict
 
 router = APIRouter(prefix="/v1", tags=["operator"])
 

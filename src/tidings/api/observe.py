@@ -8,7 +8,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from tidings.api.context import ctx
-from tidings.metrics import CONTENT_TYPE
+from tidings.api.metrics import CONTENT_TYPE
 
 router = APIRouter(tags=["observe"])
 

@@ -1,5 +1,5 @@
 """Operator endpoints: status, plan, timelines, dead letters, admission switches,
-replay and cancel. The numbers come from ``tidings.operations`` (shared with the CLI)."""
+replay and cancel. The numbers come from ``tidings.operate.operations`` (shared with the CLI)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, Request
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
-from tidings import operations
+from tidings.admission.scheduler import MAX_REPLAY_LIFETIME_S
 from tidings.api.context import ApiContext, ctx
 from tidings.api.errors import ApiError, ErrorBody
 from tidings.api.fields import KEY, LINE, TEXT
-from tidings.errors import InvalidInput
-from tidings.readmodel import Plan, Status, as_dict
-from tidings.scheduler import MAX_REPLAY_LIFETIME_S
+from tidings.core.errors import InvalidInput
+from tidings.operate import operations
+from tidings.operate.readmodel import Plan, Status, as_dict
 
 router = APIRouter(prefix="/v1", tags=["operator"])
 

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool
 from tidings.api.context import ctx
 from tidings.api.errors import ApiError, ErrorBody
 from tidings.api.fields import TEXT
-from tidings.errors import InvalidInput
+from tidings.core.errors import InvalidInput
 
 router = APIRouter(prefix="/v1/preferences", tags=["preferences"])
 

@@ -6,7 +6,9 @@ any 2xx as done, retries a 429 after ``Retry-After`` with the same key, and trea
 anything else as a rejection. tidings maps the queue to a campaign (its channels) or a
 channel, and the payload to intents keyed by campaign, day, customer, channel and
 template version — for a campaign, the very keys its scheduler would write, so a
-publish and a scheduled run of the same day never deliver twice.
+publish and a scheduled run of the same day never deliver twice. That mapping is the
+admission stage's (``tidings.admission.publish_intake``); this module is the HTTP side:
+the request's shape, its Idempotency-Key, the refusals' status codes and the answer.
 
 Idempotency: the key is kept with the request's hash and its answer, in the transaction
 that writes its intents; the same key with the same request gets the first answer again
@@ -27,7 +29,6 @@ import json
 import math
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from datetime import date, datetime, time
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Request
@@ -37,22 +38,21 @@ from starlette.responses import Response
 from starlette.routing import Match, Route
 from starlette.types import Receive, Scope, Send
 
+from tidings.admission import publish_intake
+from tidings.admission.intake import admit_drafts
+from tidings.admission.publish_intake import Published, PublishItem, VersionConflict
+from tidings.admission.scheduler import Switches
 from tidings.api import ratelimit
 from tidings.api.asgi import replay_body
 from tidings.api.auth import authorize
 from tidings.api.context import ApiContext, ctx
 from tidings.api.errors import ApiError, ErrorBody
 from tidings.api.fields import KEY, TEXT
-from tidings.audience import Audience
-from tidings.campaign import Campaign
-from tidings.compose import Composer
-from tidings.cron import EARLIEST_DATE, LATEST_DATE, logical_day
-from tidings.errors import InvalidInput
-from tidings.keys import campaign_key, check_json_text, queue_key, template_ref, validate_key
-from tidings.model import IntentDraft, Recipient, address_kind, encode_data
-from tidings.runtime import Runtime
-from tidings.scheduler import Switches, occurrence_id
-from tidings.stores.base import IdempotentResponse, Ledger, PublishWrite
+from tidings.core.cron import EARLIEST_DATE, LATEST_DATE, logical_day
+from tidings.core.errors import InvalidInput
+from tidings.core.keys import canonical_json
+from tidings.core.model import IntentDraft
+from tidings.stores.base import IdempotentResponse, PublishWrite
 
 router = APIRouter(tags=["publish"])
 PATH = "/v1/queue/publish"
@@ -60,10 +60,6 @@ PATH = "/v1/queue/publish"
 IDEMPOTENCY_KEY = r"^[\x21-\x7e]+$"
 
 _KEY_PART = r"^[^\s/]+$"
-_VERSIONED = re.compile(r"^(?P<base>.+?)[-/@_.]v(?P<version>[1-9][0-9]{0,5})$")
-_KNOWN = frozenset({"customer_id", "schedule_day", "template", "email", "phone", "data"})
-#: Members looked at per attempt when finding a customer in a campaign's audience.
-_LOOKUP_PAGE = 50
 
 
 class PublishPayload(BaseModel):
@@ -119,137 +115,6 @@ def answered(answer: PublishAnswer, keys: Sequence[str], created: Sequence[str])
         "new": len(made), "existing": [k for k in keys if k not in made]}).model_dump_json()
 
 
-# ---------------------------------------------------------------- mapping (no I/O)
-
-
-def template_version(template: str) -> tuple[str, int] | None:
-    """``weekly-digest-v3`` (or ``…/v3``, ``…@v3``, ``…_v3``, ``….v3``) -> ("weekly-digest", 3)."""
-    match = _VERSIONED.match(template)
-    return None if match is None else (match["base"], int(match["version"]))
-
-
-def extra_data(payload: PublishPayload, member: Recipient | None) -> str:
-    """Template data: the audience member's, then payload extras, then ``payload.data``."""
-    data: dict[str, Any] = dict(member.data) if member is not None else {}
-    extras = {k: v for k, v in (payload.model_extra or {}).items() if k not in _KNOWN}
-    data.update(extras)
-    data.update(payload.data or {})
-    try:
-        check_json_text(extras, "body.payload")
-        check_json_text(payload.data, "body.payload.data")
-        return encode_data(data, "body.payload.data")
-    except InvalidInput as exc:
-        raise ApiError(422, exc.field, exc.message) from None
-
-
-def campaign_drafts(campaign: Campaign, payload: PublishPayload, recipient: Recipient,
-                    *, queue: str, now: float, kinds: Mapping[str, str]
-                    ) -> tuple[list[IntentDraft], dict[str, str]]:
-    """The intents a publish to a campaign queue stands for, and the channels skipped
-    (``kinds``: each channel's address kind, ``Runtime.channel_kinds``)."""
-    version = campaign.version
-    if payload.template is not None:
-        parsed = template_version(payload.template)
-        if parsed is None or parsed[0] != campaign.template:
-            raise ApiError(422, "body.payload.template",
-                           f"must be {campaign.template!r} with a version, like "
-                           f"'{campaign.template}-v{campaign.version}', for queue {queue!r} "
-                           f"(campaign {campaign.name!r})")
-        if parsed[1] != campaign.version:
-            # Another version is another key: a second send to a customer and day
-            # already sent. Moving a campaign to a new version is a change of its
-            # settings (and an explicit replay), never a side effect of a publish.
-            raise ApiError(409, "body.payload.template", (
-                f"campaign {campaign.name!r} is declared at v{campaign.version}; this "
-                f"publish names v{parsed[1]} ({payload.template!r}). Publish "
-                f"'{campaign.template}-v{campaign.version}' (or no template), or move the "
-                f"campaign to v{parsed[1]} in its settings first"))
-    day = payload.schedule_day
-    try:
-        due_at = campaign.schedule.occurrence_for(day).logical_at
-        occurrence: str | None = occurrence_id(campaign.name, day)
-    except InvalidInput:
-        # The campaign's cron does not fire that day: the day itself is the due time.
-        due_at = datetime.combine(date.fromisoformat(day), time(0),
-                                  tzinfo=campaign.schedule.zone).timestamp()
-        occurrence = None
-    expires_at = None if campaign.expires_after_s is None else due_at + campaign.expires_after_s
-    if expires_at is not None and expires_at <= now:
-        raise ApiError(422, "body.payload.schedule_day",
-                       f"{day} is past the freshness deadline of campaign {campaign.name!r} "
-                       f"({campaign.expires_after_s:g} s after it is due)")
-    if not recipient.active:
-        return [], {ch: "recipient is not active" for ch in campaign.channels}
-    data = extra_data(payload, recipient)
-    drafts, skipped = [], {}
-    for channel in campaign.channels:
-        kind = address_kind(channel, kinds.get(channel))
-        address = recipient.address(kind)
-        if not address:
-            skipped[channel] = f"customer has no {'phone' if kind == 'sms' else 'email'}"
-            continue
-        drafts.append(IntentDraft(
-            key=campaign_key(campaign.name, day, payload.customer_id, channel, version),
-            channel=channel, recipient_id=payload.customer_id, address=address,
-            template=template_ref(campaign.template, version), data=data, due_at=due_at,
-            expires_at=expires_at, campaign=campaign.name, occurrence=occurrence))
-    return drafts, skipped
-
-
-def channel_drafts(channel: str, payload: PublishPayload, *, queue: str,
-                   kind: str) -> list[IntentDraft]:
-    """The one intent a publish to a channel queue stands for (the payload names the
-    address and the template; ``kind`` is the channel's address kind)."""
-    field = "phone" if kind == "sms" else "email"
-    address = payload.phone if kind == "sms" else payload.email
-    if not address:
-        raise ApiError(422, f"body.payload.{field}",
-                       f"is required for queue {queue!r} (channel {channel!r})")
-    if payload.template is None:
-        raise ApiError(422, "body.payload.template",
-                       f"is required for queue {queue!r} (channel {channel!r})")
-    parsed = template_version(payload.template)
-    if parsed is None and "/" in payload.template:
-        raise ApiError(422, "body.payload.template",
-                       "must end in a version (like 'receipt-v2') or contain no '/'")
-    segment = payload.template if parsed is None else f"v{parsed[1]}"
-    template = payload.template if parsed is None else template_ref(*parsed)
-    day = payload.schedule_day
-    due_at = datetime.fromisoformat(f"{day}T00:00:00+00:00").timestamp()
-    return [IntentDraft(
-        key=queue_key(queue, day, payload.customer_id, channel, segment), channel=channel,
-        recipient_id=payload.customer_id, address=address, template=template,
-        data=extra_data(payload, None), due_at=due_at)]
-
-
-def sendable(composer: Composer, drafts: Sequence[IntentDraft], skipped: dict[str, str], *,
-             from_payload: bool, template_field: str) -> list[IntentDraft]:
-    """The drafts a worker could send, checked as it will check them (address, template):
-    a template that does not exist, or an address the payload gave that no send can
-    use, is a 422 now rather than a rejected intent later. An address from the audience
-    that no send can use skips its channel (the answer says why)."""
-    kept = []
-    for draft in drafts:
-        try:
-            validate_key(draft.key)  # what a worker's message decode checks again
-        except InvalidInput as exc:
-            raise ApiError(422, "body.payload", f"makes a delivery key that {exc.message}; "
-                           "shorten customer_id or template") from None
-        found = composer.draft_problem(draft)
-        if found is None:
-            kept.append(draft)
-            continue
-        what, problem = found
-        if what == "template":
-            raise ApiError(422, template_field, f"{problem} (channel {draft.channel!r})")
-        if from_payload:
-            raise ApiError(422, f"body.payload.{'phone' if draft.channel == 'sms' else 'email'}",
-                           f"{problem} (channel {draft.channel!r})")
-        else:
-            skipped[draft.channel] = f"customer's address in the audience: {problem}"
-    return kept
-
-
 def request_hash(raw: bytes) -> str:
     """The hash of a request body as JSON, insensitive to key order and spacing."""
     return parsed_hash(json.loads(raw))
@@ -257,96 +122,33 @@ def request_hash(raw: bytes) -> str:
 
 def parsed_hash(parsed: Any) -> str:
     """``request_hash`` of a body already read as JSON (``json.loads``)."""
-    canonical = json.dumps(parsed, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()
+    return hashlib.sha256(canonical_json(parsed).encode()).hexdigest()
 
 
-# ---------------------------------------------------------------- I/O helpers
-
-
-def _predecessors(rid: str) -> list[str]:
-    """Values just below ``rid`` to page an audience from: numerically (an INTEGER id
-    column) and as a string (a text one)."""
-    found = []
-    # ASCII digits only: "²".isdigit() holds, and int("²") raises.
-    if rid.isascii() and rid.isdigit() and int(rid) > 0:
-        found.append(str(int(rid) - 1))
-    below = ord(rid[-1]) - 1
-    if 0xD800 <= below <= 0xDFFF:
-        below = 0xD7FF  # the character before the surrogates, which no text can hold
-    found.append(rid[:-1] + chr(below) + "\U0010ffff" if below > 0 else rid[:-1])
-    return found
-
-
-async def find_member(audience: Audience, rid: str) -> Recipient | None:
-    """The audience member with id ``rid``, read through ``page`` (no lookup by id in
-    the Audience port): a page that starts just below it, tried numerically and as a
-    string. Bounded: at most two pages."""
-    for after in _predecessors(rid):
-        for member in await audience.page(after or None, _LOOKUP_PAGE):
-            if member.id == rid:
-                return member
-    return None
-
-
-async def admit(runtime: Runtime, drafts: Sequence[IntentDraft], now: float) -> list[str]:
-    """Write intents (an existing key is a no-op), as ``notify`` does: with the store's
-    own queue the ones due soon are enqueued in the same transaction; with a broker they
-    wait ``selected`` for the relay. Returns the keys created now."""
-    if not drafts:
-        return []
-    s = runtime.settings.scheduler
-    store: Ledger = runtime.store
-    soon = [d for d in drafts if d.due_at <= now + s.relay_horizon_s]
-    later = [d for d in drafts if d.due_at > now + s.relay_horizon_s]
-    created = await store.intent_admit(later, now=now) if later else []
-    if soon and runtime.enqueue_in_store:
-        created += await store.intent_admit(soon, now=now, enqueue=True)
-    elif soon:
-        # The outbox: the relay publishes them; the request never waits for the broker.
-        created += await store.intent_admit(soon, now=now)
-    return created
+def _item(payload: PublishPayload) -> PublishItem:
+    """The payload as the intake takes it: its fields, and the others as extras."""
+    return PublishItem(customer_id=payload.customer_id, schedule_day=payload.schedule_day,
+                       template=payload.template, email=payload.email, phone=payload.phone,
+                       data=payload.data, extras=payload.model_extra or {})
 
 
 async def _resolve(c: ApiContext, body: PublishRequest, now: float
-                   ) -> tuple[PublishAnswer, list[IntentDraft], list[str], str | None]:
-    """Map a request to its intents; returns the answer skeleton, the drafts, the
-    channels they use and the campaign (for the switches)."""
-    target = c.queues.get(body.queue)
-    if target is None:
-        known = ", ".join(sorted(c.queues)) or "none (see [api.queues] in the settings)"
-        raise ApiError(422, "body.queue", f"unknown queue {body.queue!r}; configured: {known}")
-    payload = body.payload
-    if target.campaign is not None:
-        campaign = c.admission.campaign(target.campaign)
-        if payload.email or payload.phone:
-            recipient = Recipient(id=payload.customer_id, email=payload.email,
-                                  phone=payload.phone)
-        else:
-            member = await find_member(campaign.audience, payload.customer_id)
-            if member is None:
-                raise ApiError(422, "body.payload.customer_id",
-                               f"{payload.customer_id!r} is not in the audience of "
-                               f"campaign {campaign.name!r}; send email or phone in the "
-                               "payload")
-            recipient = member
-        drafts, skipped = campaign_drafts(campaign, payload, recipient, queue=body.queue,
-                                          now=now, kinds=c.runtime.channel_kinds)
-        drafts = sendable(c.composer, drafts, skipped,
-                          from_payload=bool(payload.email or payload.phone),
-                          template_field="body.payload.template" if payload.template
-                          else "body.queue")
-        answer = PublishAnswer(queue=body.queue, campaign=campaign.name, channel=None,
-                               keys=[d.key for d in drafts], new=0, skipped=skipped)
-        return answer, drafts, list(campaign.channels), campaign.name
-    assert target.channel is not None
-    kind = address_kind(target.channel, c.runtime.channel_kinds.get(target.channel))
-    drafts = sendable(c.composer, channel_drafts(target.channel, payload, queue=body.queue,
-                                                 kind=kind),
-                      {}, from_payload=True, template_field="body.payload.template")
-    answer = PublishAnswer(queue=body.queue, campaign=None, channel=target.channel,
-                           keys=[d.key for d in drafts], new=0, skipped={})
-    return answer, drafts, [target.channel], None
+                   ) -> tuple[PublishAnswer, Published]:
+    """Map a request to its intents (``publish_intake.resolve``); returns the answer
+    skeleton and what the message stands for. A refusal is a 422, or a 409 for
+    another version of a campaign's template."""
+    try:
+        published = await publish_intake.resolve(
+            body.queue, _item(body.payload), queues=c.queues, campaign_of=c.admission.campaign,
+            kinds=c.runtime.channel_kinds, problem=c.composer.draft_problem, now=now,
+            where="body.")
+    except InvalidInput as exc:
+        status = 409 if isinstance(exc, VersionConflict) else 422
+        raise ApiError(status, exc.field, exc.message) from None
+    answer = PublishAnswer(queue=published.queue, campaign=published.campaign,
+                           channel=published.channel, keys=published.keys, new=0,
+                           skipped=published.skipped)
+    return answer, published
 
 
 async def _refusals(c: ApiContext, switches: Switches, channels: Sequence[str],
@@ -421,9 +223,10 @@ async def publish_one(c: ApiContext, body: PublishRequest, digest: str,
         return _stored(stored)
     if stored is not None and stored.request_hash != digest:
         raise _conflict()
-    answer, drafts, channels, campaign = await _resolve(c, body, now)
+    answer, published = await _resolve(c, body, now)
+    drafts = published.drafts
     # Refused before anything is written: a 429 leaves nothing to release.
-    await _refusals(c, Switches.of(switches), channels, campaign, now)
+    await _refusals(c, Switches.of(switches), published.channels, published.campaign, now)
     horizon = now + c.runtime.settings.scheduler.relay_horizon_s
     write = PublishWrite(
         key=idempotency_key, request_hash=digest,
@@ -460,7 +263,11 @@ async def _answered_before(c: ApiContext, stored: IdempotentResponse | None, dig
         return _stored(stored)
     # The same request in flight elsewhere (a reservation): its intents are the same
     # keys, so writing them here too is a no-op where it got there first.
-    created = await admit(c.runtime, drafts, now)
+    runtime = c.runtime
+    sched = runtime.settings.scheduler
+    created = await admit_drafts(runtime.store, runtime.transport, drafts, now=now,
+                                 horizon_s=sched.relay_horizon_s, lease_s=sched.relay_lease_s,
+                                 enqueue_in_store=runtime.enqueue_in_store)
     c.metrics.publish_accepted.inc()
     return _json(answered(answer, [d.key for d in drafts], created), 202)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tidings.pacing import PacerBackend
+from tidings.delivery.pacing import PacerBackend
 
 #: The bucket's row among the pacer states; no channel can have this name.
 BUCKET = "api:publish"

@@ -13,10 +13,10 @@ from typing import Any, cast
 import uvicorn
 
 from tidings.api.app import create_app
-from tidings.errors import ConfigurationError
-from tidings.gc_tuning import API_GC_YOUNG, tune_for_serving
+from tidings.core.errors import ConfigurationError
+from tidings.processes.gc_tuning import API_GC_YOUNG, tune_for_serving
+from tidings.processes.service import on_signals
 from tidings.runtime import Runtime
-from tidings.service import on_signals
 
 log = logging.getLogger("tidings.api")
 
@@ -24,7 +24,7 @@ log = logging.getLogger("tidings.api")
 class _Server(uvicorn.Server):
     """uvicorn, minus its own signal handling: it re-raises SIGTERM after a graceful
     shutdown, which would kill the process before the runtime is closed. The signals
-    are handled on the loop instead (``tidings.service.on_signals``), as every other
+    are handled on the loop instead (``tidings.processes.service.on_signals``), as every other
     tidings service does."""
 
     @contextlib.contextmanager
@@ -132,7 +132,7 @@ async def serve_api(runtime: Runtime, *, host: str, port: int,
     the port is shared with the other processes of ``tidings api --processes N``."""
     app = create_app(runtime, env=env)
     # log_config=None: uvicorn keeps its hands off logging, so its lines go through the
-    # process's handler (tidings.logs) like every other; requests are logged by
+    # process's handler (tidings.core.logs) like every other; requests are logged by
     # tidings.api.access (route templates, never raw paths, bodies or headers).
     protocol = http_protocol()
     server = _Server(uvicorn.Config(app, host=host, port=port, log_level="warning",

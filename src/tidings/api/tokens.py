@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from enum import StrEnum
 
-from tidings.errors import InvalidInput
+from tidings.core.errors import InvalidInput
 from tidings.stores.base import ApiToken
 
 PREFIX = "tid"

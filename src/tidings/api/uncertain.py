@@ -4,7 +4,7 @@
 policy; ``POST /v1/uncertain/resolve`` (operator) settles named keys, or a selection
 by channel and age, as accepted, resend or failed. Each decision is an audit event on
 the intent's timeline naming the token that made it. The work is
-``tidings.operations.uncertain_list`` / ``uncertain_resolve``, shared with the CLI.
+``tidings.operate.operations.uncertain_list`` / ``uncertain_resolve``, shared with the CLI.
 """
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from tidings import operations
 from tidings.api.auth import Principal, authorize
 from tidings.api.context import ApiContext, ctx
 from tidings.api.errors import ApiError, ErrorBody
 from tidings.api.fields import KEY, LINE, TEXT
-from tidings.errors import InvalidInput
-from tidings.readmodel import to_json
-from tidings.uncertain import parse_age
+from tidings.core.errors import InvalidInput
+from tidings.delivery.uncertain import parse_age
+from tidings.operate import operations
+from tidings.operate.readmodel import to_json
 
 router = APIRouter(prefix="/v1", tags=["operator"])
 

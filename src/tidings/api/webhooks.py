@@ -25,10 +25,10 @@ from fastapi import APIRouter, Path, Request
 from pydantic import BaseModel
 
 from tidings.api.errors import ApiError, ErrorBody
-from tidings.errors import InvalidInput
+from tidings.core.errors import InvalidInput
+from tidings.recovery.provider_reports import receive
 from tidings.runtime import Runtime
 from tidings.webhooks.metrics import WebhookMetrics
-from tidings.webhooks.receive import receive
 from tidings.webhooks.verify import SignatureError, WebhookRequest, verifiers_from
 
 log = logging.getLogger("tidings.api.webhooks")
@@ -49,6 +49,11 @@ class WebhookAnswer(BaseModel):
     ignored: int
     settled: int = 0
     """Uncertain or held sends these reports settled (they named the delivery key)."""
+    moved: int = 0
+    """Recorded reports that moved their delivery's state on (accepted -> delivered ->
+    bounced or complained)."""
+    suppressed: int = 0
+    """Addresses these reports put on the suppression list."""
 
 
 _REFUSED: dict[int | str, dict[str, Any]] = {
@@ -97,6 +102,7 @@ def webhook_router(runtime: Runtime, *, env: Mapping[str, str] | None = None,
     ``ApiError`` (the app's error handlers shape them)."""
     settings = runtime.settings.webhooks
     verifiers = verifiers_from(settings, os.environ if env is None else env, runtime.clock)
+    rules = runtime.suppression_rules()
     router = APIRouter(tags=["webhooks"])
 
     def count(provider: str, outcome: str) -> None:
@@ -126,7 +132,7 @@ def webhook_router(runtime: Runtime, *, env: Mapping[str, str] | None = None,
                                 headers=request.headers, body=body)
         try:
             outcome = await receive(signed, verifier=verifier, store=runtime.store,
-                                    now=runtime.clock.now())
+                                    now=runtime.clock.now(), rules=rules)
         except SignatureError as exc:
             count(provider, "unauthorized")
             log.warning("webhook refused: provider=%s %s: %s", provider, exc.field,
@@ -143,12 +149,14 @@ def webhook_router(runtime: Runtime, *, env: Mapping[str, str] | None = None,
                 if n:
                     metrics.events.labels(provider, result).inc(n)
         log.info("webhook: provider=%s recorded=%d duplicates=%d orphaned=%d ignored=%d "
-                 "settled=%d%s", provider, outcome.recorded, outcome.duplicates,
-                 outcome.orphaned, outcome.ignored, outcome.settled,
+                 "settled=%d moved=%d suppressed=%d%s", provider, outcome.recorded,
+                 outcome.duplicates, outcome.orphaned, outcome.ignored, outcome.settled,
+                 outcome.moved, outcome.suppressed,
                  f" ({', '.join(k[:40] for k in outcome.ignored_kinds[:5])})"
                  if outcome.ignored_kinds else "")
         return WebhookAnswer(provider=provider, recorded=outcome.recorded,
                              duplicates=outcome.duplicates, orphaned=outcome.orphaned,
-                             ignored=outcome.ignored, settled=outcome.settled)
+                             ignored=outcome.ignored, settled=outcome.settled,
+                             moved=outcome.moved, suppressed=outcome.suppressed)
 
     return router

@@ -11,9 +11,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from tidings.core.states import ACCEPTED_FAMILY, TERMINAL, State
+from tidings.delivery.uncertain import BY_EVIDENCE, BY_LOOKUP, RESENT
 from tidings.runtime import Runtime
-from tidings.states import ACCEPTED_FAMILY, TERMINAL, State
-from tidings.uncertain import BY_EVIDENCE, BY_LOOKUP, RESENT
 
 RETRY_EVENTS = ("transient_failure", "rate_limited", "resolved_retry", "released")
 

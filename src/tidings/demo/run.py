@@ -9,6 +9,10 @@ Twilio adapter, each against the sandbox speaking that provider's dialect (lost
 responses on, dedupe off), with templates rendered at send time, and ``tidings api``
 receiving the sandbox's Postmark and Twilio webhooks: every uncertain send is settled
 by lookup or webhook evidence, never resent blindly.
+
+The demo's store, broker prefix and work folder are made ready and removed by
+``tidings.demo.workspace`` (what the CLI and tests import of it still imports from
+here).
 """
 
 from __future__ import annotations
@@ -18,8 +22,6 @@ import contextlib
 import json
 import os
 import random
-import secrets
-import shutil
 import signal
 import socket
 import sys
@@ -35,15 +37,19 @@ import httpx
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from tidings.admission.intake import NotifyRequest
+from tidings.config.settings import Settings
+from tidings.core.errors import ConfigurationError
+from tidings.core.model import Message, OutgoingMessage
+from tidings.core.states import TERMINAL
 from tidings.demo.data import AUDIENCE_QUERY, Customers, seed_customers
 from tidings.demo.report import build_report, render_report
-from tidings.errors import ConfigurationError
-from tidings.intake import NotifyRequest
-from tidings.model import Message, OutgoingMessage
+from tidings.demo.workspace import PG_TABLES as PG_TABLES
+from tidings.demo.workspace import DemoStoreError as DemoStoreError
+from tidings.demo.workspace import clean_up as clean_up
+from tidings.demo.workspace import demo_transport, drop_transport, prepare_postgres
 from tidings.runtime import Runtime, build_runtime
-from tidings.settings import Settings
-from tidings.states import TERMINAL
-from tidings.transports.open import is_store_queue, redact_url, split_prefix
+from tidings.transports.open import is_store_queue, redact_url
 
 ZONE = "Europe/London"
 CAMPAIGN = "weekly-digest"
@@ -279,8 +285,8 @@ async def retried_pass(runtime: Runtime) -> int:
     result = await scheduler.run_pass(now=runtime.clock.now())
     campaign = runtime.campaigns[0]
     first = await campaign.audience.page(None, 1000)
-    from tidings.keys import campaign_key
-    from tidings.model import IntentDraft
+    from tidings.core.keys import campaign_key
+    from tidings.core.model import IntentDraft
 
     occurrences = await runtime.store.occurrence_list(CAMPAIGN)
     occ = occurrences[0]
@@ -327,15 +333,6 @@ def all_terminal(counts: dict[str, dict[str, int]]) -> bool:
     return bool(counts) and all(s in TERMINAL for by in counts.values() for s in by)
 
 
-def clean_up(workdir: Path, *, keep: bool) -> list[str]:
-    """Remove the demo's own temporary work folder unless ``keep``; returns the names of
-    what was kept (nothing once removed)."""
-    if not keep:
-        shutil.rmtree(workdir, ignore_errors=True)
-        return []
-    return sorted(p.name for p in workdir.iterdir())
-
-
 def prepare(db: Path | None, recipients: int, seed: int, *, real: bool = False
             ) -> tuple[Path, Path, Customers]:
     """A fresh work dir (or the one ``--db`` names), an empty ledger, seeded customers."""
@@ -354,83 +351,6 @@ def prepare(db: Path | None, recipients: int, seed: int, *, real: bool = False
         sandbox = {**sandbox, "lost_response": REAL_LOST_RESPONSE}
     (workdir / "sandbox.json").write_text(json.dumps(sandbox))
     return workdir, db_path, customers
-
-
-#: Every table the PostgreSQL migrations create: what ``--reset`` drops.
-PG_TABLES = ("intents", "events", "messages", "dead_letters", "occurrences", "pacer_state",
-             "switches", "schema_migrations")
-
-
-class DemoStoreError(Exception):
-    """The demo's ``--store`` cannot be used as it is (the message says why and what to do)."""
-
-
-def prepare_postgres(url: str, *, reset: bool) -> str:
-    """Make the PostgreSQL database ``url`` names ready for a demo: an empty ledger.
-
-    A database that does not exist is created (through the server's ``postgres``
-    database). One that already holds an ``intents`` table is refused, unless ``reset``:
-    then the tidings tables are dropped, and the demo's runtime migrates a fresh schema.
-    Returns a description of what was done.
-    """
-    import psycopg
-    from psycopg import sql as pgsql
-    from psycopg.conninfo import conninfo_to_dict, make_conninfo
-
-    from tidings.stores.postgres_db import PostgresDatabase, redact
-
-    PostgresDatabase.from_url(url)  # ConfigurationError for a malformed URL
-    safe = redact(url)
-    params = conninfo_to_dict(url)
-    dbname = str(params.get("dbname") or params.get("user") or "")
-    if not dbname:
-        raise DemoStoreError(f"{safe} names no database")
-    try:
-        conn = psycopg.connect(url, autocommit=True, connect_timeout=5)
-    except psycopg.OperationalError as exc:
-        if f'database "{dbname}" does not exist' not in str(exc):
-            raise DemoStoreError(f"cannot connect to {safe}: {str(exc).strip()}") from None
-        try:
-            with psycopg.connect(make_conninfo(url, dbname="postgres"), autocommit=True,
-                                 connect_timeout=5) as admin:
-                admin.execute(pgsql.SQL("CREATE DATABASE {}").format(pgsql.Identifier(dbname)))
-        except psycopg.Error as exc2:
-            raise DemoStoreError(f"database {dbname!r} does not exist and could not be "
-                                 f"created: {str(exc2).strip()}") from None
-        return f"created database {dbname!r}"
-    with conn:
-        row = conn.execute("SELECT to_regclass('intents') IS NOT NULL").fetchone()
-        if not (row and row[0]):
-            return f"database {dbname!r} has no tidings tables: used as it is"
-        if not reset:
-            raise DemoStoreError(
-                f"{safe} already holds tidings tables (an 'intents' table); the demo needs "
-                "an empty ledger. Name another database (one that does not exist is "
-                "created), or pass --reset to drop the tidings tables and start afresh.")
-        conn.execute(pgsql.SQL("DROP TABLE IF EXISTS {} CASCADE").format(
-            pgsql.SQL(", ").join(pgsql.Identifier(t) for t in PG_TABLES)))
-    return f"dropped the tidings tables of database {dbname!r} (--reset)"
-
-
-def demo_transport(transport: str) -> str:
-    """The demo's transport URL: on a broker, under a prefix of its own (a given prefix
-    gets a suffix of the demo's), since the demo removes everything under it at the end:
-    the keys or queues of a prefix in use are never touched. The suffix is random, not
-    seeded, so two demos with one seed on one broker stay apart."""
-    if is_store_queue(transport):
-        return transport
-    plain, prefix = split_prefix(transport)
-    mark = "&" if "?" in plain else "?"
-    return f"{plain}{mark}prefix={prefix}-demo-{secrets.token_hex(5)}"
-
-
-async def drop_transport(runtime: Runtime) -> int:
-    """Remove what a broker transport holds of the demo's (its keys or queues)."""
-    drop = getattr(runtime.transport, "drop_all", None)
-    if drop is None or is_store_queue(runtime.settings.transport):
-        return 0
-    dropped: int = await drop()
-    return dropped
 
 
 async def demo(*, recipients: int, db: Path | None, seed: int, as_json: bool,

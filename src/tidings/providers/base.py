@@ -9,7 +9,7 @@ provider keeps it and echoes it back (metadata, custom args, a callback URL, a h
 A provider that can be asked by key sets ``supports_lookup`` and answers ``lookup``
 with one of four ``LookupStatus`` answers; a failing lookup answers ``unknown``, never
 not-found. Adapters also declare what the core's uncertain-send policy needs
-(``tidings.uncertain.traits_of``): ``deduplicates`` and ``dedupe_window_s`` (a resend
+(``tidings.delivery.uncertain.traits_of``): ``deduplicates`` and ``dedupe_window_s`` (a resend
 under the same key is safe within it), ``lookup_settle_s`` (how long its read API may
 lag its send API), and ``lookup_needs_hint`` (its lookup needs the recipient and the
 send's time window: ``lookup(key, hint)``).
@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from tidings.model import SendRequest
-from tidings.outcomes import Lookup, Outcome
+from tidings.core.model import SendRequest
+from tidings.core.outcomes import Lookup, Outcome
 
 
 class Provider(Protocol):

@@ -18,8 +18,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from tidings.model import SendRequest
-from tidings.outcomes import Lookup, Outcome
+from tidings.core.model import SendRequest
+from tidings.core.outcomes import Lookup, Outcome
 from tidings.providers.base import Provider
 
 

@@ -13,6 +13,8 @@ fields are filled from the send (``body``: JSON field → source) plus constants
 ``html``       rendered HTML body (omitted when None)
 ``template``   the template name, for providers that render themselves
 ``data``       the template data, as a JSON object
+``headers``    the message headers to add (``List-Unsubscribe`` and
+               ``List-Unsubscribe-Post``), a JSON object; omitted when none
 ``recipient_id``, ``channel``
 =============  ==========================================================
 
@@ -34,7 +36,6 @@ transport failure, is unknown.
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, get_args
@@ -43,11 +44,11 @@ from urllib.parse import quote
 import httpx
 from pydantic import SecretStr
 
-from tidings.clock import Clock
-from tidings.errors import ConfigurationError
-from tidings.model import SendRequest
-from tidings.outcomes import Lookup, Outcome, Permanent
-from tidings.providers.defaults import Source
+from tidings.config.endpoints import Source
+from tidings.core.clock import Clock
+from tidings.core.errors import ConfigurationError
+from tidings.core.model import SendRequest
+from tidings.core.outcomes import Lookup, Outcome, Permanent
 from tidings.providers.http_outcomes import (
     NO_CONTENT,
     HttpAdapter,
@@ -129,7 +130,7 @@ class HttpJsonProvider(HttpAdapter):
         if self._needs_content and request.content is None:
             return Permanent(reason=NO_CONTENT)
         try:
-            data = json.loads(request.data or "{}")
+            data = dict(request.data)
         except ValueError:
             return Permanent(reason="template data is not JSON")
         values: dict[str, Any] = {
@@ -138,7 +139,8 @@ class HttpJsonProvider(HttpAdapter):
         }
         if request.content is not None:
             values.update(subject=request.content.subject, text=request.content.text,
-                          html=request.content.html)
+                          html=request.content.html,
+                          headers=dict(request.content.headers) or None)
         # A copy: a body field nested under a static object must not change the settings.
         fields = copy.deepcopy(self._static)
         for field, source in self._body.items():

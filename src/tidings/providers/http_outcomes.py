@@ -32,13 +32,21 @@ from urllib.parse import quote
 import httpx
 from pydantic import SecretStr
 
-from tidings.clock import Clock
-from tidings.model import SendRequest
-from tidings.outcomes import Accepted, Lookup, Outcome, Permanent, RateLimited, Transient, Uncertain
-from tidings.outcomes import describe as describe  # where the adapters find it
-from tidings.policy import parse_retry_after
+from tidings.core.clock import Clock
+from tidings.core.model import SendRequest
+from tidings.core.outcomes import (
+    Accepted,
+    Lookup,
+    Outcome,
+    Permanent,
+    RateLimited,
+    Transient,
+    Uncertain,
+)
+from tidings.core.outcomes import describe as describe  # where the adapters find it
+from tidings.core.policy import parse_retry_after
+from tidings.core.redaction import redact
 from tidings.providers.aiohttp_transport import HttpDispatch
-from tidings.providers.redaction import redact
 
 NO_CONTENT = "no rendered content"
 """The reason for a send that needs rendered content and came without it."""

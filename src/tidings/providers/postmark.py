@@ -42,11 +42,11 @@ from typing import Any
 import httpx
 from pydantic import SecretStr
 
-from tidings.clock import Clock
-from tidings.model import SendRequest
-from tidings.outcomes import Lookup, Outcome, Permanent, RateLimited, Transient
-from tidings.policy import parse_retry_after
-from tidings.providers.defaults import POSTMARK_BASE_URL as DEFAULT_BASE_URL
+from tidings.config.endpoints import POSTMARK_BASE_URL as DEFAULT_BASE_URL
+from tidings.core.clock import Clock
+from tidings.core.model import SendRequest
+from tidings.core.outcomes import Lookup, Outcome, Permanent, RateLimited, Transient
+from tidings.core.policy import parse_retry_after
 from tidings.providers.http_outcomes import NO_CONTENT, HttpAdapter, error_text, json_of
 
 TOKEN_HEADER = "X-Postmark-Server-Token"
@@ -100,7 +100,9 @@ class PostmarkProvider(HttpAdapter):
             "TextBody": content.text,
             "MessageStream": self._stream,
             "Metadata": metadata_for(request.key),
-            "Headers": [{"Name": KEY_HEADER, "Value": request.key}],
+            "Headers": [*({"Name": name, "Value": value}
+                          for name, value in content.headers.items()),
+                        {"Name": KEY_HEADER, "Value": request.key}],
         }
         if content.subject is not None:
             message["Subject"] = content.subject

@@ -13,11 +13,19 @@ from urllib.parse import quote
 
 import httpx
 
-from tidings.clock import Clock
-from tidings.errors import TidingsError
-from tidings.model import SendRequest
-from tidings.outcomes import Accepted, Lookup, Outcome, Permanent, RateLimited, Transient, Uncertain
-from tidings.policy import parse_retry_after
+from tidings.core.clock import Clock
+from tidings.core.errors import TidingsError
+from tidings.core.model import SendRequest
+from tidings.core.outcomes import (
+    Accepted,
+    Lookup,
+    Outcome,
+    Permanent,
+    RateLimited,
+    Transient,
+    Uncertain,
+)
+from tidings.core.policy import parse_retry_after
 from tidings.providers.aiohttp_transport import HttpDispatch
 from tidings.providers.http_outcomes import NOT_SENT, describe, header_value
 from tidings.sandbox.core import AnswerKind, SandboxCore
@@ -76,7 +84,7 @@ class SandboxHttpProvider:
             json.dumps(request.template).encode(),
             json.dumps(request.recipient_id).encode(),
             # Already JSON text (model.encode_data): embedded as is, not re-encoded.
-            (request.data or "{}").encode(),
+            request.data_json.encode(),
         )
         headers = {
             "Idempotency-Key": header_value(request.key),

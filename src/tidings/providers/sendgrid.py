@@ -28,10 +28,10 @@ from typing import Any
 import httpx
 from pydantic import SecretStr
 
-from tidings.clock import Clock
-from tidings.model import SendRequest
-from tidings.outcomes import Lookup, Outcome, Permanent
-from tidings.providers.defaults import SENDGRID_BASE_URL as DEFAULT_BASE_URL
+from tidings.config.endpoints import SENDGRID_BASE_URL as DEFAULT_BASE_URL
+from tidings.core.clock import Clock
+from tidings.core.model import SendRequest
+from tidings.core.outcomes import Lookup, Outcome, Permanent
 from tidings.providers.http_outcomes import NO_CONTENT, HttpAdapter, error_text, json_of
 from tidings.webhooks.parse import sendgrid_message_id
 
@@ -78,7 +78,7 @@ class SendGridProvider(HttpAdapter):
             "from": self._from,
             "content": parts,
             "custom_args": {KEY_ARG: request.key},
-            "headers": {KEY_HEADER: request.key},
+            "headers": {**content.headers, KEY_HEADER: request.key},
         }
         if content.subject is not None:
             message["subject"] = content.subject

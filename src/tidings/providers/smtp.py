@@ -7,10 +7,12 @@ Each send builds a MIME message from the rendered ``Content`` (text, and HTML as
 (``<sha256(key)@domain>``), so a retried send carries the same Message-ID and a
 receiving system can tell it is the same message. SMTP has no idempotency key and
 no lookup: ``supports_lookup`` and ``deduplicates`` are False, so an uncertain send
-(the connection lost once DATA was sent) is held by default (``tidings.uncertain``):
+(the connection lost once DATA was sent) is held by default (``tidings.delivery.uncertain``):
 it waits for an operator, who can search the relay's logs or the recipient's mailbox
 for the Message-ID or the ``X-Tidings-Key`` header. ``resend`` is the explicit
-at-least-once choice: a second copy is then possible.
+at-least-once choice: a second copy is then possible. ``Content.headers`` (the one-click
+unsubscribe pair) are written as they are, one line each, never folded into encoded
+words: a receiver reads ``List-Unsubscribe`` as a list of URLs.
 
 Replies map to outcomes by code, and by stage where the stage decides:
 
@@ -51,6 +53,7 @@ import email.policy
 import hashlib
 import re
 import ssl
+from collections.abc import Mapping
 from dataclasses import dataclass
 from email.message import EmailMessage
 from email.utils import formataddr, formatdate
@@ -59,12 +62,20 @@ from typing import Literal
 import aiosmtplib
 from pydantic import SecretStr
 
-from tidings.clock import Clock
-from tidings.errors import ConfigurationError
-from tidings.model import SendRequest
-from tidings.outcomes import Accepted, Lookup, Outcome, Permanent, RateLimited, Transient, Uncertain
+from tidings.core.clock import Clock
+from tidings.core.errors import ConfigurationError
+from tidings.core.model import SendRequest
+from tidings.core.outcomes import (
+    Accepted,
+    Lookup,
+    Outcome,
+    Permanent,
+    RateLimited,
+    Transient,
+    Uncertain,
+)
+from tidings.core.redaction import redact
 from tidings.providers.http_outcomes import NO_CONTENT, describe
-from tidings.providers.redaction import redact
 
 Security = Literal["starttls", "tls", "none"]
 DEFAULT_PORTS: dict[Security, int] = {"starttls": 587, "tls": 465, "none": 25}
@@ -234,7 +245,7 @@ class SmtpProvider:
         msg.set_content(content.text)
         if content.html is not None:
             msg.add_alternative(content.html, subtype="html")
-        return msg.as_bytes()
+        return raw_headers(content.headers) + msg.as_bytes()
 
     def _take_idle(self) -> _Connection | None:
         now = self._clock.now()
@@ -335,3 +346,25 @@ def _tls_context(validate_certs: bool, ca_file: str | None) -> ssl.SSLContext:
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
     return context
+
+
+def raw_headers(headers: Mapping[str, str]) -> bytes:
+    """``headers`` as header lines, ahead of the message's own: a value holding URLs
+    must reach the receiver as written, where ``email``'s policy would fold a long one
+    into RFC 2047 encoded words. A list (``<a>, <b>``) breaks after each comma. A name
+    or value that is not printable ASCII on one line is left out (the gate never makes
+    one)."""
+    lines = []
+    for name, value in headers.items():
+        if not (_printable(name) and ":" not in name and " " not in name
+                and _printable(value)):
+            continue
+        lines.append(f"{name}: {value.replace('>, <', _LIST_BREAK)}\r\n")
+    return "".join(lines).encode("ascii")
+
+
+_LIST_BREAK = ">,\r\n <"
+
+
+def _printable(text: str) -> bool:
+    return bool(text) and text.isascii() and all(" " <= c <= "~" for c in text)

@@ -25,8 +25,10 @@ two or more cannot be told apart: unknown, and the send is held for the status
 callback or an operator. ``DateSent`` filters are not used: a queued message has no
 send date yet.
 
-Answers map as in ``http_outcomes``, plus one Twilio error code: 21611 (the sender's
-queue is full) is a 400 that means "slow down", so it is RateLimited.
+Answers map as in ``http_outcomes``, plus two Twilio error codes: 21611 (the sender's
+queue is full) is a 400 that means "slow down", so it is RateLimited; 21610 (the
+recipient replied STOP) is Permanent with ``code`` ``RECIPIENT_STOPPED``, which the
+worker turns into a suppression of the number (``tidings.core.suppression``).
 """
 
 from __future__ import annotations
@@ -39,16 +41,25 @@ from urllib.parse import quote, urlencode, urlsplit, urlunsplit
 import httpx
 from pydantic import SecretStr
 
-from tidings.clock import Clock
-from tidings.errors import ConfigurationError
-from tidings.model import SendRequest
-from tidings.outcomes import Lookup, LookupHint, Outcome, Permanent, RateLimited
-from tidings.providers.defaults import TWILIO_BASE_URL as DEFAULT_BASE_URL
+from tidings.config.endpoints import TWILIO_BASE_URL as DEFAULT_BASE_URL
+from tidings.core.clock import Clock
+from tidings.core.errors import ConfigurationError
+from tidings.core.model import SendRequest
+from tidings.core.outcomes import (
+    RECIPIENT_STOPPED,
+    Lookup,
+    LookupHint,
+    Outcome,
+    Permanent,
+    RateLimited,
+)
 from tidings.providers.http_outcomes import NO_CONTENT, HttpAdapter, header_value, json_of
 
 IDEMPOTENCY_HEADER = "I-Twilio-Idempotency-Token"
 REQUEST_ID_HEADER = "Twilio-Request-Id"
 _QUEUE_OVERFLOW = 21611
+#: "Attempt to send to unsubscribed recipient": the number replied STOP.
+_UNSUBSCRIBED = 21610
 KEY_PARAM = "tidings_key"
 PAGE_SIZE = 50
 FAILED_STATUSES = frozenset({"failed", "canceled"})
@@ -121,6 +132,10 @@ class TwilioProvider(HttpAdapter):
             return RateLimited(request_id=request_id,
                                reason=f"HTTP {answer.status_code}: "
                                       f"{self._redact(reason or 'queue full', request)}")
+        if code == _UNSUBSCRIBED:
+            return Permanent(request_id=request_id, code=RECIPIENT_STOPPED,
+                             reason=f"HTTP {answer.status_code}: "
+                                    f"{self._redact(reason or 'recipient unsubscribed', request)}")
         sid = body.get("sid") if isinstance(body, dict) else None
         return self._outcome(answer, request, receipt=sid if isinstance(sid, str) else None,
                              request_id=request_id, reason=reason)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tidings.lazy_names import lazy_getattr
+from tidings.core.lazy_names import lazy_getattr
 
 if TYPE_CHECKING:
     from tidings.sandbox.core import (

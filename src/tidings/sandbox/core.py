@@ -11,7 +11,9 @@ A request is decided in this order:
 3. one random draw picks an injected fault: ``rate_limit`` (429), ``server_error``
    (503), ``timeout`` (never accepted, never answered), or arms ``lost_response``;
 4. a request without an idempotency key, a ``to``, or a well-formed body → 400;
-5. a malformed or ``reject_addresses`` address → 422; a ``fail_addresses`` one → 503;
+5. a malformed or ``reject_addresses`` address → 422, a ``stopped_addresses`` one → 422
+   marked ``stopped`` (the recipient replied STOP: Twilio's dialect answers 400 with
+   error 21610); a ``fail_addresses`` one → 503;
 6. a key already accepted on the channel (with ``dedupe``) → 200 with the same
    receipt; otherwise accepted → 202 with a new receipt;
 7. an armed ``lost_response`` drops the reply of that acceptance.
@@ -32,7 +34,7 @@ from email.utils import formatdate
 from enum import StrEnum
 from typing import Any, TypeGuard
 
-from tidings.errors import ConfigurationError
+from tidings.core.errors import ConfigurationError
 
 # Per-second series are kept for the most recent hour; the running maxima and
 # violation counts are kept incrementally so pruning never changes them.
@@ -107,6 +109,9 @@ class SandboxConfig:
     """Addresses answered 422 (permanent), besides malformed ones."""
     fail_addresses: tuple[str, ...] = ()
     """Addresses always answered 503, to spend a retry budget."""
+    stopped_addresses: tuple[str, ...] = ()
+    """Numbers whose recipient replied STOP: refused (422; Twilio's dialect answers 400
+    with error 21610, "Attempt to send to unsubscribed recipient")."""
     dedupe: bool = True
     hang_s: float = 30.0
     """How long the HTTP server holds a timed-out request before dropping it."""
@@ -136,7 +141,7 @@ class SandboxConfig:
         _non_negative("retry_after_s", self.retry_after_s)
         if not _number(self.hang_s) or self.hang_s <= 0:
             raise ConfigurationError("hang_s", f"must be a positive number, got {self.hang_s!r}")
-        for name in ("reject_addresses", "fail_addresses"):
+        for name in ("reject_addresses", "fail_addresses", "stopped_addresses"):
             value = getattr(self, name)
             if not isinstance(value, tuple) or not all(
                 isinstance(a, str) and a.strip("*") for a in value
@@ -162,7 +167,7 @@ class SandboxConfig:
                 kwargs[name] = dict(value)
             elif name == "latency":
                 kwargs[name] = _latency_from(value)
-            elif name in ("reject_addresses", "fail_addresses"):
+            elif name in ("reject_addresses", "fail_addresses", "stopped_addresses"):
                 if isinstance(value, str) or not isinstance(value, list | tuple):
                     raise ConfigurationError(name, "must be a list of strings")
                 kwargs[name] = tuple(value)
@@ -198,6 +203,7 @@ class SandboxConfig:
             "retry_after_missing_share": self.retry_after_missing_share,
             "reject_addresses": list(self.reject_addresses),
             "fail_addresses": list(self.fail_addresses),
+            "stopped_addresses": list(self.stopped_addresses),
             "dedupe": self.dedupe,
             "hang_s": self.hang_s,
         }
@@ -310,6 +316,8 @@ class SandboxAnswer:
     retry_after: str | None = None
     """The Retry-After header value exactly as sent (seconds or an HTTP-date)."""
     error: str | None = None
+    stopped: bool = False
+    """Refused because the recipient replied STOP (``stopped_addresses``)."""
 
     @property
     def accepted(self) -> bool:
@@ -417,6 +425,7 @@ class SandboxCore:
         self._config = config
         self._reject = _AddressMatcher(config.reject_addresses)
         self._fail = _AddressMatcher(config.fail_addresses)
+        self._stopped = _AddressMatcher(config.stopped_addresses)
 
     def reset(self) -> None:
         """Forget every count and accepted key, and restart the random streams."""
@@ -487,6 +496,9 @@ class SandboxCore:
         if reason is not None:
             return self._refuse(state, AnswerKind.REJECTED, 422, request_id, latency,
                                 error=reason)
+        if self._stopped(to):
+            return self._refuse(state, AnswerKind.REJECTED, 422, request_id, latency,
+                                error="recipient unsubscribed: replied STOP", stopped=True)
         if self._fail(to):
             return self._refuse(state, AnswerKind.SERVER_ERROR, 503, request_id, latency,
                                 error="service unavailable for this recipient")
@@ -507,10 +519,10 @@ class SandboxCore:
 
     def _refuse(self, state: _Channel, kind: AnswerKind, status: int | None, request_id: str,
                 latency: float, *, retry_after: str | None = None,
-                error: str | None = None) -> SandboxAnswer:
+                error: str | None = None, stopped: bool = False) -> SandboxAnswer:
         state.counts[_KIND_COUNTER[kind]] += 1
         return SandboxAnswer(kind=kind, status=status, request_id=request_id, latency_s=latency,
-                             retry_after=retry_after, error=error)
+                             retry_after=retry_after, error=error, stopped=stopped)
 
     def _accept(self, state: _Channel, key: str, window: int) -> str:
         receipt = f"sbx_{self._receipt_rng.getrandbits(64):016x}"

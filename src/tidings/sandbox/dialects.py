@@ -350,6 +350,9 @@ async def _twilio_send(request: web.Request) -> web.StreamResponse:
             return _json(201, {"sid": a.receipt, "status": "queued", "to": to,
                                "date_created": formatdate(state.now(), usegmt=True),
                                "error_code": None})
+        if a.stopped:  # Twilio's answer to a number that replied STOP
+            return _json(400, {"code": 21610, "message": "Attempt to send to unsubscribed "
+                               "recipient", "status": 400})
         code = {429: 20429, 422: 21211, 400: 21604}.get(a.status or 0, 20500)
         headers = {"Retry-After": a.retry_after} if a.status == 429 and a.retry_after else None
         return _json(a.status or 500, {"code": code, "message": a.error or "error",

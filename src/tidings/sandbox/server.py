@@ -32,8 +32,8 @@ from urllib.parse import unquote
 
 from aiohttp import web
 
-from tidings.clock import SystemClock
-from tidings.errors import ConfigurationError
+from tidings.core.clock import SystemClock
+from tidings.core.errors import ConfigurationError
 from tidings.sandbox.core import AnswerKind, SandboxAnswer, SandboxConfig, SandboxCore
 from tidings.sandbox.dialects import DialectSettings, install
 

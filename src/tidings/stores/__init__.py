@@ -7,7 +7,7 @@ imports the other: what they share is in modules of its own, ``rows`` (rows to
 records by column name, records to parameters), ``reads`` (the port's reads, written
 once), ``lifecycle`` (holding, migrating and releasing the database) and
 ``provider_events`` (what a webhook batch means). Decisions stay in the core
-(``tidings.claims``, ``tidings.states``).
+(``tidings.core.claims``, ``tidings.core.states``).
 """
 
 from tidings.stores.base import (

@@ -15,7 +15,7 @@ import functools
 import re
 from collections.abc import Iterable
 
-from tidings.errors import StoreError
+from tidings.core.errors import StoreError
 from tidings.stores import queries
 
 MIGRATIONS_TABLE = "schema_migrations"

@@ -34,8 +34,8 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from tidings.errors import ConfigurationError, SchemaOutOfDate, StoreError
-from tidings.liveness import application_name
+from tidings.core.errors import ConfigurationError, SchemaOutOfDate, StoreError
+from tidings.core.liveness import application_name
 from tidings.stores import foreign, queries
 from tidings.stores.sharing import SharedDatabase
 
@@ -100,7 +100,7 @@ class PostgresDatabase(SharedDatabase):
         label = conninfo_to_dict(url).get("application_name")
         self.application_label = str(label) if label else None
         """The application_name the URL asks for; every connection keeps it after the
-        process's own name (``tidings.liveness.application_name``)."""
+        process's own name (``tidings.core.liveness.application_name``)."""
         self.sql = queries.load(DIALECT)
         self._min_size = min_size
         self._max_size = max_size
@@ -153,7 +153,7 @@ class PostgresDatabase(SharedDatabase):
         pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
             self.url, min_size=self._min_size, max_size=self._max_size, open=False,
             # Named for this process: the reconciler ends the sessions of a worker it
-            # declared gone by this name (tidings.liveness).
+            # declared gone by this name (tidings.core.liveness).
             kwargs={"autocommit": True, "connect_timeout": int(CONNECT_TIMEOUT_S),
                     "application_name": application_name(label=self.application_label)},
             timeout=POOL_TIMEOUT_S, name="tidings",

@@ -1,4 +1,4 @@
-"""Worker markers on PostgreSQL (``tidings.liveness.Registry``): a row per running
+"""Worker markers on PostgreSQL (``tidings.core.liveness.Registry``): a row per running
 worker in table ``workers``, and a session-level advisory lock the worker holds on a
 connection of its own (``worker_register``). The lock lives exactly as long as that
 backend: a killed worker's socket closes, its backend ends and ``pg_locks`` no longer
@@ -12,8 +12,8 @@ from typing import Any
 
 import psycopg
 
-from tidings.errors import StoreError
-from tidings.liveness import Ended, WorkerMark, application_name
+from tidings.core.errors import StoreError
+from tidings.core.liveness import Ended, WorkerMark, application_name
 from tidings.stores.postgres_db import CONNECT_TIMEOUT_S, Conn, PostgresDatabase
 
 

@@ -11,8 +11,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
-from tidings.model import Event, Intent
-from tidings.states import State
+from tidings.core.model import Event, Intent
+from tidings.core.states import State
+from tidings.core.suppression import Suppression
 from tidings.stores import base, rows
 
 R = TypeVar("R")
@@ -119,6 +120,38 @@ class StoreReads(ABC):
         """Outcome events at or after ``since`` per channel, campaign, type and bucket."""
         return await self._read_all(rows.OUTCOME_COUNT, "outcome_counts",
                                     {"since": since, "bucket_s": bucket_s})
+
+    # ---------------------------------------------------------------- suppression list
+
+    async def suppressions_for(self, pairs: Sequence[tuple[str, str]]
+                               ) -> dict[tuple[str, str], Suppression]:
+        """The suppressions of many (address, kind) pairs in one read."""
+        if not pairs:
+            return {}
+        wanted = list(dict.fromkeys(pairs))
+        found = await self._read_all(rows.SUPPRESSION, "suppressions_for", {
+            "addresses": self._array([a for a, _ in wanted]),
+            "kinds": self._array([k for _, k in wanted])})
+        return {(s.address, s.kind): s for s in found}
+
+    async def suppression_list(self, *, kind: str | None = None, reason: str | None = None,
+                               after: tuple[str, str] | None = None,
+                               limit: int = 100) -> list[Suppression]:
+        """A page of the list in (address, kind) order, after the pair ``after``."""
+        after_address, after_kind = after if after is not None else (None, None)
+        return await self._read_all(rows.SUPPRESSION, "suppression_list", {
+            "kind": kind, "reason": reason, "after_address": after_address,
+            "after_kind": after_kind, "limit": limit})
+
+    async def intent_suppressed_counts(self) -> dict[tuple[str, str], int]:
+        """Intents ended ``suppressed``, per (channel, the list's reason)."""
+        return {(channel, reason or ""): int(total) for channel, reason, total
+                in await self._read_tuples("intent_suppressed_counts")}
+
+    async def suppression_counts(self) -> dict[tuple[str, str], int]:
+        """Suppressed addresses per (kind, reason)."""
+        return {(kind, reason): int(total) for kind, reason, total
+                in await self._read_tuples("suppression_counts")}
 
     # ---------------------------------------------------------------- pacer state
 

@@ -6,7 +6,7 @@ a batch's acks commit with its outcomes (``Ledger.acks_commit_with``).
 
 from __future__ import annotations
 
-from tidings.errors import TransportError
+from tidings.core.errors import TransportError
 
 
 def parse_receipt(receipt: str) -> tuple[int, int]:

@@ -21,12 +21,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from tidings.claims import CancelPlan, plan_cancel
-from tidings.errors import StoreError
-from tidings.keys import make_storable
-from tidings.model import Event, Intent
-from tidings.preferences import Preference
-from tidings.states import TERMINAL, State, check
+from tidings.core.claims import CancelPlan, plan_cancel
+from tidings.core.errors import StoreError
+from tidings.core.keys import make_storable
+from tidings.core.model import Event, Intent
+from tidings.core.preferences import Preference
+from tidings.core.repeats import IntentBody
+from tidings.core.states import TERMINAL, State, check
+from tidings.core.suppression import Reason, Suppression
 from tidings.stores.base import (
     ApiToken,
     Change,
@@ -155,6 +157,8 @@ def _state_of() -> Callable[[Any], State]:
 _state = _state_of()
 
 INTENT = Shape(Intent, {"state": _state, "cancel_requested": bool})
+INTENT_BODY = Shape(IntentBody, {"due_at": float, "expires_at": _float_or_none,
+                                 "created_at": float})
 OCCURRENCE = Shape(Occurrence)
 SWITCH = Shape(Switch, {"paused": bool})
 HOLD = Shape(Hold)
@@ -171,6 +175,7 @@ EVENT = Shape(Event)
 # float(): RETURNING hands back a whole REAL as the integer SQLite stored it as.
 PUBLISH_ITEM = Shape(PublishItem, {"due_at": float, "state": _state})
 PREFERENCE = Shape(Preference, {"opted_out": bool})
+SUPPRESSION = Shape(Suppression, {"reason": Reason, "created_at": float})
 CANCEL_TARGET = Shape(CancelTarget, {"state": _state, "cancel_requested": bool})
 
 
@@ -241,7 +246,7 @@ def progress_params(progress: OccurrenceProgress, *, admitted: int) -> dict[str,
     """The ``occurrence_progress`` parameters of a page that admitted ``admitted``."""
     return {"id": progress.occurrence, "high_water": progress.high_water,
             "after": progress.after, "members": progress.members, "admitted": admitted,
-            "skipped": progress.skipped}
+            "skipped": progress.skipped, "suppressed": progress.suppressed}
 
 
 def check_changes(changes: Sequence[Change], acks: QueueAcks | None) -> None:

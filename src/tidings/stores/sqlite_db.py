@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import TypeVar
 
-from tidings.errors import ConfigurationError, SchemaOutOfDate, StoreError
+from tidings.core.errors import ConfigurationError, SchemaOutOfDate, StoreError
 from tidings.stores import foreign, queries
 from tidings.stores.sharing import SharedDatabase
 

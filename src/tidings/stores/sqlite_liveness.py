@@ -1,11 +1,11 @@
-"""Worker markers on SQLite (``tidings.liveness.Registry``): a row per running worker
+"""Worker markers on SQLite (``tidings.core.liveness.Registry``): a row per running worker
 with its host, pid and heartbeat, in table ``workers`` of the store's database."""
 
 from __future__ import annotations
 
 import sqlite3
 
-from tidings.liveness import Ended, WorkerMark
+from tidings.core.liveness import Ended, WorkerMark
 from tidings.stores.sqlite_db import SqliteDatabase
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-from tidings.model import DeadLetter, OutgoingMessage, QueueDepth, Received
+from tidings.core.model import DeadLetter, OutgoingMessage, QueueDepth, Received
 
 
 class Transport(Protocol):
@@ -84,7 +84,7 @@ class Transport(Protocol):
 class RecordsReceiver(Protocol):
     """Optional: a transport that records which worker received each message, so the
     reconciler can make a gone worker's messages visible again at once
-    (``tidings.liveness``) instead of after their visibility timeout. A broker that sees
+    (``tidings.core.liveness``) instead of after their visibility timeout. A broker that sees
     its consumer's connection die and puts its messages back by itself has no need of it.
     """
 

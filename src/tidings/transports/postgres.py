@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
-from tidings.errors import StoreError, TransportError
-from tidings.model import DeadLetter, OutgoingMessage, QueueDepth, Received
+from tidings.core.errors import StoreError, TransportError
+from tidings.core.model import DeadLetter, OutgoingMessage, QueueDepth, Received
 from tidings.stores.postgres_db import Conn, PostgresDatabase, insert_messages
 from tidings.stores.receipts import parse_receipt
 from tidings.transports.postgres_listen import ReadyListener

@@ -75,259 +75,86 @@ message on the queue (what it holds, published and has not received since, delay
 when the queue is empty or when one process runs it, and otherwise says every asked id is
 present. The reconciler then republishes a lost message once the queue has drained, not
 earlier: late, never never, and never a flood of duplicates over a long backlog.
+
+**Modules.** The port's methods are here; the headers a copy carries and the queue
+views are ``rabbitmq_messages``, the connection and its retries ``rabbitmq_connection``,
+the queues, delay buckets and dead-letter queue ``rabbitmq_topology``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
-import heapq
-import itertools
-import logging
-import math
-import uuid
-from collections import Counter, deque
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import Any, Concatenate, ParamSpec, TypeVar
 
-import aio_pika
 import aiormq
-from aio_pika.abc import (
-    AbstractChannel,
-    AbstractIncomingMessage,
-    AbstractQueue,
-    AbstractRobustConnection,
+from aio_pika.abc import AbstractIncomingMessage, AbstractQueue
+
+from tidings.core.model import DeadLetter, OutgoingMessage, QueueDepth, Received
+from tidings.transports.rabbitmq_connection import (
+    AMQP_ERRORS,
+    LOST,
+    NOT_LOST,
+    OP_TIMEOUT_S,
+    RETRY_FOR_S,
+    BrokerLost,
+    retrying,
 )
-
-from tidings.errors import TransportError
-from tidings.model import DeadLetter, OutgoingMessage, QueueDepth, Received
-from tidings.transports.open import redact_url, split_prefix
+from tidings.transports.rabbitmq_messages import (
+    H_COPY,
+    H_DEAD_AT,
+    H_REASON,
+    H_RECEIVES,
+    H_VISIBLE,
+    Copy,
+    Held,
+    QueueView,
+    header_count,
+    header_number,
+    header_text,
+    message_id_of,
+)
+from tidings.transports.rabbitmq_topology import (
+    BUCKETS_S,
+    DELIVERY_LIMIT,
+    EARLY_S,
+    KNOWN_LIMIT,
+    RabbitTopology,
+    bucket_for,
+)
 from tidings.transports.sqlite import body_of, shown
-from tidings.transports.wakeups import Wakeups
 
-#: Delay buckets, seconds: powers of four from 0.25 s to three days.
-BUCKETS_S: tuple[float, ...] = tuple(0.25 * 4**k for k in range(11))
-#: A message a delay queue hands back this little before it is due (by the receiver's
-#: clock) is visible: what is left is shorter than the shortest delay queue.
-EARLY_S = BUCKETS_S[0]
+__all__ = [
+    "AMQP_ERRORS",
+    "BUCKETS_S",
+    "DELIVERY_LIMIT",
+    "EARLY_S",
+    "GET_CHANNELS",
+    "KNOWN_LIMIT",
+    "LOST",
+    "NOT_LOST",
+    "OP_TIMEOUT_S",
+    "REDRIVE_SCAN_LIMIT",
+    "RETRY_FOR_S",
+    "BrokerLost",
+    "RabbitTransport",
+    "bucket_for",
+    "message_id_of",
+]
+
 #: Channels a receive takes messages on side by side (one ``basic.get`` each at a time).
 GET_CHANNELS = 8
-#: Returns of one copy of a message before the broker dead-letters it (crash loops).
-DELIVERY_LIMIT = 100
-#: Ids per queue this instance remembers having put there (beyond: ``contains`` is
-#: conservative until the queue drains).
-KNOWN_LIMIT = 100_000
 #: How many dead letters ``redrive`` reads at most in one call.
 REDRIVE_SCAN_LIMIT = 100_000
 
-H_ID = "x-tidings-id"
-H_ENQUEUED = "x-tidings-enqueued-at"
-H_VISIBLE = "x-tidings-visible-at"
-H_RECEIVES = "x-tidings-receives"
-H_FAILURES = "x-tidings-failures"
-H_ORDER = "x-tidings-order"
-H_COPY = "x-tidings-copy"
-H_REASON = "x-tidings-reason"
-H_DEAD_AT = "x-tidings-dead-at"
 
-AMQP_ERRORS: tuple[type[BaseException], ...] = (
-    aiormq.exceptions.AMQPError, aio_pika.exceptions.AMQPException, ConnectionError,
-    OSError, asyncio.TimeoutError, RuntimeError)
-#: The broker went away (restarted, connection dropped): worth connecting again.
-LOST: tuple[type[BaseException], ...] = (
-    ConnectionError, OSError, asyncio.TimeoutError,
-    aiormq.exceptions.ChannelInvalidStateError)
-#: Errors of a connection that connecting again cannot mend.
-NOT_LOST: tuple[type[BaseException], ...] = (
-    aiormq.exceptions.AuthenticationError, aiormq.exceptions.ProbableAuthenticationError,
-    aiormq.exceptions.IncompatibleProtocolError)
-#: How long an operation keeps connecting again after the broker went away.
-RETRY_FOR_S = 30.0
-#: How long one broker call may take before the connection counts as lost (aio-pika's
-#: five seconds for a get are too few on a loaded machine: dropping the connection
-#: gives back everything it holds and makes the load worse).
-OP_TIMEOUT_S = 60.0
-
-log = logging.getLogger(__name__)
-P = ParamSpec("P")
-T = TypeVar("T")
-
-
-class BrokerLost(TransportError):
-    """The connection to the broker broke: the operation is tried again (see
-    ``retrying``); what this instance held went back to the queues with it."""
-
-
-def retrying(method: Callable[Concatenate[RabbitTransport, P], Coroutine[Any, Any, T]]
-             ) -> Callable[Concatenate[RabbitTransport, P], Coroutine[Any, Any, T]]:
-    """Run ``method`` again on a new connection while the broker is away, for up to
-    ``RETRY_FOR_S``. Every operation may run again: a publish repeated publishes
-    duplicates (the consumer's ledger sees them), and acks, nacks and dead-letters of
-    receipts from the lost connection are ignored (their messages come back)."""
-    @functools.wraps(method)
-    async def again(transport: RabbitTransport, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        loop = asyncio.get_running_loop()
-        give_up = loop.time() + transport.retry_for_s
-        pause = 0.05
-        while True:
-            try:
-                return await method(transport, *args, **kwargs)
-            except BrokerLost as lost:
-                if transport._closed:
-                    raise TransportError(str(lost)) from lost
-                if loop.time() + pause > give_up:
-                    raise TransportError(f"{lost} (tried for {transport.retry_for_s:g} s)"
-                                         ) from lost
-                log.warning("broker connection lost; connecting again",
-                            extra={"error": str(lost), "broker": transport.safe_url})
-                await asyncio.sleep(pause)
-                pause = min(1.0, pause * 2)
-
-    return again
-
-
-def bucket_for(remaining_s: float) -> float:
-    """The largest bucket not longer than ``remaining_s`` (the smallest below it)."""
-    chosen = BUCKETS_S[0]
-    for bucket in BUCKETS_S:
-        if bucket <= remaining_s:
-            chosen = bucket
-    return chosen
-
-
-def _num(headers: dict[str, Any], name: str, default: float = 0.0) -> float:
-    """A header as a finite number, else ``default``: a foreign publisher's "nan" or
-    "1e999" must not fail every receive (or listing) that meets its message."""
-    value = headers.get(name)
-    if isinstance(value, bool) or not isinstance(value, int | float | str | bytes):
-        return default
-    try:
-        number = float(value)
-    except (ValueError, OverflowError):
-        return default
-    return number if math.isfinite(number) else default
-
-
-def _count(headers: dict[str, Any], name: str) -> int:
-    """A header as a count from 0, no more than an AMQP table carries back (a copy
-    publishes its counts again)."""
-    return min(max(0, int(_num(headers, name))), 2**31 - 1)
-
-
-def _text(headers: dict[str, Any], name: str) -> str | None:
-    value = headers.get(name)
-    if isinstance(value, bytes):
-        return shown(value)
-    return value if isinstance(value, str) else None
-
-
-def message_id_of(delivery: AbstractIncomingMessage) -> str:
-    """The intent key: a header (AMQP's ``message-id`` property holds 255 bytes at most,
-    a key up to 512 characters)."""
-    return _text(dict(delivery.headers or {}), H_ID) or delivery.message_id or ""
-
-
-@dataclass
-class _Copy:
-    """What a message carries from copy to copy."""
-
-    message_id: str
-    body: bytes
-    enqueued_at: float
-    receives: int
-    failures: int
-    order: str
-
-    @classmethod
-    def of(cls, delivery: AbstractIncomingMessage) -> _Copy:
-        headers = dict(delivery.headers or {})
-        returns = _count(headers, "x-delivery-count")
-        return cls(message_id=message_id_of(delivery), body=delivery.body,
-                   enqueued_at=_num(headers, H_ENQUEUED),
-                   receives=_count(headers, H_RECEIVES) + returns,
-                   failures=_count(headers, H_FAILURES),
-                   order=_text(headers, H_ORDER) or "")
-
-    def message(self, *, visible_at: float | None, extra: dict[str, Any] | None = None
-                ) -> aio_pika.Message:
-        """The copy as an AMQP message; ``visible_at`` only for a delay queue."""
-        # Times as text: AMQP tables carry a Python float as 32 bits (minutes off at
-        # epoch seconds), and ``repr`` gives it back exactly.
-        headers: dict[str, Any] = {
-            H_ID: self.message_id, H_ENQUEUED: repr(self.enqueued_at),
-            H_RECEIVES: self.receives, H_FAILURES: self.failures, H_ORDER: self.order,
-            H_COPY: uuid.uuid4().hex}
-        if visible_at is not None:
-            headers[H_VISIBLE] = repr(visible_at)
-        headers.update(extra or {})
-        short = self.message_id if len(self.message_id.encode("utf-8", "replace")) <= 255 \
-            else None
-        return aio_pika.Message(self.body, message_id=short, headers=headers,
-                                delivery_mode=aio_pika.DeliveryMode.PERSISTENT)
-
-
-@dataclass
-class _Held:
-    """A delivery this instance handed out (in flight) or took and holds (stashed)."""
-
-    queue: str
-    delivery: AbstractIncomingMessage
-    copy: _Copy
-    deadline: float = math.inf
-
-    @property
-    def receive_count(self) -> int:
-        return self.copy.receives + 1
-
-
-@dataclass
-class _QueueView:
-    """What this instance knows of one queue."""
-
-    held: dict[str, _Held] = field(default_factory=dict)
-    stash: deque[_Held] = field(default_factory=deque)
-    #: Ids this instance put on the queue, ready, and has not received since.
-    known: Counter[str] = field(default_factory=Counter)
-    overflow: bool = False
-    #: Delayed messages this instance put in a bucket: (due, order, bucket, id, enqueued).
-    delayed: list[tuple[float, str, float, str, float]] = field(default_factory=list)
-    #: True once this instance received from the queue (it hands out what it takes).
-    consumer: bool = False
-    #: (when, enqueued_at) of the head last read by a process that does not consume.
-
-
-class RabbitTransport:
+class RabbitTransport(RabbitTopology):
     """The ``Transport`` port on RabbitMQ quorum queues."""
 
     name = "amqp"
     #: Publishes in other processes are not signalled: idle consumers poll.
     notifies = False
-
-    def __init__(self, url: str, *, retry_for_s: float | None = None) -> None:
-        self.url, self.prefix = split_prefix(url)
-        self.retry_for_s = RETRY_FOR_S if retry_for_s is None else retry_for_s
-        """How long an operation is tried again while the broker is away."""
-        self.safe_url = redact_url(self.url)
-        self._instance = uuid.uuid4().hex[:12]
-        self._order = itertools.count()
-        self._generation = 0
-        #: Connections opened so far (one more after each time the broker went away).
-        self.connections_opened = 0
-        self._connection: AbstractRobustConnection | None = None
-        self._channel: AbstractChannel | None = None
-        self._probe: AbstractChannel | None = None
-        self._lock = asyncio.Lock()
-        self._declared: set[str] = set()
-        self._queues: dict[str, AbstractQueue] = {}
-        self._get_channels: list[AbstractChannel] = []
-        self._get_views: dict[str, list[AbstractQueue]] = {}
-        self._connect_lock = asyncio.Lock()
-        self._views: dict[str, _QueueView] = {}
-        self._wakeups = Wakeups()
-        self._closed = False
 
     @classmethod
     async def open(cls, url: str, *, retry_for_s: float | None = None) -> RabbitTransport:
@@ -341,180 +168,6 @@ class RabbitTransport:
         transport.retry_for_s = patience
         return transport
 
-    @retrying
-    async def _connect_once(self) -> None:
-        async with self._io("connect"):
-            await self._chan()
-
-    # ------------------------------------------------------------ connection
-
-    @contextlib.asynccontextmanager
-    async def _io(self, what: str) -> AsyncIterator[None]:
-        """Broker errors as ``TransportError``; a broken channel is opened again by the
-        next call, and what it held goes back to the queue with it."""
-        try:
-            yield
-        except TransportError:
-            raise
-        except AMQP_ERRORS as exc:
-            await self._drop()
-            text = f"RabbitMQ at {self.safe_url}: {what}: {type(exc).__name__}: {exc}"
-            if isinstance(exc, LOST) and not isinstance(exc, NOT_LOST):
-                raise BrokerLost(text) from exc
-            raise TransportError(text) from exc
-
-    async def _drop(self) -> None:
-        """Forget the connection and everything held on it (the broker returns it)."""
-        connection, self._connection, self._channel, self._probe = (
-            self._connection, None, None, None)
-        self._get_channels = []
-        self._get_views = {}
-        for view in self._views.values():
-            view.held.clear()
-            view.stash.clear()
-            view.known.clear()
-            view.overflow = False
-        self._declared.clear()
-        self._queues.clear()
-        if connection is not None:
-            with contextlib.suppress(Exception):
-                await connection.close()
-
-    async def _chan(self) -> AbstractChannel:
-        if self._closed:
-            raise TransportError("the RabbitMQ transport is closed")
-        channel = self._channel
-        if channel is not None and not channel.is_closed and self._connection is not None \
-                and not self._connection.is_closed:
-            return channel
-        async with self._connect_lock:
-            if self._channel is not None and self._channel is not channel:
-                return self._channel  # another task connected meanwhile
-            return await self._connect()
-
-    async def _connect(self) -> AbstractChannel:
-        await self._drop()
-        # connect, not connect_robust: a silent reconnect would renumber delivery tags
-        # under receipts still in our hands.
-        self._connection = await aio_pika.connect(self.url, timeout=30)  # type: ignore[assignment]
-        self._generation += 1
-        self.connections_opened += 1
-        assert self._connection is not None
-        self._channel = await self._connection.channel(publisher_confirms=True)
-        return self._channel
-
-    async def _probe_chan(self) -> AbstractChannel:
-        await self._chan()
-        if self._probe is None or self._probe.is_closed:
-            assert self._connection is not None
-            self._probe = await self._connection.channel(publisher_confirms=False)
-        return self._probe
-
-    def _name(self, queue: str, suffix: str = "") -> str:
-        return f"{self.prefix}.{queue}{suffix}"
-
-    def _dead_name(self, queue: str) -> str:
-        return self._name(queue, ".dead")
-
-    def _bucket_name(self, queue: str, bucket_s: float) -> str:
-        return self._name(queue, f".delay.{round(bucket_s * 1000)}")
-
-    def _view(self, queue: str) -> _QueueView:
-        return self._views.setdefault(queue, _QueueView())
-
-    async def _declare(self, name: str, arguments: dict[str, Any]) -> AbstractQueue:
-        channel = await self._chan()
-        queue = await channel.declare_queue(name, durable=True, arguments={
-            "x-queue-type": "quorum", **arguments})
-        self._declared.add(name)
-        self._queues[name] = queue
-        return queue
-
-    async def _main(self, queue: str) -> AbstractQueue:
-        """The queue (and its dead-letter queue), declared once per connection."""
-        name = self._name(queue)
-        await self._chan()
-        if name in self._queues:
-            return self._queues[name]
-        await self._declare(self._dead_name(queue), {})
-        return await self._declare(name, {
-            "x-delivery-limit": DELIVERY_LIMIT,
-            "x-dead-letter-exchange": "",
-            "x-dead-letter-routing-key": self._dead_name(queue),
-            "x-dead-letter-strategy": "at-least-once",
-            "x-overflow": "reject-publish",
-        })
-
-    async def _bucket(self, queue: str, bucket_s: float) -> str:
-        name = self._bucket_name(queue, bucket_s)
-        if name not in self._queues:
-            await self._declare(name, {
-                "x-message-ttl": round(bucket_s * 1000),
-                "x-dead-letter-exchange": "",
-                "x-dead-letter-routing-key": self._name(queue),
-                "x-dead-letter-strategy": "at-least-once",
-                "x-overflow": "reject-publish",
-            })
-        return name
-
-    async def _count(self, name: str) -> int:
-        """Ready messages on ``name`` (0 when it does not exist)."""
-        probe = await self._probe_chan()
-        try:
-            declared = await probe.declare_queue(name, passive=True)
-        except aiormq.exceptions.ChannelNotFoundEntity:
-            self._probe = None  # the broker closed the channel with its 404
-            return 0
-        return int(declared.declaration_result.message_count or 0)
-
-    # ------------------------------------------------------------ putting copies
-
-    async def _put(self, queue: str, items: Iterable[tuple[_Copy, float]], *, now: float,
-                   dead: dict[str, Any] | None = None) -> None:
-        """Publish copies (each visible at the paired time), all confirmed, in order."""
-        channel = await self._chan()
-        view = self._view(queue)
-        sends = []
-        for copy, visible_at in items:
-            due: float | None = None
-            if dead is not None:
-                target = self._dead_name(queue)
-                extra = {**dead, H_COPY: uuid.uuid4().hex}
-            elif visible_at > now:
-                due = visible_at
-                bucket = bucket_for(visible_at - now)
-                target = await self._bucket(queue, bucket)
-                heapq.heappush(view.delayed, (visible_at, copy.order, bucket, copy.message_id,
-                                              copy.enqueued_at))
-                extra = None
-            else:
-                target = self._name(queue)
-                self._know(view, copy.message_id)
-                extra = None
-            sends.append(channel.default_exchange.publish(
-                copy.message(visible_at=due, extra=extra), routing_key=target,
-                mandatory=True))
-        results = await asyncio.gather(*sends, return_exceptions=True)
-        for result in results:
-            if isinstance(result, BaseException):
-                raise result
-            if not isinstance(result, aiormq.spec.Basic.Ack):
-                raise TransportError(f"RabbitMQ refused a publish to {queue}: {result!r}")
-
-    @staticmethod
-    def _know(view: _QueueView, message_id: str) -> None:
-        if view.overflow:
-            return
-        if len(view.known) >= KNOWN_LIMIT and message_id not in view.known:
-            view.overflow = True
-            view.known.clear()
-            return
-        view.known[message_id] += 1
-
-    def _next_order(self, now: float) -> str:
-        # Sorts by publish time, then by this instance's sequence.
-        return f"{now:020.6f}:{self._instance}:{next(self._order):012d}"
-
     # ------------------------------------------------------------ the port
 
     @retrying
@@ -525,7 +178,7 @@ class RabbitTransport:
         async with self._io(f"publish to {queue}"):
             await self._main(queue)
             await self._put(queue, [
-                (_Copy(message_id=m.message_id, body=m.body.encode("utf-8", "surrogatepass"),
+                (Copy(message_id=m.message_id, body=m.body.encode("utf-8", "surrogatepass"),
                        enqueued_at=now, receives=0, failures=0, order=self._next_order(now)),
                  now + max(0.0, m.delay_s)) for m in messages], now=now)
         self._wakeups.wake(queue)
@@ -554,11 +207,11 @@ class RabbitTransport:
                     break  # the queue has no more
             return out
 
-    async def _take_batch(self, queue: str, view: _QueueView, wanted: int) -> list[_Held]:
+    async def _take_batch(self, queue: str, view: QueueView, wanted: int) -> list[Held]:
         """Up to ``wanted`` messages from the head: the stashed one first, then gets on
         the get channels side by side (a quorum queue answers one ``basic.get`` per
         channel at a time), in publish order."""
-        taken: list[_Held] = []
+        taken: list[Held] = []
         while view.stash and len(taken) < wanted:
             taken.append(view.stash.popleft())
         if len(taken) < wanted:
@@ -568,11 +221,11 @@ class RabbitTransport:
             taken += [h for h in got if h is not None]
         return sorted(taken, key=lambda h: h.copy.order)
 
-    async def _hand_out(self, queue: str, view: _QueueView, batch: list[_Held], *,
+    async def _hand_out(self, queue: str, view: QueueView, batch: list[Held], *,
                         visibility_s: float, now: float) -> list[Received]:
         out: list[Received] = []
         for held in batch:
-            visible_at = _num(dict(held.delivery.headers or {}), H_VISIBLE, default=now)
+            visible_at = header_number(dict(held.delivery.headers or {}), H_VISIBLE, default=now)
             if visible_at > now + EARLY_S:  # a bucket gave it back early: the rest
                 await self._put(queue, [(held.copy, visible_at)], now=now)
                 await held.delivery.ack()
@@ -603,19 +256,19 @@ class RabbitTransport:
             self._get_views[name] = found
         return found
 
-    async def _get(self, queue: str, main: AbstractQueue) -> _Held | None:
+    async def _get(self, queue: str, main: AbstractQueue) -> Held | None:
         delivery = await main.get(no_ack=False, fail=False, timeout=OP_TIMEOUT_S)
         if delivery is None:
             return None
-        copy = _Copy.of(delivery)
+        copy = Copy.of(delivery)
         view = self._view(queue)
         if view.known.get(copy.message_id):
             view.known[copy.message_id] -= 1
             if not view.known[copy.message_id]:
                 del view.known[copy.message_id]
-        return _Held(queue=queue, delivery=delivery, copy=copy)
+        return Held(queue=queue, delivery=delivery, copy=copy)
 
-    async def _expire(self, view: _QueueView, now: float) -> None:
+    async def _expire(self, view: QueueView, now: float) -> None:
         """Give back what is past its visibility deadline, oldest publish first (the
         quorum queue delivers returns first, in the order they came back)."""
         expired = sorted((r for r, h in view.held.items() if h.deadline <= now),
@@ -625,39 +278,7 @@ class RabbitTransport:
             await held.delivery.nack(requeue=True)
             self._know(view, held.copy.message_id)
 
-    async def _promote(self, queue: str, view: _QueueView, now: float) -> None:
-        """Move the delayed messages this instance knows are due (by the caller's clock)
-        from the head of their bucket to the queue."""
-        buckets: set[float] = set()
-        while view.delayed and view.delayed[0][0] <= now:
-            buckets.add(heapq.heappop(view.delayed)[2])
-        if not buckets:
-            return
-        for bucket in sorted(buckets):
-            source = self._queues[await self._bucket(queue, bucket)]
-            while True:
-                delivery = await source.get(no_ack=False, fail=False, timeout=OP_TIMEOUT_S)
-                if delivery is None:
-                    break
-                visible_at = _num(dict(delivery.headers or {}), H_VISIBLE, default=now)
-                if visible_at > now:
-                    await delivery.nack(requeue=True)  # back to the head of its bucket
-                    break
-                copy = _Copy.of(delivery)
-                copy.receives -= _count(dict(delivery.headers or {}), "x-delivery-count")
-                await self._put(queue, [(copy, now)], now=now)
-                await delivery.ack()
-                self._forget_delayed(view, copy)
-
-    @staticmethod
-    def _forget_delayed(view: _QueueView, copy: _Copy) -> None:
-        for index, entry in enumerate(view.delayed):
-            if entry[1] == copy.order and entry[3] == copy.message_id:
-                view.delayed.pop(index)
-                heapq.heapify(view.delayed)
-                return
-
-    def _take(self, queue: str, receipts: Iterable[str]) -> list[tuple[str, _Held]]:
+    def _take(self, queue: str, receipts: Iterable[str]) -> list[tuple[str, Held]]:
         """The deliveries behind receipts this instance holds now (stale ones skipped)."""
         view = self._view(queue)
         taken = []
@@ -692,7 +313,7 @@ class RabbitTransport:
                     await held.delivery.nack(requeue=True)  # the broker counts the return
                     self._know(view, held.copy.message_id)
                     continue
-                copy = _Copy(message_id=held.copy.message_id, body=held.copy.body,
+                copy = Copy(message_id=held.copy.message_id, body=held.copy.body,
                              enqueued_at=held.copy.enqueued_at, receives=held.receive_count,
                              failures=held.copy.failures + (1 if failed else 0),
                              order=held.copy.order)
@@ -722,33 +343,26 @@ class RabbitTransport:
         reasons = dict(receipts)
         async with self._lock, self._io(f"dead-letter on {queue}"):
             for receipt, held in self._take(queue, reasons):
-                copy = _Copy(message_id=held.copy.message_id, body=held.copy.body,
+                copy = Copy(message_id=held.copy.message_id, body=held.copy.body,
                              enqueued_at=held.copy.enqueued_at, receives=held.receive_count,
                              failures=held.copy.failures, order=held.copy.order)
                 await self._put(queue, [(copy, now)], now=now, dead={
                     H_REASON: reasons[receipt], H_DEAD_AT: repr(now)})
                 await held.delivery.ack()
 
-    async def _dead_channel(self, queue: str) -> tuple[AbstractChannel, AbstractQueue]:
-        """A channel of its own for reading dead letters: closing it gives them all back."""
-        await self._main(queue)
-        assert self._connection is not None
-        channel = await self._connection.channel(publisher_confirms=False)
-        return channel, await channel.get_queue(self._dead_name(queue), ensure=False)
-
     def _letter(self, queue: str, delivery: AbstractIncomingMessage) -> DeadLetter:
         headers = dict(delivery.headers or {})
-        reason = _text(headers, H_REASON)
-        dead_at = _num(headers, H_DEAD_AT, default=-1.0)
+        reason = header_text(headers, H_REASON)
+        dead_at = header_number(headers, H_DEAD_AT, default=-1.0)
         if reason is None:  # dead-lettered by the broker itself
-            reason = f"broker: {_text(headers, 'x-first-death-reason') or 'unknown'}"
+            reason = f"broker: {header_text(headers, 'x-first-death-reason') or 'unknown'}"
         if dead_at < 0:
             deaths = headers.get("x-death")
             when = deaths[0].get("time") if isinstance(deaths, list) and deaths and \
                 isinstance(deaths[0], dict) else None
             dead_at = when.timestamp() if isinstance(when, datetime) else 0.0
-        receives = _count(headers, H_RECEIVES)
-        return DeadLetter(queue=queue, id=_text(headers, H_COPY) or "",
+        receives = header_count(headers, H_RECEIVES)
+        return DeadLetter(queue=queue, id=header_text(headers, H_COPY) or "",
                           message_id=message_id_of(delivery), body=shown(delivery.body),
                           reason=reason, receive_count=receives, dead_at=dead_at)
 
@@ -787,11 +401,11 @@ class RabbitTransport:
                     delivery = await dead.get(no_ack=False, fail=False, timeout=OP_TIMEOUT_S)
                     if delivery is None:
                         break
-                    copy_id = _text(dict(delivery.headers or {}), H_COPY)
+                    copy_id = header_text(dict(delivery.headers or {}), H_COPY)
                     (chosen if copy_id in wanted else others).append(delivery)
                 if chosen:
                     await self._put(queue, [
-                        (_Copy(message_id=message_id_of(d), body=d.body, enqueued_at=now,
+                        (Copy(message_id=message_id_of(d), body=d.body, enqueued_at=now,
                                receives=0, failures=0, order=self._next_order(now)), now)
                         for d in chosen], now=now)
                     for delivery in chosen:
@@ -804,22 +418,6 @@ class RabbitTransport:
         if chosen:
             self._wakeups.wake(queue)
         return len(chosen)
-
-    async def _counts(self, queue: str) -> tuple[int, int, int]:
-        """Ready (on the broker), delayed and dead counts."""
-        await self._main(queue)
-        ready = await self._count(self._name(queue))
-        delayed = 0
-        for bucket in BUCKETS_S:
-            delayed += await self._count(self._bucket_name(queue, bucket))
-        dead = await self._count(self._dead_name(queue))
-        view = self._view(queue)
-        if delayed == 0:
-            view.delayed.clear()
-        if ready == 0:
-            view.known.clear()
-            view.overflow = False
-        return ready, delayed, dead
 
     @retrying
     async def depth(self, queue: str, *, now: float) -> QueueDepth:
@@ -840,7 +438,7 @@ class RabbitTransport:
                 in_flight=len(view.held) - expired, dead=dead,
                 oldest_age_s=0.0 if oldest is None else max(0.0, now - oldest))
 
-    async def _head(self, queue: str, view: _QueueView, now: float, ready: int
+    async def _head(self, queue: str, view: QueueView, now: float, ready: int
                     ) -> tuple[float | None, int]:
         """The enqueued time of the head of the queue, and the ready count left.
 

@@ -54,9 +54,9 @@ import redis.asyncio as aioredis
 from redis import exceptions as redis_errors
 from redis.commands.core import AsyncScript
 
-from tidings.errors import TransportError
-from tidings.model import DeadLetter, OutgoingMessage, QueueDepth, Received
-from tidings.transports.open import redact_url, split_prefix
+from tidings.config.transport_urls import redact_url, split_prefix
+from tidings.core.errors import TransportError
+from tidings.core.model import DeadLetter, OutgoingMessage, QueueDepth, Received
 
 log = logging.getLogger("tidings.transports.redis")
 

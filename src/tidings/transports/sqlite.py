@@ -14,8 +14,8 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from tidings.errors import StoreError, TransportError
-from tidings.model import DeadLetter, OutgoingMessage, QueueDepth, Received
+from tidings.core.errors import StoreError, TransportError
+from tidings.core.model import DeadLetter, OutgoingMessage, QueueDepth, Received
 from tidings.stores.receipts import parse_receipt
 from tidings.stores.sqlite_db import SqliteDatabase, insert_messages
 from tidings.transports.wakeups import Wakeups

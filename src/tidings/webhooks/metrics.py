@@ -1,4 +1,4 @@
-"""Prometheus numbers of provider webhooks (no web framework here, so ``tidings.metrics``
+"""Prometheus numbers of provider webhooks (no web framework here, so ``tidings.api.metrics``
 can import it without importing the HTTP app).
 
 - ``WebhookMetrics``: in-process counters of one API process (Prometheus sums them

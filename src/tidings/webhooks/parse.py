@@ -19,13 +19,24 @@ generic    JSON object or array: ``message_id``,       delivered, bounced,
            ``event``, ``at`` (optional), ``detail``      complained, failed
 =========  ==========================================  ============================
 
+A bounce carries how the provider classed it (``ProviderEvent.bounce``), which decides
+whether it suppresses the address at once or counts toward the soft-bounce threshold
+(``tidings.core.suppression``): SendGrid's ``type`` ``blocked`` is soft, ``bounce``
+hard; Postmark's ``Type`` (``HardBounce``, ``BadEmailAddress`` and
+``ManuallyDeactivated`` hard; ``SoftBounce``, ``Transient``, ``DnsError``, ``Blocked``
+and ``Unknown`` soft; auto-replies and the like ``other``, neither); a Twilio
+``undelivered``
+with ``ErrorCode`` 30005 (unknown destination) or 30006 (landline or unreachable
+carrier) hard, any other soft; the generic payload's ``bounce`` (``hard`` or
+``soft``, hard when absent).
+
 SendGrid's ``sg_message_id`` is the ``X-Message-Id`` it answered the send with (the
 intent's receipt) followed by routing suffixes (``.filter0001.16648.5515E0B88.0``,
 ``.recvd-…``): the message id is the part before them. Details never carry an address
-or a phone number: provider text goes through ``tidings.providers.redaction.redact``.
+or a phone number: provider text goes through ``tidings.core.redaction.redact``.
 
 Evidence. A report that names our delivery key, where the adapter put it, is also
-``Evidence`` that settles an uncertain or held send (``tidings.webhooks.evidence``):
+``Evidence`` that settles an uncertain or held send (``tidings.recovery.evidence``):
 SendGrid's ``custom_args`` come back as top-level event fields (``tidings_key``),
 Postmark's ``Metadata`` as the record's ``Metadata`` (``tidings_key``, or
 ``tidings_key_sha256`` for a key over 80 characters), Twilio's status callback URL
@@ -47,10 +58,11 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-from tidings.cron import check_instant
-from tidings.errors import InvalidInput
-from tidings.keys import check_text, make_storable, validate_key
-from tidings.providers.redaction import redact
+from tidings.core.cron import check_instant
+from tidings.core.errors import InvalidInput
+from tidings.core.keys import check_text, make_storable, validate_key
+from tidings.core.redaction import redact
+from tidings.core.suppression import Bounce
 from tidings.stores.base import ProviderEvent, ProviderEventType
 from tidings.webhooks.verify import form_params
 
@@ -75,6 +87,13 @@ KEY_SHA256_FIELD = "tidings_key_sha256"
 SENDGRID_FAILED = frozenset({"dropped"})
 TWILIO_FAILED = frozenset({"failed"})
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
+#: How each provider's words class a bounce (see the module docstring).
+SENDGRID_SOFT = frozenset({"blocked"})
+POSTMARK_BOUNCES = {
+    **dict.fromkeys(("HardBounce", "BadEmailAddress", "ManuallyDeactivated"), Bounce.HARD),
+    **dict.fromkeys(("SoftBounce", "Transient", "DnsError", "Blocked", "Unknown"),
+                    Bounce.SOFT)}
+TWILIO_HARD = frozenset({"30005", "30006"})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -253,8 +272,12 @@ def parse_twilio(body: bytes, *, now: float, url: str | None = None) -> Parsed:
                     message_id=_optional_id(fields, _present(fields, "MessageSid", "SmsSid")))
         return out.parsed()
     message_id = _message_id(fields, _present(fields, "MessageSid", "SmsSid"), "body")
+    bounce = None
+    if kind is T.BOUNCED:
+        bounce = Bounce.HARD if code in TWILIO_HARD else Bounce.SOFT
     out.events.append(ProviderEvent(
-        provider="twilio", message_id=message_id, type=kind, at=now, detail=detail))
+        provider="twilio", message_id=message_id, type=kind, at=now, detail=detail,
+        bounce=bounce))
     out.witness(key=key_from_url(url), accepted=status not in TWILIO_FAILED,
                 message_id=message_id, detail=detail)
     return out.parsed()
@@ -287,15 +310,17 @@ def parse_sendgrid(body: bytes, *, now: float) -> Parsed:
         message_id = sendgrid_message_id(_message_id(item, "sg_message_id", where))
         at = now if item.get("timestamp") is None else _unix(item["timestamp"],
                                                               f"{where}.timestamp")
+        bounce = None
         if kind is T.BOUNCED:
             detail = _detail(f"{name} ({item.get('type') or 'bounce'})", item.get("status"),
                              item.get("reason"))
+            bounce = Bounce.SOFT if item.get("type") in SENDGRID_SOFT else Bounce.HARD
         elif kind is T.FAILED:
             detail = _detail(name, item.get("reason"))
         else:
             detail = _detail(name, item.get("response"))
         out.events.append(ProviderEvent(provider="sendgrid", message_id=message_id,
-                                        type=kind, at=at, detail=detail))
+                                        type=kind, at=at, detail=detail, bounce=bounce))
         out.witness(key=item.get(KEY_FIELD), accepted=name not in SENDGRID_FAILED,
                     message_id=message_id, detail=detail)
     return out.parsed()
@@ -325,13 +350,17 @@ def parse_postmark(body: bytes, *, now: float) -> Parsed:
     message_id = _message_id(payload, "MessageID", "body")
     at = now if payload.get(time_field) is None else _iso(payload[time_field],
                                                            f"body.{time_field}")
+    bounce = None
     if kind is T.DELIVERED:
         detail = _detail(record, payload.get("Details"))
     else:
         # Never Email or Details verbatim: both carry the recipient's address.
         detail = _detail(record, payload.get("Type"), payload.get("Description"))
+    if kind is T.BOUNCED and payload.get("Type") is not None:
+        # Auto-replies, address changes, challenge mails: nothing about the address.
+        bounce = POSTMARK_BOUNCES.get(str(payload["Type"]), Bounce.OTHER)
     out.events.append(ProviderEvent(provider="postmark", message_id=message_id, type=kind,
-                                    at=at, detail=detail))
+                                    at=at, detail=detail, bounce=bounce))
     out.witness(key=metadata.get(KEY_FIELD), key_sha256=metadata.get(KEY_SHA256_FIELD),
                 accepted=True, message_id=message_id, detail=detail)
     return out.parsed()
@@ -341,9 +370,10 @@ def parse_postmark(body: bytes, *, now: float) -> Parsed:
 
 
 def parse_generic(body: bytes, *, now: float) -> Parsed:
-    """``{"message_id", "event", "at", "detail", "key"}`` or an array of them; ``at`` is
-    Unix seconds or ISO 8601 (``now`` when absent); ``key``, when given, names the
-    delivery (evidence)."""
+    """``{"message_id", "event", "at", "detail", "key", "bounce"}`` or an array of them;
+    ``at`` is Unix seconds or ISO 8601 (``now`` when absent); ``key``, when given, names
+    the delivery (evidence); ``bounce`` (``hard``, ``soft`` or ``other``) classes a
+    ``bounced`` event."""
     out = _Collector("generic")
     for where, item in _objects(_json(body), "body"):
         name = _text(item, "event", where)
@@ -362,8 +392,14 @@ def parse_generic(body: bytes, *, now: float) -> Parsed:
         detail = item.get("detail")
         if detail is not None:
             check_text(detail, f"{where}.detail")
+        bounce = item.get("bounce")
+        if bounce is not None and (kind is not T.BOUNCED or not isinstance(bounce, str)
+                                   or bounce not in {b.value for b in Bounce}):
+            raise InvalidInput(f"{where}.bounce", "classes a bounced event only: one of "
+                                                  f"{', '.join(Bounce)}")
         out.events.append(ProviderEvent(provider="generic", message_id=message_id, type=kind,
-                                        at=at, detail=_detail(detail)))
+                                        at=at, detail=_detail(detail),
+                                        bounce=None if bounce is None else Bounce(bounce)))
         out.witness(key=item.get("key"), accepted=kind is not T.FAILED,
                     message_id=message_id, detail=_detail(name, detail))
     return out.parsed()

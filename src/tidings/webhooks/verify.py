@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 from urllib.parse import parse_qs, parse_qsl, urlsplit, urlunsplit
 
-from tidings.clock import Clock, skew_s
-from tidings.errors import ConfigurationError, FieldError
+from tidings.core.clock import Clock, skew_s
+from tidings.core.errors import ConfigurationError, FieldError
 
 if TYPE_CHECKING:
     # cryptography is imported by SendGrid's verifier when it is made (the API process
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric import ec
 
     # settings load the provider adapters, which use this package
-    from tidings.settings import WebhookSettings
+    from tidings.config.settings import WebhookSettings
 
 TWILIO_SIGNATURE_HEADER = "X-Twilio-Signature"
 TWILIO_BODY_HASH_PARAM = "bodySHA256"

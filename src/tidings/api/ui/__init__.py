@@ -13,7 +13,8 @@ search is a form too, posted with the CSRF token and answered in place (its live
 refresh posts it again), so what was typed never goes into a URL.
 
 Nothing here computes a number of its own: status, timelines, dead letters and redrive
-come from ``tidings.operations`` as the read model's types (``tidings.readmodel``), as
+come from ``tidings.operate.operations`` as the read model's types
+(``tidings.operate.readmodel``), as
 for the JSON API and the CLI. A recipient is shown by its surrogate, never by address.
 
 - ``routes``: the routes, and ``install`` (the app's dashboard state and error pages);

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from tidings.providers import redaction
+from tidings.core import redaction
 
 _REDACTED = "‹redacted›"
 

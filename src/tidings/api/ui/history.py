@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tidings.readmodel import Counts
+from tidings.operate.readmodel import Counts
 
 #: Sparkline readings: at most one per ``SAMPLE_EVERY_S``, the last ``HISTORY`` kept.
 SAMPLE_EVERY_S = 2.0

@@ -2,7 +2,7 @@
 admission switches, holds and bulk actions, the timeline search and dead letters;
 ``install`` gives an app the dashboard's state and its browser-facing error pages.
 
-Each route reads through ``tidings.operations`` (as the JSON API and the CLI do),
+Each route reads through ``tidings.operate.operations`` (as the JSON API and the CLI do),
 hands the read model to ``views`` and renders a template (``pages``). Forms that
 change something are CSRF-checked (``session``) and answer with a redirect
 (post/redirect/get).
@@ -20,7 +20,6 @@ from urllib.parse import quote, urlencode
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import Response
 
-from tidings import bulk, holds, operations
 from tidings.api.auth import SESSION_COOKIE, Principal, authorize
 from tidings.api.context import ApiContext, ctx
 from tidings.api.errors import ApiError
@@ -42,10 +41,11 @@ from tidings.api.ui.session import (
     safe_next,
     secure,
 )
-from tidings.durations import parse_duration, parse_until
-from tidings.errors import InvalidInput, unknown_name
-from tidings.keys import check_text
-from tidings.readmodel import Delivery
+from tidings.core.durations import parse_duration, parse_until
+from tidings.core.errors import InvalidInput, unknown_name
+from tidings.core.keys import check_text
+from tidings.operate import bulk, holds, operations
+from tidings.operate.readmodel import Delivery
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 

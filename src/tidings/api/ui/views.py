@@ -1,5 +1,5 @@
 """What the dashboard's templates show, built from the read model
-(``tidings.readmodel``) and the snapshot it came from: channel cards with their
+(``tidings.operate.readmodel``) and the snapshot it came from: channel cards with their
 health, campaign bars, occurrences, switches and holds, the three answers of a
 delivery, and the one-line notice after an action. Nothing here computes a number of
 its own; free text from providers is scrubbed.
@@ -11,11 +11,12 @@ import dataclasses
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from tidings import bulk
 from tidings.api.ui.formatting import fmt_ago, fmt_count, fmt_time, scrub
 from tidings.api.ui.history import History, spark
-from tidings.operations import Snapshot
-from tidings.readmodel import (
+from tidings.core.states import ACCEPTED_FAMILY, DONE, State
+from tidings.operate import bulk
+from tidings.operate.operations import Snapshot
+from tidings.operate.readmodel import (
     ActiveHold,
     CampaignStatus,
     ChannelStatus,
@@ -24,7 +25,6 @@ from tidings.readmodel import (
     IntentView,
     Status,
 )
-from tidings.states import ACCEPTED_FAMILY, DONE, State
 from tidings.stores.base import Occurrence, Switch
 
 #: A delivery in these will never be selected, enqueued or accepted now.

@@ -319,6 +319,13 @@ FOR UPDATE SKIP LOCKED
 -- Which of the keys exist at all (no lock): tells a skipped, locked row from a missing one.
 SELECT key FROM intents WHERE key = ANY(%(keys)s::text[])
 
+-- name: intent_bodies
+-- What the intents of the keys were asked for (core/repeats.IntentBody): a notify repeated
+-- under its key is compared with them in the transaction that writes it, after its
+-- insert (a row another transaction committed meanwhile is seen by this statement).
+SELECT key, channel, recipient_id, address, template, data, due_at, expires_at, created_at
+FROM intents WHERE key = ANY(%(keys)s::text[])
+
 -- name: intent_lock_keys
 -- Lock the rows a batch of changes touches in key order first, so two batches that
 -- share keys wait for each other instead of deadlocking.

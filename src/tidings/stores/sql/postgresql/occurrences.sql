@@ -34,6 +34,8 @@ SET admitted = admitted + %(admitted)s,
                              THEN %(members)s ELSE 0 END,
     skipped = skipped + CASE WHEN high_water IS NOT DISTINCT FROM %(after)s::text
                              THEN %(skipped)s ELSE 0 END,
+    suppressed = suppressed + CASE WHEN high_water IS NOT DISTINCT FROM %(after)s::text
+                                   THEN %(suppressed)s ELSE 0 END,
     high_water = CASE WHEN high_water IS NOT DISTINCT FROM %(after)s::text
                       THEN %(high_water)s ELSE high_water END
 WHERE id = %(id)s
@@ -43,7 +45,7 @@ WHERE id = %(id)s
 -- version: the new keys are new intents); what it admitted before stays counted.
 UPDATE occurrences
 SET status = 'admitting', kind = 'replay', high_water = NULL, members = 0, skipped = 0,
-    passes = passes + 1, finished_at = NULL, reason = %(reason)s
+    suppressed = 0, passes = passes + 1, finished_at = NULL, reason = %(reason)s
 WHERE id = %(id)s
 
 -- name: occurrence_finish
@@ -52,14 +54,14 @@ WHERE id = %(id)s
 
 -- name: occurrence_get
 SELECT id, campaign, logical_at, logical_date, kind, status, high_water, members, admitted,
-       skipped, passes, created_at, finished_at, reason
+       skipped, passes, created_at, finished_at, reason, suppressed
 FROM occurrences
 WHERE id = %s
 
 -- name: occurrence_list
 -- %(campaign)s NULL lists every campaign.
 SELECT id, campaign, logical_at, logical_date, kind, status, high_water, members, admitted,
-       skipped, passes, created_at, finished_at, reason
+       skipped, passes, created_at, finished_at, reason, suppressed
 FROM occurrences
 WHERE %(campaign)s::text IS NULL OR campaign = %(campaign)s::text
 ORDER BY campaign, logical_at, id

@@ -7,6 +7,12 @@
 -- twice as cheap as RETURNING buffers a whole page of rows.
 SELECT key FROM intents WHERE key IN (SELECT value FROM json_each(:keys))
 
+-- name: intent_bodies
+-- What the intents of the JSON array :keys were asked for (core/repeats.IntentBody): a
+-- notify repeated under its key is compared with them in the transaction that writes it.
+SELECT key, channel, recipient_id, address, template, data, due_at, expires_at, created_at
+FROM intents WHERE key IN (SELECT value FROM json_each(:keys))
+
 -- name: intent_admit_values
 -- The caller replaces {rows} with one "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)" group per draft
 -- (key, channel, recipient_id, address, template, data, campaign, occurrence, due_at,

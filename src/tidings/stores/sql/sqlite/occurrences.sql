@@ -26,6 +26,7 @@ UPDATE occurrences
 SET admitted = admitted + :admitted,
     members = members + CASE WHEN high_water IS :after THEN :members ELSE 0 END,
     skipped = skipped + CASE WHEN high_water IS :after THEN :skipped ELSE 0 END,
+    suppressed = suppressed + CASE WHEN high_water IS :after THEN :suppressed ELSE 0 END,
     high_water = CASE WHEN high_water IS :after THEN :high_water ELSE high_water END
 WHERE id = :id
 
@@ -34,7 +35,7 @@ WHERE id = :id
 -- version: the new keys are new intents); what it admitted before stays counted.
 UPDATE occurrences
 SET status = 'admitting', kind = 'replay', high_water = NULL, members = 0, skipped = 0,
-    passes = passes + 1, finished_at = NULL, reason = :reason
+    suppressed = 0, passes = passes + 1, finished_at = NULL, reason = :reason
 WHERE id = :id
 
 -- name: occurrence_finish
@@ -42,14 +43,14 @@ UPDATE occurrences SET status = :status, finished_at = :now, reason = :reason WH
 
 -- name: occurrence_get
 SELECT id, campaign, logical_at, logical_date, kind, status, high_water, members, admitted,
-       skipped, passes, created_at, finished_at, reason
+       skipped, passes, created_at, finished_at, reason, suppressed
 FROM occurrences
 WHERE id = ?
 
 -- name: occurrence_list
 -- :campaign NULL lists every campaign.
 SELECT id, campaign, logical_at, logical_date, kind, status, high_water, members, admitted,
-       skipped, passes, created_at, finished_at, reason
+       skipped, passes, created_at, finished_at, reason, suppressed
 FROM occurrences
 WHERE :campaign IS NULL OR campaign = :campaign
 ORDER BY campaign, logical_at, id

@@ -1,0 +1,33 @@
+"""``POST /orders``: the order, its notification and its lines in one
+``transaction.atomic()``; a line with quantity 0 breaks the CHECK and none of it stays."""
+
+from __future__ import annotations
+
+import json
+
+from django.db import IntegrityError, transaction
+from django.http import HttpRequest, JsonResponse
+from django.views.decorators.http import require_POST
+
+import tidings.contrib.django
+from orders.models import Order, OrderLine
+
+
+@require_POST
+def place_order(request: HttpRequest) -> JsonResponse:
+    body = json.loads(request.body)
+    try:
+        with transaction.atomic():
+            order = Order.objects.create(id=body["id"], customer_id=body["customer_id"],
+                                         email=body["email"])
+            keys = tidings.contrib.django.notify(
+                key=f"order-{order.id}", recipient={"id": order.customer_id,
+                                                    "email": order.email},
+                channels=["email"], template="order-confirmed",
+                data={"order": order.id, "lines": len(body["lines"])})
+            OrderLine.objects.bulk_create(
+                OrderLine(order=order, sku=line["sku"], quantity=line["quantity"])
+                for line in body["lines"])
+    except IntegrityError as exc:
+        return JsonResponse({"error": f"order {body['id']} refused: {exc}"}, status=409)
+    return JsonResponse({"order": order.id, "notified": keys}, status=201)

@@ -1,0 +1,265 @@
+"""``Client``: the runtime's door for code with no event loop (Django and Flask views,
+scripts, Celery-style tasks).
+
+Every call runs the async runtime's own method on one background event loop per
+process, in a thread of its own, and waits for its answer: the same validation, the
+same errors (``InvalidInput`` naming the field, ``ConfigurationError``), the same
+intents. A client is safe to share between threads; concurrent ``notify`` calls from
+many threads are written together by the runtime's group commit.
+
+Fork-safe: a process forked from one that used a client (a gunicorn or uWSGI worker)
+gets a loop and a runtime of its own on its first call; what it inherited is left to
+its parent, never closed from the child (closing a PostgreSQL connection from the
+child would end the parent's session).
+
+Misuse says so: a call from inside a running event loop (async code holds the async
+``Runtime`` instead, and awaits it), or after ``close``, raises ``ClientError``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
+from concurrent.futures import Future
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from tidings.config.settings import Settings, find_settings_file
+from tidings.core.errors import TidingsError
+
+if TYPE_CHECKING:
+    import psycopg
+
+    from tidings.admission.intake import NotifyRequest
+    from tidings.core.clock import Clock
+    from tidings.core.model import Recipient
+    from tidings.core.preferences import Preference
+    from tidings.core.repeats import Notified
+    from tidings.core.states import State
+    from tidings.operate.readmodel import Delivery
+    from tidings.providers.base import Provider
+    from tidings.runtime import Runtime
+    from tidings.stores.base import JoinTarget
+
+T = TypeVar("T")
+
+
+class ClientError(TidingsError):
+    """The client was used where it cannot work (inside an event loop, after close)."""
+
+
+class _ProcessLoop:
+    """The one background event loop of this process, started when first needed."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever,
+                                       name="tidings-client-loop", daemon=True)
+        self.thread.start()
+
+    def submit(self, work: Coroutine[Any, Any, T]) -> Future[T]:
+        return asyncio.run_coroutine_threadsafe(work, self.loop)
+
+
+_loop_lock = threading.Lock()
+_process_loop: _ProcessLoop | None = None
+
+
+def _forget_after_fork() -> None:
+    # The child has the parent's loop object but not its thread: start afresh.
+    global _process_loop, _loop_lock
+    _process_loop = None
+    _loop_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
+
+
+def _the_loop() -> _ProcessLoop:
+    global _process_loop
+    with _loop_lock:
+        if _process_loop is None or _process_loop.pid != os.getpid():
+            _process_loop = _ProcessLoop()
+        return _process_loop
+
+
+def _settings_from(settings: Settings | str | Path | None) -> Settings:
+    if isinstance(settings, Settings):
+        return settings
+    if isinstance(settings, str) and "://" in settings:
+        return Settings.parse({**Settings.load(find_settings_file(None)).model_dump(),
+                               "store": settings})
+    return Settings.load(find_settings_file(settings))
+
+
+class Client:
+    """A synchronous client of one runtime (see the module).
+
+    ``settings``: a ``Settings``, a store URL (``sqlite:///tidings.db``,
+    ``postgresql://…``, with the rest from ``tidings.toml`` if there is one), a path to
+    a settings file, or None (``TIDINGS_CONFIG``, else ``./tidings.toml``, as the CLI).
+    The runtime is built on the first call; ``timeout_s`` bounds each call.
+    """
+
+    def __init__(self, settings: Settings | str | Path | None = None, *,
+                 providers: Mapping[str, Provider] | None = None, clock: Clock | None = None,
+                 migrate: bool = True, timeout_s: float = 60.0) -> None:
+        self.settings = _settings_from(settings)
+        self.timeout_s = timeout_s
+        self._providers = providers
+        self._clock = clock
+        self._migrate = migrate
+        self._lock = threading.Lock()
+        self._runtime: Runtime | None = None
+        self._join: tuple[Runtime, JoinTarget] | None = None
+        self._pid = os.getpid()
+        self._closed = False
+
+    # ------------------------------------------------------------ the runtime's calls
+
+    def notify(self, *, key: str, recipient: Recipient | Mapping[str, Any],
+               channels: Sequence[str], template: str, data: Mapping[str, Any] | None = None,
+               due_at: float | None = None, expires_at: float | None = None,
+               connection: psycopg.Connection[Any] | None = None) -> Notified:
+        """``Runtime.notify``: one intent per channel, returned by key.
+
+        ``connection``: the caller's sync ``psycopg.Connection`` (psycopg 3) to the
+        store's PostgreSQL database, in a transaction: the intents are written on it, in
+        this thread, and exist if and only if that transaction commits (see
+        ``notify_many``)."""
+        if connection is not None:
+            from tidings.admission.intake import NotifyRequest
+
+            request = NotifyRequest(key=key, recipient=recipient, channels=channels,
+                                    template=template, data=data, due_at=due_at,
+                                    expires_at=expires_at)
+            return self._joined([request], connection)[0]
+        return self._call(lambda r: r.notify(
+            key=key, recipient=recipient, channels=channels, template=template, data=data,
+            due_at=due_at, expires_at=expires_at))
+
+    def notify_many(self, requests: Iterable[NotifyRequest], *,
+                    connection: psycopg.Connection[Any] | None = None) -> list[Notified]:
+        """``Runtime.notify_many``: all validated first, then written together.
+
+        With ``connection`` (as ``notify``'s) the validation, the drafts and the SQL all
+        run in the calling thread, the SQL on that connection inside its transaction (in
+        a savepoint: a refusal leaves the transaction usable); only the store's identity
+        is read once on the client's loop. On the store's own queue the messages are
+        written in the same transaction, and its workers are woken at commit; with a
+        broker the intents wait, selected, for the outbox relay to publish them once
+        committed. Refused, naming ``connection``: no psycopg 3 sync connection, one in
+        no transaction (autocommit) or in a failed one, one to another database than the
+        store's (``InvalidInput``); a store other than PostgreSQL
+        (``ConfigurationError``)."""
+        # What is no batch (None, a mapping, a string) goes through for the runtime to refuse.
+        batch = (requests if requests is None or isinstance(requests, (str, bytes, Mapping))
+                 else list(requests))
+        if connection is not None:
+            return self._joined(batch, connection)
+        return self._call(lambda r: r.notify_many(batch))
+
+    def cancel(self, key: str, reason: str = "cancelled by caller") -> dict[str, State | None]:
+        """``Runtime.cancel``: before its send starts."""
+        return self._call(lambda r: r.cancel(key, reason))
+
+    def inspect(self, key: str | None = None, *, recipient: str | None = None
+                ) -> list[Delivery]:
+        """``Runtime.inspect``: the deliveries and timelines of a key or a recipient."""
+        return self._call(lambda r: r.inspect(key, recipient=recipient))
+
+    def set_preference(self, recipient_id: str, channel: str, *, opted_out: bool = False,
+                       quiet_start: str | None = None, quiet_end: str | None = None,
+                       timezone: str = "UTC") -> Preference:
+        """``Runtime.set_preference``."""
+        return self._call(lambda r: r.set_preference(
+            recipient_id, channel, opted_out=opted_out, quiet_start=quiet_start,
+            quiet_end=quiet_end, timezone=timezone))
+
+    def delete_preference(self, recipient_id: str, channel: str) -> bool:
+        """``Runtime.delete_preference``."""
+        return self._call(lambda r: r.delete_preference(recipient_id, channel))
+
+    def preferences(self, recipient_id: str) -> list[Preference]:
+        """``Runtime.preferences``."""
+        return self._call(lambda r: r.preferences(recipient_id))
+
+    # ------------------------------------------------------------ lifecycle
+
+    def close(self) -> None:
+        """Close the runtime (every notify in hand is answered first). Idempotent."""
+        with self._lock:
+            self._closed = True
+            runtime, self._runtime = self._runtime, None
+        if runtime is not None and self._pid == os.getpid():
+            self._wait(_the_loop().submit(runtime.close()))
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open" if self._runtime else "not started"
+        return f"<tidings.Client {state}>"
+
+    # ------------------------------------------------------------ the bridge
+
+    def _call(self, call: Callable[[Runtime], Awaitable[T]]) -> T:
+        self._refuse_misuse()
+        loop = _the_loop()
+        runtime = self._runtime_on(loop)
+
+        async def run() -> T:
+            return await call(runtime)
+
+        return self._wait(loop.submit(run()))
+
+    def _joined(self, requests: Iterable[NotifyRequest], connection: object
+                ) -> list[Notified]:
+        self._refuse_misuse()
+        runtime = self._runtime_on(_the_loop())
+        known = self._join
+        if known is None or known[0] is not runtime:
+            from tidings.admission.intake import joinable
+
+            # Read once on the loop (the store's own connection); the join itself is
+            # all in this thread, on the caller's connection.
+            known = self._join = (runtime, self._call(lambda r: joinable(r.store).join_target()))
+        return runtime.notify_many_joined(requests, connection=connection, target=known[1])
+
+    def _refuse_misuse(self) -> None:
+        if self._closed:
+            raise ClientError("this Client is closed")
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        raise ClientError("Client is for code without an event loop; in async code build "
+                          "a runtime (tidings.build_runtime) and await its methods")
+
+    def _runtime_on(self, loop: _ProcessLoop) -> Runtime:
+        with self._lock:
+            if self._closed:
+                raise ClientError("this Client is closed")
+            if self._pid != os.getpid():
+                # Forked: the parent's runtime is the parent's; never close it from here.
+                self._runtime, self._pid = None, os.getpid()
+            if self._runtime is None:
+                from tidings.runtime import build_runtime
+
+                self._runtime = self._wait(loop.submit(build_runtime(
+                    self.settings, providers=self._providers, clock=self._clock,
+                    migrate=self._migrate)))
+            return self._runtime
+
+    def _wait(self, future: Future[T]) -> T:
+        try:
+            return future.result(timeout=self.timeout_s)
+        except TimeoutError:
+            future.cancel()
+            raise ClientError(f"no answer within {self.timeout_s:g} s (timeout_s)") from None

@@ -1,0 +1,75 @@
+"""A provider of the user's own, named in settings by its factory's import path: built
+by the runtime (so by every process: worker, reconcile, API), sending for real (judged by
+the sandbox server's counts), and refused at start-up naming the field when it cannot be."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tidings import ConfigurationError, Settings, build_runtime
+from tidings.core.clock import FakeClock
+from tidings.sandbox import SandboxConfig, SandboxCore, serve
+
+
+def plugin_settings(store: str, factory: str, url: str = "http://127.0.0.1:9") -> Settings:
+    return Settings.parse({"store": store, "channels": {"email": {"provider": {
+        "kind": "plugin", "factory": factory, "options": {"url": url}}}}})
+
+
+async def test_the_runtime_builds_and_sends_through_the_plugin(tmp_path: Path) -> None:
+    clock = FakeClock(time.time(), auto_advance=True)
+    core = SandboxCore(SandboxConfig(), now=clock.now, seed=1)
+    server = await serve(core=core)
+    try:
+        settings = plugin_settings(f"sqlite:///{tmp_path / 'p.db'}", "support.plugin_provider:make",
+                                   server.url)
+        async with await build_runtime(settings, clock=clock) as runtime:
+            provider = runtime.provider("email")
+            assert provider.name == "my-plugin"
+            await runtime.notify(key="order-1", recipient={"id": "1", "email": "a@example.com"},
+                                 channels=["email"], template="t")
+            worker = runtime.worker("email", "w1")
+            while await worker.run_once():
+                pass
+            assert provider.sent == ["order-1:email"]  # type: ignore[attr-defined]
+        stats = core.stats()["channels"]["email"]
+        assert (stats["accepted"], stats["accepted_keys"]) == (1, 1)
+    finally:
+        await server.close()
+
+
+@pytest.mark.parametrize(("factory", "says"), [
+    ("no_such_module_anywhere:make", "cannot import"),
+    ("support.plugin_provider:nothing", "no callable"),
+    ("support.plugin_provider:not_a_provider", "which has no send"),
+])
+async def test_a_plugin_that_cannot_be_built_is_refused_naming_the_field(
+        tmp_path: Path, factory: str, says: str) -> None:
+    with pytest.raises(ConfigurationError) as raised:
+        await build_runtime(plugin_settings(f"sqlite:///{tmp_path / 'p.db'}", factory))
+    assert raised.value.field == "channels.email.provider.factory"
+    assert says in raised.value.message
+
+
+def test_a_factory_that_is_no_import_path_is_a_settings_error() -> None:
+    with pytest.raises(ConfigurationError, match="factory"):
+        plugin_settings("sqlite:///x.db", "not a path")
+
+
+def test_the_cli_loads_the_plugin_from_tidings_toml(tmp_path: Path) -> None:
+    (tmp_path / "tidings.toml").write_text(
+        'store = "sqlite:///p.db"\n[channels.email.provider]\nkind = "plugin"\n'
+        'factory = "support.plugin_provider:not_a_provider"\n')
+    tests = Path(__file__).resolve().parents[1]  # where the plug-in's package is
+    env = {**os.environ, "PYTHONPATH": str(tests)}
+    for command in (["db", "migrate"], ["status"]):
+        run = subprocess.run([sys.executable, "-m", "tidings", *command], cwd=tmp_path,
+                             capture_output=True, text=True, timeout=60, check=False, env=env)
+    assert run.returncode == 2, run
+    assert "channels.email.provider.factory" in run.stderr

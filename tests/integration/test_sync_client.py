@@ -1,0 +1,161 @@
+"""``tidings.Client``: the runtime's door for code with no event loop, judged by what a
+worker then delivers to the sandbox (its own counts), on SQLite and on PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tidings import Client, ClientError, InvalidInput, Settings, build_runtime
+from tidings.core.clock import FakeClock
+from tidings.providers.sandbox import SandboxTwinProvider
+from tidings.sandbox import SandboxConfig, SandboxCore
+
+#: A channel on the in-process sandbox, named as such: no channel has a provider by default.
+TWIN = {"provider": {"kind": "sandbox-twin"}}
+
+T0 = 1_790_000_000.0
+THREADS = 50
+
+
+def settings_for(store: str) -> Settings:
+    return Settings.parse({"store": store, "channels": {"email": TWIN}})
+
+
+def recipient(i: int) -> dict[str, str]:
+    return {"id": f"cust_{i}", "email": f"cust{i}@example.com"}
+
+
+async def deliver(settings: Settings) -> dict[str, Any]:
+    """Drain the email queue with a worker of its own; the sandbox's counts."""
+    clock = FakeClock(time.time(), auto_advance=True)  # the client wrote on the real clock
+    core = SandboxCore(SandboxConfig(), now=clock.now, seed=1)
+    provider = SandboxTwinProvider(core=core, channel="email", clock=clock)
+    async with await build_runtime(settings, clock=clock,
+                                   providers={"email": provider}) as runtime:
+        worker = runtime.worker("email", "w1")
+        while await worker.run_once():
+            pass
+    stats: dict[str, Any] = core.stats()["channels"]["email"]
+    return stats
+
+
+def notify_from_threads(client: Client, count: int) -> list[list[str]]:
+    found: list[list[str]] = [[] for _ in range(count)]
+    errors: list[BaseException] = []
+
+    def one(i: int) -> None:
+        try:
+            found[i] = client.notify(key=f"order-{i}", recipient=recipient(i),
+                                     channels=["email"], template="t")
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors, errors
+    return found
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'client.db'}"
+    url: str = request.getfixturevalue("pg_url")
+    return url
+
+
+def test_notify_from_many_threads_is_delivered_once_each(store_url: str) -> None:
+    settings = settings_for(store_url)
+    with Client(settings) as client:
+        keys = notify_from_threads(client, THREADS)
+        assert keys == [[f"order-{i}:email"] for i in range(THREADS)]
+        # A retried call (the same key) is no second intent.
+        assert client.notify(key="order-0", recipient=recipient(0), channels=["email"],
+                             template="t") == ["order-0:email"]
+    stats = asyncio.run(deliver(settings))
+    assert stats["accepted"] == THREADS
+    assert stats["accepted_keys"] == THREADS
+
+
+def test_same_errors_as_the_runtime(tmp_path: Path) -> None:
+    with Client(settings_for(f"sqlite:///{tmp_path / 'c.db'}")) as client:
+        with pytest.raises(InvalidInput) as raised:
+            client.notify(key="k", recipient=recipient(1), channels=["fax"], template="t")
+        assert "fax" in str(raised.value)
+        with pytest.raises(InvalidInput):
+            client.notify_many(None)  # type: ignore[arg-type]
+        assert client.notify_many([]) == []
+
+
+def test_inspect_cancel_and_preferences(tmp_path: Path) -> None:
+    with Client(settings_for(f"sqlite:///{tmp_path / 'c.db'}")) as client:
+        (key,) = client.notify(key="order-7", recipient=recipient(7), channels=["email"],
+                               template="t", due_at=time.time() + 10**7)
+        (delivery,) = client.inspect("order-7")
+        assert delivery.key == key
+        assert client.inspect(recipient="cust_7")[0].key == key
+        assert client.cancel("order-7") == {key: client.inspect(key)[0].intent.state}
+        pref = client.set_preference("cust_7", "email", opted_out=True)
+        assert client.preferences("cust_7") == [pref]
+        assert client.delete_preference("cust_7", "email") is True
+
+
+def test_a_store_url_is_enough(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # no tidings.toml here: the defaults and this store
+    with Client(f"sqlite:///{tmp_path / 'u.db'}") as client:
+        assert client.settings.store == f"sqlite:///{tmp_path / 'u.db'}"
+        assert client.preferences("cust_1") == []  # no channel declared, nothing stored
+
+
+def test_inside_an_event_loop_it_says_to_use_the_runtime(tmp_path: Path) -> None:
+    client = Client(settings_for(f"sqlite:///{tmp_path / 'c.db'}"))
+
+    async def misuse() -> None:
+        client.notify(key="k", recipient=recipient(1), channels=["email"], template="t")
+
+    with pytest.raises(ClientError, match="build_runtime"):
+        asyncio.run(misuse())
+    client.close()
+
+
+def test_after_close_it_says_closed(tmp_path: Path) -> None:
+    client = Client(settings_for(f"sqlite:///{tmp_path / 'c.db'}"))
+    client.notify(key="k", recipient=recipient(1), channels=["email"], template="t")
+    client.close()
+    client.close()  # idempotent
+    with pytest.raises(ClientError, match="closed"):
+        client.cancel("k")
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="fork")
+def test_a_forked_process_gets_its_own_loop_and_runtime(store_url: str) -> None:
+    settings = settings_for(store_url)
+    with Client(settings) as client:
+        client.notify(key="parent-1", recipient=recipient(1), channels=["email"], template="t")
+        pid = os.fork()
+        if pid == 0:  # the child, as a gunicorn worker forked after the parent used it
+            code = 0
+            try:
+                client.notify(key="child-1", recipient=recipient(2), channels=["email"],
+                              template="t")
+                client.close()
+            except BaseException:
+                code = 1
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        # The parent's runtime (and its connection) survived the child's close.
+        client.notify(key="parent-2", recipient=recipient(3), channels=["email"], template="t")
+    stats = asyncio.run(deliver(settings))
+    assert stats["accepted"] == 3
