@@ -286,6 +286,8 @@ class DeliveryMachine(RuleBasedStateMachine):
         repeat = key in self.asked and (self.asked[key] is None) == (expires_at is None)
         if repeat:
             expires_at = self.asked[key]
+            if expires_at is not None and expires_at <= self.clock.now():
+                return  # a deadline already past is bad input, not a repeat
 
         def call() -> Any:
             return self.rt.notify(key=key, recipient={"id": f"c{i}", "email": f"c{i}@x.io"},
