@@ -45,10 +45,13 @@ from tidings.core.preferences import Preference
 from tidings.core.repeats import Asked, Notified, conflicting, guard_for, notified
 from tidings.core.states import State
 from tidings.core.suppression import SuppressionRules
+from tidings.core.throttle import Mode, Rule, campaign_rule_name, channel_rule_name
+from tidings.core.throttle import Rules as ThrottleRules
 from tidings.delivery.compose import Composer
 from tidings.delivery.group_commit import Coalescer, GroupCommitConfig
 from tidings.delivery.hold_gate import HoldGate
 from tidings.delivery.pacing.pacer import Pacer
+from tidings.delivery.throttle_gate import ThrottleGate
 from tidings.delivery.uncertain import UncertainPolicy, policy_for
 from tidings.delivery.unsubscribe import UnsubscribeLinks, links_from
 from tidings.delivery.worker import Worker, WorkerConfig
@@ -258,6 +261,20 @@ def pace_limits(spec: ChannelSettings, channel: str) -> PaceLimits:
                       quota_per_s=quota, safety=spec.quota_safety)
 
 
+def throttle_rules(settings: Settings) -> ThrottleRules:
+    """The per-recipient throttles of ``settings``: each channel's ``throttle``, and each
+    campaign's ``throttle`` on every channel of the campaign (in place of the channel's)."""
+    channels = {name: Rule(name=channel_rule_name(name), limit=spec.throttle.limit,
+                           window_s=spec.throttle.window_s, mode=Mode(spec.throttle.mode))
+                for name, spec in settings.channels.items() if spec.throttle is not None}
+    campaigns = {(name, channel): Rule(name=campaign_rule_name(name, channel),
+                                       limit=c.throttle.limit, window_s=c.throttle.window_s,
+                                       mode=Mode(c.throttle.mode))
+                 for name, c in settings.campaigns.items() if c.throttle is not None
+                 for channel in c.channels}
+    return ThrottleRules(channels, campaigns)
+
+
 def campaigns_from(settings: Settings) -> list[Campaign]:
     """Build the declared campaigns; errors name the campaign's field."""
     campaigns = []
@@ -355,7 +372,17 @@ class Runtime:
                                 visibility_s=w.visibility_s, max_receives=w.max_receives,
                                 send_deadline_s=self.send_deadline_s(channel)),
             composer=self.composer(), holds=HoldGate(self.store, self.clock),
+            throttle=self.throttle_gate(channel),
         )
+
+    def throttle_rules(self) -> ThrottleRules:
+        """Every per-recipient throttle of the settings (``tidings.core.throttle``)."""
+        return throttle_rules(self.settings)
+
+    def throttle_gate(self, channel: str) -> ThrottleGate | None:
+        """The throttles a worker of ``channel`` applies (None: none count its sends)."""
+        rules = self.throttle_rules().for_channel(channel)
+        return ThrottleGate(self.store, rules) if rules else None
 
     def send_deadline_s(self, channel: str) -> float:
         """The longest one send on ``channel`` may take before the worker cuts it off:

@@ -17,7 +17,8 @@ from tidings.stores.base import IntentSummary, Switch
 NOW = 50_000.0
 COUNTS = ["total", "backlog", "scheduled", "oldest_age_s", "in_flight", "retryable",
           "uncertain", "accepted", "accepted_in_time", "expired", "dead", "rejected",
-          "cancelled", "overdue", "send_rate_per_s", "sli", "suppressed"]
+          "cancelled", "overdue", "send_rate_per_s", "sli", "suppressed",
+          "throttled"]
 DRAIN = ["backlog", "channel_backlog", "observed_rate_per_s", "configured_rate_per_s",
          "rate_per_s", "rate_source", "drain_s", "deadline_in_s", "freshness_deadline_s",
          "expected_late", "verdict"]

@@ -41,6 +41,7 @@ class _Reading:
     uncertain: Mapping[str, UncertainSends] = field(default_factory=dict)
     suppressed_sends: Mapping[tuple[str, str], int] = field(default_factory=dict)
     suppressions: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    throttled_sends: Mapping[tuple[str, str], int] = field(default_factory=dict)
 
 
 class _StoreCollector(Collector):
@@ -117,6 +118,8 @@ class _StoreCollector(Collector):
             ("tidings_rejected", "rejected",
              "Permanent rejections (an invalid address, a 4xx other than 429)."),
             ("tidings_dead", "dead", "Intents whose retry budget was spent."),
+            ("tidings_throttle_deferred", "throttle_deferred",
+             "Sends a per-recipient throttle moved to its next window."),
         ):
             family = CounterMetricFamily(name, doc, labels=["channel"])
             for channel in sorted(set(snap.queues) | set(snap.events)):
@@ -181,6 +184,13 @@ def _suppression_families(r: _Reading) -> Iterator[Metric]:
     for (kind, reason), count in sorted(r.suppressions.items()):
         listed.add_metric([kind, reason], count)
     yield listed
+    throttled = CounterMetricFamily(
+        "tidings_throttled_sends",
+        "Sends a per-recipient throttle ended unsent, per channel and the rule that "
+        "stopped them (no failure; not eligible for the SLI).", labels=["channel", "rule"])
+    for (channel, rule), count in sorted(r.throttled_sends.items()):
+        throttled.add_metric([channel, rule], count)
+    yield throttled
 
 
 def _hold_families(snap: operations.Snapshot) -> Iterator[Metric]:
@@ -269,7 +279,8 @@ class ApiMetrics:
                                        guardrails=tuple(readings),
                                        uncertain=uncertain,
                                        suppressed_sends=await rt.store.intent_suppressed_counts(),
-                                       suppressions=await rt.store.suppression_counts())
+                                       suppressions=await rt.store.suppression_counts(),
+                                       throttled_sends=await rt.store.intent_throttled_counts())
         self._read_at = now
 
     def render(self) -> bytes:

@@ -95,6 +95,20 @@ ChannelProvider = Annotated[
 ]
 
 
+class ThrottleSettings(_Model):
+    """A per-recipient throttle (``tidings.core.throttle``, docs/throttles.md): at most
+    ``limit`` sends to one recipient in each fixed window of ``window_s`` (aligned to
+    the epoch: a day's window starts at midnight UTC), counted across every worker."""
+
+    limit: int = Field(ge=1, le=1_000_000)
+    """Sends per recipient per window."""
+    window_s: Seconds
+    """The window's length in seconds (86400: a day)."""
+    mode: Literal["drop", "defer"] = "drop"
+    """What a send over the limit becomes: ``drop`` ends it ``throttled`` (terminal, no
+    provider call, the rule named); ``defer`` retries it at the next window's start."""
+
+
 class ChannelSettings(_Model):
     # None only where an application hands build_runtime a provider object for the
     # channel; anywhere else a channel without one is refused at start-up
@@ -131,6 +145,9 @@ class ChannelSettings(_Model):
     """With ``lookup``: how old a send must be before the provider's "not found" is
     believed (its read API lags its send API); default: the adapter's own figure."""
 
+    throttle: ThrottleSettings | None = None
+    """A per-recipient throttle on every send of the channel (none by default)."""
+
     _quota = field_validator("quota")(_valid_quota)
 
 
@@ -148,6 +165,9 @@ class CampaignSettings(_Model):
     admission switch is created paused, and an operator resumes it (``tidings admission
     resume --campaign``) once the rollout checks pass. A switch that exists is never
     touched."""
+    throttle: ThrottleSettings | None = None
+    """A per-recipient throttle on this campaign's sends, on each of its channels, in
+    place of the channel's own: they are counted apart from the channel's other sends."""
 
 
 class RetrySettings(_Model):

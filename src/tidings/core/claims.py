@@ -109,12 +109,12 @@ def claim_kind(state: State, *, next_attempt_at: float | None,
 def redelivery_event(state: State) -> str:
     """The event a message for a finished intent leaves behind.
 
-    A message for a cancelled, expired, suppressed or dead-lettered intent is moot
+    A message for a cancelled, expired, suppressed, throttled or dead-lettered intent is moot
     (``discarded``), not a duplicate (an operator's bulk cancel or dead-letter leaves
     messages behind).
     """
     return ("discarded" if state in (State.CANCELLED, State.EXPIRED, State.DEAD,
-                                     State.SUPPRESSED)
+                                     State.SUPPRESSED, State.THROTTLED)
             else "duplicate_observed")
 
 

@@ -35,7 +35,7 @@ INTENT_EVENT_TYPES: frozenset[str] = frozenset({s.value for s in State} | {
     "transient_failure",
     "rate_limited", "resolved_retry", "resolved_accepted", "released", "redriven",
     "duplicate_observed", "discarded", "cancel_requested", "provider_delivered",
-    "provider_bounced", "provider_complained", "provider_failed"})
+    "provider_bounced", "provider_complained", "provider_failed", "throttle_deferred"})
 #: The states an intent is pruned from (every one a worker never leaves).
 PRUNABLE_STATES: tuple[str, ...] = tuple(sorted(s.value for s in TERMINAL))
 #: The states that keep an intent's occurrence: its hold, its release and its report

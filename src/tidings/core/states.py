@@ -69,6 +69,10 @@ class State(StrEnum):
     gate ended it right after its claim, with no provider call; ``reason`` says why the
     address is suppressed (``hard_bounce``, ``sms_stop``, …). Terminal; counted apart from
     failures, and not eligible for the SLI."""
+    THROTTLED = "throttled"
+    """A per-recipient throttle (``tidings.core.throttle``) in mode ``drop`` refused its
+    send right after its claim, with no provider call; ``reason`` names the rule that
+    stopped it. Terminal; counted apart from failures, and not eligible for the SLI."""
 
 
 S = State
@@ -80,7 +84,7 @@ TRANSITIONS: dict[State, frozenset[State]] = {
     S.ENQUEUED: frozenset({S.CLAIMED, S.CANCELLED, S.EXPIRED, S.RETRYABLE, S.DEAD}),
     S.CLAIMED: frozenset(
         {S.ACCEPTED, S.RETRYABLE, S.UNCERTAIN, S.REJECTED, S.DEAD, S.CANCELLED, S.EXPIRED,
-         S.PARKED, S.SUPPRESSED}
+         S.PARKED, S.SUPPRESSED, S.THROTTLED}
     ),
     S.RETRYABLE: frozenset({S.ENQUEUED, S.CLAIMED, S.CANCELLED, S.EXPIRED, S.DEAD,
                             S.RETRYABLE}),
@@ -96,12 +100,13 @@ TRANSITIONS: dict[State, frozenset[State]] = {
     S.CANCELLED: frozenset(),
     S.EXPIRED: frozenset(),
     S.SUPPRESSED: frozenset(),
+    S.THROTTLED: frozenset(),
 }
 
 #: States a worker never moves an intent out of: a redelivery is a duplicate.
 DONE: frozenset[State] = frozenset(
     {S.ACCEPTED, S.DELIVERED, S.BOUNCED, S.COMPLAINED, S.REJECTED, S.DEAD, S.CANCELLED, S.EXPIRED,
-     S.SUPPRESSED}
+     S.SUPPRESSED, S.THROTTLED}
 )
 #: States a worker may claim from.
 CLAIMABLE: frozenset[State] = frozenset({S.SELECTED, S.ENQUEUED, S.RETRYABLE})

@@ -114,8 +114,9 @@ class Claiming(Sending):
                                 now: float) -> None:
         """Start a send for each claimed intent the composer lets through; settle the rest."""
         if self.composer is None:
-            for received, intent, token in ready:
-                self._start_send(intent, token, received, request_for(intent))
+            await self._throttle_and_send(
+                [(received, intent, token, request_for(intent))
+                 for received, intent, token in ready], now)
             return
         try:
             composed: Sequence[Composed | Exception] = await self.composer.compose(
@@ -130,9 +131,10 @@ class Claiming(Sending):
             # A fault of the composer's: find out which intents it is about, one by one,
             # so one bad intent spends only its own retry budget.
             composed = [await self._compose_one(intent, now) for _, intent, _ in ready]
+        sendable: list[tuple[Received, Intent, int, SendRequest]] = []
         for (received, intent, token), result in zip(ready, composed, strict=True):
             if isinstance(result, Ready):
-                self._start_send(intent, token, received, result.request)
+                sendable.append((received, intent, token, result.request))
                 continue
             if isinstance(result, Exception):
                 self._fault_of_message(received)
@@ -152,6 +154,37 @@ class Claiming(Sending):
                 worker=self.worker_id, message_id=received.message_id,
                 detail=surrogate(intent.recipient_id))
             self._queue_outcome(change, received, intent)
+        await self._throttle_and_send(sendable, now)
+
+    async def _throttle_and_send(self, sendable: list[tuple[Received, Intent, int, SendRequest]],
+                                 now: float) -> None:
+        """Start each send its throttle lets through; settle the rest by the rule."""
+        if self.throttle is None or not sendable:
+            for received, intent, token, request in sendable:
+                self._start_send(intent, token, received, request)
+            return
+        try:
+            answers = await self.throttle.reserve([intent for _, intent, _, _ in sendable],
+                                                  now=now)
+        except (StoreError, OSError) as exc:
+            # The counts could not be read: hand the batch back for a later try.
+            log.warning("reserving %d sends failed, released: %s", len(sendable), exc)
+            for received, intent, token, _ in sendable:
+                self._outcomes.append((self._released(intent, token, received, now), received))
+            return
+        for (received, intent, token, request), refused in zip(sendable, answers, strict=True):
+            if refused is None:
+                if self.throttle.counts(intent):
+                    self._reserved.add(intent.key)
+                self._start_send(intent, token, received, request)
+                continue
+            self.stats.throttled += 1  # over the recipient's limit: no failure
+            self._queue_outcome(Change(
+                key=intent.key, from_state=State.CLAIMED, to_state=refused.to_state,
+                event=refused.event, lease_token=token, reason=refused.reason,
+                next_attempt_at=refused.until, worker=self.worker_id,
+                message_id=received.message_id, detail=surrogate(intent.recipient_id)),
+                received, intent)
 
     async def _compose_one(self, intent: Intent, now: float) -> Composed | Exception:
         """One intent composed alone: its result, or what composing it raised."""

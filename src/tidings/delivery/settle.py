@@ -19,6 +19,7 @@ from tidings.core.model import Event, Intent, Received, evolve
 from tidings.core.states import Decision, State
 from tidings.core.suppression import Suppression, from_refusal
 from tidings.core.surrogate import surrogate
+from tidings.core.throttle import releases
 from tidings.delivery.raised import describe_raised
 from tidings.delivery.worker_state import WorkerState
 from tidings.stores.base import Change, QueueAcks
@@ -253,6 +254,27 @@ class Settling(WorkerState):
                                               "worker": self.worker_id,
                                               "key": found[0].key})
 
+    async def _release_throttles(self, outcomes: list[tuple[Change, Received]],
+                                 applied: set[str]) -> None:
+        """Hand back the throttle reservations of sends that surely did not happen, once
+        their outcome is committed under this worker's lease (so no other worker holds
+        the intent). An uncertain send keeps its reservation: it may have gone. One that
+        fails is logged; the reservation stands (the recipient's count errs high)."""
+        if not self._reserved or self.throttle is None:
+            return
+        back: list[str] = []
+        for change, _ in outcomes:
+            if change.key not in self._reserved:
+                continue
+            self._reserved.discard(change.key)
+            if change.key in applied and releases(change.to_state):
+                back.append(change.key)
+        try:
+            await self.throttle.release(back)
+        except Exception:
+            log.warning("throttle reservations not handed back", exc_info=True,
+                        extra={"channel": self.channel, "worker": self.worker_id})
+
     async def _record(self, outcomes: list[tuple[Change, Received]]) -> None:
         now = self.clock.now()
         # On the store's own queue the acks commit with their outcomes: one transaction
@@ -301,6 +323,7 @@ class Settling(WorkerState):
         if lost:
             await self.store.event_append_many(lost)
         await self._add_suppressions([c.key for c, _ in outcomes if c.key in applied])
+        await self._release_throttles(outcomes, applied)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("commit", extra={
                 "channel": self.channel, "outcomes": len(outcomes), "applied": len(applied),

@@ -20,14 +20,15 @@ from tidings.core.suppression import Suppression
 from tidings.delivery.compose import Composer
 from tidings.delivery.hold_gate import HoldGate
 from tidings.delivery.pacing.pacer import Pacer
+from tidings.delivery.throttle_gate import ThrottleGate
 from tidings.providers.base import Provider
-from tidings.stores.base import Change, Ledger, Suppressions
+from tidings.stores.base import Change, Ledger, Suppressions, Throttles
 from tidings.transports.base import Transport
 
 
-class DeliveryStore(Ledger, Suppressions, Protocol):
-    """What a worker reaches: the ledger, and the suppression list it adds a number to
-    when the provider says the recipient replied STOP."""
+class DeliveryStore(Ledger, Suppressions, Throttles, Protocol):
+    """What a worker reaches: the ledger, the suppression list it adds a number to
+    when the provider says the recipient replied STOP, and the throttle counts."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,6 +94,8 @@ class WorkerStats:
     skipped: int = 0
     suppressed: int = 0
     """Sends ended unsent because their address is on the suppression list."""
+    throttled: int = 0
+    """Sends a per-recipient throttle ended (``throttled``) or deferred to its next window."""
     poison: int = 0
     lease_lost: int = 0
     released: int = 0
@@ -122,6 +125,7 @@ class WorkerState:
         rng: random.Random | None = None,
         composer: Composer | None = None,
         holds: HoldGate | None = None,
+        throttle: ThrottleGate | None = None,
     ) -> None:
         self.channel = channel
         self.store = store
@@ -138,6 +142,10 @@ class WorkerState:
         self.composer = composer
         # Delivery holds: what a hold covers is parked right after its claim, unsent.
         self.holds = holds
+        # Per-recipient throttles: a send is reserved after the gate, before pacing;
+        # ``_reserved`` are the keys holding a reservation until their outcome commits.
+        self.throttle = throttle
+        self._reserved: set[str] = set()
         self.stats = WorkerStats()
         self._stopping = asyncio.Event()
         # One future for every in-flight send to race its pacer wait against, instead of

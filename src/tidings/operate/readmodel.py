@@ -61,6 +61,8 @@ class Counts:
     sli: float | None
     suppressed: int = 0
     """Ended unsent: the address is on the suppression list (no failure, not eligible)."""
+    throttled: int = 0
+    """Ended unsent by a per-recipient throttle (no failure, not eligible)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -49,7 +49,7 @@ async def snapshot(store: Store, transport: Transport, *, channels: Sequence[str
 
 def sli(summary: IntentSummary | Totals) -> float | None:
     """Share of eligible intents accepted before expiry (see ``tidings.operate.operations``):
-    suppressed ones, like cancelled and rejected ones, are not eligible."""
+    suppressed and throttled ones, like cancelled and rejected ones, are not eligible."""
     late = summary.accepted - summary.accepted_in_time
     eligible = summary.accepted_in_time + late + summary.expired + summary.dead + summary.overdue
     return None if eligible == 0 else summary.accepted_in_time / eligible
@@ -81,13 +81,15 @@ class Totals:
     cancelled: int = 0
     overdue: int = 0
     suppressed: int = 0
+    throttled: int = 0
     oldest_due_at: float | None = None
     earliest_expiry: float | None = None
 
     def add(self, s: IntentSummary | Totals) -> None:
         for name in ("total", "backlog", "scheduled", "claimed", "retryable", "uncertain",
                      "accepted", "accepted_in_time", "accepted_recent", "expired", "dead",
-                     "rejected", "cancelled", "overdue", "suppressed"):
+                     "rejected", "cancelled", "overdue", "suppressed",
+                     "throttled"):
             setattr(self, name, getattr(self, name) + getattr(s, name))
         self.oldest_due_at = _min(self.oldest_due_at, s.oldest_due_at)
         self.earliest_expiry = _min(self.earliest_expiry, s.earliest_expiry)

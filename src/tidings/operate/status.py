@@ -33,7 +33,7 @@ def _counts(t: IntentSummary | Totals, now: float, window_s: float) -> Counts:
         retryable=t.retryable, uncertain=t.uncertain, accepted=t.accepted,
         accepted_in_time=t.accepted_in_time, expired=t.expired, dead=t.dead,
         rejected=t.rejected, cancelled=t.cancelled, overdue=t.overdue,
-        suppressed=t.suppressed,
+        suppressed=t.suppressed, throttled=t.throttled,
         send_rate_per_s=round(t.accepted_recent / window_s, 4),
         sli=sli(t),
     )

@@ -44,6 +44,7 @@ from tidings.stores.roles import (
     Selections,
     Store,
     Suppressions,
+    Throttles,
     WebhookRecords,
 )
 
@@ -83,6 +84,7 @@ __all__ = [
     "StoredProviderEvent",
     "Suppressions",
     "Switch",
+    "Throttles",
     "WebhookRecords",
     "publish_created",
     "publish_owners",

@@ -21,7 +21,8 @@ The store is one class made of a mixin per role group, each in its own module:
 admission (``postgres_admission``), admission inside a caller's own transaction
 (``postgres_join``), the rest of the ledger (``postgres_ledger``),
 occurrences, switches, holds, preferences and pacer state (``postgres_records``), the
-suppression list (``postgres_suppressions``), the operator API and provider webhooks
+suppression list (``postgres_suppressions``), per-recipient throttles
+(``postgres_throttles``), the operator API and provider webhooks
 (``postgres_api``), retention and partitions
 (``postgres_retention``), all on ``postgres_base.PostgresBase``.
 """
@@ -36,12 +37,13 @@ from tidings.stores.postgres_ledger import PostgresLedger
 from tidings.stores.postgres_records import PACER_IDLE_S, PostgresRecords
 from tidings.stores.postgres_retention import PostgresRetention
 from tidings.stores.postgres_suppressions import PostgresSuppressions
+from tidings.stores.postgres_throttles import PostgresThrottles
 
 __all__ = ["PACER_IDLE_S", "PAGE_ORDER_WAIT_S", "PostgresStore"]
 
 
 class PostgresStore(PostgresApi, PostgresAdmission, PostgresJoin, PostgresLedger,
-                    PostgresRecords, PostgresSuppressions, PostgresRetention):
+                    PostgresRecords, PostgresSuppressions, PostgresThrottles, PostgresRetention):
     """The ``Store`` port on one PostgreSQL database (see ``PostgresDatabase``)."""
 
     concurrent_writers = True

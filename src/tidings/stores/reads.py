@@ -148,6 +148,11 @@ class StoreReads(ABC):
         return {(channel, reason or ""): int(total) for channel, reason, total
                 in await self._read_tuples("intent_suppressed_counts")}
 
+    async def intent_throttled_counts(self) -> dict[tuple[str, str], int]:
+        """Intents ended ``throttled``, per (channel, the rule that stopped them)."""
+        return {(channel, reason or ""): int(total) for channel, reason, total
+                in await self._read_tuples("intent_throttled_counts")}
+
     async def suppression_counts(self) -> dict[tuple[str, str], int]:
         """Suppressed addresses per (kind, reason)."""
         return {(kind, reason): int(total) for kind, reason, total

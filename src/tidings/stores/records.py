@@ -251,6 +251,9 @@ class IntentSummary:
     suppressed: int = 0
     """Ended unsent because their address is on the suppression list: neither a
     failure nor eligible for the SLI."""
+    throttled: int = 0
+    """Ended unsent by a per-recipient throttle (``tidings.core.throttle``): neither a
+    failure nor eligible for the SLI."""
 
 
 @dataclass(frozen=True, kw_only=True)

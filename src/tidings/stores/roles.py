@@ -10,6 +10,7 @@ Its roles, each typed against by the consumers that use it (``Store`` is their u
 - ``PreferenceRecords``: recipient preferences (``compose``);
 - ``Suppressions``: the suppression list (``compose``, admission, the operator's
   commands, the worker on a STOP);
+- ``Throttles``: per-recipient throttle counts (the worker);
 - ``PacerBackend``: pacer state, 429 pauses (the pacer, the API's
   rate limit);
 - ``Readings``: counts and lookups for the operator surface, guardrail counts;
@@ -37,6 +38,7 @@ from tidings.core.preferences import Preference
 from tidings.core.repeats import AdmitGuard
 from tidings.core.states import State
 from tidings.core.suppression import Suppression, SuppressionRules
+from tidings.core.throttle import Ask
 
 if TYPE_CHECKING:
     from tidings.core.retention import Partition, PruneCounts
@@ -370,6 +372,34 @@ class Suppressions(Protocol):
         ...
 
 
+class Throttles(Protocol):
+    """Per-recipient throttle counts (``tidings.core.throttle``): how many sends each
+    rule counted per recipient and fixed window, shared by every worker process."""
+
+    async def throttle_reserve(self, asks: Sequence[Ask]) -> list[bool]:
+        """Reserve a send for each ask, in one transaction: granted (True) when the
+        ask's key holds a reservation in its rule's window already (counted once), or
+        when fewer than ``limit`` sends are counted in the window (then one more is,
+        and the key holds it); refused (False) otherwise. Atomic against every other
+        reservation on the store: the count never passes ``limit``."""
+        ...
+
+    async def throttle_release(self, keys: Sequence[str]) -> int:
+        """Hand back every reservation the keys hold (their sends surely did not
+        happen), one count each, in one transaction; the number handed back."""
+        ...
+
+    async def throttle_sends(self, rule: str, recipient: str, window_start: float) -> int:
+        """The sends counted for ``recipient`` in ``rule``'s window starting at
+        ``window_start`` (0: none)."""
+        ...
+
+    async def throttle_purge(self, *, before: float) -> int:
+        """Delete the counts and reservations of windows ended at or before ``before``;
+        the number of counts deleted."""
+        ...
+
+
 class Readings(Protocol):
     """Counts and lookups over the ledger for the operator surface (status, metrics,
     timelines) and the guardrails' outcome counts; nothing here writes."""
@@ -406,6 +436,10 @@ class Readings(Protocol):
 
     async def intent_suppressed_counts(self) -> dict[tuple[str, str], int]:
         """Intents ended ``suppressed``, per (channel, the list's reason)."""
+        ...
+
+    async def intent_throttled_counts(self) -> dict[tuple[str, str], int]:
+        """Intents ended ``throttled``, per (channel, the rule that stopped them)."""
         ...
 
     async def event_keys_by_detail(self, detail: str, *, limit: int = 100) -> list[str]:
@@ -571,7 +605,8 @@ class PacerBackend(Protocol):
 
 
 class Store(Lifecycle, Ledger, Occurrences, Selections, PreferenceRecords, Suppressions,
-            PacerBackend, Readings, ApiRecords, WebhookRecords, RetentionQueries, Protocol):
+            Throttles, PacerBackend, Readings, ApiRecords, WebhookRecords, RetentionQueries,
+            Protocol):
     """Durable state of tidings, the union of its roles. Adapters: ``sqlite``
     (embedded) and ``postgres``. A consumer types against the roles it uses (the worker
     a ``Ledger``, the API's auth ``ApiRecords``, the pacer a ``PacerBackend``), so what

@@ -10,7 +10,8 @@ read transaction. The SQL lives in ``stores/sql/sqlite/*.sql``.
 The store is one class made of a mixin per role group, each in its own module:
 admission (``sqlite_admission``), the rest of the ledger (``sqlite_ledger``),
 occurrences, switches, holds, preferences and pacer state (``sqlite_records``), the
-suppression list (``sqlite_suppressions``), the operator API and provider webhooks
+suppression list (``sqlite_suppressions``), per-recipient throttles
+(``sqlite_throttles``), the operator API and provider webhooks
 (``sqlite_api``) and retention (``sqlite_retention``), all on ``sqlite_base.SqliteBase``.
 """
 
@@ -23,12 +24,13 @@ from tidings.stores.sqlite_ledger import SqliteLedger
 from tidings.stores.sqlite_records import SqliteRecords
 from tidings.stores.sqlite_retention import SqliteRetention
 from tidings.stores.sqlite_suppressions import SqliteSuppressions
+from tidings.stores.sqlite_throttles import SqliteThrottles
 
 __all__ = ["SqliteStore"]
 
 
 class SqliteStore(SqliteApi, SqliteAdmission, SqliteLedger, SqliteRecords, SqliteSuppressions,
-                  SqliteRetention):
+                  SqliteThrottles, SqliteRetention):
     """The ``Store`` port on one SQLite file (see ``SqliteDatabase`` for concurrency)."""
 
     concurrent_writers = False
