@@ -167,3 +167,46 @@ def test_a_bad_throttle_is_refused_naming_its_field(throttle: dict[str, Any],
     with pytest.raises(ConfigurationError) as err:
         Settings.parse({"channels": {"sms": {"kind": "sms", "throttle": throttle}}})
     assert err.value.field == field
+
+
+async def test_a_prune_drops_the_counts_of_windows_that_ended(
+        runtime: Runtime, phones: Phones, clock: FakeClock) -> None:
+    from tidings.recovery.retention import prune, retention_config
+
+    await texts(runtime, ["a", "b"])
+    await work(runtime)
+    assert await runtime.store.throttle_sends("channel:sms", "cust-1", WINDOW) == 2
+
+    await prune(runtime.store, retention_config(runtime.settings), now=clock.now())
+    assert await runtime.store.throttle_sends("channel:sms", "cust-1", WINDOW) == 2  # live
+    clock.advance(20.0)  # the window ends
+    await prune(runtime.store, retention_config(runtime.settings), now=clock.now())
+
+    assert await runtime.store.throttle_sends("channel:sms", "cust-1", WINDOW) == 0
+
+
+def test_a_campaign_throttle_overrides_the_channel_rule_on_each_of_its_channels() -> None:
+    from tidings.runtime import throttle_rules
+
+    parsed = Settings.parse({
+        "channels": {"sms": {"kind": "sms", "throttle": {"limit": 3, "window_s": 86400}},
+                     "email": {"kind": "email"}},
+        "campaigns": {"promo": {
+            "cron": "0 10 * * *", "channels": ["sms", "email"], "template": "promo",
+            "audience": {"kind": "sql", "query": "select 1"},
+            "throttle": {"limit": 1, "window_s": 604800, "mode": "defer"}}}})
+    rules = throttle_rules(parsed)
+    promo_sms, channel_sms = rules.rule_for("sms", "promo"), rules.rule_for("sms", None)
+    promo_email = rules.rule_for("email", "promo")
+    assert promo_sms is not None and channel_sms is not None and promo_email is not None
+    assert (promo_sms.name, promo_sms.limit, promo_sms.mode.value) == (
+        "campaign:promo/sms", 1, "defer")
+    assert (channel_sms.name, channel_sms.limit) == ("channel:sms", 3)
+    assert promo_email.name == "campaign:promo/email"
+    assert rules.rule_for("email", None) is None
+    with pytest.raises(ConfigurationError) as err:
+        Settings.parse({"campaigns": {"promo": {
+            "cron": "0 10 * * *", "channels": ["sms"], "template": "promo",
+            "audience": {"kind": "sql", "query": "select 1"},
+            "throttle": {"limit": 1, "window_s": -1}}}})
+    assert err.value.field == "campaigns.promo.throttle.window_s"

@@ -64,11 +64,12 @@ from tidings.core.retention import (
 
 if TYPE_CHECKING:
     from tidings.config.settings import Settings
-    from tidings.stores.base import Ledger, RetentionQueries
+    from tidings.stores.base import Ledger, RetentionQueries, Throttles
     from tidings.stores.base import PartitionedEvents as PartitionedEventsT
 
-    class PrunableStore(Ledger, RetentionQueries, Protocol):
-        """What a prune reaches: its queries, and the ledger for its audit event."""
+    class PrunableStore(Ledger, RetentionQueries, Throttles, Protocol):
+        """What a prune reaches: its queries, the ledger for its audit event, and the
+        throttle counts of windows that have ended."""
 
 log = logging.getLogger("tidings.retention")
 
@@ -237,6 +238,9 @@ async def prune(store: PrunableStore, config: RetentionConfig, *, now: float, dr
     if parted is not None:
         total, batches, created = await _partitions(parted, store, plan, partitions,
                                                     now=now, total=total, batches=batches)
+    # A window that has ended counts nothing any more (a reservation is asked for in the
+    # window of its send): its counts and reservations go.
+    throttle_windows = await store.throttle_purge(before=now)
     span = await store.intent_age_span()
     report = PruneReport(pruned=total, oldest_kept=None if span is None else span[0],
                          bound_days=bound_days, dry_run=False, batches=batches,
@@ -251,7 +255,7 @@ async def prune(store: PrunableStore, config: RetentionConfig, *, now: float, dr
     log.info("retention prune", extra={
         "intents": total.intents, "events": total.events, "occurrences": total.occurrences,
         "partitions": total.partitions, "partitions_created": created, "batches": batches,
-        "bound_days": bound_days, "worker": worker})
+        "throttle_windows": throttle_windows, "bound_days": bound_days, "worker": worker})
     return report
 
 
