@@ -140,6 +140,11 @@ def default_scope_map() -> ScopeMap:
         .route("POST", "/ui/holds/hold", Scope.OPERATOR)
         .route("POST", "/ui/holds/release", Scope.OPERATOR)
         .route("POST", "/ui/bulk", Scope.OPERATOR)
+        # As /v1/suppressions: the list holds addresses.
+        .route("GET", "/ui/suppressions", Scope.OPERATOR)
+        .route("POST", "/ui/suppressions/add", Scope.OPERATOR)
+        .route("POST", "/ui/suppressions/remove", Scope.OPERATOR)
+        .route("GET", "/ui/suppressions/export", Scope.OPERATOR)
     )
 
 

@@ -187,6 +187,60 @@ async def page(store: Suppressions, *, kind: str | None = None, reason: str | No
     return found, bool(more)
 
 
+#: The longest address filter ``find`` takes (an address's own limit).
+ADDRESS_LENGTH = 320
+
+
+async def find(store: Suppressions, *, address: str, exact: bool = False,
+               kind: str | None = None, reason: str | None = None,
+               after: tuple[str, str] | None = None, limit: int = 100
+               ) -> tuple[list[Suppression], bool]:
+    """A page of the entries whose address is ``address`` (``exact``: normalised as an
+    entry is, so any spelling finds it) or holds it (case-insensitive), narrowed by
+    kind and reason, in (address, kind) order after ``after``; and whether another
+    follows. A substring has no index to use: it reads the list a page at a time."""
+    if kind is not None:
+        check_kind(kind)
+    if reason is not None:
+        check_reason(reason)
+    if not 1 <= limit <= BATCH:
+        raise InvalidInput("limit", f"must be between 1 and {BATCH}")
+    needle = address.strip()
+    if not needle:
+        raise InvalidInput("address", "is empty")
+    check_line(needle, "address", max_length=ADDRESS_LENGTH)
+    if exact:
+        return await _exactly(store, needle, kind=kind, reason=reason, after=after), False
+    needle = needle.lower()
+    found: list[Suppression] = []
+    while len(found) <= limit:
+        batch = await listing(store, kind=kind, reason=reason, after=after, limit=BATCH)
+        found += [s for s in batch if needle in s.address.lower()]
+        if len(batch) < BATCH:
+            break
+        after = (batch[-1].address, batch[-1].kind)
+    return found[:limit], len(found) > limit
+
+
+async def _exactly(store: Suppressions, address: str, *, kind: str | None,
+                   reason: str | None, after: tuple[str, str] | None) -> list[Suppression]:
+    pairs: list[tuple[str, str]] = []
+    problem: InvalidInput | None = None
+    for k in [kind] if kind is not None else sorted(CHANNEL_KINDS):
+        try:
+            pairs.append((checked_address(k, address, "address"), k))
+        except InvalidInput as exc:
+            problem = problem or exc
+    if not pairs:
+        assert problem is not None
+        raise problem
+    found = await store.suppressions_for(pairs)
+    return sorted((s for s in found.values()
+                   if (reason is None or s.reason.value == reason)
+                   and (after is None or (s.address, s.kind) > after)),
+                  key=lambda s: (s.address, s.kind))
+
+
 @dataclass(frozen=True, kw_only=True)
 class History:
     """One address on one kind: the entry it has now (None: not suppressed), and every

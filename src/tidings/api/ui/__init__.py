@@ -21,6 +21,7 @@ for the JSON API and the CLI. A recipient is shown by its surrogate, never by ad
 - ``views``: what each template shows, built from the read model;
 - ``formatting``: numbers, durations, rates and times as the pages write them;
 - ``pages``: templates, static files and the security headers;
+- ``suppressions``: the suppression list (find, add, remove, export);
 - ``session``: login, forms and CSRF;
 - ``history``: the overview's sparklines.
 """

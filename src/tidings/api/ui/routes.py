@@ -1,5 +1,6 @@
 """The dashboard's routes under ``/ui``: login and logout, static files, the overview,
-admission switches, holds and bulk actions, the timeline search and dead letters;
+admission switches, holds and bulk actions, the timeline search, dead letters and
+the suppression list (``suppressions``);
 ``install`` gives an app the dashboard's state and its browser-facing error pages.
 
 Each route reads through ``tidings.operate.operations`` (as the JSON API and the CLI do),
@@ -24,7 +25,7 @@ from tidings.api.auth import SESSION_COOKIE, Principal, authorize
 from tidings.api.context import ApiContext, ctx
 from tidings.api.errors import ApiError
 from tidings.api.tokens import Scope, split_token
-from tidings.api.ui import views
+from tidings.api.ui import suppressions, views
 from tidings.api.ui.formatting import scrub
 from tidings.api.ui.history import History
 from tidings.api.ui.pages import ASSETS, redirect, render
@@ -422,3 +423,9 @@ async def redrive(request: Request, who: Who, channel: str) -> Response:
     kept = len([k for k in result.kept if k["id"] is not None])
     return redirect(f"/ui/dead-letters/{quote(channel)}?"
                     + urlencode({"redriven": len(result.redriven), "kept": kept}))
+
+
+# ---------------------------------------------------------------- the suppression list
+
+for path, methods, endpoint in suppressions.ROUTES:
+    router.add_api_route(path, endpoint, methods=methods)
