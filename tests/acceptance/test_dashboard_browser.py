@@ -331,3 +331,77 @@ def test_a_viewer_looks_but_cannot_act_and_a_revoked_token_ends_the_session(
     page.wait_for_url("**/ui/login**", timeout=WAIT_MS)
     expect(page.locator("h1")).to_have_text("Log in to the dashboard")
     context.close()
+
+
+async def suppression_of(config: Path, address: str) -> Any:
+    """The store's own answer for ``address`` on email: its entry and audit events."""
+    from tidings.operate import suppression
+
+    runtime = await build_runtime(Settings.load(config))
+    try:
+        return await suppression.history(runtime.store, address=address, kind="email")
+    finally:
+        await runtime.close()
+
+
+def test_an_operator_suppresses_an_address_and_takes_it_off_with_a_note(
+    seeded: Seeded, server: str, browser: Any
+) -> None:
+    from playwright.sync_api import expect
+
+    token = create_token(seeded.config, "operator", name="support lead")
+    context = browser.new_context(viewport={"width": 1360, "height": 900})
+    page = context.new_page()
+    problems: list[str] = []
+    page.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
+    log_in(page, server, token)
+
+    page.click("nav >> text=Suppressions")
+    page.wait_for_url("**/ui/suppressions")
+    expect(page.locator(".empty-title")).to_have_text("The suppression list is empty")
+
+    # A typo is refused on the form, naming the field, and what was typed stays.
+    page.fill("#add-address", "dana@@example.com")
+    page.click("button:has-text('Suppress')")
+    expect(page.locator("#suppress .alert")).to_contain_text("address")
+    expect(page.locator("#add-address")).to_have_value("dana@@example.com")
+
+    page.fill("#add-address", "Dana@Example.com")
+    page.select_option("#add-channel", "email")
+    page.fill("#add-note", "asked on the phone")
+    page.click("button:has-text('Suppress')")
+    expect(page.locator(".notice")).to_have_text("Address suppressed.")
+    row = page.locator("tr[data-suppression='email:dana@example.com']")
+    expect(row).to_contain_text("manual")
+    expect(row).to_contain_text("support lead")
+    shot(page, "11-suppressions")
+    with ThreadPoolExecutor(1) as apart:  # the store's word, not the page's
+        found = apart.submit(asyncio.run, suppression_of(seeded.config, "dana@example.com")
+                             ).result(timeout=60)
+    assert found.entry is not None and found.entry.reason.value == "manual"
+
+    # Found by a part of it; removed with a note (the browser wants one first).
+    page.fill("#filter-address", "DANA")
+    page.click("button:has-text('Find')")
+    expect(page.locator("tr[data-suppression]")).to_have_count(1)
+    row.locator("button:has-text('Remove')").click()
+    # The note is required: the browser posts nothing (no refusal came back).
+    expect(row).to_have_count(1)
+    expect(page.locator(".alert")).to_have_count(0)
+    row.locator("input[name=note]").fill("customer opted in again")
+    row.locator("button:has-text('Remove')").click()
+    expect(page.locator(".notice")).to_contain_text("taken off the suppression list")
+    expect(page.locator("tr[data-suppression]")).to_have_count(0)
+    shot(page, "12-suppressions-removed")
+
+    with ThreadPoolExecutor(1) as apart:
+        found = apart.submit(asyncio.run, suppression_of(seeded.config, "dana@example.com")
+                             ).result(timeout=60)
+    token_id = token.split("_")[1]
+    assert found.entry is None
+    assert [(e.type, e.worker) for e in found.events] == [
+        ("suppression_added", f"token support lead ({token_id})"),
+        ("suppression_removed", f"token support lead ({token_id})")]
+    assert found.events[1].detail.endswith(": customer opted in again")
+    assert problems == []
+    context.close()
