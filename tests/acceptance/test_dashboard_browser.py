@@ -384,6 +384,7 @@ def test_an_operator_suppresses_an_address_and_takes_it_off_with_a_note(
     page.fill("#filter-address", "DANA")
     page.click("button:has-text('Find')")
     expect(page.locator("tr[data-suppression]")).to_have_count(1)
+    assert page.url == f"{server}/ui/suppressions"  # posted: no address in the URL
     row.locator("button:has-text('Remove')").click()
     # The note is required: the browser posts nothing (no refusal came back).
     expect(row).to_have_count(1)

@@ -6,6 +6,7 @@ its form, named, and changes nothing."""
 
 from __future__ import annotations
 
+import html
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -102,10 +103,10 @@ async def test_the_filter_finds_by_part_or_exact_address_channel_and_reason(api:
                ("+15550100", "sms"))
     await suppression.add(api.runtime.store, suppression.entry(
         "ann@other.org", "email", reason="complaint"), by="seed", now=api.clock.now())
-    await session(api, "operator")
+    csrf = await session(api, "operator")
 
     async def found(**params: str) -> list[str]:
-        page = await api.client.get("/ui/suppressions", params=params, headers=HTML)
+        page = await post(api, "/ui/suppressions", csrf, **params)
         assert page.status_code == 200, page.text
         return rows(page.text)
 
@@ -120,16 +121,27 @@ async def test_the_filter_finds_by_part_or_exact_address_channel_and_reason(api:
 
 async def test_pages_walk_the_list_once(api: Api) -> None:
     await seed(api, *[(f"c{n:03d}@example.com", "email") for n in range(PAGE_SIZE + 3)])
-    await session(api, "operator")
+    await seed(api, ("zed@other.org", "email"))  # after the last match: the filter must carry
+    csrf = await session(api, "operator")
 
     seen: list[str] = []
-    url: str | None = "/ui/suppressions?address=example.com"
-    while url is not None:
-        page = await api.client.get(url, headers=HTML)
+    pages = 0
+    form: dict[str, str] | None = {"address": "EXAMPLE.com"}
+    while form is not None:
+        page = await post(api, "/ui/suppressions", csrf, **form)
+        assert page.status_code == 200, page.text
         seen += rows(page.text)
-        match = re.search(r'href="([^"]*)" rel="next"', page.text)
-        url = match[1].replace("&amp;", "&") if match else None
+        pages += 1
+        # What the page's "Next page" form posts: the filter and where this page ended.
+        nxt = re.search(r'aria-label="Next page">(.*?)</form>', page.text, re.S)
+        form = None if nxt is None else {
+            name: html.unescape(value) for name, value in re.findall(
+                r'name="([^"]*)" value="([^"]*)"', nxt[1]) if name != "csrf"}
     assert seen == [f"email:c{n:03d}@example.com" for n in range(PAGE_SIZE + 3)]
+    assert pages == 2
+    # The whole list's first page is a GET; its next page carries no filter.
+    first = await api.client.get("/ui/suppressions", headers=HTML)
+    assert len(rows(first.text)) == PAGE_SIZE
 
 
 @pytest.mark.parametrize(("path", "data", "field_name"), [
@@ -162,11 +174,13 @@ async def test_a_bad_field_is_shown_on_its_form_and_changes_nothing(
 
 
 async def test_a_bad_filter_is_named(api: Api) -> None:
-    await session(api, "operator")
+    csrf = await session(api, "operator")
     for params, name in (({"channel": "fax"}, "channel"), ({"reason": "whim"}, "reason"),
-                         ({"match": "like"}, "match")):
-        page = await api.client.get("/ui/suppressions", params=params, headers=HTML)
-        assert page.status_code == 422 and f'data-field="{name}"' in page.text
+                         ({"match": "like"}, "match"),
+                         ({"address": "ann@", "match": "exact"}, "address"),
+                         ({"address": "x" * 321}, "address")):
+        page = await post(api, "/ui/suppressions", csrf, **params)
+        assert page.status_code == 422 and f'data-field="{name}"' in page.text, params
 
 
 async def test_a_viewer_is_refused_every_route_and_nothing_changes(api: Api) -> None:
@@ -177,14 +191,15 @@ async def test_a_viewer_is_refused_every_route_and_nothing_changes(api: Api) -> 
     assert "/ui/suppressions" not in overview.text  # not in the viewer's nav
     refused: list[Any] = [
         await api.client.get("/ui/suppressions", headers=HTML),
+        await post(api, "/ui/suppressions", csrf, address="ann"),
         await api.client.get("/ui/suppressions/export", headers=HTML),
         await post(api, "/ui/suppressions/add", csrf, address="bob@example.com",
                    channel="email"),
         await post(api, "/ui/suppressions/remove", csrf, address="ann@example.com",
                    kind="email", note="n"),
     ]
-    assert [r.status_code for r in refused] == [403] * 4
-    assert "ann@example.com" not in refused[0].text
+    assert [r.status_code for r in refused] == [403] * 5
+    assert all("ann@example.com" not in r.text for r in refused)
     listed = await suppression.listing(api.runtime.store)
     assert [(s.address, s.kind) for s in listed] == [("ann@example.com", "email")]
 

@@ -142,6 +142,7 @@ def default_scope_map() -> ScopeMap:
         .route("POST", "/ui/bulk", Scope.OPERATOR)
         # As /v1/suppressions: the list holds addresses.
         .route("GET", "/ui/suppressions", Scope.OPERATOR)
+        .route("POST", "/ui/suppressions", Scope.OPERATOR)
         .route("POST", "/ui/suppressions/add", Scope.OPERATOR)
         .route("POST", "/ui/suppressions/remove", Scope.OPERATOR)
         .route("GET", "/ui/suppressions/export", Scope.OPERATOR)

@@ -29,6 +29,8 @@ from tidings.operate import suppression
 
 Who = Annotated[Principal, Depends(authorize)]
 
+#: The fields of the filter form (and of its next page).
+FILTER = ("address", "match", "channel", "reason", "after_address", "after_kind")
 #: Entries a page shows.
 PAGE_SIZE = 50
 #: The one-line result of an action that redirected here (nothing typed is echoed).
@@ -55,7 +57,7 @@ async def _values(request: Request, who: Principal, query: Mapping[str, str]
     """The page: the filter as given, the entries it finds, the next page's link;
     ``error`` names a refused filter field (nothing is listed then)."""
     c = ctx(request)
-    address, match = query.get("address", "").strip(), query.get("match", "contains")
+    address, match = query.get("address", "").strip(), query.get("match") or "contains"
     channel, reason = query.get("channel", "").strip(), query.get("reason", "").strip()
     after_address = query.get("after_address")
     after = (after_address, query.get("after_kind", "")) if after_address else None
@@ -82,10 +84,7 @@ async def _values(request: Request, who: Principal, query: Mapping[str, str]
         return values
     values["rows"] = rows
     if more and rows:
-        keep = {k: v for k, v in (("address", address), ("match", match),
-                                  ("channel", channel), ("reason", reason)) if v}
-        values["next"] = "/ui/suppressions?" + urlencode(
-            {**keep, "after_address": rows[-1].address, "after_kind": rows[-1].kind})
+        values["next"] = {"after_address": rows[-1].address, "after_kind": rows[-1].kind}
     values["export"] = "/ui/suppressions/export" + (
         "?" + urlencode({k: v for k, v in (("channel", channel), ("reason", reason)) if v})
         if channel or reason else "")
@@ -98,7 +97,15 @@ def _page(values: dict[str, Any], status: int = 200) -> Response:
 
 
 async def suppressions(request: Request, who: Who) -> Response:
-    return _page(await _values(request, who, request.query_params))
+    """The first page of the whole list (and the result of an action, ``done``)."""
+    return _page(await _values(request, who, {"done": request.query_params.get("done", "")}))
+
+
+# A filter (and the next page of one) is a POST, as the timeline's search is: what
+# was typed, and the address a page ends at, stay out of URLs and the browser's history.
+async def found(request: Request, who: Who) -> Response:
+    form = await checked_form(request, who)
+    return _page(await _values(request, who, {name: one(form, name) for name in FILTER}))
 
 
 async def _refused(request: Request, who: Principal, exc: InvalidInput, form: str,
@@ -164,5 +171,6 @@ async def export(request: Request, who: Who, channel: str = "", reason: str = ""
 
 #: The routes (under the dashboard's ``/ui``): path, methods, endpoint.
 ROUTES: list[tuple[str, list[str], Callable[..., Any]]] = [
-    ("/suppressions", ["GET"], suppressions), ("/suppressions/add", ["POST"], add),
+    ("/suppressions", ["GET"], suppressions), ("/suppressions", ["POST"], found),
+    ("/suppressions/add", ["POST"], add),
     ("/suppressions/remove", ["POST"], remove), ("/suppressions/export", ["GET"], export)]
