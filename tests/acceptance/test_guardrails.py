@@ -34,17 +34,18 @@ from tidings.sandbox import SandboxConfig, SandboxServer, serve
 
 pytestmark = pytest.mark.slow
 
-MEMBERS = 2_500
+MEMBERS = 2_500  # beta's audience
+ALPHA_MEMBERS = 10_000  # large enough that its admission outlasts a slow worker's start
 WINDOW_S = 5.0
 GUARD_S = 120.0  # only against a hang
 
 
-def write_audience(path: Path, *, rejected_every: int | None) -> None:
+def write_audience(path: Path, *, members: int, rejected_every: int | None) -> None:
     with sqlite3.connect(path) as conn:
         conn.execute("CREATE TABLE customers (id TEXT PRIMARY KEY, email TEXT)")
         conn.executemany("INSERT INTO customers VALUES (?, ?)", [
             (f"c{i:05d}", f"c{i}@reject.example" if rejected_every and i % rejected_every == 0
-             else f"c{i}@example.com") for i in range(MEMBERS)])
+             else f"c{i}@example.com") for i in range(members)])
 
 
 @dataclass
@@ -92,8 +93,8 @@ class Rig:
 async def rig(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Rig]:
     url = (f"sqlite:///{tmp_path / 't.db'}" if request.param == "sqlite"
            else request.getfixturevalue("pg_url"))
-    write_audience(tmp_path / "alpha.db", rejected_every=5)
-    write_audience(tmp_path / "beta.db", rejected_every=None)
+    write_audience(tmp_path / "alpha.db", members=ALPHA_MEMBERS, rejected_every=5)
+    write_audience(tmp_path / "beta.db", members=MEMBERS, rejected_every=None)
     server = await serve(SandboxConfig(dedupe=False, quotas={"email": 100_000},
                                        reject_addresses=("@reject.example",)), "127.0.0.1", 0)
     campaigns = "".join(f'''
@@ -146,6 +147,9 @@ provider = {{ kind = "sandbox", url = "{server.url}" }}
 
 async def test_rejections_pause_that_campaign_and_only_an_operator_resumes_it(rig: Rig) -> None:
     await rig.start("worker", "--channel", "email")
+    # Admission starts once the worker is up, so sends come back while it runs.
+    await rig.until(lambda: "starting" in (rig.logs / "worker.log").read_text(
+        errors="replace"), "the worker's start")
     await rig.start("scheduler")
     store = rig.runtime.store
 
@@ -175,7 +179,7 @@ async def test_rejections_pause_that_campaign_and_only_an_operator_resumes_it(ri
 
     await rig.until(beta_done, "beta fully admitted")
     alpha = await rig.occurrence("alpha")
-    assert alpha.status == "admitting" and alpha.admitted < MEMBERS, alpha
+    assert alpha.status == "admitting" and alpha.admitted < ALPHA_MEMBERS, alpha
 
     # Every admitted intent is delivered or rejected; the sandbox agrees.
     async def settled() -> bool:
