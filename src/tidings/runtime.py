@@ -16,11 +16,12 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from tidings.admission import intake
 from tidings.admission.audience import SqlAudience, audience_from_spec
 from tidings.admission.campaign import Campaign
+from tidings.admission.digests import ClosedDigests, Digested, add_item, close_due, item_draft
 from tidings.admission.intake import (
     NotifyRequest,
     admit_drafts,
@@ -35,6 +36,7 @@ from tidings.admission.scheduler import Scheduler, SchedulerConfig, admission_sh
 from tidings.config.settings import ChannelSettings, GuardrailLimits, ProviderSettings, Settings
 from tidings.core.clock import Clock, SystemClock
 from tidings.core.cron import Schedule
+from tidings.core.digest import Digest
 from tidings.core.errors import ConfigurationError, InvalidInput, unknown_name
 from tidings.core.keys import check_text, template_ref
 from tidings.core.liveness import LivenessConfig, Marker, Registry
@@ -496,11 +498,28 @@ class Runtime:
             return None
         return Marker(registry, worker_id, clock=self.clock, config=self.liveness())
 
+    @overload
     async def notify(self, *, key: str, recipient: Recipient | Mapping[str, Any],
                      channels: Sequence[str], template: str,
                      data: Mapping[str, Any] | None = None, due_at: float | None = None,
                      expires_at: float | None = None,
-                     connection: AsyncConnection[Any] | None = None) -> Notified:
+                     connection: AsyncConnection[Any] | None = None,
+                     digest: None = None) -> Notified: ...
+
+    @overload
+    async def notify(self, *, key: str, recipient: Recipient | Mapping[str, Any],
+                     channels: Sequence[str], template: str,
+                     data: Mapping[str, Any] | None = None, due_at: None = None,
+                     expires_at: None = None, connection: None = None,
+                     digest: Digest | Mapping[str, Any]) -> Digested: ...
+
+    async def notify(self, *, key: str, recipient: Recipient | Mapping[str, Any],
+                     channels: Sequence[str], template: str,
+                     data: Mapping[str, Any] | None = None, due_at: float | None = None,
+                     expires_at: float | None = None,
+                     connection: AsyncConnection[Any] | None = None,
+                     digest: Digest | Mapping[str, Any] | None = None
+                     ) -> Notified | Digested:
         """Create a one-off or future-dated intent per channel; returns their keys, a
         ``Notified`` (a list, in the order of ``channels``) that says which were
         ``created`` now and which were ``existing``: the same request made before,
@@ -515,15 +534,55 @@ class Runtime:
         ``connection``: the caller's ``psycopg.AsyncConnection`` to the store's
         PostgreSQL database; the intents are then written in the caller's transaction
         and exist if and only if it commits. Anything else is refused naming it.
+
+        ``digest``: instead of an intent, add this call as an item to the open window of
+        the digest's key (``Digest``; see ``tidings.core.digest``), and answer
+        ``Digested``. The window becomes one intent per channel when it closes; its
+        template gets ``items`` (each item's ``data``, in order), ``count`` and
+        ``digest_key``. ``key`` names the item: the same key again is the same item.
         """
         request = NotifyRequest(key=key, recipient=recipient, channels=channels,
                                 template=template, data=data, due_at=due_at,
                                 expires_at=expires_at)
+        if digest is not None:
+            if connection is not None:
+                raise InvalidInput("connection", "a digest item is not written in the "
+                                                 "caller's transaction; leave one out")
+            return await self._add_digest_item(request, digest)
         if connection is not None or self.group_commit is None:
             return (await self.notify_many([request], connection=connection))[0]
         asked = asked_of(request, known_channels=self.channel_kinds, now=self.clock.now(),
                          sendable=self._sendable)
         return await self._grouped().submit(asked)
+
+    async def _add_digest_item(self, request: NotifyRequest,
+                               digest: Digest | Mapping[str, Any]) -> Digested:
+        now = self.clock.now()
+        draft = item_draft(request, digest, known_channels=self.channel_kinds, now=now,
+                           sendable=self._sendable)
+        added = await add_item(self.store, draft, now=now)
+        if added.sealed and added.created:
+            # At its item cap: admitted now, not at the next close pass.
+            await self.close_digests()
+        return added
+
+    async def cancel_digest_item(self, digest_key: str, item_key: str) -> bool:
+        """Take an item (the ``key`` it was notified under) out of its digest before the
+        digest's window closes: True if it was taken out now, False when its window has
+        closed (the digest is sent with it). An unknown item is refused naming ``key``."""
+        state = await self.store.digest_cancel_item(digest_key, item_key,
+                                                    now=self.clock.now())
+        if state is None:
+            raise InvalidInput("key", f"digest {digest_key!r} has no item {item_key!r}")
+        return state == "open"
+
+    async def close_digests(self) -> ClosedDigests:
+        """Admit the digest of every window whose time is up (run by the scheduler's
+        passes and every worker's reconcile loop; safe to run anywhere, at once)."""
+        s = self.settings.scheduler
+        return await close_due(self.store, self.transport, known_channels=self.channel_kinds,
+                               now=self.clock.now(), horizon_s=s.relay_horizon_s,
+                               lease_s=s.relay_lease_s, enqueue_in_store=self.enqueue_in_store)
 
     @property
     def notify_groups(self) -> int:

@@ -9,6 +9,11 @@ are listed in ``stores.roles``.
 from tidings.core.claims import Change, Claim, ClaimKind
 from tidings.stores.records import (
     ApiToken,
+    DigestAdded,
+    DigestItem,
+    DigestItemDraft,
+    DigestPending,
+    DigestWindow,
     Hold,
     IdempotentResponse,
     IntentSummary,
@@ -33,6 +38,7 @@ from tidings.stores.records import (
 )
 from tidings.stores.roles import (
     ApiRecords,
+    Digests,
     Ledger,
     Lifecycle,
     Occurrences,
@@ -54,6 +60,12 @@ __all__ = [
     "Change",
     "Claim",
     "ClaimKind",
+    "DigestAdded",
+    "DigestItem",
+    "DigestItemDraft",
+    "DigestPending",
+    "DigestWindow",
+    "Digests",
     "Hold",
     "IdempotentResponse",
     "IntentSummary",

@@ -32,6 +32,7 @@ from __future__ import annotations
 from tidings.stores.postgres_admission import PAGE_ORDER_WAIT_S, PostgresAdmission
 from tidings.stores.postgres_api import PostgresApi
 from tidings.stores.postgres_db import PostgresDatabase
+from tidings.stores.postgres_digests import PostgresDigests
 from tidings.stores.postgres_join import PostgresJoin
 from tidings.stores.postgres_ledger import PostgresLedger
 from tidings.stores.postgres_records import PACER_IDLE_S, PostgresRecords
@@ -43,7 +44,8 @@ __all__ = ["PACER_IDLE_S", "PAGE_ORDER_WAIT_S", "PostgresStore"]
 
 
 class PostgresStore(PostgresApi, PostgresAdmission, PostgresJoin, PostgresLedger,
-                    PostgresRecords, PostgresSuppressions, PostgresThrottles, PostgresRetention):
+                    PostgresRecords, PostgresSuppressions, PostgresThrottles, PostgresDigests,
+                    PostgresRetention):
     """The ``Store`` port on one PostgreSQL database (see ``PostgresDatabase``)."""
 
     concurrent_writers = True

@@ -353,3 +353,64 @@ class OutcomeCount:
     type: str
     bucket: int
     count: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class DigestItemDraft:
+    """One item for a digest window (``Digests.digest_add``): the digest's key and
+    window rules, the item's key and data (JSON), and what the digest will be sent as
+    (``request``, JSON: recipient, addresses, template, channels), as of this item."""
+
+    digest_key: str
+    item_key: str
+    data: str
+    request: str
+    window_s: float
+    wait_s: float
+    sliding: bool
+    max_items: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class DigestAdded:
+    """What an add did: the item's window, whether the item is new (False: the same
+    item was added before, and stays where it is), the window's state and item count,
+    and when it closes."""
+
+    window_id: str
+    created: bool
+    state: str
+    items: int
+    closes_at: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class DigestWindow:
+    """A window as the closer reads it."""
+
+    window_id: str
+    digest_key: str
+    state: str
+    opened_at: float
+    closes_at: float
+    items: int
+    request: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class DigestItem:
+    """One item of a window, as its digest is built from it (in ``seq`` order)."""
+
+    item_key: str
+    seq: int
+    added_at: float
+    data: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class DigestPending:
+    """Windows not yet admitted, the items they hold, and when the oldest opened."""
+
+    windows: int
+    items: int
+    oldest_opened_at: float | None

@@ -11,6 +11,7 @@ Its roles, each typed against by the consumers that use it (``Store`` is their u
 - ``Suppressions``: the suppression list (``compose``, admission, the operator's
   commands, the worker on a STOP);
 - ``Throttles``: per-recipient throttle counts (the worker);
+- ``Digests``: digest windows and their items (``admission/digests.py``);
 - ``PacerBackend``: pacer state, 429 pauses (the pacer, the API's
   rate limit);
 - ``Readings``: counts and lookups for the operator surface, guardrail counts;
@@ -45,6 +46,11 @@ if TYPE_CHECKING:
 
 from tidings.stores.records import (
     ApiToken,
+    DigestAdded,
+    DigestItem,
+    DigestItemDraft,
+    DigestPending,
+    DigestWindow,
     Hold,
     IdempotentResponse,
     IntentSummary,
@@ -400,6 +406,61 @@ class Throttles(Protocol):
         ...
 
 
+class Digests(Protocol):
+    """Digest windows and their items (``tidings.core.digest``): adding, sealing,
+    finishing, cancelling an item, and what is pending."""
+
+    async def digest_add(self, item: DigestItemDraft, *, now: float) -> DigestAdded:
+        """Add ``item`` to its key's open window in one transaction: opening one (at
+        ``now``, a microsecond after the key's last window at the earliest) when none
+        is open, when the open one's time is up, or when the item would carry it over
+        the payload budget (those are sealed first); sliding its close; sealing it at
+        ``max_items``. An item added before (same digest and item key) is answered
+        where it is, ``created`` False, and changes nothing. Atomic against every
+        other add, seal and cancel on the store: one open window per key."""
+        ...
+
+    async def digest_due(self, *, now: float, limit: int) -> list[DigestWindow]:
+        """Up to ``limit`` windows to close: sealed ones, and open ones whose
+        ``closes_at`` is at or before ``now``, the earliest first."""
+        ...
+
+    async def digest_seal(self, window_id: str) -> bool:
+        """Close the window to items (what joins its key next opens a new one); True
+        if it is sealed now, False when it was finished already or is unknown."""
+        ...
+
+    async def digest_window(self, window_id: str) -> DigestWindow | None:
+        """One window, or None."""
+        ...
+
+    async def digest_items(self, window_id: str) -> list[DigestItem]:
+        """The window's items not cancelled, in the order they were added."""
+        ...
+
+    async def digest_finish(self, window_id: str, *, intent_keys: Sequence[str],
+                            now: float) -> bool:
+        """Mark a sealed window done: ``closed`` with the keys of its digest, or
+        ``empty`` when ``intent_keys`` is empty. False when it was not sealed."""
+        ...
+
+    async def digest_cancel_item(self, digest_key: str, item_key: str, *,
+                                 now: float) -> str | None:
+        """Take an item out of its window while the window is open; answers the
+        window's state when the item was found (``open``: cancelled now), else None.
+        A cancelled item stays known: adding it again changes nothing."""
+        ...
+
+    async def digest_pending(self) -> DigestPending:
+        """Windows not yet admitted and the items they hold."""
+        ...
+
+    async def digest_purge(self, *, before: float) -> int:
+        """Delete windows finished at or before ``before`` and their items; the number
+        of windows deleted."""
+        ...
+
+
 class Readings(Protocol):
     """Counts and lookups over the ledger for the operator surface (status, metrics,
     timelines) and the guardrails' outcome counts; nothing here writes."""
@@ -605,8 +666,8 @@ class PacerBackend(Protocol):
 
 
 class Store(Lifecycle, Ledger, Occurrences, Selections, PreferenceRecords, Suppressions,
-            Throttles, PacerBackend, Readings, ApiRecords, WebhookRecords, RetentionQueries,
-            Protocol):
+            Throttles, Digests, PacerBackend, Readings, ApiRecords, WebhookRecords,
+            RetentionQueries, Protocol):
     """Durable state of tidings, the union of its roles. Adapters: ``sqlite``
     (embedded) and ``postgres``. A consumer types against the roles it uses (the worker
     a ``Ledger``, the API's auth ``ApiRecords``, the pacer a ``PacerBackend``), so what

@@ -20,6 +20,7 @@ from __future__ import annotations
 from tidings.stores.sqlite_admission import SqliteAdmission
 from tidings.stores.sqlite_api import SqliteApi
 from tidings.stores.sqlite_db import SqliteDatabase
+from tidings.stores.sqlite_digests import SqliteDigests
 from tidings.stores.sqlite_ledger import SqliteLedger
 from tidings.stores.sqlite_records import SqliteRecords
 from tidings.stores.sqlite_retention import SqliteRetention
@@ -30,7 +31,7 @@ __all__ = ["SqliteStore"]
 
 
 class SqliteStore(SqliteApi, SqliteAdmission, SqliteLedger, SqliteRecords, SqliteSuppressions,
-                  SqliteThrottles, SqliteRetention):
+                  SqliteThrottles, SqliteDigests, SqliteRetention):
     """The ``Store`` port on one SQLite file (see ``SqliteDatabase`` for concurrency)."""
 
     concurrent_writers = False

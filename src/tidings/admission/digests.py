@@ -1,0 +1,187 @@
+"""Digests: ``notify(..., digest=...)`` adds an item to a window, and a window whose time
+is up becomes one intent per channel (``tidings.core.digest`` says what a window is).
+
+``add_item`` validates the call as ``notify`` does and writes the item
+(``Digests.digest_add``); ``close_due`` is run by the scheduler's and every worker's
+reconcile loop: it seals each window that is due, builds its digest from the items
+still in it, admits it under the window's keys, and marks the window done. Each step
+is idempotent, so a closer killed between them leaves work the next one finishes, and
+two closers admit one digest once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from tidings.admission.intake import (
+    NotifyRequest,
+    Sendable,
+    admit_drafts,
+    asked_of,
+    recipient_of,
+)
+from tidings.core.digest import (
+    ITEMS_BUDGET,
+    Digest,
+    WindowState,
+    digest_data,
+    digest_intent_key,
+    digest_of,
+    intent_key_room,
+)
+from tidings.core.errors import InvalidInput
+from tidings.core.model import IntentDraft, encode_data
+from tidings.stores.base import DigestItemDraft, Digests, DigestWindow, Ledger
+from tidings.transports.base import Transport
+
+log = logging.getLogger("tidings.digests")
+
+#: Windows one close pass reads at a time.
+CLOSE_PAGE = 200
+
+
+class DigestStore(Ledger, Digests, Protocol):
+    """What digests need of a store."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Digested:
+    """What ``notify(..., digest=...)`` did: the item's window (``window_id``), whether
+    the item is new (False: the same item was added before and stays where it is),
+    the window's items so far, when it closes, and whether it is closed to items
+    already (``sealed``: at its item cap, or closing)."""
+
+    digest_key: str
+    item_key: str
+    window_id: str
+    created: bool
+    items: int
+    closes_at: float
+    sealed: bool
+
+    def intent_keys(self, channels: list[str]) -> list[str]:
+        """The keys the window's digest gets on ``channels`` once it closes."""
+        return [digest_intent_key(self.window_id, channel) for channel in channels]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClosedDigests:
+    """What a close pass did: windows closed, digest intents admitted now, windows
+    closed with every item cancelled (sent nothing)."""
+
+    windows: int = 0
+    admitted: int = 0
+    empty: int = 0
+
+
+def item_draft(request: NotifyRequest, digest: Digest | Mapping[str, Any], *,
+               known_channels: Mapping[str, str], now: float,
+               sendable: Sendable | None = None) -> DigestItemDraft:
+    """Validate a digest item as ``notify`` validates a request (errors name the
+    field), and make what the store adds. The send-time checks run on the digest as
+    its template will see it: this item's data as its only item."""
+    digest = digest_of(digest)
+    if request.due_at is not None:
+        raise InvalidInput("due_at", "a digest item is sent when its window closes; "
+                                     "leave due_at out")
+    if request.expires_at is not None:
+        raise InvalidInput("expires_at", "a digest item is sent when its window closes; "
+                                         "leave expires_at out")
+    if request.data is not None and not isinstance(request.data, Mapping):
+        raise InvalidInput("data", "must be a mapping of names to values (a JSON "
+                                   f"object), not {type(request.data).__name__}")
+    item = dict(request.data or {})
+    shaped = NotifyRequest(key=request.key, recipient=request.recipient,
+                           channels=request.channels, template=request.template,
+                           data=digest_data(digest_key=digest.key, items=[item], base={}))
+    asked = asked_of(shaped, known_channels=known_channels, now=now, sendable=sendable)
+    for draft in asked.drafts:
+        room = intent_key_room(draft.channel)
+        if len(digest.key) > room:
+            raise InvalidInput("digest.key", f"is {len(digest.key)} characters; with its "
+                                             f"window and ':{draft.channel}' the limit is "
+                                             f"{room}")
+    who = recipient_of(request.recipient)
+    data = encode_data(item)
+    if len(data.encode()) > ITEMS_BUDGET:
+        raise InvalidInput("data", f"is {len(data.encode())} bytes; a digest item may "
+                                   f"carry at most {ITEMS_BUDGET}")
+    sent_as = {"recipient_id": who.id, "template": request.template,
+               "addresses": {d.channel: d.address for d in asked.drafts},
+               "channels": [d.channel for d in asked.drafts], "base": dict(who.data)}
+    return DigestItemDraft(digest_key=digest.key, item_key=request.key, data=data,
+                           request=json.dumps(sent_as, sort_keys=True),
+                           window_s=digest.window_s, wait_s=digest.wait_s,
+                           sliding=digest.sliding, max_items=digest.max_items)
+
+
+async def add_item(store: Digests, draft: DigestItemDraft, *, now: float) -> Digested:
+    """Add a validated item (``item_draft``) to its window."""
+    added = await store.digest_add(draft, now=now)
+    return Digested(digest_key=draft.digest_key, item_key=draft.item_key,
+                    window_id=added.window_id, created=added.created, items=added.items,
+                    closes_at=added.closes_at, sealed=added.state != WindowState.OPEN)
+
+
+async def close_window(store: DigestStore, transport: Transport, window: DigestWindow, *,
+                       known_channels: Mapping[str, str], now: float, horizon_s: float,
+                       lease_s: float, enqueue_in_store: bool) -> tuple[int, str]:
+    """Seal, admit and finish one window; answers the intents admitted now and what
+    became of the window: ``closed``, ``empty`` (nothing to send), or ``skipped``
+    (another closer finished it meanwhile). Safe to repeat at any step."""
+    if window.state == WindowState.OPEN and not await store.digest_seal(window.window_id):
+        return 0, "skipped"
+    items = await store.digest_items(window.window_id)
+    sent_as = json.loads(window.request)
+    channels = [ch for ch in sent_as["channels"] if ch in known_channels]
+    if not items or not channels:
+        if items:
+            log.warning("digest not sent: none of its channels is configured any more",
+                        extra={"window": window.window_id, "channels": sent_as["channels"]})
+        done = await store.digest_finish(window.window_id, intent_keys=[], now=now)
+        return 0, "empty" if done else "skipped"
+    data = encode_data(digest_data(digest_key=window.digest_key,
+                                   items=[json.loads(item.data) for item in items],
+                                   base=sent_as["base"]))
+    drafts = [IntentDraft(key=digest_intent_key(window.window_id, channel), channel=channel,
+                          recipient_id=sent_as["recipient_id"],
+                          address=sent_as["addresses"][channel],
+                          template=sent_as["template"], data=data, due_at=now)
+              for channel in channels]
+    created = await admit_drafts(store, transport, drafts, now=now, horizon_s=horizon_s,
+                                 lease_s=lease_s, enqueue_in_store=enqueue_in_store)
+    finished = await store.digest_finish(window.window_id,
+                                         intent_keys=[d.key for d in drafts], now=now)
+    return len(created), "closed" if finished else "skipped"
+
+
+async def close_due(store: DigestStore, transport: Transport, *,
+                    known_channels: Mapping[str, str], now: float, horizon_s: float = 60.0,
+                    lease_s: float = 30.0, enqueue_in_store: bool = False,
+                    max_windows: int = 10 * CLOSE_PAGE) -> ClosedDigests:
+    """Close every window due at ``now`` (at most ``max_windows`` in one call)."""
+    windows = admitted = empty = 0
+    while windows < max_windows:
+        due = await store.digest_due(now=now, limit=min(CLOSE_PAGE, max_windows - windows))
+        if not due:
+            break
+        progressed = False
+        for window in due:
+            count, became = await close_window(
+                store, transport, window, known_channels=known_channels, now=now,
+                horizon_s=horizon_s, lease_s=lease_s, enqueue_in_store=enqueue_in_store)
+            admitted += count
+            if became != "skipped":
+                windows += 1
+                progressed = True
+                empty += became == "empty"
+        if not progressed:
+            break  # another closer finished these: what is left is its
+    if windows:
+        log.info("digests closed", extra={"windows": windows, "admitted": admitted,
+                                          "empty": empty})
+    return ClosedDigests(windows=windows, admitted=admitted, empty=empty)

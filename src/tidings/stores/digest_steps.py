@@ -1,0 +1,166 @@
+"""The digest role's transactions, written once for both SQL stores: each body is a
+generator that yields ``(query name, parameters)`` and is sent the rows back, and
+``DigestRole`` runs it in one write transaction of its store (``_run``). What a window
+and an item mean is ``tidings.core.digest``'s; the dialects' named queries are
+``sql/<dialect>/digests.sql``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Generator, Sequence
+from typing import Any
+
+from tidings.core.digest import WindowState, opening, over_budget, slid, window_id
+from tidings.stores.records import (
+    DigestAdded,
+    DigestItem,
+    DigestItemDraft,
+    DigestPending,
+    DigestWindow,
+)
+
+Rows = list[tuple[Any, ...]]
+#: A body: yields (query name, parameters), is sent the rows, returns its result.
+Body = Generator[tuple[str, dict[str, Any]], Rows, Any]
+
+
+def _window(row: Sequence[Any]) -> DigestWindow:
+    return DigestWindow(window_id=row[0], digest_key=row[1], state=row[2],
+                        opened_at=float(row[3]), closes_at=float(row[4]), items=int(row[5]),
+                        request=row[6])
+
+
+def add_body(item: DigestItemDraft, now: float) -> Body:
+    """``Digests.digest_add``."""
+    key = {"digest_key": item.digest_key, "item_key": item.item_key}
+    found = yield "digest_item_get", key
+    if found:
+        wid, state, items, closes_at = found[0]
+        return DigestAdded(window_id=wid, created=False, state=state, items=int(items),
+                           closes_at=float(closes_at))
+    size = len(item.data.encode())
+    for _ in range(3):  # a writer on another connection may open the key's window first
+        open_rows = yield "digest_open_get", {"digest_key": item.digest_key}
+        if open_rows:
+            (wid, opened_at, closes_at, window_s, wait_s, sliding, _cap, items,
+             used) = open_rows[0]
+            if float(closes_at) > now and not over_budget(int(used), size):
+                break
+            # Its time is up (the closer has not come yet), or this item would carry it
+            # over the payload budget: it takes no more, and this item opens the next.
+            yield "digest_seal", {"window_id": wid}
+        last = yield "digest_last_opened", {"digest_key": item.digest_key}
+        last_opened = None if not last or last[0][0] is None else float(last[0][0])
+        opened_at, closes_at = opening(window_s=item.window_s, now=now,
+                                       last_opened=last_opened)
+        wid = window_id(item.digest_key, opened_at)
+        made = yield "digest_window_insert", {
+            "window_id": wid, "digest_key": item.digest_key, "opened_at": opened_at,
+            "closes_at": closes_at, "window_s": item.window_s, "wait_s": item.wait_s,
+            "sliding": item.sliding, "max_items": item.max_items, "request": item.request}
+        if made:
+            window_s, wait_s, sliding, items = item.window_s, item.wait_s, item.sliding, 0
+            break
+    else:
+        raise RuntimeError(f"digest {item.digest_key!r}: no open window after 3 tries")
+    inserted = yield "digest_item_insert", {**key, "window_id": wid, "seq": int(items) + 1,
+                                            "added_at": now, "data": item.data}
+    if not inserted:  # the same item, added at once by another writer
+        again = yield "digest_item_get", key
+        wid, state, items, closes_at = again[0]
+        return DigestAdded(window_id=wid, created=False, state=state, items=int(items),
+                           closes_at=float(closes_at))
+    closes_at = slid(sliding=bool(sliding), window_s=float(window_s), wait_s=float(wait_s),
+                     opened_at=float(opened_at), closes_at=float(closes_at), now=now)
+    grown = yield "digest_window_grow", {"window_id": wid, "bytes": size + 1,
+                                         "request": item.request, "closes_at": closes_at}
+    state, items, closes_at = grown[0]
+    return DigestAdded(window_id=wid, created=True, state=state, items=int(items),
+                       closes_at=float(closes_at))
+
+
+def cancel_body(digest_key: str, item_key: str, now: float) -> Body:
+    """``Digests.digest_cancel_item``."""
+    key = {"digest_key": digest_key, "item_key": item_key}
+    rows = yield "digest_item_window_lock", key
+    if not rows:
+        found = yield "digest_item_get", key
+        return None if not found else str(found[0][1])
+    wid, state = rows[0]
+    if state != WindowState.OPEN:
+        return str(state)
+    yield "digest_item_cancel", {**key, "now": now}
+    yield "digest_window_shrink", {"window_id": wid}
+    return str(WindowState.OPEN)
+
+
+def finish_body(window: str, intent_keys: Sequence[str], now: float) -> Body:
+    """``Digests.digest_finish``."""
+    state = WindowState.CLOSED if intent_keys else WindowState.EMPTY
+    rows = yield "digest_finish", {"window_id": window, "state": str(state), "now": now,
+                                   "intent_keys": json.dumps(list(intent_keys))}
+    return bool(rows)
+
+
+def purge_body(before: float) -> Body:
+    """``Digests.digest_purge``."""
+    yield "digest_purge_items", {"before": before}
+    rows = yield "digest_purge_windows", {"before": before}
+    return len(rows)
+
+
+class DigestRole:
+    """The ``Digests`` role over a store's ``_run`` (a body in one write transaction)
+    and ``_query`` (one read)."""
+
+    async def _run(self, body: Body) -> Any:
+        raise NotImplementedError
+
+    async def _query(self, name: str, params: dict[str, Any]) -> Rows:
+        raise NotImplementedError
+
+    async def digest_add(self, item: DigestItemDraft, *, now: float) -> DigestAdded:
+        added: DigestAdded = await self._run(add_body(item, now))
+        return added
+
+    async def digest_due(self, *, now: float, limit: int) -> list[DigestWindow]:
+        rows = await self._query("digest_due", {"now": now, "limit": limit})
+        return [_window(row) for row in rows]
+
+    async def digest_seal(self, window_id: str) -> bool:
+        return bool(await self._run(_one("digest_seal", {"window_id": window_id})))
+
+    async def digest_window(self, window_id: str) -> DigestWindow | None:
+        rows = await self._query("digest_window_get", {"window_id": window_id})
+        return _window(rows[0]) if rows else None
+
+    async def digest_items(self, window_id: str) -> list[DigestItem]:
+        rows = await self._query("digest_window_items", {"window_id": window_id})
+        return [DigestItem(item_key=r[0], seq=int(r[1]), added_at=float(r[2]), data=r[3])
+                for r in rows]
+
+    async def digest_finish(self, window_id: str, *, intent_keys: Sequence[str],
+                            now: float) -> bool:
+        done: bool = await self._run(finish_body(window_id, intent_keys, now))
+        return done
+
+    async def digest_cancel_item(self, digest_key: str, item_key: str, *,
+                                 now: float) -> str | None:
+        state: str | None = await self._run(cancel_body(digest_key, item_key, now))
+        return state
+
+    async def digest_pending(self) -> DigestPending:
+        rows = await self._query("digest_pending", {})
+        windows, items, oldest = rows[0]
+        return DigestPending(windows=int(windows), items=int(items or 0),
+                             oldest_opened_at=None if oldest is None else float(oldest))
+
+    async def digest_purge(self, *, before: float) -> int:
+        purged: int = await self._run(purge_body(before))
+        return purged
+
+
+def _one(name: str, params: dict[str, Any]) -> Body:
+    rows = yield name, params
+    return rows

@@ -1,0 +1,95 @@
+-- Digests (tidings.core.digest; migrations/0016_digests.sql): windows of items per
+-- digest key. Every writer here runs inside the caller's write transaction (BEGIN
+-- IMMEDIATE), which serializes adds, seals and cancels across every process of the file.
+
+-- name: digest_item_get
+SELECT i.window_id, w.state, w.items, w.closes_at FROM digest_items i
+JOIN digest_windows w ON w.window_id = i.window_id
+WHERE i.digest_key = :digest_key AND i.item_key = :item_key
+
+-- name: digest_open_get
+SELECT window_id, opened_at, closes_at, window_s, wait_s, sliding, max_items, items, bytes
+FROM digest_windows WHERE digest_key = :digest_key AND state = 'open'
+
+-- name: digest_last_opened
+SELECT max(opened_at) FROM digest_windows WHERE digest_key = :digest_key
+
+-- name: digest_window_insert
+INSERT INTO digest_windows (window_id, digest_key, state, opened_at, closes_at, window_s,
+                            wait_s, sliding, max_items, items, bytes, request)
+VALUES (:window_id, :digest_key, 'open', :opened_at, :closes_at,
+        :window_s, :wait_s, :sliding, :max_items, 0, 0,
+        :request)
+ON CONFLICT (digest_key) WHERE state = 'open' DO NOTHING
+RETURNING window_id
+
+-- name: digest_item_insert
+INSERT INTO digest_items (digest_key, item_key, window_id, seq, added_at, data)
+VALUES (:digest_key, :item_key, :window_id, :seq, :added_at,
+        :data)
+ON CONFLICT (digest_key, item_key) DO NOTHING
+RETURNING seq
+
+-- name: digest_window_grow
+UPDATE digest_windows SET items = items + 1, bytes = bytes + :bytes,
+    request = :request, closes_at = :closes_at,
+    state = CASE WHEN items + 1 >= max_items THEN 'sealed' ELSE state END
+WHERE window_id = :window_id
+RETURNING state, items, closes_at
+
+-- name: digest_seal
+-- Closed to items: what joins the key from now on opens its next window.
+UPDATE digest_windows SET state = 'sealed'
+WHERE window_id = :window_id AND state IN ('open', 'sealed')
+RETURNING window_id
+
+-- name: digest_due
+-- Windows whose time is up (or that were sealed, at their cap or by a closer that did
+-- not finish), oldest first.
+SELECT window_id, digest_key, state, opened_at, closes_at, items, request
+FROM digest_windows
+WHERE state = 'sealed' OR (state = 'open' AND closes_at <= :now)
+ORDER BY closes_at, window_id
+LIMIT :limit
+
+-- name: digest_window_get
+SELECT window_id, digest_key, state, opened_at, closes_at, items, request
+FROM digest_windows WHERE window_id = :window_id
+
+-- name: digest_window_items
+SELECT item_key, seq, added_at, data FROM digest_items
+WHERE window_id = :window_id AND cancelled_at IS NULL
+ORDER BY seq
+
+-- name: digest_finish
+UPDATE digest_windows SET state = :state, closed_at = :now,
+    intent_keys = :intent_keys
+WHERE window_id = :window_id AND state = 'sealed'
+RETURNING window_id
+
+-- name: digest_item_window_lock
+-- The window an item is in, locked, if the item is not cancelled.
+SELECT w.window_id, w.state FROM digest_items i
+JOIN digest_windows w ON w.window_id = i.window_id
+WHERE i.digest_key = :digest_key AND i.item_key = :item_key
+  AND i.cancelled_at IS NULL
+
+-- name: digest_item_cancel
+UPDATE digest_items SET cancelled_at = :now
+WHERE digest_key = :digest_key AND item_key = :item_key AND cancelled_at IS NULL
+
+-- name: digest_window_shrink
+UPDATE digest_windows SET items = items - 1 WHERE window_id = :window_id AND items > 0
+
+-- name: digest_pending
+-- Windows not yet admitted, the items they hold, and when the oldest opened.
+SELECT count(*), coalesce(sum(items), 0), min(opened_at)
+FROM digest_windows WHERE state IN ('open', 'sealed')
+
+-- name: digest_purge_items
+DELETE FROM digest_items WHERE window_id IN (
+    SELECT window_id FROM digest_windows WHERE closed_at <= :before)
+
+-- name: digest_purge_windows
+DELETE FROM digest_windows WHERE closed_at <= :before
+RETURNING window_id
