@@ -26,11 +26,13 @@ _moved.install()  # the import paths before the stage packages, with a warning
 if TYPE_CHECKING:
     from tidings.admission.audience import Audience, GeneratorAudience, KeysetAudience, SqlAudience
     from tidings.admission.campaign import Campaign
+    from tidings.admission.digests import Digested
     from tidings.admission.intake import NotifyRequest
     from tidings.client import Client, ClientError
     from tidings.config.settings import Settings
     from tidings.core.clock import Clock, FakeClock, SystemClock
     from tidings.core.cron import Schedule
+    from tidings.core.digest import Digest
     from tidings.core.errors import (
         ConfigurationError,
         InvalidInput,
@@ -54,6 +56,8 @@ __all__ = [
     "ClientError",
     "Clock",
     "ConfigurationError",
+    "Digest",
+    "Digested",
     "FakeClock",
     "GeneratorAudience",
     "InvalidInput",
@@ -83,6 +87,7 @@ _HOMES = {
     "Audience": "tidings.admission.audience", "GeneratorAudience": "tidings.admission.audience",
     "KeysetAudience": "tidings.admission.audience", "SqlAudience": "tidings.admission.audience",
     "Campaign": "tidings.admission.campaign",
+    "Digested": "tidings.admission.digests", "Digest": "tidings.core.digest",
     "Client": "tidings.client", "ClientError": "tidings.client",
     "Clock": "tidings.core.clock", "FakeClock": "tidings.core.clock",
     "SystemClock": "tidings.core.clock",

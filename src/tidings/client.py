@@ -24,7 +24,7 @@ import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from tidings.config.settings import Settings, find_settings_file
 from tidings.core.errors import TidingsError
@@ -32,8 +32,10 @@ from tidings.core.errors import TidingsError
 if TYPE_CHECKING:
     import psycopg
 
+    from tidings.admission.digests import ClosedDigests, Digested
     from tidings.admission.intake import NotifyRequest
     from tidings.core.clock import Clock
+    from tidings.core.digest import Digest
     from tidings.core.model import Recipient
     from tidings.core.preferences import Preference
     from tidings.core.repeats import Notified
@@ -120,16 +122,46 @@ class Client:
 
     # ------------------------------------------------------------ the runtime's calls
 
+    @overload
     def notify(self, *, key: str, recipient: Recipient | Mapping[str, Any],
                channels: Sequence[str], template: str, data: Mapping[str, Any] | None = None,
                due_at: float | None = None, expires_at: float | None = None,
-               connection: psycopg.Connection[Any] | None = None) -> Notified:
+               connection: psycopg.Connection[Any] | None = None,
+               digest: None = None) -> Notified: ...
+
+    @overload
+    def notify(self, *, key: str, recipient: Recipient | Mapping[str, Any],
+               channels: Sequence[str], template: str, data: Mapping[str, Any] | None = None,
+               due_at: None = None, expires_at: None = None, connection: None = None,
+               digest: Digest | Mapping[str, Any]) -> Digested: ...
+
+    def notify(self, *, key: str, recipient: Recipient | Mapping[str, Any],
+               channels: Sequence[str], template: str, data: Mapping[str, Any] | None = None,
+               due_at: float | None = None, expires_at: float | None = None,
+               connection: psycopg.Connection[Any] | None = None,
+               digest: Digest | Mapping[str, Any] | None = None) -> Notified | Digested:
         """``Runtime.notify``: one intent per channel, returned by key.
 
         ``connection``: the caller's sync ``psycopg.Connection`` (psycopg 3) to the
         store's PostgreSQL database, in a transaction: the intents are written on it, in
         this thread, and exist if and only if that transaction commits (see
-        ``notify_many``)."""
+        ``notify_many``).
+
+        ``digest``: add this call as an item to its digest's window instead
+        (``Runtime.notify``'s ``digest``); answers ``Digested``."""
+        if digest is not None:
+            from tidings.core.errors import InvalidInput
+
+            if connection is not None:
+                raise InvalidInput("connection", "a digest item is not written in the "
+                                                 "caller's transaction; leave one out")
+            if due_at is not None or expires_at is not None:
+                raise InvalidInput("due_at" if due_at is not None else "expires_at",
+                                   "a digest item is sent when its window closes; leave "
+                                   "it out")
+            return self._call(lambda r: r.notify(
+                key=key, recipient=recipient, channels=channels, template=template,
+                data=data, digest=digest))
         if connection is not None:
             from tidings.admission.intake import NotifyRequest
 
@@ -165,6 +197,14 @@ class Client:
     def cancel(self, key: str, reason: str = "cancelled by caller") -> dict[str, State | None]:
         """``Runtime.cancel``: before its send starts."""
         return self._call(lambda r: r.cancel(key, reason))
+
+    def cancel_digest_item(self, digest_key: str, item_key: str) -> bool:
+        """``Runtime.cancel_digest_item``: out of its digest while the window is open."""
+        return self._call(lambda r: r.cancel_digest_item(digest_key, item_key))
+
+    def close_digests(self) -> ClosedDigests:
+        """``Runtime.close_digests``: admit the digests whose windows are due."""
+        return self._call(lambda r: r.close_digests())
 
     def inspect(self, key: str | None = None, *, recipient: str | None = None
                 ) -> list[Delivery]:

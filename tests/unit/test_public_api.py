@@ -3,7 +3,8 @@
 import tidings
 
 PUBLIC = {
-    "Audience", "Campaign", "Client", "ClientError", "Clock", "ConfigurationError", "FakeClock",
+    "Audience", "Campaign", "Client", "ClientError", "Clock", "ConfigurationError", "Digest",
+    "Digested", "FakeClock",
     "GeneratorAudience",
     "InvalidInput", "InvalidTransition", "KeyConflict", "KeysetAudience", "MessageDecodeError",
     "NotifyRequest", "Notified", "Recipient", "Runtime", "Schedule", "SchemaOutOfDate", "Settings",

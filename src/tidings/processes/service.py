@@ -69,10 +69,21 @@ async def reconcile_loop(runtime: Runtime, every_s: float, stopping: asyncio.Eve
                               worker=reconciler.worker_id)
         except Exception:
             log.exception("holds sweep failed")
+        await _close_digests(runtime)
         pruned_at = await prune_when_due(runtime, retention, pruned_at,
                                          worker=reconciler.worker_id)
         await _first_of(stopping, wake, timeout_s=every_s)
         wake.clear()
+
+
+async def _close_digests(runtime: Runtime) -> int:
+    """Admit the digests whose windows are due; the windows closed (0 on a failure,
+    which the next pass retries: every step of a close can be repeated)."""
+    try:
+        return (await runtime.close_digests()).windows
+    except Exception:
+        log.exception("closing digests failed")
+        return 0
 
 
 async def _first_of(*events: asyncio.Event, timeout_s: float) -> None:
@@ -251,7 +262,7 @@ async def serve_scheduler(runtime: Runtime, *, once: bool = False,
         on_signals(stopping.set)
     told = asyncio.create_task(_stop_when(stop, stopping.set))
     progress.log_lines(progress.startup(runtime, "scheduler"))
-    totals = {"passes": 0, "members": 0, "admitted": 0, "published": 0}
+    totals = {"passes": 0, "members": 0, "admitted": 0, "published": 0, "digests": 0}
     reporter = asyncio.create_task(report_loop(lambda: dict(totals), stopping))
     relay: asyncio.Task[None] | None = None
     if beside:
@@ -268,6 +279,7 @@ async def serve_scheduler(runtime: Runtime, *, once: bool = False,
         while not stopping.is_set():
             result = await scheduler.run_pass(now=runtime.clock.now())
             _count(totals, result)
+            totals["digests"] += await _close_digests(runtime)
             if once:
                 return
             if result.more:

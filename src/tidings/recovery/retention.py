@@ -64,12 +64,13 @@ from tidings.core.retention import (
 
 if TYPE_CHECKING:
     from tidings.config.settings import Settings
-    from tidings.stores.base import Ledger, RetentionQueries, Throttles
+    from tidings.stores.base import Digests, Ledger, RetentionQueries, Throttles
     from tidings.stores.base import PartitionedEvents as PartitionedEventsT
 
-    class PrunableStore(Ledger, RetentionQueries, Throttles, Protocol):
-        """What a prune reaches: its queries, the ledger for its audit event, and the
-        throttle counts of windows that have ended."""
+    class PrunableStore(Ledger, RetentionQueries, Throttles, Digests, Protocol):
+        """What a prune reaches: its queries, the ledger for its audit event, the
+        throttle counts of windows that have ended, and digest windows finished before
+        the intents' cutoff."""
 
 log = logging.getLogger("tidings.retention")
 
@@ -241,6 +242,9 @@ async def prune(store: PrunableStore, config: RetentionConfig, *, now: float, dr
     # A window that has ended counts nothing any more (a reservation is asked for in the
     # window of its send): its counts and reservations go.
     throttle_windows = await store.throttle_purge(before=now)
+    # A finished window is kept as long as the digest it became: a replay of one of its
+    # items within that time finds the item where it was, and sends nothing again.
+    digest_windows = await store.digest_purge(before=plan.intent_cutoff)
     span = await store.intent_age_span()
     report = PruneReport(pruned=total, oldest_kept=None if span is None else span[0],
                          bound_days=bound_days, dry_run=False, batches=batches,
@@ -255,7 +259,8 @@ async def prune(store: PrunableStore, config: RetentionConfig, *, now: float, dr
     log.info("retention prune", extra={
         "intents": total.intents, "events": total.events, "occurrences": total.occurrences,
         "partitions": total.partitions, "partitions_created": created, "batches": batches,
-        "throttle_windows": throttle_windows, "bound_days": bound_days, "worker": worker})
+        "throttle_windows": throttle_windows, "digest_windows": digest_windows,
+        "bound_days": bound_days, "worker": worker})
     return report
 
 
