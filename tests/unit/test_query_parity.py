@@ -104,14 +104,16 @@ USERS = {
                "stores/sqlite_records.py", "stores/sqlite_retention.py",
                "stores/sqlite_db.py", "stores/reads.py",
                "transports/sqlite.py", "stores/sqlite_liveness.py",
-               "stores/sqlite_suppressions.py", "stores/sqlite_throttles.py"],
+               "stores/sqlite_suppressions.py", "stores/sqlite_throttles.py",
+               "stores/digest_steps.py"],
     "postgresql": ["stores/postgres.py", "stores/postgres_admission.py", "stores/postgres_join.py",
                    "stores/postgres_api.py", "stores/postgres_base.py",
                    "stores/postgres_ledger.py", "stores/postgres_records.py",
                    "stores/postgres_retention.py", "stores/postgres_db.py",
                    "stores/reads.py", "transports/postgres.py",
                    "transports/postgres_listen.py", "stores/postgres_liveness.py",
-                   "stores/postgres_suppressions.py", "stores/postgres_throttles.py"],
+                   "stores/postgres_suppressions.py", "stores/postgres_throttles.py",
+                   "stores/digest_steps.py"],
 }
 
 

@@ -1,5 +1,5 @@
-"""Digests: ``notify(..., digest=...)`` adds an item to a window, and a window whose time
-is up becomes one intent per channel (``tidings.core.digest`` says what a window is).
+"""A digest item joins its window, and a window whose time is up becomes one intent per
+channel (``notify(..., digest=...)``; ``tidings.core.digest`` says what a window is).
 
 ``add_item`` validates the call as ``notify`` does and writes the item
 (``Digests.digest_add``); ``close_due`` is run by the scheduler's and every worker's

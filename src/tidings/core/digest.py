@@ -1,4 +1,5 @@
-"""Digests: many events for one recipient within a window become one message.
+"""Digest windows, the pure rules; many events for one recipient in a window become one
+message.
 
 A ``notify(..., digest=Digest(key=...))`` does not make an intent: it adds an *item*
 (the event: its key and data) to the open *window* of its digest key (one per

@@ -1,7 +1,9 @@
-"""Digests on PostgreSQL (``Digests``): each body of ``stores.digest_steps`` runs in one
-transaction; an add locks its key's open window (``FOR UPDATE``) and opens one through
-a partial unique index, so writers on every host make one open window per key and a
-seal or a cancel waits for the add in progress."""
+"""Digest windows and items on PostgreSQL (``Digests``).
+
+Each body of ``stores.digest_steps`` runs in one transaction; an add locks its key's
+open window (``FOR UPDATE``) and opens one through a partial unique index, so writers
+on every host make one open window per key, and a seal or a cancel waits for the add
+in progress."""
 
 from __future__ import annotations
 

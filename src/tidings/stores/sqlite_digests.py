@@ -1,6 +1,7 @@
-"""Digests on SQLite (``Digests``): each body of ``stores.digest_steps`` runs in one write
-transaction (``BEGIN IMMEDIATE``), so adds, seals and cancels of every process of the
-file take turns."""
+"""Digest windows and items on SQLite (``Digests``).
+
+Each body of ``stores.digest_steps`` runs in one write transaction (``BEGIN
+IMMEDIATE``), so adds, seals and cancels of every process of the file take turns."""
 
 from __future__ import annotations
 
