@@ -167,6 +167,7 @@ class _StoreCollector(Collector):
         yield from _guardrail_families(snap, r.guardrails)
         yield from _hold_families(snap)
         yield from _suppression_families(r)
+        yield from _digest_families(snap)
 
 
 def _suppression_families(r: _Reading) -> Iterator[Metric]:
@@ -191,6 +192,24 @@ def _suppression_families(r: _Reading) -> Iterator[Metric]:
     for (channel, rule), count in sorted(r.throttled_sends.items()):
         throttled.add_metric([channel, rule], count)
     yield throttled
+
+
+def _digest_families(snap: operations.Snapshot) -> Iterator[Metric]:
+    windows = GaugeMetricFamily(
+        "tidings_digest_windows_pending",
+        "Digest windows open or sealed and not yet admitted.")
+    windows.add_metric([], snap.digests.windows)
+    yield windows
+    items = GaugeMetricFamily(
+        "tidings_digest_items_pending", "Items in digest windows not yet admitted.")
+    items.add_metric([], snap.digests.items)
+    yield items
+    oldest = GaugeMetricFamily(
+        "tidings_digest_oldest_window_age_seconds",
+        "Age of the oldest digest window not yet admitted (0: none).")
+    oldest.add_metric([], 0.0 if snap.digests.oldest_opened_at is None
+                      else max(0.0, snap.now - snap.digests.oldest_opened_at))
+    yield oldest
 
 
 def _hold_families(snap: operations.Snapshot) -> Iterator[Metric]:

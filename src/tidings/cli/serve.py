@@ -55,7 +55,8 @@ def _serve_worker(config: Path | None, store: str | None, channel: str, reconcil
 def scheduler(config: ConfigOpt = None, store: StoreOpt = None,
               once: Annotated[bool, typer.Option(help="Run one bounded pass and exit.")] = False
               ) -> None:
-    """Admit due campaign occurrences and publish due intents, pass after pass."""
+    """Admit due campaign occurrences, close due digests and publish due intents, pass
+    after pass."""
     from tidings.processes.service import serve_scheduler
 
     _with_runtime(config, store, lambda rt: serve_scheduler(rt, once=once), migrate="new")

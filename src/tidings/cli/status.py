@@ -56,6 +56,9 @@ def status(config: ConfigOpt = None, store: StoreOpt = None, as_json: JsonOpt = 
         return
     out = _stdout()
     out.print(textout.ledger(result.ledger), markup=False, highlight=False, soft_wrap=True)
+    waiting = textout.digests(result.digests)
+    if waiting is not None:
+        out.print(waiting, markup=False, highlight=False, soft_wrap=True)
     for h in result.holds.active:
         out.print(_styled("delivery held", "bold yellow",
                           f": {h.scope} {h.name!r} since {_when(h.since)} by {h.by}: "

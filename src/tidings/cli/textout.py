@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from tidings.core.states import TERMINAL, State
-from tidings.operate.readmodel import Delivery, LedgerStatus
+from tidings.operate.readmodel import Delivery, DigestStatus, LedgerStatus
 
 if TYPE_CHECKING:
     # rich is imported by the commands that print a table, not with the CLI: a worker
@@ -149,6 +149,14 @@ def ledger(data: LedgerStatus) -> str:
            else f"{when(data.next_prune_at)} (by a running reconciler)")
     return (f"{span}; finished work kept {data.retention_days:g} days; "
             f"next prune {nxt}")
+
+
+def digests(data: DigestStatus) -> str | None:
+    """``tidings status``'s line on digests waiting for their windows (None: none)."""
+    if not data.windows:
+        return None
+    return (f"digests: {data.windows} window(s) open or closing, {data.items} item(s); "
+            f"oldest opened {data.oldest_age_s or 0.0:.0f} s ago")
 
 
 def reconciled(result: Mapping[str, int]) -> str:

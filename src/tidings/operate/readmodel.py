@@ -199,6 +199,16 @@ class LedgerStatus:
 
 
 @dataclass(frozen=True, kw_only=True)
+class DigestStatus:
+    """Digest windows not yet admitted (open or sealed), the items they hold, and the
+    age of the oldest."""
+
+    windows: int = 0
+    items: int = 0
+    oldest_age_s: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class Status:
     """``tidings status`` and ``GET /v1/status``: per channel, per campaign, one-off
     intents per channel, guardrail trips, holds and the ledger."""
@@ -211,6 +221,7 @@ class Status:
     guardrails_tripped: tuple[GuardrailTrip, ...]
     holds: HoldsReport
     ledger: LedgerStatus
+    digests: DigestStatus = DigestStatus()
 
 
 @dataclass(frozen=True, kw_only=True)

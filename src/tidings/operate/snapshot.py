@@ -12,7 +12,7 @@ from tidings.core.model import QueueDepth
 from tidings.core.pacing import PaceLimits
 from tidings.operate import holds
 from tidings.operate.readmodel import HoldsReport
-from tidings.stores.base import IntentSummary, Occurrence, Store, Switch
+from tidings.stores.base import DigestPending, IntentSummary, Occurrence, Store, Switch
 from tidings.transports.base import Transport
 
 
@@ -31,6 +31,9 @@ class Snapshot:
     """Creation times of the ledger's oldest and newest intent (None: none)."""
     holds: HoldsReport = field(default_factory=HoldsReport)
     """``tidings.operate.holds.report``: the holds in place, and intents expired while held."""
+    digests: DigestPending = field(default_factory=lambda: DigestPending(
+        windows=0, items=0, oldest_opened_at=None))
+    """Digest windows not yet admitted, and their items."""
 
 
 async def snapshot(store: Store, transport: Transport, *, channels: Sequence[str], now: float,
@@ -44,7 +47,8 @@ async def snapshot(store: Store, transport: Transport, *, channels: Sequence[str
         now=now, window_s=window_s, summaries=tuple(summaries), queues=queues,
         events=events, switches=tuple(await store.switch_all()),
         occurrences=tuple(await store.occurrence_list()) if occurrences else (),
-        age_span=await store.intent_age_span(), holds=await holds.report(store, events))
+        age_span=await store.intent_age_span(), holds=await holds.report(store, events),
+        digests=await store.digest_pending())
 
 
 def sli(summary: IntentSummary | Totals) -> float | None:

@@ -13,6 +13,7 @@ from tidings.operate.readmodel import (
     CampaignStatus,
     ChannelStatus,
     Counts,
+    DigestStatus,
     GuardrailTrip,
     LedgerStatus,
     OccurrenceStatus,
@@ -126,6 +127,10 @@ def status(snap: Snapshot, *, campaigns: Mapping[str, Sequence[str]],
             for s in snap.switches if tripped_by_guardrail(s)),
         holds=snap.holds,
         ledger=ledger(snap, retention),
+        digests=DigestStatus(
+            windows=snap.digests.windows, items=snap.digests.items,
+            oldest_age_s=(None if snap.digests.oldest_opened_at is None
+                          else round(age(now, snap.digests.oldest_opened_at), 3))),
     )
 
 
