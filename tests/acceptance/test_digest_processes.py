@@ -1,13 +1,14 @@
 """Digests under chaos, judged by a real SMTP server's inbox.
 
 A ``tidings scheduler`` and a ``tidings worker`` run as processes on SQLite and on
-PostgreSQL; the SMTP server is ``tests/support/smtp_server.py`` in a process of its own.
-The test notifies events for a few recipients one at a time across several short
-windows, replays some, cancels some, and SIGKILLs the scheduler every second or so
-(and the worker twice), restarting each. When every window is done, the inbox must
-hold every kept event in exactly one message, no cancelled event in any, and no
-digest twice: a window's digest is sent once, whoever closed it and however often a
-closer died.
+PostgreSQL, on the store's own queue and through Redis Streams and RabbitMQ (the
+outbox relay publishing each digest); the SMTP server is
+``tests/support/smtp_server.py`` in a process of its own. The test notifies events for
+a few recipients one at a time across several short windows, replays some, cancels
+some, and SIGKILLs the scheduler every second or so (and the worker twice), restarting
+each. When every window is done, the inbox must hold every kept event in exactly one
+message, no cancelled event in any, and no digest twice: a window's digest is sent
+once, whoever closed it and however often a closer died.
 """
 
 from __future__ import annotations
@@ -39,23 +40,27 @@ WINDOW_S = 1.5
 GUARD_S = 120.0
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'tidings.db'}"
-    url: str = request.getfixturevalue("pg_url")
-    return url
+@pytest.fixture(params=["sqlite", "postgres", "sqlite+redis", "postgres+rabbitmq"])
+def urls(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str | None]:
+    """The store's URL, and a broker transport's (None: the store's own queue)."""
+    store, _, broker = str(request.param).partition("+")
+    url = (f"sqlite:///{tmp_path / 'tidings.db'}" if store == "sqlite"
+           else str(request.getfixturevalue("pg_url")))
+    fixture = {"redis": "redis_url", "rabbitmq": "amqp_url"}.get(broker)
+    return url, None if fixture is None else str(request.getfixturevalue(fixture))
 
 
-def write_settings(tmp_path: Path, store_url: str, smtp_port: int) -> Path:
+def write_settings(tmp_path: Path, urls: tuple[str, str | None], smtp_port: int) -> Path:
     folder = tmp_path / "templates" / "activity" / "v1"
     folder.mkdir(parents=True)
     (folder / "subject.txt").write_text("{{ count }} new events")
     (folder / "body.txt").write_text("{% for item in items %}<{{ item.event }}>{% endfor %}")
     config = tmp_path / "tidings.toml"
+    store_url, transport = urls
+    broker = "" if transport is None else f'transport = "{transport}"\n'
     config.write_text(f'''
 store = "{store_url}"
-[scheduler]
+{broker}[scheduler]
 interval_s = 0.2
 [worker]
 reconcile_every_s = 0.5
@@ -107,7 +112,7 @@ def inbox_events(inbox: Path) -> tuple[list[list[str]], list[str]]:
 
 
 async def test_every_event_in_exactly_one_digest_while_the_scheduler_is_killed(
-        tmp_path: Path, store_url: str) -> None:
+        tmp_path: Path, urls: tuple[str, str | None]) -> None:
     inbox = tmp_path / "inbox"
     smtp = await asyncio.create_subprocess_exec(
         sys.executable, str(SERVER), "--dir", str(inbox), "--security", "none",
@@ -115,7 +120,7 @@ async def test_every_event_in_exactly_one_digest_while_the_scheduler_is_killed(
     assert smtp.stdout is not None
     said = (await asyncio.wait_for(smtp.stdout.readline(), 30)).decode().strip()
     assert said.startswith("listening on "), said
-    config = write_settings(tmp_path, store_url, int(said.rsplit(" ", 1)[1]))
+    config = write_settings(tmp_path, urls, int(said.rsplit(" ", 1)[1]))
     runtime = await build_runtime(Settings.load(config))
     rng = random.Random(20261205)
     scheduler = await start(config, tmp_path / "scheduler.log", "scheduler")
