@@ -55,7 +55,7 @@ def test_a_status_row_is_its_counts_then_its_own_fields_in_order() -> None:
     out = json.loads(json.dumps(to_json(status())))
 
     assert list(out) == ["now", "window_s", "channels", "campaigns", "one_off",
-                         "guardrails_tripped", "holds", "ledger"]
+                         "guardrails_tripped", "holds", "ledger", "digests"]
     email = out["channels"]["email"]
     assert list(email) == [
         *COUNTS, "paused", "paused_reason", "queue", "attempts", "rate_limited", "retries",

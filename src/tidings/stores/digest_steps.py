@@ -21,6 +21,9 @@ from tidings.stores.records import (
 )
 
 Rows = list[tuple[Any, ...]]
+#: How often an add reads its key's open window again after another writer opened one
+#: first; each try sees what committed before it.
+TRIES = 20
 #: A body: yields (query name, parameters), is sent the rows, returns its result.
 Body = Generator[tuple[str, dict[str, Any]], Rows, Any]
 
@@ -40,7 +43,7 @@ def add_body(item: DigestItemDraft, now: float) -> Body:
         return DigestAdded(window_id=wid, created=False, state=state, items=int(items),
                            closes_at=float(closes_at))
     size = len(item.data.encode())
-    for _ in range(3):  # a writer on another connection may open the key's window first
+    for _ in range(TRIES):  # a writer on another connection may open the key's window first
         open_rows = yield "digest_open_get", {"digest_key": item.digest_key}
         if open_rows:
             (wid, opened_at, closes_at, window_s, wait_s, sliding, _cap, items,
@@ -63,7 +66,7 @@ def add_body(item: DigestItemDraft, now: float) -> Body:
             window_s, wait_s, sliding, items = item.window_s, item.wait_s, item.sliding, 0
             break
     else:
-        raise RuntimeError(f"digest {item.digest_key!r}: no open window after 3 tries")
+        raise RuntimeError(f"digest {item.digest_key!r}: no open window after {TRIES} tries")
     inserted = yield "digest_item_insert", {**key, "window_id": wid, "seq": int(items) + 1,
                                             "added_at": now, "data": item.data}
     if not inserted:  # the same item, added at once by another writer

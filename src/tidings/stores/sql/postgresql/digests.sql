@@ -16,12 +16,15 @@ FOR UPDATE
 SELECT max(opened_at) FROM digest_windows WHERE digest_key = %(digest_key)s
 
 -- name: digest_window_insert
+-- Nothing when another writer opened the key's window first (the partial unique index
+-- of open windows), or a window of the same id (opened at the same microsecond, read
+-- before the other committed): the caller reads the key's open window again.
 INSERT INTO digest_windows (window_id, digest_key, state, opened_at, closes_at, window_s,
                             wait_s, sliding, max_items, items, bytes, request)
 VALUES (%(window_id)s, %(digest_key)s, 'open', %(opened_at)s::float8, %(closes_at)s::float8,
         %(window_s)s::float8, %(wait_s)s::float8, %(sliding)s, %(max_items)s, 0, 0,
         %(request)s)
-ON CONFLICT (digest_key) WHERE state = 'open' DO NOTHING
+ON CONFLICT DO NOTHING
 RETURNING window_id
 
 -- name: digest_item_insert

@@ -15,12 +15,15 @@ FROM digest_windows WHERE digest_key = :digest_key AND state = 'open'
 SELECT max(opened_at) FROM digest_windows WHERE digest_key = :digest_key
 
 -- name: digest_window_insert
+-- Nothing when another writer opened the key's window first (the partial unique index
+-- of open windows), or a window of the same id (opened at the same microsecond, read
+-- before the other committed): the caller reads the key's open window again.
 INSERT INTO digest_windows (window_id, digest_key, state, opened_at, closes_at, window_s,
                             wait_s, sliding, max_items, items, bytes, request)
 VALUES (:window_id, :digest_key, 'open', :opened_at, :closes_at,
         :window_s, :wait_s, :sliding, :max_items, 0, 0,
         :request)
-ON CONFLICT (digest_key) WHERE state = 'open' DO NOTHING
+ON CONFLICT DO NOTHING
 RETURNING window_id
 
 -- name: digest_item_insert
