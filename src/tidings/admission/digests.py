@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from tidings.admission.intake import (
@@ -24,6 +24,7 @@ from tidings.admission.intake import (
     asked_of,
     recipient_of,
 )
+from tidings.config.settings import QueueDigestSettings
 from tidings.core.digest import (
     ITEMS_BUDGET,
     Digest,
@@ -114,6 +115,37 @@ def item_draft(request: NotifyRequest, digest: Digest | Mapping[str, Any], *,
                "addresses": {d.channel: d.address for d in asked.drafts},
                "channels": [d.channel for d in asked.drafts], "base": dict(who.data)}
     return DigestItemDraft(digest_key=digest.key, item_key=request.key, data=data,
+                           request=json.dumps(sent_as, sort_keys=True),
+                           window_s=digest.window_s, wait_s=digest.wait_s,
+                           sliding=digest.sliding, max_items=digest.max_items)
+
+
+def queue_digest(spec: QueueDigestSettings, *, queue: str, customer_id: str,
+                 channel: str) -> Digest:
+    """The digest a publish to a digest queue (``[api.queues.<name>.digest]``) joins."""
+    key = spec.key.format(queue=queue, customer_id=customer_id, channel=channel)
+    return Digest(key=key, window_s=spec.window_s, max_items=spec.max_items,
+                  sliding=spec.sliding, max_wait_s=spec.max_wait_s)
+
+
+def shaped_draft(draft: IntentDraft, digest_key: str) -> IntentDraft:
+    """``draft`` with the data a digest of it alone gives its template, for the
+    send-time checks of a draft that will be a digest's item."""
+    return replace(draft, data=encode_data(digest_data(
+        digest_key=digest_key, items=[json.loads(draft.data)], base={})))
+
+
+def draft_item(draft: IntentDraft, digest: Digest, *, item_key: str) -> DigestItemDraft:
+    """A validated draft of one channel as the item ``item_key`` of ``digest`` (the
+    publish route: the request's Idempotency-Key and the channel); the draft's data is
+    the item's."""
+    sent_as = {"recipient_id": draft.recipient_id, "template": draft.template,
+               "addresses": {draft.channel: draft.address}, "channels": [draft.channel],
+               "base": {}}
+    if len(draft.data.encode()) > ITEMS_BUDGET:
+        raise InvalidInput("data", f"is {len(draft.data.encode())} bytes; a digest item may "
+                                   f"carry at most {ITEMS_BUDGET}")
+    return DigestItemDraft(digest_key=digest.key, item_key=item_key, data=draft.data,
                            request=json.dumps(sent_as, sort_keys=True),
                            window_s=digest.window_s, wait_s=digest.wait_s,
                            sliding=digest.sliding, max_items=digest.max_items)

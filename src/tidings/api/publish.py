@@ -39,6 +39,7 @@ from starlette.routing import Match, Route
 from starlette.types import Receive, Scope, Send
 
 from tidings.admission import publish_intake
+from tidings.admission.digests import add_item, draft_item, queue_digest, shaped_draft
 from tidings.admission.intake import admit_drafts
 from tidings.admission.publish_intake import Published, PublishItem, VersionConflict
 from tidings.admission.scheduler import Switches
@@ -48,6 +49,7 @@ from tidings.api.auth import authorize
 from tidings.api.context import ApiContext, ctx
 from tidings.api.errors import ApiError, ErrorBody
 from tidings.api.fields import KEY, TEXT
+from tidings.config.settings import QueueDigestSettings
 from tidings.core.cron import EARLIEST_DATE, LATEST_DATE, logical_day
 from tidings.core.errors import InvalidInput
 from tidings.core.keys import canonical_json
@@ -93,6 +95,19 @@ class PublishRequest(BaseModel):
     payload: PublishPayload
 
 
+class DigestItemAnswer(BaseModel):
+    """An item a publish to a digest queue added: its key, its digest's key and window,
+    whether it is new (False: the same message before), the window's items so far and
+    when it closes."""
+
+    key: str
+    digest_key: str
+    window_id: str
+    created: bool
+    items: int
+    closes_at: float
+
+
 class PublishAnswer(BaseModel):
     """What a publish did; a replay of the same request gets this same answer."""
 
@@ -106,6 +121,10 @@ class PublishAnswer(BaseModel):
     """Keys that held an intent already, so nothing was queued for them: the same
     message published again, or (on a channel queue, one message per customer, template
     version and day) another one under the same key."""
+    digests: list[DigestItemAnswer] = []
+    """On a digest queue (``[api.queues.<name>.digest]``): the items added, one per
+    channel, in place of intents (``keys`` is empty; the digest's intents are made when
+    its window closes)."""
 
 
 def answered(answer: PublishAnswer, keys: Sequence[str], created: Sequence[str]) -> str:
@@ -137,11 +156,16 @@ async def _resolve(c: ApiContext, body: PublishRequest, now: float
     """Map a request to its intents (``publish_intake.resolve``); returns the answer
     skeleton and what the message stands for. A refusal is a 422, or a 409 for
     another version of a campaign's template."""
+    problem = c.composer.draft_problem
+    spec = _digest_spec(c, body.queue)
+    if spec is not None:
+        # Checked as the template will see it: this message as its digest's one item.
+        def problem(draft: IntentDraft) -> tuple[str, str] | None:
+            return c.composer.draft_problem(shaped_draft(draft, spec.key))
     try:
         published = await publish_intake.resolve(
             body.queue, _item(body.payload), queues=c.queues, campaign_of=c.admission.campaign,
-            kinds=c.runtime.channel_kinds, problem=c.composer.draft_problem, now=now,
-            where="body.")
+            kinds=c.runtime.channel_kinds, problem=problem, now=now, where="body.")
     except InvalidInput as exc:
         status = 409 if isinstance(exc, VersionConflict) else 422
         raise ApiError(status, exc.field, exc.message) from None
@@ -149,6 +173,36 @@ async def _resolve(c: ApiContext, body: PublishRequest, now: float
                            channel=published.channel, keys=published.keys, new=0,
                            skipped=published.skipped)
     return answer, published
+
+
+def _digest_spec(c: ApiContext, queue: str) -> QueueDigestSettings | None:
+    target = c.queues.get(queue)
+    return None if target is None else target.digest
+
+
+async def _add_items(c: ApiContext, answer: PublishAnswer, body: PublishRequest,
+                     drafts: Sequence[IntentDraft], spec: QueueDigestSettings,
+                     idempotency_key: str, now: float) -> PublishAnswer:
+    """A digest queue's message: each draft becomes an item of its digest's window,
+    known by the Idempotency-Key and the channel (a retry of the message is the same
+    item, even where its answer was lost); the answer names them."""
+    store = c.runtime.store
+    added = []
+    try:
+        for draft in drafts:
+            digest = queue_digest(spec, queue=body.queue, customer_id=body.payload.customer_id,
+                                  channel=draft.channel)
+            item = draft_item(draft, digest, item_key=f"{idempotency_key}:{draft.channel}")
+            added.append(await add_item(store, item, now=now))
+    except InvalidInput as exc:
+        field = "body.payload" if exc.field == "data" else f"body.queue.digest.{exc.field}"
+        raise ApiError(422, field, exc.message) from None
+    if any(item.sealed and item.created for item in added):
+        await c.runtime.close_digests()  # at its item cap: sent now, not at the next pass
+    return answer.model_copy(update={"keys": [], "digests": [
+        DigestItemAnswer(key=item.item_key, digest_key=item.digest_key,
+                         window_id=item.window_id, created=item.created, items=item.items,
+                         closes_at=item.closes_at) for item in added]})
 
 
 async def _refusals(c: ApiContext, switches: Switches, channels: Sequence[str],
@@ -227,6 +281,10 @@ async def publish_one(c: ApiContext, body: PublishRequest, digest: str,
     drafts = published.drafts
     # Refused before anything is written: a 429 leaves nothing to release.
     await _refusals(c, Switches.of(switches), published.channels, published.campaign, now)
+    spec = _digest_spec(c, body.queue)
+    if spec is not None:
+        answer = await _add_items(c, answer, body, drafts, spec, idempotency_key, now)
+        drafts = []  # the digest's intents come when its window closes
     horizon = now + c.runtime.settings.scheduler.relay_horizon_s
     write = PublishWrite(
         key=idempotency_key, request_hash=digest,
