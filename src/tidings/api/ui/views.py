@@ -141,6 +141,7 @@ def overview(status: Status, snap: Snapshot, *, campaigns: Sequence[str],
         "guardrails": list(status.guardrails_tripped),
         "holds": holds_view(status.holds, campaigns=campaigns, channels=channels),
         "expired_while_held": status.holds.expired_while_held,
+        "digests": status.digests,
     }
 
 
