@@ -331,3 +331,30 @@ async def test_counts_per_provider_and_type_say_how_many_are_orphaned(store: Sto
         ProviderEventCount(provider="twilio", type="delivered", total=1, orphaned=0),
     ]
     assert (await store.event_counts())["sms"]["provider_bounced"] == 1
+
+
+# ---------------------------------------------------------------- the guardrails' counts
+
+
+async def test_outcome_counts_carry_hard_bounces_and_complaints_by_when_recorded(
+        store: Store) -> None:
+    for n in range(4):
+        await accepted(store, f"k{n}", f"SM{n}")
+    await store.provider_events_record([
+        ProviderEvent(provider="twilio", message_id="SM0", type=BOUNCED, at=T0 + 2,
+                      bounce="hard"),
+        ProviderEvent(provider="twilio", message_id="SM1", type=BOUNCED, at=T0 + 2),
+        ProviderEvent(provider="twilio", message_id="SM2", type=BOUNCED, at=T0 + 2,
+                      bounce="soft"),
+        ProviderEvent(provider="twilio", message_id="SM3", type=COMPLAINED, at=T0 + 2),
+        ProviderEvent(provider="twilio", message_id="nobody", type=COMPLAINED, at=T0 + 2),
+    ], now=T0 + 50)
+
+    counts = await store.outcome_counts(since=T0 + 40, bucket_s=10.0)
+    late = {(c.channel, c.type): c.count for c in counts}
+    # recorded at T0 + 50, whatever time the provider gave; soft bounces and orphans not
+    assert late == {("sms", "bounced"): 2, ("sms", "complained"): 1}
+    assert {c.bucket for c in counts} == {int((T0 + 50) // 10)}
+    assert await store.outcome_counts(since=T0 + 60, bucket_s=10.0) == []
+    everything = await store.outcome_counts(since=0.0, bucket_s=10.0)
+    assert sum(c.count for c in everything if c.type == "accepted") == 4

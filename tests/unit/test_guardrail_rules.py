@@ -142,3 +142,77 @@ async def test_enforce_pauses_once_records_why_and_waits_for_an_operator(
             for i in range(25)])
         again = await enforce(store, runtime.transport, cfg, now=NOW + 45)
         assert [(r.name, r.sends) for r in again] == [("alpha", 25)]
+
+
+def test_bounce_and_complaint_rates_are_per_accepted_send() -> None:
+    # 100 accepted, 40 rejected: 1 complaint is 1 % of accepted sends (not of 140 sends)
+    counts = [count("alpha", "accepted", 100), count("alpha", "rejected", 40),
+              count("alpha", "complained", 1), count("alpha", "bounced", 4),
+              count("beta", "accepted", 100), count("beta", "bounced", 6)]
+
+    found = readings(counts, {}, config(complaint_rate=0.003, bounce_rate=0.05), [], NOW)
+
+    assert tripped(found) == {("campaign", "alpha", "complaint_rate"),
+                              ("campaign", "beta", "bounce_rate")}
+    [complaints] = [r for r in found if (r.name, r.measure) == ("alpha", "complaint_rate")]
+    assert (complaints.events, complaints.sends, complaints.value) == (1, 100, 0.01)
+    assert complaints.reason(WINDOW) == ("guardrail: complaint_rate 0.010 > 0.003 over 300s "
+                                         "(1 of 100 accepted sends)")
+
+
+def test_reports_under_min_accepted_sends_are_not_judged_and_the_rate_is_capped() -> None:
+    # 19 accepted (min_sends 20) but 100 other answers: not judged on the others
+    few = [count("alpha", "accepted", 19), count("alpha", "rejected", 100),
+           count("alpha", "complained", 5)]
+    assert tripped(readings(few, {}, config(complaint_rate=0.003), [], NOW)) == set()
+    # reports of sends accepted before the window: more reports than accepted sends
+    many = [count("alpha", "accepted", 20), count("alpha", "bounced", 30)]
+    [reading] = [r for r in readings(many, {}, config(bounce_rate=0.5), [], NOW)
+                 if r.name == "alpha"]
+    assert reading.value == 1.0 and reading.tripped
+
+
+async def test_enforce_pauses_a_campaign_on_its_complaints(tmp_path: Path) -> None:
+    from tidings.core.claims import Change
+    from tidings.core.states import State
+    from tidings.stores.base import ProviderEvent, ProviderEventType
+
+    settings = Settings.parse({
+        "store": f"sqlite:///{tmp_path / 't.db'}",
+        "channels": {"email": {"provider": {"kind": "sandbox-twin"}}},
+        # the channel's 1 in 200 (0.005) is under its own 0.01
+        "guardrails": {"complaint_rate": 0.003, "min_sends": 100,
+                       "channels": {"email": {"complaint_rate": 0.01}}},
+        "campaigns": {name: {"cron": "0 9 * * *", "channels": ["email"], "template": "t",
+                             "audience": {"sql": {"url": f"sqlite:///{tmp_path / 'crm.db'}",
+                                                 "query": QUERY}}}
+                      for name in ("alpha", "beta")}})
+    async with await build_runtime(settings) as runtime:
+        store = runtime.store
+        for c in ("alpha", "beta"):
+            keys = [f"{c}/k{i}" for i in range(100)]
+            await store.intent_admit([
+                IntentDraft(key=k, channel="email", recipient_id=k, address="x@example.com",
+                            template="t/v1", due_at=0.0, campaign=c,
+                            occurrence=f"{c}/2026-08-10") for k in keys], now=NOW - 20)
+            claims = await store.intent_claim_many(keys, owner="w1", lease_s=30,
+                                                   now=NOW - 20)
+            await store.intent_apply_many([Change(
+                key=cl.key, from_state=State.CLAIMED, to_state=State.ACCEPTED,
+                event="accepted", lease_token=cl.token, receipt=f"r-{cl.key}")
+                for cl in claims], now=NOW - 10)
+        # beta's one soft bounce is no complaint; alpha's one complaint is 1 %
+        await store.provider_events_record([
+            ProviderEvent(provider="sendgrid", message_id="r-alpha/k7",
+                          type=ProviderEventType.COMPLAINED, at=NOW - 5),
+            ProviderEvent(provider="sendgrid", message_id="r-beta/k7",
+                          type=ProviderEventType.BOUNCED, at=NOW - 5, bounce="soft")],
+            now=NOW - 5)
+
+        tripped_now = await enforce(store, runtime.transport, runtime.guardrails(), now=NOW)
+
+        assert [(r.name, r.measure) for r in tripped_now] == [("alpha", "complaint_rate")]
+        switches = {s.name: s for s in await store.switch_all()}
+        assert switches["alpha"].reason == (
+            "guardrail: complaint_rate 0.010 > 0.003 over 300s (1 of 100 accepted sends)")
+        assert "beta" not in switches

@@ -268,6 +268,12 @@ class GuardrailLimits(_Model):
     """429 answers per send."""
     dead_rate: float | None = Field(default=None, gt=0, le=1)
     """Retry budgets spent per send."""
+    bounce_rate: float | None = Field(default=None, gt=0, le=1)
+    """Hard bounces the providers report per accepted send (reports recorded in the
+    window, over the sends accepted in it)."""
+    complaint_rate: float | None = Field(default=None, gt=0, le=1)
+    """Spam complaints the providers report per accepted send; the big mailbox providers
+    ask bulk senders to stay under 0.003."""
     oldest_message_age_s: Seconds | None = None
     """Channels only: the oldest message on the channel's queue."""
 

@@ -1,16 +1,20 @@
 """Guardrails: a channel or campaign whose sends go wrong stops admitting new work.
 
 The runbook's first step, carried out by tidings itself: when the duplicate rate, the
-permanent-rejection rate, the 429 rate, the dead-letter rate or the oldest message's
-age crosses its threshold over a sliding window, *admission* of that campaign or
-channel is paused (its admission switch, with the reason). Delivery of work already
-admitted goes on; only an operator resumes, and resuming shows the reason first.
+permanent-rejection rate, the 429 rate, the dead-letter rate, the providers' reported
+bounce or complaint rate or the oldest message's age crosses its threshold over a
+sliding window, *admission* of that campaign or channel is paused (its admission
+switch, with the reason). Delivery of work already admitted goes on; only an operator
+resumes, and resuming shows the reason first.
 
 Rates are shares of the sends that got an answer in the window (accepted, rejected,
 rate limited, transient failure, dead, uncertain); ``duplicate_observed`` counts
-redeliveries of finished intents. A rate is judged only once ``min_sends`` sends are
-in the window, and only on what happened since its switch last changed, so a resumed
-campaign is judged on fresh evidence and never flaps back on the old.
+redeliveries of finished intents. The bounce and complaint rates are the hard bounces
+and complaints providers reported in the window (by when tidings recorded them) per
+send accepted in it. A rate is judged only once ``min_sends`` sends (accepted sends,
+for those two) are in the window, and only on what happened since its switch last
+changed, so a resumed campaign is judged on fresh evidence and never flaps back on the
+old.
 
 Evaluation is one function over the store's counts, run by every reconciler loop:
 two processes that find the same crossing pause once (a compare-and-set on the
@@ -41,6 +45,9 @@ SENDS = ("accepted", "rejected", "rate_limited", "transient_failure", "dead", "u
 #: measure -> the event type it counts.
 RATES = {"duplicate_rate": "duplicate_observed", "rejection_rate": "rejected",
          "rate_limited_rate": "rate_limited", "dead_rate": "dead"}
+#: measure -> the provider report it counts, per *accepted* send: a bounce or a
+#: complaint can only follow an acceptance (``Store.outcome_counts`` reads the reports).
+PER_ACCEPTED = {"bounce_rate": "bounced", "complaint_rate": "complained"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,6 +58,10 @@ class Thresholds:
     rejection_rate: float | None = None
     rate_limited_rate: float | None = None
     dead_rate: float | None = None
+    bounce_rate: float | None = None
+    """Hard bounces reported per accepted send."""
+    complaint_rate: float | None = None
+    """Complaints reported per accepted send."""
     oldest_message_age_s: float | None = None
     """Channels only: the age of the oldest message on the channel's queue."""
 
@@ -88,8 +99,9 @@ class Reading:
         if self.measure == "oldest_message_age_s":
             return (f"{REASON_PREFIX}oldest message {self.value:.0f}s old > "
                     f"{self.threshold:g}s")
+        of = "accepted sends" if self.measure in PER_ACCEPTED else "sends"
         return (f"{REASON_PREFIX}{self.measure} {self.value:.3f} > {self.threshold:g} over "
-                f"{window_s:g}s ({self.events} of {self.sends} sends)")
+                f"{window_s:g}s ({self.events} of {self.sends} {of})")
 
 
 def _bucket(at: float, width: float) -> int:
@@ -118,16 +130,20 @@ def readings(counts: Sequence[OutcomeCount], ages: Mapping[str, float],
         for name, thresholds in sorted(limits.items()):
             by_type = totals.get((scope, name), {})
             sends = sum(by_type.get(t, 0) for t in SENDS)
-            for measure, event in RATES.items():
+            accepted = by_type.get("accepted", 0)
+            for measure, (event, base) in {
+                    **{m: (e, sends) for m, e in RATES.items()},
+                    **{m: (e, accepted) for m, e in PER_ACCEPTED.items()}}.items():
                 threshold = getattr(thresholds, measure)
                 if threshold is None:
                     continue
                 hits = by_type.get(event, 0)
-                value = hits / sends if sends else 0.0
-                if sends < config.min_sends:
+                # A report may come in for a send accepted before the window: capped at 1.
+                value = min(1.0, hits / base) if base else 0.0
+                if base < config.min_sends:
                     value = 0.0  # too few sends to judge
                 found.append(Reading(scope=scope, name=name, measure=measure, value=value,
-                                     threshold=threshold, events=hits, sends=sends))
+                                     threshold=threshold, events=hits, sends=base))
             if scope == "channel" and thresholds.oldest_message_age_s is not None:
                 found.append(Reading(scope=scope, name=name, measure="oldest_message_age_s",
                                      value=ages.get(name, 0.0),

@@ -1,4 +1,5 @@
--- What the guardrails read (tidings.guardrails): outcome events of a recent window.
+-- What the guardrails read (tidings.guardrails): outcome events of a recent window, and
+-- the providers' bounce and complaint reports of it.
 
 -- name: outcome_counts
 -- Per channel, campaign (NULL for notify intents), type and time bucket. The type list
@@ -9,6 +10,15 @@ FROM events e LEFT JOIN intents i ON i.key = e.key
 WHERE e.at >= %(since)s
   AND e.type IN ('accepted', 'rejected', 'rate_limited', 'transient_failure', 'dead',
                  'uncertain', 'duplicate_observed')
+GROUP BY 1, 2, 3, 4
+UNION ALL
+-- Provider reports by when they were recorded: hard (or unclassed) bounces as
+-- 'bounced', complaints as 'complained', per the channel and campaign of their intent.
+SELECT i.channel AS channel, i.campaign AS campaign, p.type AS type,
+       floor(p.received_at / %(bucket_s)s)::bigint AS bucket, count(*)::int AS count
+FROM provider_events p JOIN intents i ON i.key = p.key
+WHERE p.received_at >= %(since)s AND p.key IS NOT NULL
+  AND (p.type = 'complained' OR (p.type = 'bounced' AND coalesce(p.bounce, 'hard') = 'hard'))
 GROUP BY 1, 2, 3, 4
 
 -- name: switch_trip
