@@ -24,7 +24,7 @@ from tidings.admission.intake import (
     asked_of,
     recipient_of,
 )
-from tidings.config.settings import QueueDigestSettings
+from tidings.config.queues import QueueDigestSettings
 from tidings.core.digest import (
     ITEMS_BUDGET,
     Digest,

@@ -25,7 +25,7 @@ from typing import Any
 from tidings.admission.audience import Audience
 from tidings.admission.campaign import Campaign
 from tidings.admission.scheduler import occurrence_id
-from tidings.config.settings import QueueSettings
+from tidings.config.queues import QueueSettings
 from tidings.core.errors import InvalidInput
 from tidings.core.keys import campaign_key, check_json_text, queue_key, template_ref, validate_key
 from tidings.core.model import IntentDraft, Recipient, address_kind, encode_data

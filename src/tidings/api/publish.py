@@ -49,7 +49,7 @@ from tidings.api.auth import authorize
 from tidings.api.context import ApiContext, ctx
 from tidings.api.errors import ApiError, ErrorBody
 from tidings.api.fields import KEY, TEXT
-from tidings.config.settings import QueueDigestSettings
+from tidings.config.queues import QueueDigestSettings
 from tidings.core.cron import EARLIEST_DATE, LATEST_DATE, logical_day
 from tidings.core.errors import InvalidInput
 from tidings.core.keys import canonical_json

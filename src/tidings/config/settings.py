@@ -34,6 +34,10 @@ from tidings.config.providers import (
     SmtpProviderSettings,
     TwilioProviderSettings,
 )
+
+# Re-exported: QueueSettings was defined here, and settings code imports it from here.
+from tidings.config.queues import QueueDigestSettings as QueueDigestSettings
+from tidings.config.queues import QueueSettings as QueueSettings
 from tidings.config.transport_urls import transport_kind
 from tidings.config.unsubscribe import UnsubscribeSettings
 from tidings.core.cron import Schedule
@@ -291,69 +295,6 @@ class GuardrailSettings(GuardrailLimits):
     """Per channel, thresholds that replace the ones above (``[guardrails.channels.sms]``)."""
     campaigns: dict[str, GuardrailLimits] = Field(default_factory=dict)
     """Per campaign, thresholds that replace the ones above (no ``oldest_message_age_s``)."""
-
-
-class QueueDigestSettings(_Model):
-    """A channel queue's messages collected into digests (``docs/digests.md``): each
-    message is an item of the window of ``key``, not an intent of its own."""
-
-    key: str = Field(default="{queue}:{customer_id}", min_length=1, max_length=200)
-    """The digest key, from ``{queue}``, ``{customer_id}`` and ``{channel}``: one
-    window at a time per key (default: per queue and customer)."""
-    window_s: Seconds
-    """How long a window stays open after its first item (after its latest with
-    ``sliding``)."""
-    max_items: int = Field(default=100, ge=1, le=1000)
-    """A window closes at once when it holds this many items."""
-    sliding: bool = False
-    """Close ``window_s`` after the latest item (a quiet spell), within ``max_wait_s``."""
-    max_wait_s: Seconds | None = None
-    """A sliding window's longest wait after its first item (default: four windows)."""
-
-    @field_validator("key")
-    @classmethod
-    def _known_fields(cls, value: str) -> str:
-        import string
-
-        try:
-            names = {name for _, name, _, _ in string.Formatter().parse(value) if name}
-        except ValueError as exc:
-            raise ValueError(f"is not a key template: {exc}") from None
-        unknown = sorted(names - {"queue", "customer_id", "channel"})
-        if unknown:
-            raise ValueError(f"names {', '.join(unknown)}; a digest key may use {{queue}}, "
-                             "{customer_id} and {channel}")
-        return value
-
-    @model_validator(mode="after")
-    def _wait(self) -> QueueDigestSettings:
-        if self.max_wait_s is not None and not self.sliding:
-            raise ValueError("max_wait_s bounds a sliding window only (sliding = true)")
-        if self.max_wait_s is not None and self.max_wait_s < self.window_s:
-            raise ValueError("max_wait_s must be at least window_s")
-        return self
-
-
-class QueueSettings(_Model):
-    """Where ``POST /v1/queue/publish`` puts a named queue's messages: a campaign's
-    channels (recipient addresses from the payload, else its audience) or one channel
-    (addresses from the payload), where ``digest`` may collect them into digests."""
-
-    campaign: str | None = None
-    channel: str | None = None
-    digest: QueueDigestSettings | None = None
-    """Channel queues only: each message becomes an item of a digest window."""
-
-    @model_validator(mode="after")
-    def _one_target(self) -> QueueSettings:
-        if (self.campaign is None) == (self.channel is None):
-            raise ValueError("name exactly one of 'campaign' or 'channel'")
-        if self.digest is not None and self.campaign is not None:
-            # A campaign's publish writes the keys its scheduler writes, so the two never
-            # send one day twice; an item in a digest would be sent beside that intent.
-            raise ValueError("digest applies to channel queues only; a campaign queue "
-                             "writes the campaign's own keys")
-        return self
 
 
 class ApiSettings(_Model):
