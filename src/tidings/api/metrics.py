@@ -5,9 +5,13 @@ Most of what matters happens in other processes (workers, schedulers, reconciler
 other machines), so those numbers are read from the store at scrape time: admissions,
 attempts, 429s, retries, duplicates suppressed, dead letters, queue depth and age, the
 latency histogram and the SLI are the fleet's, whichever API process is scraped.
-Their reads are cached for ``cache_s`` so a busy scraper costs one ledger scan per
-interval. Only what happens inside this API process (publish refusals, trigger
-refusals) is counted in-process; Prometheus sums those across API instances.
+The providers' bounce and complaint reports per campaign are counted against the
+campaign's accepted sends the ledger holds (``tidings_campaign_bounce_rate``,
+``tidings_campaign_complaint_rate``: the share over what the retention keeps, the
+reputation a mailbox provider judges a sender on). Their reads are cached for
+``cache_s`` so a busy scraper costs one ledger scan per interval. Only what happens
+inside this API process (publish refusals, trigger refusals) is counted in-process;
+Prometheus sums those across API instances.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from prometheus_client.registry import Collector
 from tidings.operate import guardrails, operations
 from tidings.operate.readmodel import PlanLine, UncertainSends
 from tidings.runtime import Runtime
-from tidings.stores.base import LatencyHistogram, ProviderEventCount
+from tidings.stores.base import CampaignReports, LatencyHistogram, ProviderEventCount
 from tidings.webhooks.metrics import provider_event_families
 
 #: The content type ``render`` produces.
@@ -42,6 +46,10 @@ class _Reading:
     suppressed_sends: Mapping[tuple[str, str], int] = field(default_factory=dict)
     suppressions: Mapping[tuple[str, str], int] = field(default_factory=dict)
     throttled_sends: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    reports: tuple[CampaignReports, ...] = ()
+    min_accepted: int = 1
+    """Accepted sends below which a campaign's report rates are not given (the
+    guardrails' ``min_sends``)."""
 
 
 class _StoreCollector(Collector):
@@ -168,6 +176,45 @@ class _StoreCollector(Collector):
         yield from _hold_families(snap)
         yield from _suppression_families(r)
         yield from _digest_families(snap)
+        yield from _report_families(r)
+
+
+def _report_families(r: _Reading) -> Iterator[Metric]:
+    """Per (campaign, channel): accepted sends, hard bounces and complaints the providers
+    reported against them, and their shares (once ``min_accepted`` sends were accepted;
+    a rate is capped at 1, as a report may outlive its send's intent)."""
+    accepted = {(s.campaign or "", s.channel): s.accepted for s in r.snap.summaries}
+    reports = {(c.campaign or "", c.channel): c for c in r.reports}
+    counts = {name: CounterMetricFamily(f"tidings_campaign_{name}", doc,
+                                        labels=["campaign", "channel"])
+              for name, doc in (
+                  ("accepted", "Sends the provider accepted, per campaign and channel "
+                   "(of the intents the ledger holds)."),
+                  ("bounced", "Hard bounces (and bounces the provider did not class) "
+                   "reported against a campaign's accepted sends."),
+                  ("complained", "Spam complaints reported against a campaign's accepted "
+                   "sends."))}
+    rates = {name: GaugeMetricFamily(f"tidings_campaign_{name}_rate", doc,
+                                     labels=["campaign", "channel"])
+             for name, doc in (
+                 ("bounce", "Hard bounces per accepted send of a campaign (of the intents "
+                  "the ledger holds)."),
+                 ("complaint", "Spam complaints per accepted send of a campaign (of the "
+                  "intents the ledger holds); mailbox providers ask for under 0.003."))}
+    for pair in sorted(set(accepted) | set(reports)):
+        sent = accepted.get(pair, 0)
+        report = reports.get(pair)
+        bounced = report.bounced if report is not None else 0
+        complained = report.complained if report is not None else 0
+        labels = list(pair)
+        counts["accepted"].add_metric(labels, sent)
+        counts["bounced"].add_metric(labels, bounced)
+        counts["complained"].add_metric(labels, complained)
+        if sent >= r.min_accepted:
+            rates["bounce"].add_metric(labels, min(1.0, bounced / sent))
+            rates["complaint"].add_metric(labels, min(1.0, complained / sent))
+    yield from counts.values()
+    yield from rates.values()
 
 
 def _suppression_families(r: _Reading) -> Iterator[Metric]:
@@ -299,7 +346,9 @@ class ApiMetrics:
                                        uncertain=uncertain,
                                        suppressed_sends=await rt.store.intent_suppressed_counts(),
                                        suppressions=await rt.store.suppression_counts(),
-                                       throttled_sends=await rt.store.intent_throttled_counts())
+                                       throttled_sends=await rt.store.intent_throttled_counts(),
+                                       reports=tuple(await rt.store.campaign_report_counts()),
+                                       min_accepted=config.min_sends)
         self._read_at = now
 
     def render(self) -> bytes:

@@ -9,6 +9,7 @@ are listed in ``stores.roles``.
 from tidings.core.claims import Change, Claim, ClaimKind
 from tidings.stores.records import (
     ApiToken,
+    CampaignReports,
     DigestAdded,
     DigestItem,
     DigestItemDraft,
@@ -57,6 +58,7 @@ from tidings.stores.roles import (
 __all__ = [
     "ApiRecords",
     "ApiToken",
+    "CampaignReports",
     "Change",
     "Claim",
     "ClaimKind",

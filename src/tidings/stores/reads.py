@@ -219,3 +219,10 @@ class StoreReads(ABC):
     async def provider_event_counts(self) -> list[base.ProviderEventCount]:
         """Provider events per (provider, type), ordered by both."""
         return await self._read_all(rows.PROVIDER_EVENT_COUNT, "provider_event_counts")
+
+    async def campaign_report_counts(self) -> list[base.CampaignReports]:
+        """Hard (and unclassified) bounces and complaints per (campaign, channel)."""
+        found = await self._read_all(rows.CAMPAIGN_REPORTS, "campaign_report_counts")
+        # The dialects place a NULL campaign apart (SQLite first, PostgreSQL last).
+        return sorted(found, key=lambda r: (r.campaign is not None, r.campaign or "",
+                                            r.channel))

@@ -344,9 +344,23 @@ class ProviderEventCount:
 
 
 @dataclass(frozen=True, kw_only=True)
+class CampaignReports:
+    """The providers' reports against the intents of one (campaign, channel) the ledger
+    holds: hard (and unclassified) bounces and complaints; ``campaign`` is None for
+    one-off intents."""
+
+    campaign: str | None
+    channel: str
+    bounced: int
+    complained: int
+
+
+@dataclass(frozen=True, kw_only=True)
 class OutcomeCount:
     """Outcome events of one type, channel and campaign in one time bucket (the
-    guardrails' reading); ``bucket`` is ``floor(at / bucket_s)``."""
+    guardrails' reading); ``bucket`` is ``floor(at / bucket_s)``. The providers'
+    reports count in too, by when they were received: ``bounced`` (hard or
+    unclassified bounces) and ``complained``."""
 
     channel: str
     campaign: str | None

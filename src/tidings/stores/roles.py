@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 
 from tidings.stores.records import (
     ApiToken,
+    CampaignReports,
     DigestAdded,
     DigestItem,
     DigestItemDraft,
@@ -613,6 +614,12 @@ class WebhookRecords(Protocol):
 
     async def provider_event_counts(self) -> list[ProviderEventCount]:
         """Provider events per (provider, type), ordered by both."""
+        ...
+
+    async def campaign_report_counts(self) -> list[CampaignReports]:
+        """Hard (and unclassified) bounces and complaints reported against the intents
+        the ledger holds, per (campaign, channel), ordered by both (one-off intents,
+        campaign None, first); a pair without any is left out."""
         ...
 
 

@@ -31,6 +31,7 @@ from tidings.core.states import TERMINAL, State, check
 from tidings.core.suppression import Reason, Suppression
 from tidings.stores.base import (
     ApiToken,
+    CampaignReports,
     Change,
     Hold,
     IdempotentResponse,
@@ -171,6 +172,7 @@ INTENT_SUMMARY = Shape(IntentSummary, {"oldest_due_at": _float_or_none,
 STORED_PROVIDER_EVENT = Shape(StoredProviderEvent, {
     "type": ProviderEventType, "at": float, "received_at": float})
 PROVIDER_EVENT_COUNT = Shape(ProviderEventCount, {"total": int, "orphaned": int})
+CAMPAIGN_REPORTS = Shape(CampaignReports, {"bounced": int, "complained": int})
 EVENT = Shape(Event)
 # float(): RETURNING hands back a whole REAL as the integer SQLite stored it as.
 PUBLISH_ITEM = Shape(PublishItem, {"due_at": float, "state": _state})

@@ -65,3 +65,16 @@ SELECT provider, type, count(*)::int AS total,
 FROM provider_events
 GROUP BY provider, type
 ORDER BY provider, type
+
+-- name: campaign_report_counts
+-- The providers' reports against the intents the ledger holds, per campaign (NULL for
+-- one-off intents) and channel, for /metrics: hard and unclassified bounces (as
+-- outcome_counts counts them) and complaints. Reads the reports' own index
+-- (provider_events_reports_at, migration 0017), never the delivery reports.
+SELECT i.campaign AS campaign, i.channel AS channel,
+       sum(CASE WHEN p.type = 'bounced' THEN 1 ELSE 0 END) AS bounced,
+       sum(CASE WHEN p.type = 'complained' THEN 1 ELSE 0 END) AS complained
+FROM provider_events p JOIN intents i ON i.key = p.key
+WHERE p.type IN ('bounced', 'complained') AND p.key IS NOT NULL
+  AND (p.type = 'complained' OR coalesce(p.bounce, 'hard') = 'hard')
+GROUP BY i.campaign, i.channel
