@@ -14,10 +14,14 @@ GROUP BY 1, 2, 3, 4
 UNION ALL
 -- Provider reports by when they were recorded: hard (or unclassed) bounces as
 -- 'bounced', complaints as 'complained', per the channel and campaign of their intent.
+-- The type list and key test are provider_events_reports_at's own (migration 0017): a
+-- partial index serves only a query whose WHERE names its condition (SQLite's planner
+-- does not derive it from the OR below, and scanned every report without it).
 SELECT i.channel AS channel, i.campaign AS campaign, p.type AS type,
        floor(p.received_at / %(bucket_s)s)::bigint AS bucket, count(*)::int AS count
 FROM provider_events p JOIN intents i ON i.key = p.key
 WHERE p.received_at >= %(since)s AND p.key IS NOT NULL
+  AND p.type IN ('bounced', 'complained')
   AND (p.type = 'complained' OR (p.type = 'bounced' AND coalesce(p.bounce, 'hard') = 'hard'))
 GROUP BY 1, 2, 3, 4
 
