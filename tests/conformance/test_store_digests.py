@@ -153,6 +153,18 @@ async def test_cancel_takes_an_item_out_while_its_window_is_open(store: Store) -
     assert [i.item_key for i in await store.digest_items(a.window_id)] == ["b"]
 
 
+async def test_an_item_after_a_cancel_comes_after_every_item_before(store: Store) -> None:
+    a = await store.digest_add(item("a"), now=T0)
+    await store.digest_add(item("b"), now=T0 + 1)
+    assert await store.digest_cancel_item("comments:r1", "a", now=T0 + 2) == "open"
+    await store.digest_add(item("c"), now=T0 + 3)
+    await store.digest_add(item("d"), now=T0 + 4)
+
+    kept = await store.digest_items(a.window_id)
+    assert [i.item_key for i in kept] == ["b", "c", "d"]
+    assert len({i.seq for i in kept}) == 3
+
+
 async def test_pending_and_purge(store: Store) -> None:
     a = await store.digest_add(item("a"), now=T0)
     await store.digest_add(item("b"), now=T0 + 1)

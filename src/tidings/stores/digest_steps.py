@@ -46,7 +46,7 @@ def add_body(item: DigestItemDraft, now: float) -> Body:
     for _ in range(TRIES):  # a writer on another connection may open the key's window first
         open_rows = yield "digest_open_get", {"digest_key": item.digest_key}
         if open_rows:
-            (wid, opened_at, closes_at, window_s, wait_s, sliding, _cap, items,
+            (wid, opened_at, closes_at, window_s, wait_s, sliding, _cap, added,
              used) = open_rows[0]
             if float(closes_at) > now and not over_budget(int(used), size):
                 break
@@ -63,11 +63,13 @@ def add_body(item: DigestItemDraft, now: float) -> Body:
             "closes_at": closes_at, "window_s": item.window_s, "wait_s": item.wait_s,
             "sliding": item.sliding, "max_items": item.max_items, "request": item.request}
         if made:
-            window_s, wait_s, sliding, items = item.window_s, item.wait_s, item.sliding, 0
+            window_s, wait_s, sliding, added = item.window_s, item.wait_s, item.sliding, 0
             break
     else:
         raise RuntimeError(f"digest {item.digest_key!r}: no open window after {TRIES} tries")
-    inserted = yield "digest_item_insert", {**key, "window_id": wid, "seq": int(items) + 1,
+    # Its place: after every item added before, cancelled ones too (a cancel gives no
+    # place back, so the order the template sees is the order of adding).
+    inserted = yield "digest_item_insert", {**key, "window_id": wid, "seq": int(added) + 1,
                                             "added_at": now, "data": item.data}
     if not inserted:  # the same item, added at once by another writer
         again = yield "digest_item_get", key

@@ -8,7 +8,7 @@ JOIN digest_windows w ON w.window_id = i.window_id
 WHERE i.digest_key = %(digest_key)s AND i.item_key = %(item_key)s
 
 -- name: digest_open_get
-SELECT window_id, opened_at, closes_at, window_s, wait_s, sliding, max_items, items, bytes
+SELECT window_id, opened_at, closes_at, window_s, wait_s, sliding, max_items, added, bytes
 FROM digest_windows WHERE digest_key = %(digest_key)s AND state = 'open'
 FOR UPDATE
 
@@ -20,9 +20,9 @@ SELECT max(opened_at) FROM digest_windows WHERE digest_key = %(digest_key)s
 -- of open windows), or a window of the same id (opened at the same microsecond, read
 -- before the other committed): the caller reads the key's open window again.
 INSERT INTO digest_windows (window_id, digest_key, state, opened_at, closes_at, window_s,
-                            wait_s, sliding, max_items, items, bytes, request)
+                            wait_s, sliding, max_items, items, added, bytes, request)
 VALUES (%(window_id)s, %(digest_key)s, 'open', %(opened_at)s::float8, %(closes_at)s::float8,
-        %(window_s)s::float8, %(wait_s)s::float8, %(sliding)s, %(max_items)s, 0, 0,
+        %(window_s)s::float8, %(wait_s)s::float8, %(sliding)s, %(max_items)s, 0, 0, 0,
         %(request)s)
 ON CONFLICT DO NOTHING
 RETURNING window_id
@@ -35,7 +35,7 @@ ON CONFLICT (digest_key, item_key) DO NOTHING
 RETURNING seq
 
 -- name: digest_window_grow
-UPDATE digest_windows SET items = items + 1, bytes = bytes + %(bytes)s,
+UPDATE digest_windows SET items = items + 1, added = added + 1, bytes = bytes + %(bytes)s,
     request = %(request)s, closes_at = %(closes_at)s::float8,
     state = CASE WHEN items + 1 >= max_items THEN 'sealed' ELSE state END
 WHERE window_id = %(window_id)s

@@ -8,7 +8,7 @@ JOIN digest_windows w ON w.window_id = i.window_id
 WHERE i.digest_key = :digest_key AND i.item_key = :item_key
 
 -- name: digest_open_get
-SELECT window_id, opened_at, closes_at, window_s, wait_s, sliding, max_items, items, bytes
+SELECT window_id, opened_at, closes_at, window_s, wait_s, sliding, max_items, added, bytes
 FROM digest_windows WHERE digest_key = :digest_key AND state = 'open'
 
 -- name: digest_last_opened
@@ -19,9 +19,9 @@ SELECT max(opened_at) FROM digest_windows WHERE digest_key = :digest_key
 -- of open windows), or a window of the same id (opened at the same microsecond, read
 -- before the other committed): the caller reads the key's open window again.
 INSERT INTO digest_windows (window_id, digest_key, state, opened_at, closes_at, window_s,
-                            wait_s, sliding, max_items, items, bytes, request)
+                            wait_s, sliding, max_items, items, added, bytes, request)
 VALUES (:window_id, :digest_key, 'open', :opened_at, :closes_at,
-        :window_s, :wait_s, :sliding, :max_items, 0, 0,
+        :window_s, :wait_s, :sliding, :max_items, 0, 0, 0,
         :request)
 ON CONFLICT DO NOTHING
 RETURNING window_id
@@ -34,7 +34,7 @@ ON CONFLICT (digest_key, item_key) DO NOTHING
 RETURNING seq
 
 -- name: digest_window_grow
-UPDATE digest_windows SET items = items + 1, bytes = bytes + :bytes,
+UPDATE digest_windows SET items = items + 1, added = added + 1, bytes = bytes + :bytes,
     request = :request, closes_at = :closes_at,
     state = CASE WHEN items + 1 >= max_items THEN 'sealed' ELSE state END
 WHERE window_id = :window_id

@@ -3,7 +3,8 @@
 -- open one at once make one, the second waits for the first and joins it). An item is
 -- known by (digest key, item key) for good: a replayed event is the item it was, in the
 -- window it first joined; a cancelled item stays, marked, so a replay does not bring it
--- back. Twin of sql/sqlite 0016; IF NOT EXISTS: as 0003.
+-- back. A window's ``items`` are the items in it, ``added`` every item it was given
+-- (the next one's place: a cancel gives none back). Twin of sql/sqlite 0016; IF NOT EXISTS: as 0003.
 CREATE TABLE IF NOT EXISTS digest_windows (
     window_id   text             PRIMARY KEY,
     digest_key  text             NOT NULL,
@@ -15,6 +16,7 @@ CREATE TABLE IF NOT EXISTS digest_windows (
     sliding     boolean          NOT NULL,
     max_items   integer          NOT NULL,
     items       integer          NOT NULL,
+    added       integer          NOT NULL,
     bytes       integer          NOT NULL,
     request     text             NOT NULL,
     closed_at   double precision,

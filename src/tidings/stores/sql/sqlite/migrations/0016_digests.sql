@@ -2,7 +2,8 @@
 -- closes; at most one window of a key is open (a partial unique index). An item is
 -- known by (digest key, item key) for good: a replayed event is the item it was, in the
 -- window it first joined; a cancelled item stays, marked, so a replay does not bring it
--- back.
+-- back. A window's ``items`` are the items in it, ``added`` every item it was given
+-- (the next one's place: a cancel gives none back).
 CREATE TABLE digest_windows (
     window_id   TEXT    PRIMARY KEY,
     digest_key  TEXT    NOT NULL,
@@ -14,6 +15,7 @@ CREATE TABLE digest_windows (
     sliding     INTEGER NOT NULL,
     max_items   INTEGER NOT NULL,
     items       INTEGER NOT NULL,
+    added       INTEGER NOT NULL,
     bytes       INTEGER NOT NULL,
     request     TEXT    NOT NULL,
     closed_at   REAL,
