@@ -60,6 +60,9 @@ class PostgresBase(DatabaseStore[PostgresDatabase], StoreReads):
     def _array(self, values: Sequence[Any]) -> list[Any]:
         return list(values)
 
+    def _pairs(self, pairs: Sequence[tuple[str, str]]) -> dict[str, Any]:
+        return {"addresses": [a for a, _ in pairs], "kinds": [k for _, k in pairs]}
+
     async def _read_tuples(self, query: str, params: Any = None) -> list[tuple[Any, ...]]:
         async def fn(conn: Conn) -> list[tuple[Any, ...]]:
             cur = await conn.execute(self._sql[query], params)

@@ -39,6 +39,12 @@ class StoreReads(ABC):
     def _array(self, values: Sequence[Any]) -> Any:
         """``values`` bound as one parameter (a JSON array on SQLite, an array on PostgreSQL)."""
 
+    @abstractmethod
+    def _pairs(self, pairs: Sequence[tuple[str, str]]) -> dict[str, Any]:
+        """(address, kind) pairs bound as the dialect's queries read them: one JSON array
+        of pairs on SQLite (``:pairs``), two arrays zipped by ``unnest`` on PostgreSQL
+        (``addresses``, ``kinds``)."""
+
     async def _nested_counts(self, query: str) -> dict[str, dict[str, int]]:
         counts: dict[str, dict[str, int]] = {}
         for outer, inner, count in await self._read_tuples(query):
@@ -129,9 +135,8 @@ class StoreReads(ABC):
         if not pairs:
             return {}
         wanted = list(dict.fromkeys(pairs))
-        found = await self._read_all(rows.SUPPRESSION, "suppressions_for", {
-            "addresses": self._array([a for a, _ in wanted]),
-            "kinds": self._array([k for _, k in wanted])})
+        found = await self._read_all(rows.SUPPRESSION, "suppressions_for",
+                                     self._pairs(wanted))
         return {(s.address, s.kind): s for s in found}
 
     async def suppression_list(self, *, kind: str | None = None, reason: str | None = None,

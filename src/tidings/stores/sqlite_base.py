@@ -35,6 +35,13 @@ def fetch_one(conn: sqlite3.Connection, shape: rows.Shape[R], statement: str,
     return None if row is None else shape.one(cursor.description, row)
 
 
+def pair_params(pairs: Sequence[tuple[str, str]]) -> dict[str, Any]:
+    """(address, kind) pairs as one JSON array of pairs, ``:pairs``. Two arrays zipped
+    by their index (``json_each(a) JOIN json_each(b) ON b.key = a.key``) cost a scan of
+    one per row of the other: 25 million steps for a page of 5,000 addresses."""
+    return {"pairs": json.dumps([list(pair) for pair in pairs])}
+
+
 class SqliteBase(DatabaseStore[SqliteDatabase], StoreReads):
     """The database, its queries and how a read runs in a read transaction; the port's
     reads themselves are ``StoreReads``'s."""
@@ -43,6 +50,9 @@ class SqliteBase(DatabaseStore[SqliteDatabase], StoreReads):
 
     def _array(self, values: Sequence[Any]) -> str:
         return json.dumps(list(values))
+
+    def _pairs(self, pairs: Sequence[tuple[str, str]]) -> dict[str, Any]:
+        return pair_params(pairs)
 
     async def _read_all(self, shape: rows.Shape[R], query: str, params: Any = ()) -> list[R]:
         statement = self._sql[query]

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from tidings.core.suppression import Suppression, SuppressionRules
 from tidings.stores import rows
 from tidings.stores import suppression_batches as sb
-from tidings.stores.sqlite_base import SqliteBase, fetch_one
+from tidings.stores.sqlite_base import SqliteBase, fetch_one, pair_params
 
 
 def suppress(conn: sqlite3.Connection, sql: Mapping[str, str],
@@ -38,7 +38,7 @@ def strike(conn: sqlite3.Connection, sql: Mapping[str, str], strikes: Sequence[s
     if not strikes:
         return []
     addresses, kinds = sb.strike_pairs(strikes)
-    pairs = {"addresses": json.dumps(addresses), "kinds": json.dumps(kinds),
+    pairs = {**pair_params(list(zip(addresses, kinds, strict=True))),
              "since": now - rules.soft_bounce_window_s}
     conn.execute(sql["suppression_strike_insert_many"], {"strikes": json.dumps(
         [[s.address, s.kind, s.source, s.at] for s in strikes])})

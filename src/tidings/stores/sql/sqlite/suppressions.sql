@@ -30,14 +30,15 @@ DELETE FROM suppressions WHERE address = :address AND kind = :kind
 RETURNING address, kind, reason, source, created_at, key, detail
 
 -- name: suppressions_for
--- :addresses and :kinds are JSON arrays, one pair per index; one primary-key lookup
--- per distinct pair.
+-- :pairs is a JSON array of distinct [address, kind] pairs (one array: two arrays
+-- zipped by index would scan one per row of the other); one primary-key lookup per
+-- pair. The EXISTS is a constant term, evaluated once before the loop: an empty list
+-- (most senders' on most days) costs no lookup at all.
 SELECT s.address, s.kind, s.reason, s.source, s.created_at, s.key, s.detail
-FROM (
-    SELECT DISTINCT a.value AS address, k.value AS kind
-    FROM json_each(:addresses) AS a JOIN json_each(:kinds) AS k ON k.key = a.key
-) AS wanted
-JOIN suppressions AS s ON s.address = wanted.address AND s.kind = wanted.kind
+FROM json_each(:pairs) AS p
+JOIN suppressions AS s
+  ON s.address = json_extract(p.value, '$[0]') AND s.kind = json_extract(p.value, '$[1]')
+WHERE EXISTS (SELECT 1 FROM suppressions)
 
 -- name: suppression_list
 -- A page in (address, kind) order after (:after_address, :after_kind), narrowed by
@@ -72,22 +73,23 @@ WHERE true
 ON CONFLICT (address, kind, source) DO NOTHING
 
 -- name: suppression_strike_counts
--- Strikes since :since of the pairs in :addresses / :kinds (JSON arrays, one pair per
--- index), and the source of the latest (SQLite takes a bare column from the row of
--- max()); pruning none: suppression_strike_prune does that.
+-- Strikes since :since of the pairs in :pairs (a JSON array of [address, kind]), and
+-- the source of the latest (SQLite takes a bare column from the row of max()); pruning
+-- none: suppression_strike_prune does that.
 SELECT s.address, s.kind, count(*) AS strikes, max(s.at) AS last_at, s.source AS last_source
 FROM (
-    SELECT DISTINCT a.value AS address, k.value AS kind
-    FROM json_each(:addresses) AS a JOIN json_each(:kinds) AS k ON k.key = a.key
+    SELECT DISTINCT json_extract(p.value, '$[0]') AS address,
+                    json_extract(p.value, '$[1]') AS kind
+    FROM json_each(:pairs) AS p
 ) AS wanted
 JOIN suppression_strikes AS s ON s.address = wanted.address AND s.kind = wanted.kind
 WHERE s.at >= :since
 GROUP BY s.address, s.kind
 
 -- name: suppression_strike_prune
--- Strikes older than the window of the pairs in :addresses / :kinds: they count no more.
+-- Strikes older than the window of the pairs in :pairs: they count no more.
 DELETE FROM suppression_strikes
 WHERE at < :since
   AND (address, kind) IN (
-    SELECT a.value, k.value
-    FROM json_each(:addresses) AS a JOIN json_each(:kinds) AS k ON k.key = a.key)
+    SELECT json_extract(p.value, '$[0]'), json_extract(p.value, '$[1]')
+    FROM json_each(:pairs) AS p)
