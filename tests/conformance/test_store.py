@@ -519,6 +519,65 @@ async def test_renew_extends_live_leases_and_reports_lost_ones(store: Store) -> 
     assert other_intent is not None and other_intent.lease_expires_at == T0 + LEASE
 
 
+async def test_mark_started_marks_only_live_claims_of_the_caller(store: Store) -> None:
+    live = await claimed(store, "live", now=T0)
+    stale = await claimed(store, "stale", now=T0)
+    expired = await claimed(store, "expired", now=T0 - LEASE)
+    other = await claimed(store, "other", owner="w2", now=T0)
+
+    marked = await store.intent_mark_started(
+        [("live", live), ("stale", stale + 1), ("expired", expired), ("other", other),
+         ("ghost", 1)], owner="w1", now=T0 + 10)
+
+    assert marked == {"live"}
+
+
+def _ends(key: str, token: int, *, by: float) -> tuple[Change, Change]:
+    """The reconciler's two changes for an ended lease: released when no send started
+    under it, else uncertain."""
+    release = Change(key=key, from_state=State.CLAIMED, to_state=State.RETRYABLE,
+                     event="released", lease_token=token, lease_expired_by=by,
+                     unstarted=True, next_attempt_at=by)
+    uncertain = Change(key=key, from_state=State.CLAIMED, to_state=State.UNCERTAIN,
+                       event="lease_expired", lease_token=token, lease_expired_by=by)
+    return release, uncertain
+
+
+async def test_an_unstarted_change_applies_only_where_no_send_started(store: Store) -> None:
+    # Given two expired claims, the send of one of them marked started
+    idle = await claimed(store, "idle", now=T0)
+    sent = await claimed(store, "sent", now=T0)
+    assert await store.intent_mark_started([("sent", sent)], owner="w1",
+                                           now=T0 + 1) == {"sent"}
+    by = T0 + LEASE + 1
+    idle_release, _ = _ends("idle", idle, by=by)
+    sent_release, sent_uncertain = _ends("sent", sent, by=by)
+
+    # When the reconciler releases what did not start
+    # Then only the unstarted claim is released; the started one waits for its uncertain
+    assert await store.intent_apply_many([idle_release, sent_release], now=by) == ["idle"]
+    assert await state_of(store, "idle") == State.RETRYABLE
+    assert await store.intent_apply_many([sent_uncertain], now=by) == ["sent"]
+    assert await state_of(store, "sent") == State.UNCERTAIN
+
+
+async def test_a_start_marked_under_an_earlier_lease_does_not_count(store: Store) -> None:
+    # Given an intent whose first send started, was retried, and is claimed again
+    first = await claimed(store, "k", now=T0)
+    assert await store.intent_mark_started([("k", first)], owner="w1", now=T0 + 1) == {"k"}
+    assert await store.intent_apply_many([Change(
+        key="k", from_state=State.CLAIMED, to_state=State.RETRYABLE, event="transient",
+        lease_token=first, next_attempt_at=T0 + 2)], now=T0 + 2) == ["k"]
+    [claim] = await store.intent_claim_many(["k"], owner="w2", lease_s=LEASE, now=T0 + 3)
+    assert claim.kind is ClaimKind.CLAIMED and claim.token is not None
+    # When the second lease runs out with no send started under it
+    release, _ = _ends("k", claim.token, by=T0 + 3 + LEASE + 1)
+    # Then it is released: the first attempt's start is not this lease's
+    assert await store.intent_apply_many([release], now=T0 + 3 + LEASE + 1) == ["k"]
+    assert await event_types(store, "k") == [
+        "selected", "enqueued", "claimed", "transient", "claimed", "released"]
+
+
 # ---------------------------------------------------------------- outcomes
 
 

@@ -161,13 +161,19 @@ async def test_duplicate_publication_sends_once(h: Harness, same_batch: bool) ->
     assert await h.queue_total() == 0
 
 
-@pytest.mark.parametrize("a_sent", [False, True], ids=["died-before-send", "died-after-send"])
+@pytest.mark.parametrize(("a_started", "a_sent"), [(False, False), (True, False), (True, True)],
+                         ids=["died-before-start", "died-after-start", "died-after-send"])
 async def test_lease_expiry_hands_the_message_to_another_worker_once(
-    h: Harness, a_sent: bool
+    h: Harness, a_started: bool, a_sent: bool
 ) -> None:
     # given worker A claimed an intent and then died (it never finishes)
     key = await h.notify("ship-2:c1")
     assert len(await abandon_claim(h, owner="worker-A")) == 1
+    if a_started:
+        # ... once it had marked its send started (right before a request leaves)
+        claimed = await h.intent(key)
+        assert await h.rt.store.intent_mark_started(
+            [(key, claimed.lease_token)], owner="worker-A", now=h.clock.now()) == {key}
     if a_sent:
         # ... after its request reached the provider, before it could record the answer
         intent = await h.intent(key)
@@ -185,9 +191,11 @@ async def test_lease_expiry_hands_the_message_to_another_worker_once(
     b = h.worker("worker-B")
     await h.drive(b)
 
-    # then the provider accepted the key exactly once
-    assert swept.state is State.UNCERTAIN and swept.lease_owner is None
-    assert "lease_expired" in await h.event_types(key)
+    # then the provider accepted the key exactly once: a send that started is uncertain
+    # (settled by lookup), a claim whose send never started is simply released
+    assert swept.state is (State.UNCERTAIN if a_started else State.RETRYABLE)
+    assert swept.lease_owner is None
+    assert ("lease_expired" if a_started else "released") in await h.event_types(key)
     stats = h.stats()
     assert (stats["requests"], stats["accepted_keys"], stats["keys_accepted_twice"]) == (1, 1, 0)
     final = await h.intent(key)
@@ -508,6 +516,10 @@ async def test_a_stalled_recheck_before_the_send_does_not_outlive_the_lease(
     # when the pause ends and w2 re-reads the intent before its send
     h.clock.set(h.t0 + 10)
     await h.guard(task)
+    # (its send had not started, so the reconciler released the claim; w2 found the
+    # lease gone at its start mark, sent nothing and handed the message back)
+    assert w2.stats.sent == 0
+    await h.run_once(other)
 
     # then only the worker that holds the lease sent it: the sandbox accepted it once
     assert (await h.intent(key)).state is State.ACCEPTED

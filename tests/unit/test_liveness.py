@@ -104,8 +104,11 @@ def clock_of(rt: Runtime) -> FakeClock:
     return rt.clock
 
 
-async def hold_work(rt: Runtime, worker_id: str, count: int) -> dict[str, int]:
-    """``count`` intents received and claimed by ``worker_id``: key -> lease token."""
+async def hold_work(rt: Runtime, worker_id: str, count: int,
+                    started: int | None = None) -> dict[str, int]:
+    """``count`` intents received and claimed by ``worker_id``: key -> lease token. The
+    sends of the first ``started`` of them (all by default) are marked started, as a
+    worker marks them right before its requests leave."""
     keys = [(await rt.notify(key=f"{worker_id}-{i}", recipient={
         "id": f"r{i}", "email": f"r{i}@example.com"}, channels=["email"], template="t/v1"))[0]
         for i in range(count)]
@@ -119,7 +122,11 @@ async def hold_work(rt: Runtime, worker_id: str, count: int) -> dict[str, int]:
     claims = await rt.store.intent_claim_many(keys, owner=worker_id, lease_s=LEASE_S, now=now)
     tokens = {c.key: c.token for c in claims}
     assert all(t is not None for t in tokens.values())
-    return {k: t for k, t in tokens.items() if t is not None}
+    held = {k: t for k, t in tokens.items() if t is not None}
+    starts = list(held.items())[:count if started is None else started]
+    assert await rt.store.intent_mark_started(starts, owner=worker_id, now=now) == {
+        k for k, _ in starts}
+    return held
 
 
 def reconciler_of(rt: Runtime, host: str = HOST) -> Reconciler:
@@ -135,7 +142,7 @@ async def test_a_silent_worker_loses_its_leases_and_messages_at_once(rt: Runtime
     assert gone_one is not None and live_one is not None
     await gone_one.start()
     await live_one.start()
-    tokens = await hold_work(rt, "w-gone", 5)
+    tokens = await hold_work(rt, "w-gone", 5, started=3)
     kept = await hold_work(rt, "w-live", 2)
     reconciler = reconciler_of(rt)
 
@@ -151,10 +158,15 @@ async def test_a_silent_worker_loses_its_leases_and_messages_at_once(rt: Runtime
     result = await reconciler.end_gone_workers(clock.now())
     assert (result.leases_ended, result.messages_released) == (5, 5)
     assert clock.now() - T0 < LEASE_S / 10
-    for key in tokens:
+    # The three whose sends had started are uncertain; the two that never started a
+    # send are released, to be claimed again with no lookup and no operator.
+    assert result.leases_released == 2
+    for n, key in enumerate(tokens):
         intent = await rt.store.intent_get(key)
-        assert intent is not None and intent.state == State.UNCERTAIN
-        assert "lease_ended" in [e.type for e in await rt.store.events_for(key)]
+        ended = "lease_ended" if n < 3 else "released"
+        assert intent is not None
+        assert intent.state == (State.UNCERTAIN if n < 3 else State.RETRYABLE)
+        assert ended in [e.type for e in await rt.store.events_for(key)]
     for key in kept:
         intent = await rt.store.intent_get(key)
         assert intent is not None and intent.state == State.CLAIMED

@@ -261,13 +261,15 @@ async def test_without_a_lookup_a_lost_answer_is_held_and_never_resent(world: Wo
 
 
 async def test_an_expired_lease_is_uncertain_then_held_never_retried(world: World) -> None:
-    # given a worker that claimed, maybe sent, and died holding its lease
+    # given a worker that claimed, started its send (maybe sent), and died holding its lease
     await world.rt.notify_many([NotifyRequest(
         key="b", recipient={"id": "r", "email": "b@example.com"}, channels=["email"],
         template="t/v1")])
     [claim] = await world.rt.store.intent_claim_many(["b:email"], owner="dead-worker",
                                                      lease_s=30, now=world.clock.now())
     assert claim.token is not None
+    assert await world.rt.store.intent_mark_started(
+        [("b:email", claim.token)], owner="dead-worker", now=world.clock.now()) == {"b:email"}
 
     # when its lease expires and the reconciler sweeps twice
     world.clock.advance(31)
@@ -277,7 +279,39 @@ async def test_an_expired_lease_is_uncertain_then_held_never_retried(world: Worl
 
     # then it became uncertain, then held: a provider without a lookup is never retried
     assert swept.leases_expired == 1 and await world.state("b") is not State.RETRYABLE
+    assert swept.leases_released == 0
     assert settled.uncertain_held == 1 and await world.state("b") is State.HELD
+
+
+async def test_an_expired_lease_with_no_send_started_is_released_and_sent_once(
+        world: World) -> None:
+    # given a worker that claimed two intents and died before either send started
+    await world.rt.notify_many([NotifyRequest(
+        key=k, recipient={"id": f"r-{k}", "email": f"{k}@example.com"}, channels=["email"],
+        template="t/v1") for k in ("u", "v")])
+    claims = await world.rt.store.intent_claim_many(["u:email", "v:email"],
+                                                    owner="dead-worker", lease_s=30,
+                                                    now=world.clock.now())
+    assert all(c.token is not None for c in claims)
+
+    # when its leases expire and the reconciler sweeps
+    world.clock.advance(31)
+    swept = await world.reconcile()
+
+    # then both are released, not uncertain: nothing can have left, no operator needed
+    assert (swept.leases_expired, swept.leases_released) == (2, 2)
+    assert [await world.state(k) for k in ("u", "v")] == [State.RETRYABLE] * 2
+    [released] = [e for e in await world.events("u") if e.type == "released"]
+    assert released.worker == "reconciler" and "no send had started" in (released.detail or "")
+    # and a live worker sends each once when its message comes back (this provider
+    # loses every answer, so each send is uncertain now: a send that did start)
+    assert world.provider.sent == []
+    world.clock.advance(3600)
+    worker = world.rt.worker("email", "w2")
+    while await worker.run_once():
+        pass
+    assert sorted(world.provider.sent) == ["u:email", "v:email"]
+    assert [await world.state(k) for k in ("u", "v")] == [State.UNCERTAIN] * 2
 
 
 async def test_a_failing_lookup_waits_then_holds_never_resends(make: Make) -> None:
@@ -304,8 +338,11 @@ async def test_a_lookup_that_never_answers_is_cut_off_and_the_pass_goes_on(make:
     await world.rt.notify_many([NotifyRequest(
         key="gone", recipient={"id": "r-gone", "email": "gone@example.com"},
         channels=["email"], template="t/v1")])
-    await world.rt.store.intent_claim_many(["gone:email"], owner="dead-worker", lease_s=1.0,
-                                           now=world.clock.now())
+    [gone] = await world.rt.store.intent_claim_many(["gone:email"], owner="dead-worker",
+                                                    lease_s=1.0, now=world.clock.now())
+    assert gone.token is not None
+    await world.rt.store.intent_mark_started([("gone:email", gone.token)], owner="dead-worker",
+                                             now=world.clock.now())
     world.clock.advance(2)
 
     # when the reconciler runs a pass: the lookup is cut off at the send deadline

@@ -56,7 +56,9 @@ class Claim:
 class Change:
     """A guarded state change: applied only if the intent is in ``from_state``
     (and holds ``lease_token`` when given, and its lease expired by
-    ``lease_expired_by`` when given: a lease renewed meanwhile is left alone).
+    ``lease_expired_by`` when given: a lease renewed meanwhile is left alone; and, with
+    ``unstarted``, only if no send started under its lease: ``Ledger.intent_mark_started``
+    marked none).
     One audit event is appended with it.
 
     Field effects by target state, applied by every store alike:
@@ -79,6 +81,7 @@ class Change:
     count_attempt: bool = False
     count_failure: bool = False
     reset_failures: bool = False
+    unstarted: bool = False
     worker: str | None = None
     message_id: str | None = None
     detail: str | None = None

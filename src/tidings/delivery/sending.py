@@ -139,6 +139,8 @@ class Sending(Settling):
             late = await self._no_longer_wanted(intent, waited_from)
             if late is not None:
                 return late
+            if not await self._started(intent.key):
+                return None  # the lease is no longer this worker's: it must not send
             await self.pacer.start(start)  # on time, or a later slot if the checks outlast it
             held = self._held.get(intent.key)
             now = self.clock.now()
@@ -157,6 +159,16 @@ class Sending(Settling):
                           now=self.clock.now(), rng=self.rng, consecutive_rate_limits=streak)
         except Exception as exc:
             return self._raised(exc, intent, may_have_left=may_have_left)
+
+    async def _started(self, key: str) -> bool:
+        """Mark the send of ``key`` started in the ledger, with the starts that come
+        together (one write for all of them), before its request can leave; False when
+        the lease is no longer this worker's. What raises is raised before any request
+        left, so it is a transient failure, never uncertain."""
+        held = self._held.get(key)
+        if held is None:
+            return False
+        return await self._starts.submit((key, held[0]))
 
     async def _send_within_deadline(self, request: SendRequest) -> Outcome:
         """The provider's answer, or SendDeadlineExceeded once ``send_deadline_s`` has

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -18,6 +19,7 @@ from tidings.core.model import Received, address_kind
 from tidings.core.policy import RetryPolicy
 from tidings.core.suppression import Suppression
 from tidings.delivery.compose import Composer
+from tidings.delivery.group_commit import Coalescer, GroupCommitConfig
 from tidings.delivery.hold_gate import HoldGate
 from tidings.delivery.pacing.pacer import Pacer
 from tidings.delivery.throttle_gate import ThrottleGate
@@ -187,6 +189,16 @@ class WorkerState:
         # Lost leases are told once per run of them (none lost for a lease_s ends a run),
         # not once per intent: a worker back from a partition loses all it held.
         self._lease_lost_at: float | None = None
+        # Sends about to leave are marked started in the ledger first, the starts that
+        # come together in one write (``Ledger.intent_mark_started``): a lease that ends
+        # with no send started is released for another claim, not made uncertain.
+        self._starts: Coalescer[tuple[str, int], bool] = Coalescer(
+            self._mark_started, clock=clock, config=GroupCommitConfig(max_drafts=1000))
+
+    async def _mark_started(self, leases: Sequence[tuple[str, int]],
+                            now: float) -> list[bool]:
+        marked = await self.store.intent_mark_started(leases, owner=self.worker_id, now=now)
+        return [key in marked for key, _ in leases]
 
     @property
     def held(self) -> int:

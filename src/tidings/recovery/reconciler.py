@@ -1,11 +1,13 @@
 """The reconciler: a periodic, idempotent sweep that repairs what crashes leave behind.
 
 0. Workers whose liveness marker is gone (``tidings.core.liveness``) have their leases ended
-   at once (to uncertain, as 1 does when a lease expires) and their messages made
+   at once (as 1 does when a lease expires) and their messages made
    visible again, without waiting for ``lease_s`` or the visibility timeout; a worker
    whose process is gone from this host has its pacer slots freed too (no request of
    it can be in flight), without waiting for the pacer's ``stale_s``.
-1. Claimed intents whose lease expired become uncertain: the holder may have sent.
+1. Claimed intents whose lease expired become uncertain when a send had started under
+   the lease (``Ledger.intent_mark_started``): the holder may have sent. A claim whose
+   send never started is released (retryable) and claimed again: nothing can have left.
 2. Selected intents whose publisher died are published again (the relay).
 3. Enqueued or retryable intents whose message vanished are published again.
 4. Uncertain intents are settled by their channel's policy (``tidings.delivery.uncertain``):
@@ -92,6 +94,9 @@ class ReconcileResult:
     pacer_slots_freed: int = 0
     """Pacer slots those workers held, free before the pacer's ``stale_s``."""
     leases_expired: int = 0
+    leases_released: int = 0
+    """Of the leases ended or expired, those with no send started under them: released
+    for another claim instead of made uncertain (also counted as ended or expired)."""
     republished_stuck: int = 0
     republished_lost: int = 0
     uncertain_accepted: int = 0
@@ -144,7 +149,7 @@ class Reconciler:
                        ) -> ReconcileResult:
         result = ReconcileResult()
         await self.end_gone_workers(now, result)
-        result.leases_expired = await self._expire_leases(now)
+        result.leases_expired = await self._expire_leases(now, result)
         result.republished_stuck = await relay_pass(
             self.store, self.transport, now=now, config=self.config.relay,
             paused_channels=paused_channels, clock=self.clock)
@@ -184,8 +189,9 @@ class Reconciler:
         return result
 
     async def _take_back(self, mark: WorkerMark, now: float, result: ReconcileResult) -> None:
-        """A gone worker's leases become uncertain (it may have sent: the channel's
-        policy settles each, as for an expired lease) and its messages visible."""
+        """A gone worker's leases end: those with a send started become uncertain (it
+        may have sent: the channel's policy settles each, as for an expired lease), the
+        others are released; its messages become visible."""
         assert self.registry is not None
         try:
             # Whatever its sessions still hold (row locks of a transaction cut off
@@ -200,7 +206,7 @@ class Reconciler:
                                                 limit=self.config.limit)
             changes = [self._lease_ended(i, mark, now)
                        for i in held if i.lease_owner == mark.worker_id]
-            applied = await self.store.intent_apply_many(changes, now=now) if changes else []
+            applied = await self._release_unstarted(changes, now, result)
             result.leases_ended += len(applied)
             if len(held) < self.config.limit or not applied:
                 break
@@ -238,9 +244,10 @@ class Reconciler:
                       worker=self.worker_id, reason=reason,
                       next_attempt_at=landed_by if wait else None)
 
-    async def _expire_leases(self, now: float) -> int:
-        """Expired leases: the holder may have sent before it died, so the intent is
-        uncertain and its channel's policy settles it; it is never simply retried."""
+    async def _expire_leases(self, now: float, result: ReconcileResult) -> int:
+        """Expired leases: a send started under one may have left, so the intent is
+        uncertain and its channel's policy settles it (it is never simply retried); a
+        lease with no send started under it is released for another claim."""
         expired = await self.store.intent_find(
             states=[State.CLAIMED], lease_expired_at=now, limit=self.config.limit)
         changes = [Change(
@@ -249,7 +256,28 @@ class Reconciler:
             worker=self.worker_id,
             reason=f"lease of {i.lease_owner} expired at {i.lease_expires_at or 0:.3f}")
             for i in expired]
-        return len(await self.store.intent_apply_many(changes, now=now)) if changes else 0
+        return len(await self._release_unstarted(changes, now, result))
+
+    async def _release_unstarted(self, changes: list[Change], now: float,
+                                 result: ReconcileResult) -> list[str]:
+        """End leases: a claim with no send started under it (``intent_mark_started``
+        marked none) is released for another claim, and only the rest become uncertain
+        as ``changes`` say. Each release is guarded on "not started" in the store, so a
+        send marked after the intent was read is never released: that one's change to
+        uncertain applies instead. The keys whose lease ended, either way."""
+        if not changes:
+            return []
+        releases = [Change(
+            key=c.key, from_state=State.CLAIMED, to_state=State.RETRYABLE, event="released",
+            lease_token=c.lease_token, lease_expired_by=c.lease_expired_by, unstarted=True,
+            next_attempt_at=now, worker=self.worker_id,
+            reason=f"{c.reason}; no send had started under it, so it is claimed again")
+            for c in changes]
+        released = set(await self.store.intent_apply_many(releases, now=now))
+        rest = [c for c in changes if c.key not in released]
+        ended = await self.store.intent_apply_many(rest, now=now) if rest else []
+        result.leases_released += len(released)
+        return [*released, *ended]
 
     async def _republish_lost(self, now: float) -> int:
         stale = await self.store.intent_find(

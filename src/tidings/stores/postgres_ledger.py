@@ -32,7 +32,7 @@ from tidings.stores.postgres_db import Conn
 _APPLY_FIELDS = ("key", "from_state", "to_state", "lease_token", "lease_expired_by",
                  "receipt", "next_attempt_at", "leaves_claimed", "terminal", "reopens",
                  "reason", "count_attempt", "count_failure", "reset_failures",
-                 "provider_request_id")
+                 "provider_request_id", "unstarted")
 
 
 def _apply_columns(params: Sequence[Mapping[str, Any]], now: float) -> dict[str, Any]:
@@ -160,6 +160,22 @@ class PostgresLedger(PostgresBase):
 
         renewed = await self.db.write(fn)
         return list(dict.fromkeys(key for key, _ in leases if key not in renewed))
+
+    async def intent_mark_started(self, leases: Sequence[tuple[str, int]], *, owner: str,
+                                  now: float) -> set[str]:
+        """``Ledger.intent_mark_started``: one statement, in key order (as the outcome
+        commit locks its keys), so it never waits on a commit in a circle."""
+        if not leases:
+            return set()
+        ordered = sorted(set(leases))
+        params = {"keys": [k for k, _ in ordered], "tokens": [t for _, t in ordered],
+                  "owner": owner, "now": now}
+
+        async def fn(conn: Conn) -> set[str]:
+            cur = await conn.execute(self._sql["intent_mark_started"], params)
+            return {key for (key,) in await cur.fetchall()}
+
+        return await self.db.write(fn)
 
     async def intent_apply_many(self, changes: Sequence[base.Change], *, now: float,
                                 acks: base.QueueAcks | None = None) -> list[str]:

@@ -212,6 +212,18 @@ class Ledger(Protocol):
         """Extend live leases held by ``owner``; return the keys whose lease was lost."""
         ...
 
+    async def intent_mark_started(self, leases: Sequence[tuple[str, int]], *, owner: str,
+                                  now: float) -> set[str]:
+        """Record that the sends of these (key, lease token) claims are about to leave,
+        in one write; return the keys marked. A key is marked only while it is claimed
+        under that token by ``owner`` with its lease not run out at ``now``; a send
+        whose key is not returned must not start.
+
+        What it is for: a lease that ends with no send started under it (a crash, a
+        stall past the lease) is released (``Change.unstarted``), not made uncertain;
+        only a send that may have left goes through lookup, evidence or hold."""
+        ...
+
     async def intent_apply_many(self, changes: Sequence[Change], *, now: float,
                                 acks: QueueAcks | None = None) -> list[str]:
         """Apply guarded changes in one transaction; return the keys applied.

@@ -296,6 +296,7 @@ def change_params(change: Change, now: float) -> dict[str, Any]:
         "count_failure": int(change.count_failure),
         "reset_failures": change.reset_failures,
         "provider_request_id": _recorded(change.provider_request_id),
+        "unstarted": change.unstarted,
     }
 
 

@@ -119,6 +119,19 @@ class SqliteLedger(SqliteBase):
         renewed = await self.db.write(fn)
         return list(dict.fromkeys(key for key, _ in leases if key not in renewed))
 
+    async def intent_mark_started(self, leases: Sequence[tuple[str, int]], *, owner: str,
+                                  now: float) -> set[str]:
+        """``Ledger.intent_mark_started``: one statement over the JSON pairs."""
+        if not leases:
+            return set()
+        params = {"leases": json.dumps([[key, token] for key, token in leases]),
+                  "owner": owner, "now": now}
+
+        def fn(conn: sqlite3.Connection) -> set[str]:
+            return {key for (key,) in conn.execute(self._sql["intent_mark_started"], params)}
+
+        return await self.db.write(fn)
+
     async def intent_apply_many(self, changes: Sequence[base.Change], *, now: float,
                                 acks: base.QueueAcks | None = None) -> list[str]:
         """Apply guarded changes in one transaction; return the keys applied (with

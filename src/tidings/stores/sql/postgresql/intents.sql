@@ -352,6 +352,20 @@ WHERE intents.key = lease.key
   AND intents.lease_expires_at > %(now)s
 RETURNING intents.key
 
+-- name: intent_mark_started
+-- A worker's sends about to leave: each intent records the lease token its send
+-- started under, guarded like a renewal (still claimed, still ours, lease not run
+-- out), so a send is started only under a lease nobody else can have taken. The keys
+-- marked are returned; a send whose key is missing must not start.
+UPDATE intents SET send_started_token = intents.lease_token
+FROM unnest(%(keys)s::text[], %(tokens)s::bigint[]) AS lease(key, token)
+WHERE intents.key = lease.key
+  AND intents.lease_token = lease.token
+  AND intents.state = 'claimed'
+  AND intents.lease_owner = %(owner)s
+  AND intents.lease_expires_at > %(now)s
+RETURNING intents.key
+
 -- name: intent_apply
 -- One guarded change; the flags (leaves_claimed, terminal, reopens) are computed from
 -- tidings.states so the field effects of a target state live in one place.
@@ -385,6 +399,7 @@ WHERE key = %(key)s::text
   AND (%(lease_token)s::bigint IS NULL OR lease_token = %(lease_token)s::bigint)
   AND (%(lease_expired_by)s::float8 IS NULL
        OR lease_expires_at <= %(lease_expired_by)s::float8)
+  AND (NOT %(unstarted)s::bool OR send_started_token IS DISTINCT FROM lease_token)
 RETURNING channel, attempts
 
 -- name: intent_apply_columns
@@ -421,12 +436,13 @@ FROM (SELECT r->>0 AS key, r->>1 AS from_state, r->>2 AS to_state,
              (r->>7)::bool AS leaves_claimed, (r->>8)::bool AS terminal,
              (r->>9)::bool AS reopens, r->>10 AS reason, (r->>11)::int AS count_attempt,
              (r->>12)::int AS count_failure, (r->>13)::bool AS reset_failures,
-             r->>14 AS provider_request_id, ord
+             r->>14 AS provider_request_id, (r->>15)::bool AS unstarted, ord
       FROM jsonb_array_elements(%(changes)s::jsonb) WITH ORDINALITY AS j(r, ord)) AS c
 WHERE i.key = c.key
   AND i.state = c.from_state
   AND (c.lease_token IS NULL OR i.lease_token = c.lease_token)
   AND (c.lease_expired_by IS NULL OR i.lease_expires_at <= c.lease_expired_by)
+  AND (NOT c.unstarted OR i.send_started_token IS DISTINCT FROM i.lease_token)
 RETURNING c.ord, i.channel, i.attempts
 
 -- name: intent_cancel_read

@@ -134,6 +134,24 @@ WHERE intents.key = lease.lease_key
   AND intents.lease_expires_at > :now
 RETURNING key
 
+-- name: intent_mark_started
+-- A worker's sends about to leave: each intent records the lease token its send
+-- started under, guarded like a renewal (still claimed, still ours, lease not run
+-- out), so a send is started only under a lease nobody else can have taken. The keys
+-- marked are returned; a send whose key is missing must not start. :leases is a JSON
+-- array of [key, token] pairs.
+UPDATE intents SET send_started_token = intents.lease_token
+FROM (
+    SELECT json_extract(value, '$[0]') AS lease_key, json_extract(value, '$[1]') AS token
+    FROM json_each(:leases)
+) AS lease
+WHERE intents.key = lease.lease_key
+  AND intents.lease_token = lease.token
+  AND +intents.state = 'claimed'
+  AND intents.lease_owner = :owner
+  AND intents.lease_expires_at > :now
+RETURNING key
+
 -- name: intent_apply
 -- One guarded change; the flags (:leaves_claimed, :terminal, :reopens) are computed
 -- from tidings.states so the field effects of a target state live in one place.
@@ -160,6 +178,7 @@ WHERE key = :key
   AND state = :from_state
   AND (:lease_token IS NULL OR lease_token = :lease_token)
   AND (:lease_expired_by IS NULL OR lease_expires_at <= :lease_expired_by)
+  AND (NOT :unstarted OR send_started_token IS NOT lease_token)
 RETURNING channel, attempts
 
 -- name: intent_cancel_read
