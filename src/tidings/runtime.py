@@ -21,7 +21,14 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 from tidings.admission import intake
 from tidings.admission.audience import SqlAudience, audience_from_spec
 from tidings.admission.campaign import Campaign
-from tidings.admission.digests import ClosedDigests, Digested, add_item, close_due, item_draft
+from tidings.admission.digests import (
+    ClosedDigests,
+    Digested,
+    add_item,
+    close_due,
+    close_page,
+    item_draft,
+)
 from tidings.admission.intake import (
     NotifyRequest,
     admit_drafts,
@@ -562,8 +569,9 @@ class Runtime:
                            sendable=self._sendable)
         added = await add_item(self.store, draft, now=now)
         if added.sealed and added.created:
-            # At its item cap: admitted now, not at the next close pass.
-            await self.close_digests()
+            # At its item cap: admitted now, not at the next close pass; the other due
+            # windows are the close passes' (a caller never waits for them).
+            await self.close_digest_windows([added.window_id])
         return added
 
     async def cancel_digest_item(self, digest_key: str, item_key: str) -> bool:
@@ -578,11 +586,23 @@ class Runtime:
 
     async def close_digests(self) -> ClosedDigests:
         """Admit the digest of every window whose time is up (run by the scheduler's
-        passes and every worker's reconcile loop; safe to run anywhere, at once)."""
-        s = self.settings.scheduler
-        return await close_due(self.store, self.transport, known_channels=self.channel_kinds,
-                               now=self.clock.now(), horizon_s=s.relay_horizon_s,
-                               lease_s=s.relay_lease_s, enqueue_in_store=self.enqueue_in_store)
+        passes and every worker's reconcile loop; safe to run anywhere, at once: closers
+        at once close disjoint pages of windows)."""
+        return await close_due(self.store, known_channels=self.channel_kinds,
+                               clock=self.clock, enqueue_in_store=self.enqueue_in_store)
+
+    async def close_digest_windows(self, window_ids: Sequence[str]) -> ClosedDigests:
+        """Admit the digests of these windows now, each if it is due (at its item cap,
+        or its time is up) and no closer has it (that closer admits it): what the call
+        that filled a window does, leaving every other due window to the close passes."""
+        windows = admitted = empty = 0
+        for window_id in dict.fromkeys(window_ids):
+            one = await close_page(self.store, known_channels=self.channel_kinds,
+                                   now=self.clock.now(), window_id=window_id,
+                                   enqueue_in_store=self.enqueue_in_store)
+            windows, admitted, empty = (windows + one.windows, admitted + one.admitted,
+                                        empty + one.empty)
+        return ClosedDigests(windows=windows, admitted=admitted, empty=empty)
 
     @property
     def notify_groups(self) -> int:

@@ -15,11 +15,21 @@ import json
 import multiprocessing
 import traceback
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+import pytest
+
 from tidings.core.digest import ITEMS_BUDGET
-from tidings.stores.base import DigestItemDraft, Store
+from tidings.core.model import IntentDraft
+from tidings.stores.base import (
+    DigestItem,
+    DigestItemDraft,
+    DigestPage,
+    DigestsClosed,
+    DigestWindow,
+    Store,
+)
 
 T0 = 1_000_100.0
 
@@ -184,6 +194,68 @@ async def test_pending_and_purge(store: Store) -> None:
     assert (await store.digest_pending()).windows == 1
 
 
+def build(windows: Sequence[DigestWindow], items: dict[str, list[DigestItem]]) -> DigestPage:
+    """One email intent per window with items (its item keys as its data), none for one
+    whose items were all cancelled."""
+    drafts, finished = [], {}
+    for w in windows:
+        keys = [i.item_key for i in items.get(w.window_id, [])]
+        made = [IntentDraft(key=f"{w.window_id}:email", channel="email", recipient_id="r1",
+                            address="r1@example.com", template="t", data=json.dumps(keys),
+                            due_at=T0)] if keys else []
+        drafts += made
+        finished[w.window_id] = [d.key for d in made]
+    return DigestPage(drafts=drafts, finished=finished)
+
+
+async def test_a_close_takes_a_page_of_due_windows_and_admits_it(store: Store) -> None:
+    windows = [(await store.digest_add(item("a", f"d{n}"), now=T0 + n)).window_id
+               for n in range(5)]
+    await store.digest_add(item("b", "d4"), now=T0 + 5)
+    await store.digest_cancel_item("d3", "a", now=T0 + 6)
+    late = await store.digest_add(item("a", "later"), now=T0 + 100)  # not due
+    nothing = DigestsClosed(windows=[], created=[])
+
+    first = await store.digest_close(now=T0 + 70, limit=2, build=build, enqueue=True)
+    second = await store.digest_close(now=T0 + 70, limit=10, build=build, enqueue=False)
+    assert sorted(first.windows) == windows[:2]  # the earliest due first
+    assert sorted(second.windows) == sorted(windows[2:])
+    assert sorted(first.created + second.created) == sorted(
+        f"{w}:email" for w in windows if w != windows[3])
+    assert await store.digest_close(now=T0 + 70, limit=10, build=build,
+                                    enqueue=True) == nothing
+    states = [(await store.digest_window(w)).state for w in windows]  # type: ignore[union-attr]
+    assert states == ["closed", "closed", "closed", "empty", "closed"]
+    intent = await store.intent_get(f"{windows[4]}:email")
+    assert intent is not None and json.loads(intent.data) == ["a", "b"]
+    assert intent.state == "selected"  # not enqueued: the outbox relay publishes it
+    enqueued = await store.intent_get(f"{windows[0]}:email")
+    assert enqueued is not None and enqueued.state == "enqueued"
+    # one window: only if due
+    assert await store.digest_close(now=T0 + 80, limit=1, build=build, enqueue=True,
+                                    window_id=late.window_id) == nothing
+    full = await store.digest_add(item("z", "full", max_items=1), now=T0 + 80)
+    one = await store.digest_close(now=T0 + 80, limit=1, build=build, enqueue=True,
+                                   window_id=full.window_id)
+    assert one.windows == [full.window_id] and one.created == [f"{full.window_id}:email"]
+    assert (await store.digest_pending()).windows == 1  # `late`, still open
+
+
+async def test_a_close_that_fails_leaves_its_page_to_the_next(store: Store) -> None:
+    a = await store.digest_add(item("a"), now=T0)
+
+    def dies(windows: Sequence[DigestWindow], items: dict[str, list[DigestItem]]
+             ) -> DigestPage:
+        raise RuntimeError("killed")
+
+    with pytest.raises(RuntimeError, match="killed"):
+        await store.digest_close(now=T0 + 60, limit=10, build=dies, enqueue=True)
+    window = await store.digest_window(a.window_id)
+    assert window is not None and window.state == "open"  # as it was: rolled back
+    closed = await store.digest_close(now=T0 + 60, limit=10, build=build, enqueue=True)
+    assert closed.windows == [a.window_id]
+
+
 def _add_everything(opener: Callable[[str], Awaitable[Store]], url: str, owner: str,
                     start: Any, results: Any) -> None:
     """Child process: add 60 items (20 shared with every other process) to 4 keys."""
@@ -241,3 +313,50 @@ async def test_three_processes_put_every_item_in_one_window(
     assert held == Counter({key: 1 for key in windows_of})
     pending = await store.digest_pending()
     assert pending.items == sum(held.values())
+
+
+def _close_everything(opener: Callable[[str], Awaitable[Store]], url: str, owner: str,
+                      start: Any, results: Any) -> None:
+    """Child process: close pages of 4 due windows until none is left."""
+
+    async def run() -> list[str]:
+        store = await opener(url)
+        try:
+            start.wait()
+            closed: list[str] = []
+            while True:
+                page = await store.digest_close(now=T0 + 100, limit=4, build=build,
+                                                enqueue=True)
+                if not page.windows:
+                    return closed
+                assert sorted(page.created) == sorted(f"{w}:email" for w in page.windows)
+                closed += page.windows
+        finally:
+            await store.close()
+
+    try:
+        results.put((owner, asyncio.run(run())))
+    except Exception:  # said, not lost in a child's stderr: the test fails naming it
+        results.put((owner, traceback.format_exc()))
+
+
+async def test_three_processes_close_each_due_window_once(
+        store: Store, store_backend: Any, store_url: str) -> None:
+    due = {(await store.digest_add(item("a", f"d{n}"), now=T0 + n * 0.01)).window_id
+           for n in range(90)}
+    ctx = multiprocessing.get_context("spawn")
+    start, results = ctx.Barrier(3), ctx.Queue()
+    procs = [ctx.Process(target=_close_everything,
+                         args=(store_backend.open, store_url, f"c{n}", start, results))
+             for n in range(3)]
+    for p in procs:
+        p.start()
+    got = dict(await asyncio.to_thread(lambda: [results.get(timeout=120) for _ in procs]))
+    for p in procs:
+        p.join(timeout=30)
+    failed = {owner: text for owner, text in got.items() if isinstance(text, str)}
+    assert not failed, failed
+
+    closed = Counter(wid for wids in got.values() for wid in wids)
+    assert set(closed) == due and set(closed.values()) == {1}
+    assert (await store.digest_pending()).windows == 0

@@ -18,7 +18,7 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from tidings import Digest, Digested
-from tidings.admission.digests import close_window
+from tidings.admission import digests as digests_module
 from tidings.config.settings import Settings
 from tidings.core.clock import FakeClock
 from tidings.core.digest import digest_intent_key, digest_of, window_id
@@ -27,6 +27,7 @@ from tidings.core.model import SendRequest
 from tidings.core.outcomes import Accepted, Outcome
 from tidings.core.states import State
 from tidings.runtime import Runtime, build_runtime
+from tidings.stores.base import DigestPage
 
 T0 = 1_790_000_000.0
 ADA = {"id": "cust-1", "email": "ada@example.com", "name": "Ada"}
@@ -196,26 +197,56 @@ async def test_a_sliding_window_waits_for_quiet_within_its_maximum(
     assert inbox.bodies() == ["Hi Ada: [c0] [c1] [c2] [c3] [c4]", "Hi Ada: [c5]"]
 
 
-async def test_a_closer_stopped_between_its_steps_is_finished_by_the_next(
-        runtime: Runtime, clock: FakeClock, inbox: Inbox) -> None:
+async def test_a_closer_stopped_mid_close_leaves_its_windows_to_the_next(
+        runtime: Runtime, clock: FakeClock, inbox: Inbox,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     a = await comment(runtime, "c1")
     clock.advance(600)
-    # killed after sealing (and again after admitting): the window stays to finish
+    # killed while making the page's digests: the page's transaction rolls back
+
+    def killed(*args: Any, **kwargs: Any) -> DigestPage:
+        raise RuntimeError("killed")
+
+    monkeypatch.setattr(digests_module, "build_page", killed)
+    with pytest.raises(RuntimeError, match="killed"):
+        await runtime.close_digests()
+    monkeypatch.undo()
     window = await runtime.store.digest_window(a.window_id)
-    assert window is not None and await runtime.store.digest_seal(a.window_id)
-    [due] = await runtime.store.digest_due(now=clock.now(), limit=10)
-    await close_window(runtime.store, runtime.transport, due,
-                       known_channels=runtime.channel_kinds, now=clock.now(), horizon_s=60,
-                       lease_s=30, enqueue_in_store=runtime.enqueue_in_store)
-    # a second closer that read the window before the first finished it
-    again = await close_window(runtime.store, runtime.transport, due,
-                               known_channels=runtime.channel_kinds, now=clock.now(),
-                               horizon_s=60, lease_s=30,
-                               enqueue_in_store=runtime.enqueue_in_store)
+    assert window is not None and window.state == "open"
+    # sealed by an item that found its time up, then closed by the next pass
+    late = await comment(runtime, "c2")
+    closed = await runtime.close_digests()
+    again = await runtime.close_digests()
     await deliver(runtime)
 
-    assert again == (0, "skipped")
+    assert (closed.windows, closed.admitted, again.windows) == (1, 1, 0)
     assert inbox.bodies() == ["Hi Ada: [c1]"]
+    assert late.window_id != a.window_id
+
+
+async def test_the_call_that_fills_a_window_admits_that_window_alone(
+        runtime: Runtime, clock: FakeClock, inbox: Inbox) -> None:
+    others = [await comment(runtime, f"o{n}", digest=Digest(key=f"other:{n}", window_s=60))
+              for n in range(3)]
+    clock.advance(60)  # the others are due; no close pass ran yet
+    capped = Digest(key="comments:cust-1", window_s=600, max_items=2)
+    await comment(runtime, "c1", digest=capped)
+    filled = await comment(runtime, "c2", digest=capped)
+
+    assert filled.sealed
+    assert await runtime.store.intent_get(filled.intent_keys(["email"])[0]) is not None
+    for other in others:
+        assert await runtime.store.intent_get(other.intent_keys(["email"])[0]) is None
+    assert (await runtime.store.digest_pending()).windows == 3
+    # filled again (a close pass holds it meanwhile, or closed it): nothing more
+    again = await runtime.close_digest_windows([filled.window_id])
+    assert (again.windows, again.admitted) == (0, 0)
+    closed = await runtime.close_digests()
+    await deliver(runtime)
+
+    assert (closed.windows, closed.admitted) == (3, 3)
+    assert sorted(inbox.bodies()) == ["Hi Ada: [c1] [c2]", "Hi Ada: [o0]", "Hi Ada: [o1]",
+                                      "Hi Ada: [o2]"]
 
 
 @pytest.mark.parametrize(("digest", "field"), [

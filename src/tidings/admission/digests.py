@@ -3,28 +3,30 @@ channel (``notify(..., digest=...)``; ``tidings.core.digest`` says what a window
 
 ``add_item`` validates the call as ``notify`` does and writes the item
 (``Digests.digest_add``); ``close_due`` is run by the scheduler's and every worker's
-reconcile loop: it seals each window that is due, builds its digest from the items
-still in it, admits it under the window's keys, and marks the window done. Each step
-is idempotent, so a closer killed between them leaves work the next one finishes, and
-two closers admit one digest once.
+reconcile loop: page by page, in one store transaction a page, it seals due windows,
+builds each digest from the items still in its window (``build_page``), admits them
+under the windows' keys, and marks the windows done. Closers at once close disjoint
+pages, so each does its share; a closer killed mid-page leaves the page as it was, to
+the next. ``close_page(window_id=...)`` does the same for the one window a ``notify``
+just filled.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any
 
 from tidings.admission.intake import (
     NotifyRequest,
     Sendable,
-    admit_drafts,
     asked_of,
     recipient_of,
 )
 from tidings.config.queues import QueueDigestSettings
+from tidings.core.clock import Clock
 from tidings.core.digest import (
     ITEMS_BUDGET,
     Digest,
@@ -36,17 +38,18 @@ from tidings.core.digest import (
 )
 from tidings.core.errors import InvalidInput
 from tidings.core.model import IntentDraft, encode_data
-from tidings.stores.base import DigestItemDraft, Digests, DigestWindow, Ledger
-from tidings.transports.base import Transport
+from tidings.stores.base import (
+    DigestItem,
+    DigestItemDraft,
+    DigestPage,
+    Digests,
+    DigestWindow,
+)
 
 log = logging.getLogger("tidings.digests")
 
 #: Windows one close pass reads at a time.
 CLOSE_PAGE = 200
-
-
-class DigestStore(Ledger, Digests, Protocol):
-    """What digests need of a store."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -159,60 +162,72 @@ async def add_item(store: Digests, draft: DigestItemDraft, *, now: float) -> Dig
                     closes_at=added.closes_at, sealed=added.state != WindowState.OPEN)
 
 
-async def close_window(store: DigestStore, transport: Transport, window: DigestWindow, *,
-                       known_channels: Mapping[str, str], now: float, horizon_s: float,
-                       lease_s: float, enqueue_in_store: bool) -> tuple[int, str]:
-    """Seal, admit and finish one window; answers the intents admitted now and what
-    became of the window: ``closed``, ``empty`` (nothing to send), or ``skipped``
-    (another closer finished it meanwhile). Safe to repeat at any step."""
-    if window.state == WindowState.OPEN and not await store.digest_seal(window.window_id):
-        return 0, "skipped"
-    items = await store.digest_items(window.window_id)
-    sent_as = json.loads(window.request)
-    channels = [ch for ch in sent_as["channels"] if ch in known_channels]
-    if not items or not channels:
-        if items:
-            log.warning("digest not sent: none of its channels is configured any more",
-                        extra={"window": window.window_id, "channels": sent_as["channels"]})
-        done = await store.digest_finish(window.window_id, intent_keys=[], now=now)
-        return 0, "empty" if done else "skipped"
-    data = encode_data(digest_data(digest_key=window.digest_key,
-                                   items=[json.loads(item.data) for item in items],
-                                   base=sent_as["base"]))
-    drafts = [IntentDraft(key=digest_intent_key(window.window_id, channel), channel=channel,
-                          recipient_id=sent_as["recipient_id"],
-                          address=sent_as["addresses"][channel],
-                          template=sent_as["template"], data=data, due_at=now)
-              for channel in channels]
-    created = await admit_drafts(store, transport, drafts, now=now, horizon_s=horizon_s,
-                                 lease_s=lease_s, enqueue_in_store=enqueue_in_store)
-    finished = await store.digest_finish(window.window_id,
-                                         intent_keys=[d.key for d in drafts], now=now)
-    return len(created), "closed" if finished else "skipped"
+def build_page(windows: Sequence[DigestWindow], items: Mapping[str, Sequence[DigestItem]], *,
+               known_channels: Mapping[str, str], now: float) -> DigestPage:
+    """The digests of a page of sealed windows: one intent per channel still configured,
+    under the window's keys, whose data is the items in order. A window whose items
+    were all cancelled, or whose channels are all gone, is finished ``empty``."""
+    drafts: list[IntentDraft] = []
+    finished: dict[str, list[str]] = {}
+    for window in windows:
+        kept = items.get(window.window_id, [])
+        sent_as = json.loads(window.request)
+        channels = [ch for ch in sent_as["channels"] if ch in known_channels]
+        if not kept or not channels:
+            if kept:
+                log.warning("digest not sent: none of its channels is configured any more",
+                            extra={"window": window.window_id, "channels": sent_as["channels"]})
+            finished[window.window_id] = []
+            continue
+        data = encode_data(digest_data(digest_key=window.digest_key,
+                                       items=[json.loads(item.data) for item in kept],
+                                       base=sent_as["base"]))
+        made = [IntentDraft(key=digest_intent_key(window.window_id, channel),
+                            channel=channel, recipient_id=sent_as["recipient_id"],
+                            address=sent_as["addresses"][channel],
+                            template=sent_as["template"], data=data, due_at=now)
+                for channel in channels]
+        drafts += made
+        finished[window.window_id] = [d.key for d in made]
+    return DigestPage(drafts=drafts, finished=finished)
 
 
-async def close_due(store: DigestStore, transport: Transport, *,
-                    known_channels: Mapping[str, str], now: float, horizon_s: float = 60.0,
-                    lease_s: float = 30.0, enqueue_in_store: bool = False,
+async def close_page(store: Digests, *, known_channels: Mapping[str, str], now: float,
+                     enqueue_in_store: bool, limit: int = CLOSE_PAGE,
+                     window_id: str | None = None) -> ClosedDigests:
+    """Close one page of due windows (or the window ``window_id`` alone) in one store
+    transaction (``Digests.digest_close``): its digests admitted on the store's own
+    queue with ``enqueue_in_store``, else written for the outbox relay to publish."""
+    pages: list[DigestPage] = []
+
+    def build(windows: Sequence[DigestWindow], items: dict[str, list[DigestItem]]
+              ) -> DigestPage:
+        pages.append(build_page(windows, items, known_channels=known_channels, now=now))
+        return pages[-1]
+
+    closed = await store.digest_close(now=now, limit=limit, build=build,
+                                      enqueue=enqueue_in_store, window_id=window_id)
+    # The build of the transaction that committed (a retried one builds again).
+    finished = pages[-1].finished if pages else {}
+    return ClosedDigests(windows=len(closed.windows), admitted=len(closed.created),
+                         empty=sum(1 for wid in closed.windows if not finished.get(wid)))
+
+
+async def close_due(store: Digests, *, known_channels: Mapping[str, str], clock: Clock,
+                    enqueue_in_store: bool = False,
                     max_windows: int = 10 * CLOSE_PAGE) -> ClosedDigests:
-    """Close every window due at ``now`` (at most ``max_windows`` in one call)."""
+    """Close due windows a page at a time (at most ``max_windows`` in one call): a page
+    another closer holds is its, so closers running at once share the due windows."""
     windows = admitted = empty = 0
     while windows < max_windows:
-        due = await store.digest_due(now=now, limit=min(CLOSE_PAGE, max_windows - windows))
-        if not due:
+        closed = await close_page(store, known_channels=known_channels, now=clock.now(),
+                                  enqueue_in_store=enqueue_in_store,
+                                  limit=min(CLOSE_PAGE, max_windows - windows))
+        if not closed.windows:
             break
-        progressed = False
-        for window in due:
-            count, became = await close_window(
-                store, transport, window, known_channels=known_channels, now=now,
-                horizon_s=horizon_s, lease_s=lease_s, enqueue_in_store=enqueue_in_store)
-            admitted += count
-            if became != "skipped":
-                windows += 1
-                progressed = True
-                empty += became == "empty"
-        if not progressed:
-            break  # another closer finished these: what is left is its
+        windows += closed.windows
+        admitted += closed.admitted
+        empty += closed.empty
     if windows:
         log.info("digests closed", extra={"windows": windows, "admitted": admitted,
                                           "empty": empty})

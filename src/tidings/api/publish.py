@@ -197,8 +197,9 @@ async def _add_items(c: ApiContext, answer: PublishAnswer, body: PublishRequest,
     except InvalidInput as exc:
         field = "body.payload" if exc.field == "data" else f"body.queue.digest.{exc.field}"
         raise ApiError(422, field, exc.message) from None
-    if any(item.sealed and item.created for item in added):
-        await c.runtime.close_digests()  # at its item cap: sent now, not at the next pass
+    filled = [item.window_id for item in added if item.sealed and item.created]
+    if filled:  # at its item cap: sent now, not at the next pass; other windows wait for it
+        await c.runtime.close_digest_windows(filled)
     return answer.model_copy(update={"keys": [], "digests": [
         DigestItemAnswer(key=item.item_key, digest_key=item.digest_key,
                          window_id=item.window_id, created=item.created, items=item.items,

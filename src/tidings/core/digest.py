@@ -19,6 +19,13 @@ from the window (``digest_intent_key``), whose template receives the items in or
 are each idempotent, so a closer killed between them is finished by the next one, and
 two closers admit one digest once.
 
+Closing is one job shared by every closer (the scheduler and each worker's reconcile
+loop): a close pass takes a page of due windows and seals, admits and finishes it in
+one store transaction that other closers pass over, so N closers at once each do a
+share of the work, not all of it; a closer that dies mid-page leaves the page as it
+found it, to the next. The ``notify`` call that fills a window (its cap) closes that
+window alone.
+
 An item is known by (digest key, item key) for good: a retried or replayed event is
 the same item, in the window it first joined, never in two. Cancelling an item while
 its window is open takes it out; a window whose every item was cancelled is sent

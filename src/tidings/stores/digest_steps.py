@@ -8,15 +8,17 @@ and an item mean is ``tidings.core.digest``'s; the dialects' named queries are
 from __future__ import annotations
 
 import json
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from typing import Any
 
 from tidings.core.digest import WindowState, opening, over_budget, slid, window_id
 from tidings.stores.records import (
     DigestAdded,
+    DigestBuild,
     DigestItem,
     DigestItemDraft,
     DigestPending,
+    DigestsClosed,
     DigestWindow,
 )
 
@@ -26,6 +28,9 @@ Rows = list[tuple[Any, ...]]
 TRIES = 20
 #: A body: yields (query name, parameters), is sent the rows, returns its result.
 Body = Generator[tuple[str, dict[str, Any]], Rows, Any]
+#: Not a query: the store's admission of ``drafts`` (its driver runs it in the body's
+#: transaction and sends back the keys created, one a row).
+ADMIT = "<admit>"
 
 
 def _window(row: Sequence[Any]) -> DigestWindow:
@@ -100,12 +105,48 @@ def cancel_body(digest_key: str, item_key: str, now: float) -> Body:
     return str(WindowState.OPEN)
 
 
-def finish_body(window: str, intent_keys: Sequence[str], now: float) -> Body:
-    """``Digests.digest_finish``."""
-    state = WindowState.CLOSED if intent_keys else WindowState.EMPTY
-    rows = yield "digest_finish", {"window_id": window, "state": str(state), "now": now,
-                                   "intent_keys": json.dumps(list(intent_keys))}
-    return bool(rows)
+def finish_body(finished: Mapping[str, Sequence[str]], now: float) -> Body:
+    """Mark sealed windows done, each with its digest's keys: one statement for the
+    lot; the windows finished now."""
+    rows = yield "digest_finish", {"now": now, "finished": json.dumps([
+        {"window_id": window,
+         "state": str(WindowState.CLOSED if keys else WindowState.EMPTY),
+         "intent_keys": json.dumps(list(keys))} for window, keys in finished.items()])}
+    return [str(row[0]) for row in rows]
+
+
+def claim_body(now: float, limit: int, window: str | None) -> Body:
+    """The page ``Digests.digest_close`` closes: sealed, and held by its transaction."""
+    if window is None:
+        rows = yield "digest_claim", {"now": now, "limit": limit}
+    else:
+        rows = yield "digest_claim_window", {"now": now, "window_id": window}
+    # RETURNING gives no order: the earliest due first, as the page was chosen.
+    return sorted((_window(row) for row in rows), key=lambda w: (w.closes_at, w.window_id))
+
+
+def items_body(window_ids: Sequence[str]) -> Body:
+    """The items not cancelled of a page of windows, by window, in order."""
+    rows = yield "digest_items_of", {"window_ids": json.dumps(list(window_ids))}
+    items: dict[str, list[DigestItem]] = {}
+    for r in rows:
+        items.setdefault(r[0], []).append(
+            DigestItem(item_key=r[1], seq=int(r[2]), added_at=float(r[3]), data=r[4]))
+    return items
+
+
+def close_body(now: float, limit: int, window: str | None, build: DigestBuild) -> Body:
+    """``Digests.digest_close``: claim a page, read its items, admit what ``build`` makes
+    of them (``ADMIT``: the store's own admission, run by its driver in this
+    transaction, sent back the keys it created as rows), and mark the page done."""
+    page = yield from claim_body(now, limit, window)
+    if not page:
+        return DigestsClosed(windows=[], created=[])
+    items = yield from items_body([w.window_id for w in page])
+    made = build(page, items)
+    created = (yield ADMIT, {"drafts": made.drafts, "now": now}) if made.drafts else []
+    done = yield from finish_body(made.finished, now)
+    return DigestsClosed(windows=done, created=[str(row[0]) for row in created])
 
 
 def purge_body(before: float) -> Body:
@@ -119,7 +160,9 @@ class DigestRole:
     """The ``Digests`` role over a store's ``_run`` (a body in one write transaction)
     and ``_query`` (one read)."""
 
-    async def _run(self, body: Body) -> Any:
+    async def _run(self, body: Body, *, enqueue: bool = False) -> Any:
+        """Run ``body`` in one write transaction; its ``ADMIT`` steps admit drafts born
+        enqueued (with ``enqueue``) or selected."""
         raise NotImplementedError
 
     async def _query(self, name: str, params: dict[str, Any]) -> Rows:
@@ -145,10 +188,15 @@ class DigestRole:
         return [DigestItem(item_key=r[0], seq=int(r[1]), added_at=float(r[2]), data=r[3])
                 for r in rows]
 
+    async def digest_close(self, *, now: float, limit: int, build: DigestBuild,
+                           enqueue: bool, window_id: str | None = None) -> DigestsClosed:
+        closed: DigestsClosed = await self._run(close_body(now, limit, window_id, build),
+                                                enqueue=enqueue)
+        return closed
+
     async def digest_finish(self, window_id: str, *, intent_keys: Sequence[str],
                             now: float) -> bool:
-        done: bool = await self._run(finish_body(window_id, intent_keys, now))
-        return done
+        return bool(await self._run(finish_body({window_id: intent_keys}, now)))
 
     async def digest_cancel_item(self, digest_key: str, item_key: str, *,
                                  now: float) -> str | None:

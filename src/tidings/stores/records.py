@@ -422,6 +422,29 @@ class DigestItem:
 
 
 @dataclass(frozen=True, kw_only=True)
+class DigestPage:
+    """What a page of windows becomes (``Digests.digest_close``): the digests' intents,
+    and each window's intent keys (none: it ends ``empty``)."""
+
+    drafts: list[IntentDraft]
+    finished: dict[str, list[str]]
+
+
+#: Makes a page's digests from its windows and their items not cancelled (by window, in
+#: order); the business rules' side of ``Digests.digest_close``, pure.
+DigestBuild = Callable[[Sequence[DigestWindow], dict[str, list[DigestItem]]], DigestPage]
+
+
+@dataclass(frozen=True, kw_only=True)
+class DigestsClosed:
+    """What ``Digests.digest_close`` did: the windows it finished, the intents it
+    created (a key there already is left as it is)."""
+
+    windows: list[str]
+    created: list[str]
+
+
+@dataclass(frozen=True, kw_only=True)
 class DigestPending:
     """Windows not yet admitted, the items they hold, and when the oldest opened."""
 

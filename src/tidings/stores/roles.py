@@ -48,9 +48,11 @@ from tidings.stores.records import (
     ApiToken,
     CampaignReports,
     DigestAdded,
+    DigestBuild,
     DigestItem,
     DigestItemDraft,
     DigestPending,
+    DigestsClosed,
     DigestWindow,
     Hold,
     IdempotentResponse,
@@ -441,6 +443,18 @@ class Digests(Protocol):
     async def digest_seal(self, window_id: str) -> bool:
         """Close the window to items (what joins its key next opens a new one); True
         if it is sealed now, False when it was finished already or is unknown."""
+        ...
+
+    async def digest_close(self, *, now: float, limit: int, build: DigestBuild,
+                           enqueue: bool, window_id: str | None = None) -> DigestsClosed:
+        """Close a page of up to ``limit`` windows ``digest_due`` would answer (or the
+        window ``window_id`` alone, if it is due) in one transaction: seal them, hand
+        them with their items not cancelled to ``build``, admit the drafts it makes
+        (``intent_admit``: born enqueued with ``enqueue``, else selected), and mark each
+        window done with its keys (``empty`` for none). Closers at once close disjoint
+        pages (a window another closer's transaction holds is passed over), and a closer
+        that dies leaves its page as it found it, to the next. What ``build`` raises
+        rolls the transaction back and is raised."""
         ...
 
     async def digest_window(self, window_id: str) -> DigestWindow | None:

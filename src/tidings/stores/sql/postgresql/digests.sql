@@ -56,6 +56,30 @@ WHERE state = 'sealed' OR (state = 'open' AND closes_at <= %(now)s::float8)
 ORDER BY closes_at, window_id
 LIMIT %(limit)s
 
+-- name: digest_claim
+-- Seal and lock a page of due windows for this closer's transaction, which closes them.
+-- SKIP LOCKED passes over the windows another closer's transaction holds (and a window
+-- an add holds): closers at once take disjoint pages. A window another closer finished
+-- after this statement's snapshot is checked again once unlocked, and left out.
+WITH page AS (
+    SELECT window_id FROM digest_windows
+    WHERE state = 'sealed' OR (state = 'open' AND closes_at <= %(now)s::float8)
+    ORDER BY closes_at, window_id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE digest_windows w SET state = 'sealed'
+FROM page WHERE w.window_id = page.window_id
+RETURNING w.window_id, w.digest_key, w.state, w.opened_at, w.closes_at, w.items, w.request
+
+-- name: digest_claim_window
+-- The same for one window (the call that filled it admits it at once); waits for a
+-- closer holding it, then finds it finished.
+UPDATE digest_windows SET state = 'sealed'
+WHERE window_id = %(window_id)s
+  AND (state = 'sealed' OR (state = 'open' AND closes_at <= %(now)s::float8))
+RETURNING window_id, digest_key, state, opened_at, closes_at, items, request
+
 -- name: digest_window_get
 SELECT window_id, digest_key, state, opened_at, closes_at, items, request
 FROM digest_windows WHERE window_id = %(window_id)s
@@ -65,11 +89,22 @@ SELECT item_key, seq, added_at, data FROM digest_items
 WHERE window_id = %(window_id)s AND cancelled_at IS NULL
 ORDER BY seq
 
+-- name: digest_items_of
+-- The items of a page of windows (a JSON array of ids), each window's in order.
+SELECT window_id, item_key, seq, added_at, data FROM digest_items
+WHERE window_id IN (SELECT jsonb_array_elements_text(%(window_ids)s::jsonb))
+  AND cancelled_at IS NULL
+ORDER BY window_id, seq
+
 -- name: digest_finish
-UPDATE digest_windows SET state = %(state)s, closed_at = %(now)s::float8,
-    intent_keys = %(intent_keys)s
-WHERE window_id = %(window_id)s AND state = 'sealed'
-RETURNING window_id
+-- Sealed windows done, each with its state and its digest's keys (a JSON array of
+-- {window_id, state, intent_keys}); answers the windows finished now.
+UPDATE digest_windows w SET state = f.state, closed_at = %(now)s::float8,
+    intent_keys = f.intent_keys
+FROM jsonb_to_recordset(%(finished)s::jsonb) AS f(window_id text, state text,
+                                                   intent_keys text)
+WHERE w.window_id = f.window_id AND w.state = 'sealed'
+RETURNING w.window_id
 
 -- name: digest_item_window_lock
 -- The window an item is in, locked, if the item is not cancelled.

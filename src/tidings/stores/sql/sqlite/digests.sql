@@ -55,6 +55,25 @@ WHERE state = 'sealed' OR (state = 'open' AND closes_at <= :now)
 ORDER BY closes_at, window_id
 LIMIT :limit
 
+-- name: digest_claim
+-- Seal a page of due windows for the closer whose write transaction this is; every
+-- writer of the file takes that transaction in turn, so no other closer reads them
+-- before this one has closed them (or rolled back).
+UPDATE digest_windows SET state = 'sealed'
+WHERE window_id IN (
+    SELECT window_id FROM digest_windows
+    WHERE state = 'sealed' OR (state = 'open' AND closes_at <= :now)
+    ORDER BY closes_at, window_id
+    LIMIT :limit)
+RETURNING window_id, digest_key, state, opened_at, closes_at, items, request
+
+-- name: digest_claim_window
+-- The same for one window (the call that filled it admits it at once).
+UPDATE digest_windows SET state = 'sealed'
+WHERE window_id = :window_id
+  AND (state = 'sealed' OR (state = 'open' AND closes_at <= :now))
+RETURNING window_id, digest_key, state, opened_at, closes_at, items, request
+
 -- name: digest_window_get
 SELECT window_id, digest_key, state, opened_at, closes_at, items, request
 FROM digest_windows WHERE window_id = :window_id
@@ -64,11 +83,22 @@ SELECT item_key, seq, added_at, data FROM digest_items
 WHERE window_id = :window_id AND cancelled_at IS NULL
 ORDER BY seq
 
+-- name: digest_items_of
+-- The items of a page of windows (a JSON array of ids), each window's in order.
+SELECT window_id, item_key, seq, added_at, data FROM digest_items
+WHERE window_id IN (SELECT value FROM json_each(:window_ids)) AND cancelled_at IS NULL
+ORDER BY window_id, seq
+
 -- name: digest_finish
-UPDATE digest_windows SET state = :state, closed_at = :now,
-    intent_keys = :intent_keys
-WHERE window_id = :window_id AND state = 'sealed'
-RETURNING window_id
+-- Sealed windows done, each with its state and its digest's keys (a JSON array of
+-- {window_id, state, intent_keys}); answers the windows finished now.
+UPDATE digest_windows SET state = f.state, closed_at = :now, intent_keys = f.intent_keys
+FROM (SELECT json_extract(value, '$.window_id') AS window_id,
+             json_extract(value, '$.state') AS state,
+             json_extract(value, '$.intent_keys') AS intent_keys
+      FROM json_each(:finished)) AS f
+WHERE digest_windows.window_id = f.window_id AND digest_windows.state = 'sealed'
+RETURNING digest_windows.window_id
 
 -- name: digest_item_window_lock
 -- The window an item is in, locked, if the item is not cancelled.
