@@ -80,6 +80,14 @@ async def test_the_item_cap_admits_the_digest_at_once(tmp_path: Path) -> None:
     ({"window_s": 60, "max_items": 0}, "api.queues.comments.digest.max_items", ""),
     ({"window_s": 60, "max_wait_s": 600}, "api.queues.comments.digest", "sliding"),
     ({}, "api.queues.comments.digest.window_s", ""),
+    # the rules of notify(digest=), at load rather than at every publish
+    ({"window_s": 34_560_000}, "api.queues.comments.digest.window_s", "at most a year"),
+    ({"window_s": 5, "key": "a b {customer_id}"}, "api.queues.comments.digest.key",
+     "without whitespace"),
+    ({"window_s": 5, "key": "k" * 150 + "{customer_id}{customer_id}"},
+     "api.queues.comments.digest.key", "550 characters (with a customer_id of 200)"),
+    ({"window_s": 60, "sliding": True, "max_wait_s": 40_000_000},
+     "api.queues.comments.digest.max_wait_s", "at most a year"),
 ])
 def test_bad_digest_settings_are_refused_naming_the_field(
         tmp_path: Path, digest: dict[str, Any], field: str, says: str) -> None:
@@ -90,6 +98,23 @@ def test_bad_digest_settings_are_refused_naming_the_field(
                                                         "digest": digest}}}})
     assert refused.value.field == field
     assert says in str(refused.value)
+
+
+def test_a_settings_file_with_a_digest_no_publish_could_use_is_refused_at_load(
+        tmp_path: Path) -> None:
+    config = tmp_path / "tidings.toml"
+    config.write_text(f'''
+store = "sqlite:///{tmp_path / 's.db'}"
+[channels.email]
+kind = "email"
+[api.queues.q]
+channel = "email"
+digest = {{ window_s = 34560000 }}
+''')
+    with pytest.raises(ConfigurationError) as refused:
+        Settings.load(config)
+    assert refused.value.field == "api.queues.q.digest.window_s"
+    assert str(refused.value).count("digest") == 1
 
 
 def test_a_campaign_queue_takes_no_digest(tmp_path: Path) -> None:

@@ -49,7 +49,7 @@ from tidings.api.auth import authorize
 from tidings.api.context import ApiContext, ctx
 from tidings.api.errors import ApiError, ErrorBody
 from tidings.api.fields import KEY, TEXT
-from tidings.config.queues import QueueDigestSettings
+from tidings.config.queues import LONGEST_CUSTOMER_ID, QueueDigestSettings
 from tidings.core.cron import EARLIEST_DATE, LATEST_DATE, logical_day
 from tidings.core.errors import InvalidInput
 from tidings.core.keys import canonical_json
@@ -69,7 +69,8 @@ class PublishPayload(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    customer_id: Annotated[str, Field(min_length=1, max_length=200, pattern=_KEY_PART), KEY]
+    customer_id: Annotated[str, Field(min_length=1, max_length=LONGEST_CUSTOMER_ID,
+                                      pattern=_KEY_PART), KEY]
     schedule_day: str = Field(
         description=f"YYYY-MM-DD, from {EARLIEST_DATE} to {LATEST_DATE}",
         pattern=r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")
@@ -195,7 +196,8 @@ async def _add_items(c: ApiContext, answer: PublishAnswer, body: PublishRequest,
             item = draft_item(draft, digest, item_key=f"{idempotency_key}:{draft.channel}")
             added.append(await add_item(store, item, now=now))
     except InvalidInput as exc:
-        field = "body.payload" if exc.field == "data" else f"body.queue.digest.{exc.field}"
+        # exc.field names the digest's own field (digest.key): said once, under the queue
+        field = "body.payload" if exc.field == "data" else f"body.queue.{exc.field}"
         raise ApiError(422, field, exc.message) from None
     filled = [item.window_id for item in added if item.sealed and item.created]
     if filled:  # at its item cap: sent now, not at the next pass; other windows wait for it

@@ -5,7 +5,12 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from tidings.core.digest import MAX_DIGEST_KEY, Digest, intent_key_room
 from tidings.core.durations import Seconds
+from tidings.core.errors import ConfigurationError, InvalidInput
+
+#: The longest ``customer_id`` a publish takes: the most ``{customer_id}`` puts in a key.
+LONGEST_CUSTOMER_ID = 200
 
 
 class _QueueModel(BaseModel):
@@ -18,10 +23,12 @@ class QueueDigestSettings(_QueueModel):
 
     key: str = Field(default="{queue}:{customer_id}", min_length=1, max_length=200)
     """The digest key, from ``{queue}``, ``{customer_id}`` and ``{channel}``: one
-    window at a time per key (default: per queue and customer)."""
+    window at a time per key (default: per queue and customer). No whitespace; made
+    from a customer_id of 200 characters, at most 400 characters (less with a long
+    channel name: a window's intent keys add about 45 and ``:<channel>``)."""
     window_s: Seconds
     """How long a window stays open after its first item (after its latest with
-    ``sliding``)."""
+    ``sliding``); at most a year."""
     max_items: int = Field(default=100, ge=1, le=1000)
     """A window closes at once when it holds this many items."""
     sliding: bool = False
@@ -75,4 +82,27 @@ class QueueSettings(_QueueModel):
         return self
 
 
-__all__ = ["QueueDigestSettings", "QueueSettings"]
+def check_queue_digest(name: str, queue: QueueSettings) -> None:
+    """A digest queue's settings under the rules ``notify(digest=)`` applies to a
+    ``Digest`` (``tidings.core.digest.check_digest``), its key made with the longest
+    ``customer_id``: what would refuse every publish to the queue is refused at load,
+    as a ``ConfigurationError`` naming ``api.queues.<name>.digest.<field>``."""
+    spec, channel = queue.digest, queue.channel
+    if spec is None or channel is None:
+        return
+    key = spec.key.format(queue=name, customer_id="c" * LONGEST_CUSTOMER_ID, channel=channel)
+    # A digest key's limit, or less where the window's intent keys on this channel
+    # would outgrow theirs.
+    limit = min(MAX_DIGEST_KEY, intent_key_room(channel))
+    try:
+        if len(key) > limit:
+            raise InvalidInput("digest.key", f"makes keys of up to {len(key)} characters "
+                                             f"(with a customer_id of {LONGEST_CUSTOMER_ID}); "
+                                             f"the limit is {limit}")
+        Digest(key=key, window_s=spec.window_s, max_items=spec.max_items,
+               sliding=spec.sliding, max_wait_s=spec.max_wait_s)
+    except InvalidInput as exc:
+        raise ConfigurationError(f"api.queues.{name}.{exc.field}", exc.message) from None
+
+
+__all__ = ["LONGEST_CUSTOMER_ID", "QueueDigestSettings", "QueueSettings", "check_queue_digest"]

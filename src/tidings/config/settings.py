@@ -38,6 +38,7 @@ from tidings.config.providers import (
 # Re-exported: QueueSettings was defined here, and settings code imports it from here.
 from tidings.config.queues import QueueDigestSettings as QueueDigestSettings
 from tidings.config.queues import QueueSettings as QueueSettings
+from tidings.config.queues import check_queue_digest
 from tidings.config.transport_urls import transport_kind
 from tidings.config.unsubscribe import UnsubscribeSettings
 from tidings.core.cron import Schedule
@@ -488,6 +489,8 @@ class Settings(_Model):
                     raise ConfigurationError(
                         f"campaigns.{name}.channels[{index}]",
                         unknown_name("channel", channel, sorted(settings.channels)))
+        for name, queue in settings.api.queues.items():
+            check_queue_digest(name, queue)
         return settings
 
     @classmethod
