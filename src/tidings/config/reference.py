@@ -109,7 +109,9 @@ NOTES: dict[str, str] = {
     "RetrySettings.rate_limit_cap_s": "Longest channel pause after a 429 without "
                                       "Retry-After, in seconds.",
     "WorkerSettings.lease_s": "Seconds a worker's claim on an intent lasts (renewed while "
-                              "it works); an expired lease makes the intent uncertain.",
+                              "it works); an expired lease makes the intent uncertain "
+                              "when its send had started, and releases it for another "
+                              "claim when none had.",
     "WorkerSettings.visibility_s": "Seconds a received message stays invisible to other "
                                    "workers before it is delivered again.",
     "WorkerSettings.max_receives": "The poison limit: receives that failed on the message "
