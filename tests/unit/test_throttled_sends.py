@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -136,8 +137,14 @@ async def test_defer_mode_sends_the_rest_in_the_next_window(
                     is not None and i.state is State.RETRYABLE]
         assert len(deferred) == 3
         assert {i.next_attempt_at for i in deferred} == {WINDOW + 60.0}
-        assert "throttle_deferred" in [e.type for e in await rt.store.events_for(
-            deferred[0].key)]
+        [event] = [e for e in await rt.store.events_for(deferred[0].key)
+                   if e.type == "throttle_deferred"]
+        # The event names its rule and when the send comes back, and the recipient by
+        # surrogate only (docs/throttles.md, "What shows it")
+        back = datetime.fromtimestamp(WINDOW + 60.0, tz=UTC).isoformat(timespec="seconds")
+        assert event.detail is not None and "throttled by channel:" in event.detail
+        assert f"back at {back.replace('+00:00', 'Z')}" in event.detail
+        assert "recipient " in event.detail and "@" not in event.detail
 
         clock.advance(20.0)  # the next window
         await work(rt)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Final
 
@@ -150,11 +151,15 @@ def ask(rule: Rule, *, key: str, recipient: str, now: float) -> Ask:
 
 
 def refused(rule: Rule, asked: Ask) -> Throttled:
-    """What the rule makes of a send whose reservation was refused."""
+    """What the rule makes of a send whose reservation was refused. A deferral's reason
+    names the rule and when the send comes back (its timeline event carries it: a
+    retryable intent keeps no reason of its own)."""
     if rule.mode is Mode.DEFER:
+        back = datetime.fromtimestamp(asked.window_end, tz=UTC).isoformat(timespec="seconds")
         return Throttled(key=asked.key, rule=rule, to_state=State.RETRYABLE,
                          event=DEFERRED_EVENT, until=asked.window_end,
-                         reason=f"throttled by {rule.describe}: deferred to the next window")
+                         reason=f"throttled by {rule.describe}: deferred to the next window, "
+                                f"back at {back.replace('+00:00', 'Z')}")
     return Throttled(key=asked.key, rule=rule, to_state=State.THROTTLED, event=THROTTLED_EVENT,
                      until=None, reason=rule.describe)
 

@@ -20,6 +20,7 @@ from tidings.core.errors import MessageDecodeError, StoreError
 from tidings.core.model import Intent, Message, Received, SendRequest
 from tidings.core.states import State, before_send
 from tidings.core.surrogate import surrogate
+from tidings.core.throttle import DEFERRED_EVENT
 from tidings.delivery.compose import Composed, Deferred, Ready
 from tidings.delivery.sending import Sending
 from tidings.stores.base import Change, Claim, ClaimKind
@@ -179,11 +180,16 @@ class Claiming(Sending):
                 self._start_send(intent, token, received, request)
                 continue
             self.stats.throttled += 1  # over the recipient's limit: no failure
+            # A deferral's event says the rule and when the send comes back (a retryable
+            # intent keeps no reason); a terminal one's reason is kept on the intent.
+            who = surrogate(intent.recipient_id)
             self._queue_outcome(Change(
                 key=intent.key, from_state=State.CLAIMED, to_state=refused.to_state,
                 event=refused.event, lease_token=token, reason=refused.reason,
                 next_attempt_at=refused.until, worker=self.worker_id,
-                message_id=received.message_id, detail=surrogate(intent.recipient_id)),
+                message_id=received.message_id,
+                detail=f"{refused.reason}; recipient {who}"
+                if refused.event == DEFERRED_EVENT else who),
                 received, intent)
 
     async def _compose_one(self, intent: Intent, now: float) -> Composed | Exception:
