@@ -561,6 +561,19 @@ async def test_an_unstarted_change_applies_only_where_no_send_started(store: Sto
     assert await state_of(store, "sent") == State.UNCERTAIN
 
 
+async def test_a_claim_can_mark_its_send_started_at_once(store: Store) -> None:
+    # Given an intent claimed with its send marked started by the claim itself
+    await enqueued(store, "k")
+    [claim] = await store.intent_claim_many(["k"], owner="w1", lease_s=LEASE, now=T0,
+                                            started=True)
+    assert claim.kind is ClaimKind.CLAIMED and claim.token is not None
+    # When its lease runs out, the release of unstarted claims leaves it alone
+    release, uncertain = _ends("k", claim.token, by=T0 + LEASE + 1)
+    assert await store.intent_apply_many([release], now=T0 + LEASE + 1) == []
+    # Then it is uncertain: its send may have left
+    assert await store.intent_apply_many([uncertain], now=T0 + LEASE + 1) == ["k"]
+
+
 async def test_a_start_marked_under_an_earlier_lease_does_not_count(store: Store) -> None:
     # Given an intent whose first send started, was retried, and is claimed again
     first = await claimed(store, "k", now=T0)

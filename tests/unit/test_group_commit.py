@@ -192,3 +192,22 @@ async def test_a_coalescer_answers_each_call_with_its_own_item_and_fails_one_alo
     assert isinstance(results[13], StoreError)
     assert groups[0] == list(range(20))  # one group, then each alone to find the bad one
     assert len(groups) == 1 + 20 and coalescer.groups == 0
+
+
+async def test_settle_turns_let_a_burst_that_is_still_on_its_way_join_the_first_write(
+) -> None:
+    # Calls made a few event-loop turns apart (tasks of one batch, each awaiting
+    # something quick first): without settle turns the first is written alone.
+    async def caller(group: GroupCommit, key: str, turns: int) -> None:
+        for _ in range(turns):
+            await asyncio.sleep(0)
+        await group.submit([draft(key)])
+
+    writes = {}
+    for settle in (0, 4):
+        ledger = Ledger()
+        group = grouped(ledger, settle_turns=settle)
+        await asyncio.gather(*(caller(group, f"k{i}", i % 3) for i in range(30)))
+        assert sorted(ledger.written) == sorted(f"k{i}" for i in range(30))
+        writes[settle] = len(ledger.transactions)
+    assert writes[0] > 1 and writes[4] == 1, writes

@@ -131,3 +131,22 @@ async def test_a_send_whose_lease_moved_on_before_its_start_never_leaves(
         assert provider.on_wire == []
     finally:
         await rt.close()
+
+
+async def test_a_claim_marks_its_start_where_every_claim_starts_at_once(
+        tmp_path: Path) -> None:
+    # Unpaced with an in-flight budget that covers what a worker holds: the claim marks;
+    # otherwise (a budget smaller than max_held, or a quota) the start waits for its slot.
+    def settings(channel: dict[str, object]) -> Settings:
+        return Settings.parse({"store": f"sqlite:///{tmp_path / 'm.db'}",
+                               "worker": {"max_held": 400},
+                               "channels": {"email": {**channel,
+                                                      "provider": {"kind": "sandbox-twin"}}}})
+    cases = [({"max_in_flight": 400}, True), ({"max_in_flight": 399}, False),
+             ({"max_in_flight": 1000, "quota": "100/s"}, False)]
+    for channel, expected in cases:
+        rt = await build_runtime(settings(channel), clock=FakeClock(T0))
+        try:
+            assert rt.worker("email", "w1").marks_at_claim is expected, channel
+        finally:
+            await rt.close()

@@ -97,7 +97,8 @@ class Claiming(Sending):
         epoch = self.liveness.epoch if self.liveness is not None else 0
         claims = await self.store.intent_claim_many(
             keys, owner=self.worker_id, lease_s=self.config.lease_s, now=now,
-            message_ids=[r.message_id for r in decoded]) if keys else []
+            message_ids=[r.message_id for r in decoded],
+            started=self.marks_at_claim) if keys else []
         if self.holds is not None and claims:
             decoded, claims, parked = await self.holds.park(decoded, claims,
                                                             worker=self.worker_id, now=now)

@@ -168,6 +168,8 @@ class Sending(Settling):
         held = self._held.get(key)
         if held is None:
             return False
+        if self.marks_at_claim:
+            return True  # marked by its claim (the lease is checked right before the send)
         return await self._starts.submit((key, held[0]))
 
     async def _send_within_deadline(self, request: SendRequest) -> Outcome:

@@ -109,6 +109,11 @@ class WorkerStats:
     by_kind: dict[str, int] = field(default_factory=dict)
 
 
+#: Event-loop turns a start mark waits for the other sends of its burst (a batch's sends
+#: reach their marks within a few turns of each other): one write for the burst.
+START_SETTLE_TURNS = 8
+
+
 class WorkerState:
     """One worker's collaborators and in-hand work, shared by its steps."""
 
@@ -193,12 +198,25 @@ class WorkerState:
         # come together in one write (``Ledger.intent_mark_started``): a lease that ends
         # with no send started is released for another claim, not made uncertain.
         self._starts: Coalescer[tuple[str, int], bool] = Coalescer(
-            self._mark_started, clock=clock, config=GroupCommitConfig(max_drafts=1000))
+            self._mark_started, clock=clock,
+            config=GroupCommitConfig(max_drafts=1000, settle_turns=START_SETTLE_TURNS))
 
     async def _mark_started(self, leases: Sequence[tuple[str, int]],
                             now: float) -> list[bool]:
         marked = await self.store.intent_mark_started(leases, owner=self.worker_id, now=now)
         return [key in marked for key, _ in leases]
+
+    @property
+    def marks_at_claim(self) -> bool:
+        """Whether a claim marks its send started at once, instead of a write right
+        before the request leaves: on a channel with no rate (no quota, no interval)
+        whose in-flight budget covers every claim a worker holds (``max_in_flight`` >=
+        ``max_held``), nothing but the composer stands between a claim and its send, so
+        the separate write per burst of starts would buy nothing. A crash during a 429
+        pause then holds this worker's claims (at most ``max_held``); where a channel's
+        budget is smaller than what a worker holds, the marks wait for the pacer."""
+        limits = self.pacer.limits
+        return limits.interval_s <= 0 and limits.max_in_flight >= self.config.max_held
 
     @property
     def held(self) -> int:

@@ -110,8 +110,8 @@ class PostgresLedger(PostgresBase):
     # ---------------------------------------------------------------- the worker's hot path
 
     async def intent_claim_many(self, keys: Sequence[str], *, owner: str, lease_s: float,
-                                now: float, message_ids: Sequence[str] | None = None
-                                ) -> list[base.Claim]:
+                                now: float, message_ids: Sequence[str] | None = None,
+                                started: bool = False) -> list[base.Claim]:
         """Claim each key with a lease; one Claim per key, in order (see ``plan_claims``).
 
         Rows another transaction holds are skipped, not waited for, and claimed as busy.
@@ -133,8 +133,9 @@ class PostgresLedger(PostgresBase):
             if plan.leases:
                 cur = await conn.execute(sql["intent_claim"], {
                     "owner": owner, "expires_at": plan.lease_expires_at, "now": now,
+                    "started": started,
                     "leases": json_rows((lease.key, lease.from_state.value, lease.token)
-                                         for lease in plan.leases),
+                                        for lease in plan.leases),
                 })
                 if cur.rowcount != len(plan.leases):
                     # Impossible while the rows are locked; refuse rather than hand out a

@@ -198,6 +198,7 @@ class Ledger(Protocol):
         lease_s: float,
         now: float,
         message_ids: Sequence[str] | None = None,
+        started: bool = False,
     ) -> list[Claim]:
         """Claim each key with a lease, atomically per key; one Claim per key, in order.
 
@@ -205,6 +206,10 @@ class Ledger(Protocol):
         lease token grows by one and ``attempts`` by one, with a ``claimed`` event.
         A terminal key records a ``duplicate_observed`` event (DONE). A key listed
         twice is claimed once; the second copy reads BUSY.
+
+        ``started``: each new lease is marked started at once, as
+        ``intent_mark_started`` would mark it (a worker whose sends all start as soon
+        as they are claimed saves that write per burst of starts).
         """
         ...
 

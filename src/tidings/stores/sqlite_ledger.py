@@ -77,8 +77,8 @@ class SqliteLedger(SqliteBase):
     # ---------------------------------------------------------------- the worker's hot path
 
     async def intent_claim_many(self, keys: Sequence[str], *, owner: str, lease_s: float,
-                                now: float, message_ids: Sequence[str] | None = None
-                                ) -> list[base.Claim]:
+                                now: float, message_ids: Sequence[str] | None = None,
+                                started: bool = False) -> list[base.Claim]:
         """Claim each key with a lease; one Claim per key, in order (see ``plan_claims``)."""
         keys_json = json.dumps(claim_keys(keys, message_ids))
         if not keys:
@@ -93,7 +93,7 @@ class SqliteLedger(SqliteBase):
             if plan.leases:
                 expires_at = plan.lease_expires_at
                 cursor = conn.executemany(sql["intent_claim"], [
-                    (owner, expires_at, now, key, state.value, token)
+                    (owner, expires_at, now, started, key, state.value, token)
                     for key, state, token in plan.leases])
                 if cursor.rowcount != len(plan.leases):
                     # Impossible under BEGIN IMMEDIATE; refuse rather than hand out a

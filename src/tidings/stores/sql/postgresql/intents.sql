@@ -334,10 +334,14 @@ SELECT key FROM intents WHERE key = ANY(%(keys)s::text[]) ORDER BY key FOR UPDAT
 -- name: intent_claim
 -- Guarded by the state and token read (and locked) in the same transaction.
 -- %(leases)s is a JSON array of [key, state, token] (see event_insert_columns for why JSON).
+-- %(started)s marks the send started under the new lease at once (see
+-- Ledger.intent_claim_many's ``started``).
 UPDATE intents
 SET state = 'claimed', lease_owner = %(owner)s, lease_token = intents.lease_token + 1,
     lease_expires_at = %(expires_at)s, attempts = intents.attempts + 1,
-    updated_at = %(now)s, publish_lease_until = NULL
+    updated_at = %(now)s, publish_lease_until = NULL,
+    send_started_token = CASE WHEN %(started)s::bool THEN intents.lease_token + 1
+                              ELSE intents.send_started_token END
 FROM (SELECT r->>0 AS key, r->>1 AS state, (r->>2)::bigint AS token
       FROM jsonb_array_elements(%(leases)s::jsonb) AS j(r)) AS c
 WHERE intents.key = c.key AND intents.state = c.state AND intents.lease_token = c.token

@@ -114,10 +114,13 @@ FROM intents
 WHERE key IN (SELECT value FROM json_each(:keys))
 
 -- name: intent_claim
--- Guarded by the state and token read in the same transaction.
+-- Guarded by the state and token read in the same transaction. The fourth parameter,
+-- when true, marks the send started under the new lease at once (see
+-- Ledger.intent_claim_many's ``started``).
 UPDATE intents
 SET state = 'claimed', lease_owner = ?, lease_token = lease_token + 1, lease_expires_at = ?,
-    attempts = attempts + 1, updated_at = ?, publish_lease_until = NULL
+    attempts = attempts + 1, updated_at = ?, publish_lease_until = NULL,
+    send_started_token = CASE WHEN ? THEN lease_token + 1 ELSE send_started_token END
 WHERE key = ? AND state = ? AND lease_token = ?
 
 -- name: intent_renew_leases
