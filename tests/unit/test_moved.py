@@ -4,13 +4,14 @@ hands over the same objects; nothing of tidings itself uses an old path."""
 from __future__ import annotations
 
 import importlib
+import re
 import subprocess
 import sys
 import warnings
 
 import pytest
 
-from tidings.core.moved import MOVED
+from tidings.core.moved import MOVED, public_homes
 
 
 def fresh_import(name: str) -> object:
@@ -23,8 +24,13 @@ def fresh_import(name: str) -> object:
 @pytest.mark.parametrize("old", sorted(MOVED))
 def test_an_old_path_warns_and_hands_over_its_names(old: str) -> None:
     new, names = MOVED[old]
-    with pytest.warns(DeprecationWarning, match=rf"{old} moved to {new}"):
+    with pytest.warns(DeprecationWarning, match=rf"{old} moved") as warned:
         module = fresh_import(old)
+    message = str(warned[0].message)
+    if public_homes(old):
+        assert f"now in {new}" in message
+    else:
+        assert f"{old} moved to {new}" in message
     home = importlib.import_module(new)
     public = [n for n in dir(home) if not n.startswith("_")]
     for name in public[:50]:
@@ -46,6 +52,37 @@ def test_a_plugin_of_2026_12_01_imports() -> None:
 
     assert (Accepted, Lookup, Outcome, SendRequest) == (now_accepted, now_lookup, now_outcome,
                                                         now_request)
+
+
+@pytest.mark.parametrize(("old", "public", "name"), [
+    ("tidings.model", "tidings.providers", "SendRequest"),
+    ("tidings.model", "tidings", "Recipient"),
+    ("tidings.outcomes", "tidings.providers", "Accepted"),
+    ("tidings.errors", "tidings", "InvalidInput"),
+    ("tidings.settings", "tidings", "Settings"),
+])
+def test_the_warning_names_the_public_home_not_the_internal_one(old: str, public: str,
+                                                                 name: str) -> None:
+    """``from tidings.model import SendRequest`` said "moved to tidings.core.model", an
+    internal module; it names tidings.providers, the path that keeps."""
+    with pytest.warns(DeprecationWarning) as warned:
+        module = fresh_import(old)
+    message = str(warned[0].message)
+    assert re.search(rf"import [^;]*\b{name}\b[^;]* from {re.escape(public)}\b", message), message
+    assert f"moved to {MOVED[old][0]}" not in message
+    assert getattr(module, name) is getattr(importlib.import_module(public), name)
+
+
+@pytest.mark.parametrize("old", sorted(o for o in MOVED if public_homes(o)))
+def test_every_name_a_warning_names_is_public_there(old: str) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        module = fresh_import(old)
+    for public, names in public_homes(old).items():
+        home = importlib.import_module(public)
+        for name in names:
+            assert name in home.__all__
+            assert getattr(home, name) is getattr(module, name)
 
 
 def test_a_name_an_old_module_never_had_is_an_attribute_error() -> None:
@@ -82,7 +119,7 @@ def test_the_warning_points_at_the_importing_line() -> None:
             "import tidings.errors  # the line warned about\n")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
-    assert "<string>:3: DeprecationWarning: tidings.errors moved to tidings.core.errors" \
+    assert "<string>:3: DeprecationWarning: tidings.errors moved: import ConfigurationError" \
         in run.stderr
 
 

@@ -124,6 +124,64 @@ MOVED: Mapping[str, tuple[str, Mapping[str, str]]] = {
 }
 
 
+#: The public modules a moved name can be public in, in the order a warning prefers them
+#: (``Clock`` is in all three; ``tidings.Clock`` is the one a warning names).
+PUBLIC_MODULES = ("tidings", "tidings.providers", "tidings.testing")
+
+
+def _public_home(name: str, value: object) -> str | None:
+    """The public module that exports ``value`` as ``name``, or None."""
+    for public in PUBLIC_MODULES:
+        module = importlib.import_module(public)
+        if name not in getattr(module, "__all__", ()):
+            continue
+        # tidings resolves its names lazily: its table says where each one lives, so
+        # nothing is imported to compare.
+        homes: Mapping[str, str] | None = getattr(module, "_HOMES", None)
+        if homes is not None and homes.get(name) == getattr(value, "__module__", None):
+            return public
+        if homes is None and getattr(module, name, None) is value:
+            return public
+    return None
+
+
+def _defined_in(value: object, module: str) -> bool:
+    # A class or a function knows its module; any other value (a constant, a type alias
+    # such as Outcome) is taken as the module's own.
+    if isinstance(value, (type, types.FunctionType)):
+        return value.__module__ == module
+    return True
+
+
+def public_homes(old: str) -> dict[str, list[str]]:
+    """The names an old module hands over that are public, by their public module: the
+    names defined in its new home and those listed as moved on their own (a name its
+    home merely imports is counted where it is defined)."""
+    new, names = MOVED[old]
+    home = importlib.import_module(new)
+    found: dict[str, list[str]] = {}
+    candidates = {n: getattr(home, n) for n in dir(home)
+                  if not n.startswith("_") and _defined_in(getattr(home, n), new)}
+    candidates.update({n: _resolve(target, n) for n, target in names.items()})
+    for name, value in sorted(candidates.items()):
+        public = _public_home(name, value)
+        if public is not None:
+            found.setdefault(public, []).append(name)
+    return found
+
+
+def _warning(old: str) -> str:
+    new = MOVED[old][0]
+    homes = public_homes(old)
+    if not homes:
+        return f"{old} moved to {new}; import it from there (the old path goes in a later release)"
+    parts = [f"{', '.join(names)} from {public}" for public, names in homes.items()]
+    whose = "its" if sum(map(len, homes.values())) == 1 else "their"
+    return (f"{old} moved: import {' and '.join(parts)}, {whose} public "
+            f"{'homes' if len(homes) > 1 else 'home'} (anything else of it is internal, now "
+            f"in {new}; the old path goes in a later release)")
+
+
 def _resolve(target: str, name: str) -> object:
     module, _, attr = target.partition(":")
     return getattr(importlib.import_module(module), attr or name)
@@ -161,8 +219,7 @@ class _Loader(importlib.abc.Loader):
 
     def exec_module(self, module: types.ModuleType) -> None:
         new = MOVED[module.__name__][0]
-        warnings.warn(f"{module.__name__} moved to {new}; import it from there "
-                      "(the old path goes in a later release)",
+        warnings.warn(_warning(module.__name__),
                       # 2: the import machinery's own frames are skipped by warnings itself
                       DeprecationWarning, stacklevel=2)
         home = importlib.import_module(new)
