@@ -12,6 +12,10 @@ gets a loop and a runtime of its own on its first call; what it inherited is lef
 its parent, never closed from the child (closing a PostgreSQL connection from the
 child would end the parent's session).
 
+A client still open when the interpreter exits is closed then (``atexit``), its
+runtime's connections and tasks ended in order, so a script that never calls
+``close`` exits quietly.
+
 Misuse says so: a call from inside a running event loop (async code holds the async
 ``Runtime`` instead, and awaits it), or after ``close``, raises ``ClientError``.
 """
@@ -19,8 +23,11 @@ Misuse says so: a call from inside a running event loop (async code holds the as
 from __future__ import annotations
 
 import asyncio
+import atexit
+import contextlib
 import os
 import threading
+import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
@@ -78,6 +85,28 @@ def _forget_after_fork() -> None:
 
 
 os.register_at_fork(after_in_child=_forget_after_fork)
+
+
+#: The clients with a runtime of this process: closed at interpreter exit.
+_open_clients: weakref.WeakSet[Client] = weakref.WeakSet()
+
+
+def _close_at_exit() -> None:
+    # atexit runs while the loop's daemon thread still does: each runtime is closed on
+    # it (its pool's tasks ended, not destroyed pending at finalization), then the loop
+    # stops.
+    loop = _process_loop
+    if loop is None or loop.pid != os.getpid():
+        return
+    for client in list(_open_clients):
+        # Exiting: one client's failure must not keep the others open.
+        with contextlib.suppress(Exception):
+            client.close()
+    loop.loop.call_soon_threadsafe(loop.loop.stop)
+    loop.thread.join(timeout=5)
+
+
+atexit.register(_close_at_exit)
 
 
 def _the_loop() -> _ProcessLoop:
@@ -234,6 +263,7 @@ class Client:
         with self._lock:
             self._closed = True
             runtime, self._runtime = self._runtime, None
+            _open_clients.discard(self)
         if runtime is not None and self._pid == os.getpid():
             self._wait(_the_loop().submit(runtime.close()))
 
@@ -295,6 +325,7 @@ class Client:
                 self._runtime = self._wait(loop.submit(build_runtime(
                     self.settings, providers=self._providers, clock=self._clock,
                     migrate=self._migrate)))
+                _open_clients.add(self)
             return self._runtime
 
     def _wait(self, future: Future[T]) -> T:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -116,6 +117,45 @@ def test_a_store_url_is_enough(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     with Client(f"sqlite:///{tmp_path / 'u.db'}") as client:
         assert client.settings.store == f"sqlite:///{tmp_path / 'u.db'}"
         assert client.preferences("cust_1") == []  # no channel declared, nothing stored
+
+
+def test_a_store_url_with_the_channels_of_tidings_toml(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The docs' Client("postgresql://…"): the URL names the store, ./tidings.toml the
+    channels; with no tidings.toml the refusal says where channels are declared."""
+    monkeypatch.chdir(tmp_path)
+    url = f"sqlite:///{tmp_path / 'u.db'}"
+    with Client(url) as bare, pytest.raises(InvalidInput) as raised:
+        bare.notify(key="k", recipient=recipient(1), channels=["email"], template="t")
+    assert raised.value.field == "channels[0]"
+    assert "declared: none (channels are declared in the settings" in raised.value.message
+    (tmp_path / "tidings.toml").write_text(
+        'store = "sqlite:///other.db"\n'
+        '[channels.email.provider]\nkind = "sandbox-twin"\n')
+    with Client(url) as client:
+        assert client.settings.store == url
+        assert client.notify(key="k", recipient=recipient(1), channels=["email"],
+                             template="t") == ["k:email"]
+
+
+def test_a_script_that_never_closes_its_client_exits_quietly(store_url: str,
+                                                             tmp_path: Path) -> None:
+    """Every snippet of the docs ends without client.close(): the client closes itself at
+    interpreter exit, so the runtime's tasks (the PostgreSQL pool's workers) end instead
+    of being reported destroyed while pending."""
+    script = tmp_path / "script.py"
+    script.write_text(
+        "import sys\n"
+        "from tidings import Client, Settings\n"
+        "client = Client(Settings.parse({'store': sys.argv[1], 'channels': {'email': "
+        "{'provider': {'kind': 'sandbox-twin'}}}}))\n"
+        "client.notify(key='k', recipient={'id': 'c1', 'email': 'c1@example.com'}, "
+        "channels=['email'], template='t')\n"
+        "print('notified')\n")
+    run = subprocess.run([sys.executable, str(script), store_url], capture_output=True,
+                         text=True, timeout=120, check=False)
+    assert (run.returncode, run.stdout, run.stderr) == (0, "notified\n", "")
+    assert asyncio.run(deliver(settings_for(store_url)))["accepted"] == 1
 
 
 def test_inside_an_event_loop_it_says_to_use_the_runtime(tmp_path: Path) -> None:

@@ -176,6 +176,7 @@ def _shared(levels: int) -> list[object]:
     ({"data": [1, 2]}, "data", "must be a mapping"),
     ({"channels": "email"}, "channels", "must be a list"),
     ({"channels": [["email"]]}, "channels[0]", "must be a channel name"),
+    ({"channels": ["email", "email"]}, "channels[1]", "repeats channel 'email' (channels[0])"),
     ({"key": "k" * 512}, "key", "with ':email' appended the limit is 506"),
     ({"due_at": NOW - 120, "expires_at": NOW - 60}, "expires_at", "has passed already"),
 ])

@@ -175,3 +175,11 @@ def test_real_urls_are_kept_as_written(url: str) -> None:
                                                                    "url": url}}}})
 
     assert settings.channels["email"].provider.url == url  # type: ignore[union-attr]
+
+
+def test_a_campaign_that_names_a_channel_twice_is_refused_naming_the_repeat() -> None:
+    raised = refusal({"store": "sqlite:///x.db", "channels": {"email": {}},
+                      "campaigns": {"weekly": {**CAMPAIGN,
+                                               "channels": ["email", "email"]}}})
+    assert raised.field == "campaigns.weekly.channels[1]"
+    assert "repeats channel 'email' (channels[0])" in raised.message

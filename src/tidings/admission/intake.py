@@ -89,6 +89,11 @@ def recipient_of(value: Recipient | Mapping[str, Any]) -> Recipient:
                      active=active, data=extra)
 
 
+#: Said after "declared: none": a store URL alone declares no channel.
+NO_CHANNELS = (" (channels are declared in the settings, [channels.<name>] in tidings.toml; "
+               "a store URL alone declares none)")
+
+
 @dataclass(frozen=True, kw_only=True)
 class NotifyRequest:
     """One ``notify``: an intent per channel, keyed ``KEY:CHANNEL``."""
@@ -150,7 +155,13 @@ def drafts_for(request: NotifyRequest, *, known_channels: Mapping[str, str], now
                                             f"{type(channel).__name__}")
         if channel not in known_channels:
             raise bad(f"channels[{index}]",
-                      unknown_name("channel", channel, sorted(known_channels)))
+                      unknown_name("channel", channel, sorted(known_channels))
+                      + ("" if known_channels else NO_CHANNELS))
+        if channel in request.channels[:index]:
+            # One intent per channel: a repeat would be the same key twice in the answer.
+            first = list(request.channels).index(channel)
+            raise bad(f"channels[{index}]", f"repeats channel {channel!r} "
+                                            f"(channels[{first}]); name each channel once")
         limit = MAX_KEY_LENGTH - len(notify_key("", channel))
         if isinstance(request.key, str) and len(request.key) > limit:
             raise bad("key", f"is {len(request.key)} characters; with ':{channel}' appended "

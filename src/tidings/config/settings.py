@@ -489,6 +489,11 @@ class Settings(_Model):
                     raise ConfigurationError(
                         f"campaigns.{name}.channels[{index}]",
                         unknown_name("channel", channel, sorted(settings.channels)))
+                if channel in campaign.channels[:index]:
+                    raise ConfigurationError(
+                        f"campaigns.{name}.channels[{index}]",
+                        f"repeats channel {channel!r} "
+                        f"(channels[{campaign.channels.index(channel)}]); name each once")
         for name, queue in settings.api.queues.items():
             check_queue_digest(name, queue)
         return settings
