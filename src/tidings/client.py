@@ -10,7 +10,11 @@ many threads are written together by the runtime's group commit.
 Fork-safe: a process forked from one that used a client (a gunicorn or uWSGI worker)
 gets a loop and a runtime of its own on its first call; what it inherited is left to
 its parent, never closed from the child (closing a PostgreSQL connection from the
-child would end the parent's session).
+child would end the parent's session). A fork may land while another thread of the
+parent is in the client's first call: no lock is held while a runtime is built (the
+callers wait on the build's future, each within ``timeout_s``), and every client's lock
+and pending start-up are replaced in the child (``os.register_at_fork``), so the child's
+first call starts its own runtime instead of waiting for a thread it does not have.
 
 A client still open when the interpreter exits is closed then (``atexit``), its
 runtime's connections and tasks ended in order, so a script that never calls
@@ -28,7 +32,15 @@ import contextlib
 import os
 import threading
 import weakref
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import (
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, overload
@@ -77,11 +89,18 @@ _loop_lock = threading.Lock()
 _process_loop: _ProcessLoop | None = None
 
 
+#: Every client of this process, for the fork hook below.
+_clients: weakref.WeakSet[Client] = weakref.WeakSet()
+
+
 def _forget_after_fork() -> None:
-    # The child has the parent's loop object but not its thread: start afresh.
+    # The child has the parent's loop object but not its thread: start afresh. A lock
+    # held by a thread of the parent at the fork would stay held for ever in the child.
     global _process_loop, _loop_lock
     _process_loop = None
     _loop_lock = threading.Lock()
+    for client in list(_clients):
+        client._after_fork()
 
 
 os.register_at_fork(after_in_child=_forget_after_fork)
@@ -145,9 +164,11 @@ class Client:
         self._migrate = migrate
         self._lock = threading.Lock()
         self._runtime: Runtime | None = None
+        self._starting: Future[Runtime] | None = None
         self._join: tuple[Runtime, JoinTarget] | None = None
         self._pid = os.getpid()
         self._closed = False
+        _clients.add(self)
 
     # ------------------------------------------------------------ the runtime's calls
 
@@ -260,11 +281,21 @@ class Client:
 
     def close(self) -> None:
         """Close the runtime (every notify in hand is answered first). Idempotent."""
-        with self._lock:
+        with self._locked():
             self._closed = True
             runtime, self._runtime = self._runtime, None
+            starting, self._starting = self._starting, None
             _open_clients.discard(self)
-        if runtime is not None and self._pid == os.getpid():
+        if self._pid != os.getpid():
+            return
+        if runtime is None and starting is not None:
+            # Closed while its runtime started: the caller waiting for it is told the
+            # client is closed, and the runtime is closed here.
+            try:
+                runtime = starting.result(timeout=self.timeout_s)
+            except Exception:
+                return  # no runtime came of it, so none to close
+        if runtime is not None:
             self._wait(_the_loop().submit(runtime.close()))
 
     def __enter__(self) -> Client:
@@ -312,20 +343,56 @@ class Client:
         raise ClientError("Client is for code without an event loop; in async code build "
                           "a runtime (tidings.build_runtime) and await its methods")
 
+    def _after_fork(self) -> None:
+        # In the child: the parent's runtime and start-up are the parent's; never close or
+        # wait for them from here.
+        self._lock = threading.Lock()
+        self._runtime, self._starting, self._join = None, None, None
+        self._pid = os.getpid()
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        # Held only for a few assignments; bounded all the same, so no wait is unbounded.
+        if not self._lock.acquire(timeout=self.timeout_s):
+            raise ClientError(f"no answer within {self.timeout_s:g} s (timeout_s)")
+        try:
+            yield
+        finally:
+            self._lock.release()
+
     def _runtime_on(self, loop: _ProcessLoop) -> Runtime:
-        with self._lock:
+        with self._locked():
             if self._closed:
                 raise ClientError("this Client is closed")
-            if self._pid != os.getpid():
-                # Forked: the parent's runtime is the parent's; never close it from here.
-                self._runtime, self._pid = None, os.getpid()
-            if self._runtime is None:
+            if self._pid != os.getpid():  # forked with no fork hook run (never in CPython)
+                self._after_fork()
+            if self._runtime is not None:
+                return self._runtime
+            starting = self._starting
+            if starting is None:
                 from tidings.runtime import build_runtime
 
-                self._runtime = self._wait(loop.submit(build_runtime(
+                # Built on the loop, with no lock held: the callers that come meanwhile
+                # wait on this one future, each within its timeout.
+                starting = self._starting = loop.submit(build_runtime(
                     self.settings, providers=self._providers, clock=self._clock,
-                    migrate=self._migrate)))
+                    migrate=self._migrate))
+        try:
+            runtime = starting.result(timeout=self.timeout_s)
+        except TimeoutError:
+            raise ClientError(f"no answer within {self.timeout_s:g} s (timeout_s): the "
+                              "runtime is still starting") from None
+        except BaseException:
+            with self._locked():
+                if self._starting is starting:  # the next call tries again
+                    self._starting = None
+            raise
+        with self._locked():
+            if self._starting is starting:
+                self._starting, self._runtime = None, runtime
                 _open_clients.add(self)
+            if self._runtime is None:  # closed meanwhile (close closes what started)
+                raise ClientError("this Client is closed")
             return self._runtime
 
     def _wait(self, future: Future[T]) -> T:

@@ -199,3 +199,88 @@ def test_a_forked_process_gets_its_own_loop_and_runtime(store_url: str) -> None:
         client.notify(key="parent-2", recipient=recipient(3), channels=["email"], template="t")
     stats = asyncio.run(deliver(settings))
     assert stats["accepted"] == 3
+
+
+FORK_RUNS = 20
+
+
+def _child_first_call(client: Client) -> int:
+    """In a forked child: the client's first call, and its answer as an exit code."""
+    try:
+        client.notify(key=f"child-{os.getpid()}", recipient=recipient(os.getpid()),
+                      channels=["email"], template="t")
+        client.close()
+    except BaseException:
+        return 1
+    return 0
+
+
+def _wait_for(pid: int, within_s: float) -> int | None:
+    """The child's exit code, or None (and the child killed) if it did not end in time."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.01)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    return None
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="fork")
+def test_a_fork_during_the_first_call_never_hangs_the_child(
+        store_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """gunicorn --preload with threads: a process forks while another of its threads is
+    in the client's first call. The child inherited the start-up lock held and waited
+    for ever; it now starts a runtime of its own, within timeout_s."""
+    import tidings.runtime
+
+    real_build = tidings.runtime.build_runtime
+
+    async def slow_build(*args: Any, **kwargs: Any) -> Any:
+        await asyncio.sleep(0.08)  # a start-up long enough for every fork to land inside it
+        return await real_build(*args, **kwargs)
+
+    monkeypatch.setattr(tidings.runtime, "build_runtime", slow_build)
+    settings = settings_for(store_url)
+    outcomes = []
+    for run in range(FORK_RUNS):
+        client = Client(settings, timeout_s=10)
+        first = threading.Thread(target=client.notify, kwargs={
+            "key": f"parent-{run}", "recipient": recipient(run), "channels": ["email"],
+            "template": "t"})
+        first.start()
+        time.sleep((0.005, 0.02, 0.05)[run % 3])
+        pid = os.fork()
+        if pid == 0:
+            os._exit(_child_first_call(client))
+        outcome = _wait_for(pid, within_s=20)  # the child's call is bounded by 10 s
+        first.join(timeout=30)
+        client.close()
+        assert outcome is not None, f"run {run}: the child's first call hung"
+        outcomes.append(outcome)
+    assert outcomes == [0] * FORK_RUNS
+
+
+def test_a_slow_start_up_is_bounded_by_timeout_s(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Callers that come while the runtime starts wait on it within their timeout, and a
+    later call gets the runtime once it has started."""
+    import tidings.runtime
+
+    real_build = tidings.runtime.build_runtime
+
+    async def slow_build(*args: Any, **kwargs: Any) -> Any:
+        await asyncio.sleep(1.0)
+        return await real_build(*args, **kwargs)
+
+    monkeypatch.setattr(tidings.runtime, "build_runtime", slow_build)
+    client = Client(settings_for(f"sqlite:///{tmp_path / 'c.db'}"), timeout_s=0.2)
+    began = time.monotonic()
+    with pytest.raises(ClientError, match="still starting"):
+        client.preferences("cust_1")
+    assert time.monotonic() - began < 0.9
+    client.timeout_s = 10
+    assert client.preferences("cust_1") == []  # the same start-up, not a second one
+    client.close()
