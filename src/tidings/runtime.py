@@ -107,10 +107,23 @@ def check_providers(settings: Settings, given: Collection[str] = ()) -> None:
     """Every channel names its provider, unless the application built one for it
     (``given``, the channels of ``build_runtime(providers=...)``): a channel is never
     sent through a stand-in that reports sends accepted while nothing is delivered. A
-    ConfigurationError names ``channels.<name>.provider``."""
+    ConfigurationError names ``channels.<name>.provider``.
+
+    What can be checked without building a provider is checked here, in every process
+    (a plug-in's factory imports, the sandbox has a URL); building it, which reads its
+    secrets, waits for the process that sends through it (``Runtime.provider``)."""
+    from tidings.providers.build import check_provider_settings
+
     for name, spec in settings.channels.items():
-        if spec.provider is None and name not in given:
+        if name in given:
+            continue
+        if spec.provider is None:
             raise ConfigurationError(f"channels.{name}.provider", NO_PROVIDER)
+        if not isinstance(spec.provider, ProviderSettings):
+            check_provider_settings(spec.provider, channel=name)
+        elif spec.provider.kind == "sandbox" and not spec.provider.url:
+            raise ConfigurationError(f"channels.{name}.provider.url",
+                                     "is required for the sandbox provider")
 
 
 def provider_timeout_s(spec: ChannelSettings | None) -> float:
@@ -321,6 +334,9 @@ class Runtime:
     _group: Coalescer[Asked, Notified] | None = field(default=None, init=False, repr=False)
     _gate: Composer | None = field(default=None, init=False, repr=False)
     _registry: Registry | None = field(default=None, init=False, repr=False)
+    #: Each provider's policy for uncertain sends, checked once per provider object.
+    _policies: dict[str, tuple[Provider, UncertainPolicy]] = field(
+        default_factory=dict, init=False, repr=False)
 
     @property
     def enqueue_in_store(self) -> bool:
@@ -339,11 +355,33 @@ class Runtime:
                 for name, spec in self.settings.channels.items()}
 
     def provider(self, channel: str) -> Provider:
-        try:
-            return self.providers[channel]
-        except KeyError:
-            raise ConfigurationError(
-                "channel", unknown_name("channel", channel, self.channels)) from None
+        """The channel's provider, built from its settings on first use: only a process
+        that sends (a worker, the reconciler, an operator's look-up) builds one and reads
+        its secrets; admission (``notify``, a campaign's pass) needs the store alone. A
+        provider that cannot be built, or cannot honour the channel's policy for
+        uncertain sends, is a ConfigurationError naming the field."""
+        made = self.providers.get(channel)
+        if made is None:
+            spec = self.settings.channels.get(channel)
+            if spec is None:
+                raise ConfigurationError(
+                    "channel", unknown_name("channel", channel, self.channels))
+            # Kept before its policy is checked, so close() closes it either way.
+            made = self.providers[channel] = build_provider(channel, spec, self.clock)
+        checked = self._policies.get(channel)
+        if checked is None or checked[0] is not made:
+            spec = self.settings.channels.get(channel) or ChannelSettings()
+            self._policies[channel] = (made, policy_for(
+                channel, made, mode=spec.uncertain, hold_s=spec.hold_s,
+                dedupe_window_s=spec.dedupe_window_s, lookup_settle_s=spec.lookup_settle_s))
+        return made
+
+    def all_providers(self) -> dict[str, Provider]:
+        """Every channel's provider (``provider``), built where not yet: the
+        reconciler's, and what an operator's view of uncertain sends reads."""
+        for channel in sorted(set(self.settings.channels) | set(self.providers)):
+            self.provider(channel)
+        return self.providers
 
     def pacer(self, channel: str, worker_id: str) -> Pacer:
         # Every Store is a pacer backend: processes that share the store share the budget.
@@ -453,13 +491,8 @@ class Runtime:
         """Each channel's policy for uncertain sends (``tidings.delivery.uncertain``), from its
         settings and its provider; a choice the provider cannot honour is a
         ConfigurationError naming the field."""
-        policies: dict[str, UncertainPolicy] = {}
-        for name, provider in sorted(self.providers.items()):
-            spec = self.settings.channels.get(name) or ChannelSettings()
-            policies[name] = policy_for(
-                name, provider, mode=spec.uncertain, hold_s=spec.hold_s,
-                dedupe_window_s=spec.dedupe_window_s, lookup_settle_s=spec.lookup_settle_s)
-        return policies
+        self.all_providers()
+        return {name: self._policies[name][1] for name in sorted(self.providers)}
 
     def retention(self) -> RetentionConfig:
         """``[retention]`` as the pruner takes it."""
@@ -467,7 +500,8 @@ class Runtime:
 
     def reconciler(self) -> Reconciler:
         r = self.settings.reconciler
-        return Reconciler(store=self.store, transport=self.transport, providers=self.providers,
+        return Reconciler(store=self.store, transport=self.transport,
+                          providers=self.all_providers(),
                           config=ReconcilerConfig(lost_after_s=r.lost_after_s,
                                                   uncertain_after_s=r.uncertain_after_s,
                                                   lease_s=self.settings.worker.lease_s,
@@ -793,18 +827,10 @@ async def build_runtime(
         await transport.close()
         await store.close()
         raise
-    chosen = dict(providers or {})
-    try:
-        for name, spec in settings.channels.items():
-            if name not in chosen:
-                chosen[name] = build_provider(name, spec, the_clock)
-    except BaseException:
-        await transport.close()
-        await store.close()
-        raise
     r = settings.retry
     runtime = Runtime(
-        settings=settings, clock=the_clock, store=store, transport=transport, providers=chosen,
+        settings=settings, clock=the_clock, store=store, transport=transport,
+        providers=dict(providers or {}),  # the others are built where they send
         limits=limits, campaigns=chosen_campaigns, templates=templates,
         policy=RetryPolicy(max_failures=r.max_failures, base_s=r.base_s, cap_s=r.cap_s,
                            rate_limit_floor_s=r.rate_limit_floor_s,
@@ -812,7 +838,8 @@ async def build_runtime(
         rng=rng or random.Random(),
     )
     try:
-        runtime.uncertain_policies()  # an impossible policy refuses the settings now
+        for name in sorted(providers or {}):
+            runtime.provider(name)  # an impossible policy refuses the settings now
     except BaseException:
         await runtime.close()
         raise

@@ -4,6 +4,7 @@ the sandbox server's counts), and refused at start-up naming the field when it c
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tidings import ConfigurationError, Settings, build_runtime
+from tidings import Client, ConfigurationError, Settings, State, build_runtime
 from tidings.core.clock import FakeClock
 from tidings.sandbox import SandboxConfig, SandboxCore, serve
 
@@ -47,14 +48,71 @@ async def test_the_runtime_builds_and_sends_through_the_plugin(tmp_path: Path) -
 @pytest.mark.parametrize(("factory", "says"), [
     ("no_such_module_anywhere:make", "cannot import"),
     ("support.plugin_provider:nothing", "no callable"),
-    ("support.plugin_provider:not_a_provider", "which has no send"),
 ])
-async def test_a_plugin_that_cannot_be_built_is_refused_naming_the_field(
+async def test_a_plugin_that_cannot_be_imported_is_refused_at_start_up_naming_the_field(
         tmp_path: Path, factory: str, says: str) -> None:
     with pytest.raises(ConfigurationError) as raised:
         await build_runtime(plugin_settings(f"sqlite:///{tmp_path / 'p.db'}", factory))
     assert raised.value.field == "channels.email.provider.factory"
     assert says in raised.value.message
+
+
+async def test_a_plugin_that_builds_no_provider_is_refused_where_it_would_send(
+        tmp_path: Path) -> None:
+    settings = plugin_settings(f"sqlite:///{tmp_path / 'p.db'}",
+                               "support.plugin_provider:not_a_provider")
+    async with await build_runtime(settings) as runtime:
+        for build in (lambda: runtime.worker("email", "w1"), runtime.reconciler,
+                      runtime.uncertain_policies):
+            with pytest.raises(ConfigurationError) as raised:
+                build()
+            assert raised.value.field == "channels.email.provider.factory"
+            assert "which has no send" in raised.value.message
+
+
+def test_a_web_process_without_the_providers_secrets_notifies(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A provider whose factory reads its API key made every notify() fail in a process
+    that only enqueues (ConfigurationError channels.email.provider.factory: ... raised
+    KeyError: 'ACME_KEY'). The provider is built where it sends: the web process needs
+    the store alone, the worker the key."""
+    monkeypatch.delenv("ACME_KEY", raising=False)
+    settings = plugin_settings(f"sqlite:///{tmp_path / 'p.db'}",
+                               "support.plugin_provider:make_with_key")
+    with Client(settings) as web:
+        assert web.notify(key="order-1", recipient={"id": "1", "email": "a@example.com"},
+                          channels=["email"], template="t") == ["order-1:email"]
+        assert web.inspect("order-1")[0].intent.state == State.ENQUEUED
+
+    async def a_worker_without_the_key() -> None:
+        async with await build_runtime(settings) as worker_process:
+            with pytest.raises(ConfigurationError) as raised:
+                worker_process.worker("email", "w1")
+            assert raised.value.field == "channels.email.provider.factory"
+            assert "KeyError" in raised.value.message
+
+    asyncio.run(a_worker_without_the_key())
+
+
+async def test_the_worker_builds_the_provider_with_its_key_and_sends(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ACME_KEY", "k-123")
+    clock = FakeClock(time.time(), auto_advance=True)
+    core = SandboxCore(SandboxConfig(), now=clock.now, seed=1)
+    server = await serve(core=core)
+    try:
+        settings = plugin_settings(f"sqlite:///{tmp_path / 'p.db'}",
+                                   "support.plugin_provider:make_with_key", server.url)
+        async with await build_runtime(settings, clock=clock) as runtime:
+            await runtime.notify(key="order-1", recipient={"id": "1", "email": "a@example.com"},
+                                 channels=["email"], template="t")
+            assert runtime.providers == {}  # admission built no provider
+            worker = runtime.worker("email", "w1")
+            while await worker.run_once():
+                pass
+        assert core.stats()["channels"]["email"]["accepted_keys"] == 1
+    finally:
+        await server.close()
 
 
 def test_a_factory_that_is_no_import_path_is_a_settings_error() -> None:

@@ -4,6 +4,7 @@ It sends through a sandbox HTTP server, whose counts judge what it really sent."
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from tidings.providers import Clock, Lookup, Outcome, Provider, SendRequest
@@ -35,3 +36,9 @@ def make(*, channel: str, clock: Clock, options: dict[str, Any]) -> Provider:
 
 def not_a_provider(*, channel: str, clock: Clock, options: dict[str, Any]) -> object:
     return object()
+
+
+def make_with_key(*, channel: str, clock: Clock, options: dict[str, Any]) -> Provider:
+    """A plug-in that reads its API key where it is built, as most do."""
+    options = {**options, "key": os.environ["ACME_KEY"]}
+    return make(channel=channel, clock=clock, options=options)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from pydantic import SecretStr
 
@@ -127,9 +127,10 @@ def build_provider_from(kind_settings: AnyProviderSettings, *, channel: str, clo
 PROVIDER_METHODS = ("send", "lookup", "close")
 
 
-def build_plugin(spec: PluginProviderSettings, *, channel: str, clock: Clock,
-                 prefix: str) -> Provider:
-    """Import ``spec.factory`` and call it; every failure names ``<prefix>.factory``."""
+def plugin_factory(spec: PluginProviderSettings, *, prefix: str) -> Callable[..., Any]:
+    """Import ``spec.factory`` without calling it (no secret is read): every process
+    checks this at start-up, a process that sends calls it when it first sends. A
+    failure names ``<prefix>.factory``."""
     module_name, _, attr = spec.factory.partition(":")
     field = f"{prefix}.factory"
     try:
@@ -139,6 +140,22 @@ def build_plugin(spec: PluginProviderSettings, *, channel: str, clock: Clock,
     factory = getattr(module, attr, None)
     if not callable(factory):
         raise ConfigurationError(field, f"{module_name!r} has no callable {attr!r}")
+    found: Callable[..., Any] = factory
+    return found
+
+
+def check_provider_settings(kind_settings: AnyProviderSettings, *, channel: str) -> None:
+    """What can be checked of a provider's settings without building it, reading no
+    secret (a plug-in's factory imports); the rest is checked where it is built."""
+    if isinstance(kind_settings, PluginProviderSettings):
+        plugin_factory(kind_settings, prefix=f"channels.{channel}.provider")
+
+
+def build_plugin(spec: PluginProviderSettings, *, channel: str, clock: Clock,
+                 prefix: str) -> Provider:
+    """Import ``spec.factory`` and call it; every failure names ``<prefix>.factory``."""
+    field = f"{prefix}.factory"
+    factory = plugin_factory(spec, prefix=prefix)
     try:
         made = factory(channel=channel, clock=clock, options=dict(spec.options))
     except ConfigurationError:
