@@ -4,6 +4,7 @@ the settings that ask for them, and every email adapter carrying them as written
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -228,3 +229,18 @@ async def test_smtp_writes_them_unfolded(local: LocalSmtp) -> None:
     assert b"=?" not in raw and raw.count(b"\r\n") == 3  # the list breaks after its comma
     assert raw_headers({"Bad Name": "x", "X-Ok": "line\nbreak", "X-Fine": "yes"}) == (
         b"X-Fine: yes\r\n")
+
+
+def test_a_line_over_998_characters_is_folded_inside_its_angle_brackets() -> None:
+    """RFC 5322 allows 998 characters a line; a longer List-Unsubscribe was refused by the
+    server (500 Line too long). The list breaks after its commas, and a URL still too long
+    is folded inside its brackets, where RFC 2369 has whitespace ignored."""
+    url = f"{BASE}/v1/unsubscribe/" + "a" * 2_500
+    value = f"<{url}>, <mailto:unsubscribe@example.com?subject=unsubscribe%20" + "b" * 1_200 + ">"
+    raw = raw_headers({LIST_UNSUBSCRIBE: value, LIST_UNSUBSCRIBE_POST: ONE_CLICK}).decode()
+    lines = raw.split("\r\n")
+    assert max(map(len, lines)) <= 998 and lines[-1] == ""
+    assert all(line.startswith(" ") for line in lines[1:-2])  # continuations
+    unfolded = raw.split(f"\r\n{LIST_UNSUBSCRIBE_POST}")[0].removeprefix(f"{LIST_UNSUBSCRIBE}: ")
+    urls = [u.replace("\r\n ", "") for u in re.findall(r"<([^>]*)>", unfolded)]
+    assert urls == re.findall(r"<([^>]*)>", value)

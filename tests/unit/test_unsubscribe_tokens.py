@@ -240,3 +240,58 @@ async def test_quiet_hours_are_kept_and_a_replay_adds_nothing(tmp_path: Path) ->
             "ada@example.com", "email", Reason.UNSUBSCRIBE, "unsubscribe:weekly-digest")
     finally:
         await store.close()
+
+
+@pytest.mark.parametrize("length", [65, 700, 1_600, 2_000, 10_000])
+def test_a_long_recipient_id_is_carried_by_its_digest_and_the_intents_key(length: int) -> None:
+    """A 1,600-character id made a 2,235-character token, over the route's own 2,048: the
+    id is carried by its digest (and the intent's key, to find it again), so the token's
+    length no longer grows with it."""
+    long_id = "c" * length
+    subject = Subject(recipient_id=long_id, address="ada@example.com", channel="email",
+                      campaign="weekly-digest", key="order-4821:email")
+    token = sign(subject, SECRET)
+    assert len(token) < 400 < MAX_TOKEN_CHARS
+    found = verify(token, [SECRET])
+    assert found is not None
+    assert (found.recipient_id, found.key, found.address) == (
+        "", "order-4821:email", "ada@example.com")
+    assert found.names(long_id) and not found.names(long_id + "c")
+    assert json.loads(payload(found))[0] == "u2"
+    assert verify(sign(found, SECRET), [SECRET]) == found  # one canonical form
+    assert verify(token, [OLD]) is None
+
+
+def test_an_id_up_to_the_limit_is_carried_whole_as_before() -> None:
+    subject = Subject(recipient_id="c" * 64, address="ada@example.com", channel="email")
+    found = verify(sign(subject, SECRET), [SECRET])
+    assert found == subject and json.loads(payload(subject))[0] == "u1"
+
+
+async def test_a_long_ids_link_opts_out_the_recipient_its_intent_names(tmp_path: Path) -> None:
+    from tidings.core.model import IntentDraft
+
+    long_id = "x" * 2_000
+    store = await SqliteStore.open(f"sqlite:///{tmp_path / 'u.db'}")
+    try:
+        await store.migrate(now=NOW)
+        await store.intent_admit([IntentDraft(
+            key="order-1:email", channel="email", recipient_id=long_id,
+            address="ada@example.com", template="t", data="{}", due_at=NOW)], now=NOW)
+        subject = Subject(recipient_id=long_id, address="ada@example.com", channel="email",
+                          key="order-1:email")
+        done = await one_click(store, LINKS, LINKS.token(subject), channels=["email"],
+                               kind_of=lambda c: address_kind(c, None), now=NOW)
+        assert done is not None and done.newly_suppressed
+        [preference] = (await store.preferences_for([(long_id, "email")])).values()
+        assert (preference.recipient_id, preference.opted_out) == (long_id, True)
+        # A token whose digest names another id than its intent's opts nobody out, and
+        # suppresses the address it names all the same.
+        other = Subject(recipient_id="y" * 2_000, address="bob@example.com", channel="email",
+                        key="order-1:email")
+        done = await one_click(store, LINKS, LINKS.token(other), channels=["email"],
+                               kind_of=lambda c: address_kind(c, None), now=NOW)
+        assert done is not None and done.newly_suppressed
+        assert await store.preferences_for([("y" * 2_000, "email")]) == {}
+    finally:
+        await store.close()

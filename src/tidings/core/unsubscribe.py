@@ -8,6 +8,12 @@ padding, joined by a dot::
 
     <payload>.<mac>
 
+A recipient id longer than ``MAX_WHOLE_ID`` characters is not carried whole (a
+2,000-character id made a token over ``MAX_TOKEN_CHARS``, and a header line over RFC
+5322's 998): the payload is then ``["u2", digest, address, channel, campaign, key]``,
+the digest the SHA-256 of the id (base64url) and ``key`` the intent the mail was sent
+for, by which the id is found again (``Subject.names`` checks it is the one).
+
 The MAC covers a domain label and the payload's exact bytes, so a changed character
 of either part, a payload taken from another token, or a token signed under another
 secret fails; ``verify`` compares in constant time and answers None for every kind of
@@ -33,6 +39,12 @@ VERSION: Final = "u1"
 """The payload's version: a later shape gets a new one, and ``verify`` refuses what it
 does not know."""
 
+VERSION_DIGEST: Final = "u2"
+"""The payload that carries a long recipient id by its digest, and the intent's key."""
+
+MAX_WHOLE_ID: Final = 64
+"""The longest recipient id a token carries whole; a longer one goes as its digest."""
+
 MAX_TOKEN_CHARS: Final = 2048
 """A longer token is refused before any decoding (a URL of a megabyte is no link of ours)."""
 
@@ -48,6 +60,22 @@ class Subject:
     channel: str
     campaign: str = ""
     """The campaign the mail was sent for; ``""`` for a send of ``notify``."""
+    key: str = ""
+    """The intent the mail was sent for: carried only with a long id's digest."""
+    recipient_digest: str = ""
+    """A verified ``u2`` token's digest of the recipient id (``recipient_id`` is then
+    ``""``: the intent ``key`` names it)."""
+
+    def names(self, recipient_id: str) -> bool:
+        """Whether this subject is ``recipient_id`` (by its digest where it has one)."""
+        if self.recipient_digest:
+            return hmac.compare_digest(digest_of(recipient_id), self.recipient_digest)
+        return recipient_id == self.recipient_id
+
+
+def digest_of(recipient_id: str) -> str:
+    """The SHA-256 of a recipient id, base64url without padding (43 characters)."""
+    return _b64(hashlib.sha256(recipient_id.encode("utf-8")).digest())
 
 
 def _b64(raw: bytes) -> str:
@@ -65,10 +93,17 @@ def _unb64(text: str) -> bytes | None:
 
 
 def payload(subject: Subject) -> bytes:
-    """The canonical bytes a token signs (JSON, no spaces, UTF-8)."""
-    return json.dumps([VERSION, subject.recipient_id, subject.address, subject.channel,
-                       subject.campaign], ensure_ascii=False, separators=(",", ":")
-                      ).encode("utf-8")
+    """The canonical bytes a token signs (JSON, no spaces, UTF-8): the recipient id
+    whole (``u1``), or past ``MAX_WHOLE_ID`` characters its digest and the intent's key
+    (``u2``)."""
+    fields: list[str]
+    if subject.recipient_digest or len(subject.recipient_id) > MAX_WHOLE_ID:
+        fields = [VERSION_DIGEST, subject.recipient_digest or digest_of(subject.recipient_id),
+                  subject.address, subject.channel, subject.campaign, subject.key]
+    else:
+        fields = [VERSION, subject.recipient_id, subject.address, subject.channel,
+                  subject.campaign]
+    return json.dumps(fields, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
 def _mac(secret: bytes, body: bytes) -> bytes:
@@ -103,14 +138,22 @@ def verify(token: str, secrets: Sequence[bytes]) -> Subject | None:
         fields = json.loads(body.decode("utf-8"))
     except ValueError:  # UnicodeDecodeError is a ValueError
         return None
-    if (not isinstance(fields, list) or len(fields) != 5 or fields[0] != VERSION
-            or not all(isinstance(f, str) for f in fields)):
+    if not isinstance(fields, list) or not all(isinstance(f, str) for f in fields):
         return None
-    _, recipient_id, address, channel, campaign = fields
-    if not recipient_id or not address or not channel:
+    if len(fields) == 5 and fields[0] == VERSION:
+        _, recipient_id, address, channel, campaign = fields
+        subject = Subject(recipient_id=recipient_id, address=address, channel=channel,
+                          campaign=campaign)
+    elif len(fields) == 6 and fields[0] == VERSION_DIGEST:
+        _, digest, address, channel, campaign, key = fields
+        if not digest or not key:
+            return None
+        subject = Subject(recipient_id="", recipient_digest=digest, address=address,
+                          channel=channel, campaign=campaign, key=key)
+    else:
         return None
-    subject = Subject(recipient_id=recipient_id, address=address, channel=channel,
-                      campaign=campaign)
+    if not (subject.recipient_id or subject.recipient_digest) or not address or not channel:
+        return None
     # Signed bytes that are not this payload's canonical form are not ours.
     return subject if payload(subject) == body else None
 

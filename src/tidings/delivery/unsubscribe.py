@@ -61,7 +61,7 @@ class UnsubscribeLinks:
 
     def subject_of(self, intent: Intent) -> Subject:
         return Subject(recipient_id=intent.recipient_id, address=intent.address,
-                       channel=intent.channel, campaign=intent.campaign or "")
+                       channel=intent.channel, campaign=intent.campaign or "", key=intent.key)
 
     def token(self, subject: Subject) -> str:
         return sign(subject, self.secrets[0])

@@ -5,7 +5,9 @@ The token (``tidings.core.unsubscribe``) names a recipient id, an address, a cha
 and a campaign. Recording it does two things, both idempotent:
 
 - the recipient's preference on that channel becomes opted out (quiet hours they had
-  are kept), so every later send of the channel to them is cancelled ``opted_out``;
+  are kept), so every later send of the channel to them is cancelled ``opted_out``
+  (a long recipient id, carried by its digest, is read from the intent the mail was
+  sent for; once retention has pruned that intent only the address is suppressed);
 - the address (normalised) is suppressed on the channel's kind with reason
   ``unsubscribe`` and source ``unsubscribe:<campaign>`` (``unsubscribe:notify`` for
   mail sent by ``notify``), so the next send to it ends ``suppressed`` with no provider
@@ -55,6 +57,18 @@ def source_of(subject: Subject) -> str:
     return f"unsubscribe:{subject.campaign or 'notify'}"
 
 
+async def recipient_of(store: Ledger, subject: Subject) -> str | None:
+    """The recipient id a subject names: its own, or, for a long id carried by its
+    digest, the one of the intent it names, if that intent is still kept and its id has
+    that digest. None: not known any more (the address is suppressed all the same)."""
+    if subject.recipient_id:
+        return subject.recipient_id
+    intent = await store.intent_get(subject.key)
+    if intent is None or not subject.names(intent.recipient_id):
+        return None
+    return intent.recipient_id
+
+
 async def one_click(store: UnsubscribeStore, links: UnsubscribeLinks, token: str, *,
                     channels: Collection[str], kind_of: Callable[[str], str],
                     now: float) -> Unsubscribed | None:
@@ -64,12 +78,15 @@ async def one_click(store: UnsubscribeStore, links: UnsubscribeLinks, token: str
     subject = links.verify(token)
     if subject is None or subject.channel not in channels:
         return None
-    key = (subject.recipient_id, subject.channel)
-    found = (await store.preferences_for([key])).get(key)
-    wanted = (Preference(recipient_id=subject.recipient_id, channel=subject.channel,
-                         opted_out=True) if found is None else replace(found, opted_out=True))
-    if found != wanted:
-        await store.preference_set(wanted, now=now)
+    recipient_id = await recipient_of(store, subject)
+    if recipient_id is not None:
+        key = (recipient_id, subject.channel)
+        found = (await store.preferences_for([key])).get(key)
+        wanted = (Preference(recipient_id=recipient_id, channel=subject.channel,
+                             opted_out=True) if found is None
+                  else replace(found, opted_out=True))
+        if found != wanted:
+            await store.preference_set(wanted, now=now)
     kind = kind_of(subject.channel)
     address = normalize_address(kind, subject.address)
     made = await store.suppression_add_many([Suppression(
