@@ -107,6 +107,7 @@ SANDBOX_CONFIGS = {
     Scenario.TRY_LATER: SandboxConfig(server_error=1.0),
     Scenario.REFUSE: SandboxConfig(reject_addresses=(EMAIL,)),
     Scenario.DROP_AFTER_SEND: SandboxConfig(lost_response=1.0),
+    Scenario.ACCEPT_THEN_DROP: SandboxConfig(lost_response=1.0),
     Scenario.HANG_AFTER_SEND: SandboxConfig(timeout=1.0, hang_s=30.0),
     Scenario.UNREACHABLE: SandboxConfig(),
 }

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from test_provider import CASES, Case, TwinCase
 
-from tidings.core.outcomes import Accepted, Lookup, Outcome, Transient
+from tidings.core.outcomes import Accepted, Lookup, Outcome, Transient, Uncertain
 from tidings.providers import SendRequest
 from tidings.testing import ContractBroken, Scenario, assert_conforms, run_contract
 
@@ -35,6 +35,8 @@ class Broken:
             return Accepted(receipt="made-up", request_id=outcome.request_id)
         if self.how == "429-transient" and not isinstance(outcome, Accepted):
             return Transient(reason="try later")
+        if self.how == "lost-answer-transient" and isinstance(outcome, Uncertain):
+            return Transient(reason="connection dropped")  # a resend: a second copy
         return outcome
 
     async def lookup(self, key: str) -> Lookup:
@@ -60,9 +62,40 @@ def broken_twin(how: str) -> Case:
     ("raises", "accepted_carries_the_receipt"),
     ("no-receipt", "accepted_carries_the_receipt"),
     ("429-transient", "rate_limited_seconds_is_rate_limited"),
+    ("lost-answer-transient", "accept_then_drop_is_uncertain_and_found"),
 ])
 async def test_the_kit_fails_an_adapter_that_breaks_a_promise(how: str, check: str) -> None:
     results = {r.name: r for r in await run_contract(lambda: broken_twin(how))}
     assert not results[check].passed, results[check]
     with pytest.raises(ContractBroken, match=check):
         await assert_conforms(lambda: broken_twin(how))
+
+
+class TwinWithout(TwinCase):
+    """A side that cannot act out every scenario: it says so in ``scenarios``."""
+
+    scenarios = frozenset(Scenario) - {Scenario.UNREACHABLE, Scenario.RATE_LIMITED_DATE,
+                                       Scenario.ACCEPT_THEN_DROP}
+
+    async def build(self, scenario: Scenario) -> Any:
+        assert scenario in self.scenarios, f"cued {scenario}, which this side cannot do"
+        return await super().build(scenario)
+
+
+async def test_a_scenario_the_case_cannot_cue_is_skipped_by_every_check_that_needs_it() -> None:
+    """The rate-limit checks ignored ``scenarios``: a case without RATE_LIMITED_DATE was
+    cued with it all the same. Every check that needs a scenario now says which."""
+    results = {r.name: r for r in await assert_conforms(TwinWithout)}
+    for name, scenario in (("rate_limited_date_is_rate_limited", "rate_limited_date"),
+                           ("accept_then_drop_is_uncertain_and_found", "accept_then_drop"),
+                           ("unreachable_is_transient", "unreachable")):
+        assert results[name].skipped and results[name].detail == f"{scenario} not cued"
+    assert not results["rate_limited_seconds_is_rate_limited"].skipped
+
+
+def test_every_scenario_is_checked() -> None:
+    """ACCEPT_THEN_DROP was never checked: each scenario but ACCEPT has a check of its own."""
+    from tidings.testing import CHECKS
+
+    needed = {getattr(check, "scenario", None) for check in CHECKS}
+    assert needed >= set(Scenario) - {Scenario.ACCEPT}

@@ -75,6 +75,9 @@ class SmtpSide:
         self._queued += 1
         queue_id = f"Q{self._queued:05d}"
         self.receipts[str(message["X-Tidings-Key"])] = queue_id
+        if self.scenario is Scenario.ACCEPT_THEN_DROP:  # queued, and the reply lost
+            assert isinstance(server.transport, asyncio.Transport)
+            server.transport.abort()
         return f"250 2.0.0 Ok: queued as {queue_id}"
 
     @property

@@ -21,7 +21,9 @@ The author supplies a ``ProviderCase``: the adapter pointed at a *side* they can
     async def test_my_provider_conforms():
         await assert_conforms(MyCase)
 
-Each check starts from a new case (``make_case()``) and closes it after.
+Each check starts from a new case (``make_case()``) and closes it after. A check that
+needs a scenario names it (its ``scenario``), and is skipped, said so, for a case whose
+``scenarios`` leave it out.
 """
 
 from __future__ import annotations
@@ -239,6 +241,7 @@ def _rate_limited(scenario: Scenario) -> Check:
         discreet(outcome, case)
 
     check.__name__ = f"{scenario.value}_is_rate_limited"
+    check.scenario = scenario  # type: ignore[attr-defined]
     return check
 
 
@@ -255,6 +258,25 @@ def _maps_to(scenario: Scenario, wanted: type[Outcome], *, reached: bool | None)
     check.__name__ = f"{scenario.value}_is_{wanted.__name__.lower()}"
     check.scenario = scenario  # type: ignore[attr-defined]
     return check
+
+
+async def accept_then_drop_is_uncertain_and_found(case: ProviderCase) -> None:
+    """The provider accepted the send and the answer was lost: the worker must not call
+    that sent or failed, only uncertain; an adapter with a lookup then finds it
+    accepted, with the receipt the provider gave it (the reconciler settles it so)."""
+    provider = await case.start(Scenario.ACCEPT_THEN_DROP)
+    outcome = await send(provider, case)
+    kind(outcome, Uncertain)
+    discreet(outcome, case)
+    expect(case.side.keys_received == [KEY], f"the provider saw {case.side.keys_received!r}")
+    if provider.supports_lookup:
+        found = await lookup(provider, case)
+        expect((found.found, found.receipt) == (True, case.side.receipt_of(KEY)),
+               f"lookup of a send accepted with its answer lost answered {found!r}")
+
+
+accept_then_drop_is_uncertain_and_found.scenario = (  # type: ignore[attr-defined]
+    Scenario.ACCEPT_THEN_DROP)
 
 
 async def without_rendered_content(case: ProviderCase) -> None:
@@ -325,6 +347,7 @@ CHECKS: tuple[Check, ...] = (
     _maps_to(Scenario.REFUSE, Permanent, reached=None),
     _maps_to(Scenario.DROP_AFTER_SEND, Uncertain, reached=True),
     _maps_to(Scenario.HANG_AFTER_SEND, Uncertain, reached=True),
+    accept_then_drop_is_uncertain_and_found,
     _maps_to(Scenario.UNREACHABLE, Transient, reached=False),
     without_rendered_content,
     lookup_finds_what_was_accepted,
