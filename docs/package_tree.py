@@ -20,7 +20,7 @@ HEADING = "## The package tree"
 ORDER = ("core", "config", "stores", "transports", "webhooks", "sandbox", "providers",
          "admission", "delivery", "recovery", "operate", "processes", "api", "demo",
          "cli", "contrib", "testing")
-ROOT_MODULES = ("__init__.py", "runtime.py", "client.py")
+ROOT_MODULES = ("__init__.py", "runtime.py", "client.py", "embedded.py")
 WIDTH = 100
 FOOTER = """\
 tests/  unit/ conformance/ integration/ scenarios/ acceptance/ support/

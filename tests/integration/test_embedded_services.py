@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from fastapi import FastAPI
 
 from tidings import Settings, build_runtime
 from tidings.core.clock import SystemClock
-from tidings.processes.embedded import embedded
+from tidings.embedded import embedded
 from tidings.providers.sandbox import SandboxTwinProvider
 from tidings.sandbox import SandboxConfig, SandboxCore
 
@@ -113,3 +114,21 @@ async def test_tune_gc_tunes_the_collector_while_the_services_run_and_puts_it_ba
         assert services.failed() == []
     assert gc.get_threshold() == before
     assert core.stats()["channels"]["email"]["accepted"] == 1
+
+
+def test_the_public_home_and_the_old_path() -> None:
+    """docs/frameworks.md and application.md told users to import an internal module;
+    tidings.embedded is the public home, and the old path warns naming it."""
+    import importlib
+    import sys
+
+    import tidings.embedded
+    from tidings.processes.hosted import Embedded
+
+    assert tidings.embedded.embedded is embedded
+    assert tidings.embedded.Embedded is Embedded
+    sys.modules.pop("tidings.processes.embedded", None)
+    with pytest.warns(DeprecationWarning, match=r"import Embedded, embedded from "
+                                                r"tidings\.embedded"):
+        old = importlib.import_module("tidings.processes.embedded")
+    assert old.embedded is embedded

@@ -32,7 +32,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("processes",),
     ("api",),
     ("demo",),
-    ("client",),
+    ("client", "embedded"),
     ("cli", "contrib", "testing"),
 )
 #: Modules above every layer: the package's lazy facade and ``python -m tidings``;

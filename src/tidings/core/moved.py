@@ -73,6 +73,7 @@ MOVED: Mapping[str, tuple[str, Mapping[str, str]]] = {
     "tidings.pacing.pacer": ("tidings.delivery.pacing.pacer", {}),
     "tidings.policy": ("tidings.core.policy", {}),
     "tidings.preferences": ("tidings.core.preferences", {}),
+    "tidings.processes.embedded": ("tidings.processes.hosted", {}),
     "tidings.progress": ("tidings.processes.progress", {}),
     "tidings.providers.config": ("tidings.config.providers", {
         "SOURCES": "tidings.providers.http",
@@ -126,7 +127,7 @@ MOVED: Mapping[str, tuple[str, Mapping[str, str]]] = {
 
 #: The public modules a moved name can be public in, in the order a warning prefers them
 #: (``Clock`` is in all three; ``tidings.Clock`` is the one a warning names).
-PUBLIC_MODULES = ("tidings", "tidings.providers", "tidings.testing")
+PUBLIC_MODULES = ("tidings", "tidings.providers", "tidings.testing", "tidings.embedded")
 
 
 def _public_home(name: str, value: object) -> str | None:

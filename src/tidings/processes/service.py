@@ -1,5 +1,5 @@
 """Long-running loops: worker, scheduler, reconciler; graceful on SIGTERM, or on an event
-of their host's when embedded (``tidings.processes.embedded``)."""
+of their host's when embedded (``tidings.embedded``)."""
 
 from __future__ import annotations
 
@@ -171,7 +171,7 @@ async def serve_worker(runtime: Runtime, channel: str, *, worker_id: str | None 
     A process of its own (``tidings worker``) tunes the collector for serving
     (``serving_gc``: frozen without a full collection first, which every restart after
     a crash would pay for nothing) and takes SIGTERM/SIGINT. Inside another
-    application (``signals=False``, see ``tidings.processes.embedded``) it leaves both
+    application (``signals=False``, see ``tidings.embedded``) it leaves both
     to its host and stops when ``stop`` is set."""
     if not signals:
         await _serve_worker(runtime, channel, worker_id=worker_id, reconcile=reconcile,

@@ -2,7 +2,8 @@
 
 Beside the separate-process way (``tidings worker``, ``tidings scheduler``), an app
 that already runs an event loop (a FastAPI/Starlette lifespan, aiohttp's
-``cleanup_ctx``) may run tidings' services as its own tasks::
+``cleanup_ctx``) may run tidings' services as its own tasks. Applications import them
+from ``tidings.embedded``, their public home::
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
