@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -131,3 +132,112 @@ def test_the_cli_loads_the_plugin_from_tidings_toml(tmp_path: Path) -> None:
                              capture_output=True, text=True, timeout=60, check=False, env=env)
     assert run.returncode == 2, run
     assert "channels.email.provider.factory" in run.stderr
+
+
+# ---------------------------------------------------------------- by entry point
+
+PLUGIN_PYPROJECT = """\
+[build-system]
+requires = ["setuptools>=61"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "acme-mail-tidings"
+version = "0.1"
+
+[project.entry-points."tidings.providers"]
+acme = "acme_mail_tidings:make"
+"""
+
+PLUGIN_MODULE = '''\
+"""A provider plug-in found by its entry point: it sends through the sandbox's HTTP API."""
+
+from tidings.providers.sandbox import SandboxHttpProvider
+
+
+def make(*, channel, clock, options):
+    provider = SandboxHttpProvider(options["url"], channel, clock=clock)
+    provider.name = "acme"
+    return provider
+'''
+
+
+def install_plugin(tmp_path: Path) -> Path:
+    """The tiny plug-in package, installed (pip, its entry points in its dist-info) into a
+    folder of its own: the folder to put on the path."""
+    source = tmp_path / "acme-mail-tidings"
+    (source / "acme_mail_tidings").mkdir(parents=True)
+    (source / "pyproject.toml").write_text(PLUGIN_PYPROJECT)
+    (source / "acme_mail_tidings" / "__init__.py").write_text(PLUGIN_MODULE)
+    target = tmp_path / "site"
+    run = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
+                          "--target", str(target), str(source)],
+                         capture_output=True, text=True, timeout=300, check=False)
+    assert run.returncode == 0, run.stderr
+    assert list(target.glob("acme_mail_tidings-0.1.dist-info/entry_points.txt"))
+    return target
+
+
+def entry_point_settings(store: str, name: str, url: str = "http://127.0.0.1:9") -> Settings:
+    return Settings.parse({"store": store, "channels": {"email": {"provider": {
+        "kind": "plugin", "entry_point": name, "options": {"url": url}}}}})
+
+
+async def test_an_entry_point_no_package_offers_is_refused_naming_the_field(
+        tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError) as raised:
+        await build_runtime(entry_point_settings(f"sqlite:///{tmp_path / 'p.db'}",
+                                                 "no-such-plugin"))
+    assert raised.value.field == "channels.email.provider.entry_point"
+    assert "no installed package offers 'no-such-plugin'" in raised.value.message
+
+
+@pytest.mark.parametrize("provider", [
+    {"kind": "plugin"},
+    {"kind": "plugin", "factory": "support.plugin_provider:make", "entry_point": "acme"},
+    {"kind": "plugin", "entry_point": "not a name"},
+])
+def test_a_plugin_names_its_factory_once(provider: dict[str, str]) -> None:
+    with pytest.raises(ConfigurationError, match=r"channels\.email\.provider"):
+        Settings.parse({"store": "sqlite:///x.db", "channels": {"email": {
+            "provider": provider}}})
+
+
+@pytest.mark.slow
+async def test_tidings_worker_sends_through_an_installed_plugin_found_by_entry_point(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """pip installs a tiny plug-in package that registers its factory under
+    [project.entry-points."tidings.providers"]; tidings.toml names it by that name alone,
+    and a real `tidings worker` process delivers through it (the sandbox's counts)."""
+    site = install_plugin(tmp_path)
+    monkeypatch.syspath_prepend(str(site))  # this process admits, so it checks the name
+    clock = FakeClock(time.time(), auto_advance=True)
+    core = SandboxCore(SandboxConfig(), now=clock.now, seed=1)
+    server = await serve(core=core)
+    store = f"sqlite:///{tmp_path / 'p.db'}"
+    (tmp_path / "tidings.toml").write_text(
+        f'store = "{store}"\n[channels.email.provider]\nkind = "plugin"\n'
+        f'entry_point = "acme"\noptions = {{ url = "{server.url}" }}\n')
+    worker: asyncio.subprocess.Process | None = None
+    try:
+        async with await build_runtime(entry_point_settings(store, "acme", server.url)
+                                       ) as runtime:
+            await runtime.notify(key="order-1", recipient={"id": "1", "email": "a@example.com"},
+                                 channels=["email"], template="t")
+        worker = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "tidings", "worker", "--channel", "email", cwd=tmp_path,
+            env={**os.environ, "PYTHONPATH": str(site)}, stderr=asyncio.subprocess.PIPE)
+        deadline = time.monotonic() + 60
+        while core.stats()["channels"].get("email", {}).get("accepted_keys", 0) < 1:
+            assert worker.returncode is None, "the worker ended"
+            assert time.monotonic() < deadline, "nothing delivered in 60 s"
+            await asyncio.sleep(0.1)
+        worker.send_signal(signal.SIGTERM)
+        _, stderr = await asyncio.wait_for(worker.communicate(), 60)
+        assert worker.returncode == 0, stderr.decode()
+        assert core.stats()["channels"]["email"]["accepted_keys"] == 1
+    finally:
+        if worker is not None and worker.returncode is None:
+            worker.kill()
+            await worker.wait()
+        await server.close()

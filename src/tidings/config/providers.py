@@ -225,21 +225,51 @@ def _factory(value: str) -> str:
     return value
 
 
+#: The entry-point group a provider plug-in's package registers its factory under.
+ENTRY_POINT_GROUP = "tidings.providers"
+
+_ENTRY_POINT = re.compile(r"^[A-Za-z0-9][\w.-]*$")
+
+
+def _entry_point(value: str) -> str:
+    if not _ENTRY_POINT.match(value):
+        raise ValueError(f"{value!r} is not an entry point's name (letters, digits, '.', "
+                         "'-', '_')")
+    return value
+
+
 class PluginProviderSettings(_Model):
-    """A provider of your own, named by the import path of its factory: called as
-    ``factory(channel=..., clock=..., options=...)``, it returns an object with the
-    ``Provider`` methods (``tidings.providers``). ``options`` are handed over as read;
-    a secret is named by an ``*_env`` option and read by the factory."""
+    """A provider of your own, named by its factory: the import path (``factory``), or
+    the name its installed package registers under the ``tidings.providers`` entry-point
+    group (``entry_point``). Called as ``factory(channel=..., clock=..., options=...)``,
+    it returns an object with the ``Provider`` methods (``tidings.providers``).
+    ``options`` are handed over as read; a secret is named by an ``*_env`` option and
+    read by the factory."""
 
     kind: Literal["plugin"] = "plugin"
     """A provider of your own."""
-    factory: Annotated[str, AfterValidator(_factory)]
-    """``package.module:function``, importable where tidings runs."""
+    factory: Annotated[str, AfterValidator(_factory)] | None = None
+    """``package.module:function``, importable where tidings runs (or ``entry_point``)."""
+    entry_point: Annotated[str, AfterValidator(_entry_point)] | None = None
+    """The name an installed package registers its factory under in
+    ``[project.entry-points."tidings.providers"]`` (or ``factory``)."""
     options: dict[str, Any] = Field(default_factory=dict)
     """Handed to the factory as read (its own settings)."""
     timeout_s: Seconds = 10.0
     """A send is cut off (and uncertain) after three of these, unless the provider says
     its own ``send_deadline_s``."""
+
+    @model_validator(mode="after")
+    def _one_factory(self) -> PluginProviderSettings:
+        if (self.factory is None) == (self.entry_point is None):
+            raise ValueError("name the factory once: factory (an import path) or "
+                             "entry_point (an installed plug-in's name)")
+        return self
+
+    @property
+    def origin(self) -> str:
+        """How the factory is named, for messages."""
+        return self.factory or f"entry point {self.entry_point!r}"
 
 
 AnyProviderSettings = (SmtpProviderSettings | HttpProviderSettings | TwilioProviderSettings

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import os
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import SecretStr
 
 from tidings.config.providers import (
+    ENTRY_POINT_GROUP,
     PLACEHOLDER,
     AnyProviderSettings,
     HttpProviderSettings,
@@ -127,12 +129,43 @@ def build_provider_from(kind_settings: AnyProviderSettings, *, channel: str, clo
 PROVIDER_METHODS = ("send", "lookup", "close")
 
 
+def plugin_field(spec: PluginProviderSettings, prefix: str) -> str:
+    """The setting a plug-in's failure names: ``<prefix>.factory`` or ``.entry_point``."""
+    return f"{prefix}.{'factory' if spec.factory else 'entry_point'}"
+
+
+def entry_point_factory(name: str, *, field: str) -> Callable[..., Any]:
+    """The factory an installed package registers as ``name`` in the ``tidings.providers``
+    entry-point group, loaded (its module imported), not called."""
+    found = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP, name=name)
+    if not found:
+        offered = sorted(ep.name for ep in importlib.metadata.entry_points(
+            group=ENTRY_POINT_GROUP))
+        raise ConfigurationError(field, f"no installed package offers {name!r} in the "
+                                        f"{ENTRY_POINT_GROUP} entry points; offered: "
+                                        f"{', '.join(offered) or 'none'}")
+    entry = sorted(found, key=lambda ep: ep.value)[0]
+    try:
+        loaded = entry.load()
+    except (ImportError, AttributeError) as exc:
+        raise ConfigurationError(field, f"cannot load {entry.value!r} (entry point "
+                                        f"{name!r}): {exc}") from None
+    if not callable(loaded):
+        raise ConfigurationError(field, f"entry point {name!r} ({entry.value}) is not "
+                                        "callable")
+    factory: Callable[..., Any] = loaded
+    return factory
+
+
 def plugin_factory(spec: PluginProviderSettings, *, prefix: str) -> Callable[..., Any]:
-    """Import ``spec.factory`` without calling it (no secret is read): every process
-    checks this at start-up, a process that sends calls it when it first sends. A
-    failure names ``<prefix>.factory``."""
+    """Import the plug-in's factory without calling it (no secret is read): every
+    process checks this at start-up, a process that sends calls it when it first sends.
+    A failure names ``<prefix>.factory`` (or ``<prefix>.entry_point``)."""
+    field = plugin_field(spec, prefix)
+    if spec.entry_point is not None:
+        return entry_point_factory(spec.entry_point, field=field)
+    assert spec.factory is not None  # the settings name one or the other
     module_name, _, attr = spec.factory.partition(":")
-    field = f"{prefix}.factory"
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
@@ -153,24 +186,25 @@ def check_provider_settings(kind_settings: AnyProviderSettings, *, channel: str)
 
 def build_plugin(spec: PluginProviderSettings, *, channel: str, clock: Clock,
                  prefix: str) -> Provider:
-    """Import ``spec.factory`` and call it; every failure names ``<prefix>.factory``."""
-    field = f"{prefix}.factory"
+    """Import the plug-in's factory and call it; every failure names
+    ``<prefix>.factory`` (or ``.entry_point``)."""
+    field = plugin_field(spec, prefix)
     factory = plugin_factory(spec, prefix=prefix)
     try:
         made = factory(channel=channel, clock=clock, options=dict(spec.options))
     except ConfigurationError:
         raise
     except Exception as exc:
-        raise ConfigurationError(field, f"{spec.factory} raised {type(exc).__name__}: "
+        raise ConfigurationError(field, f"{spec.origin} raised {type(exc).__name__}: "
                                  f"{exc}") from None
     missing = [m for m in PROVIDER_METHODS if not callable(getattr(made, m, None))]
     if missing or not isinstance(getattr(made, "supports_lookup", None), bool):
         what = ", ".join(missing) or "supports_lookup (a bool)"
-        raise ConfigurationError(field, f"{spec.factory} returned {type(made).__name__}, "
+        raise ConfigurationError(field, f"{spec.origin} returned {type(made).__name__}, "
                                  f"which has no {what}: a provider has send, lookup, close "
                                  "and supports_lookup (tidings.providers.Provider)")
     if not isinstance(getattr(made, "name", None), str):
-        raise ConfigurationError(field, f"{spec.factory} returned a provider without a name")
+        raise ConfigurationError(field, f"{spec.origin} returned a provider without a name")
     provider: Provider = made
     return provider
 
