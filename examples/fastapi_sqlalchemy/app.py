@@ -93,6 +93,7 @@ def create_app(database_url: str | None = None) -> FastAPI:
 
     app = FastAPI(title="shop", lifespan=lifespan)
     app.state.sessions = sessions
+    app.state.tidings = client  # the app's client (its tests read what it notified)
 
     @app.post("/orders", status_code=201)
     def place_order(order: OrderIn, db: Annotated[Session, Depends(session)]

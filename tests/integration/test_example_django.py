@@ -136,3 +136,17 @@ async def test_orders_commit_with_their_notification_and_the_commands_deliver(
     await asyncio.to_thread(manage, env, "tidings_scheduler", "--once")
     swept = await asyncio.to_thread(manage, env, "tidings_reconcile", "--json")
     assert isinstance(json.loads(swept.stdout), dict)
+
+
+def test_the_examples_own_tests_pass_with_tidings_testing(pg_url: str) -> None:
+    """The example's tests (tidings.testing's plug-in, assert_notified, the outbox), run
+    as a user runs them: pytest on the example, its DATABASE_URL a throw-away one."""
+    import os
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                          str(EXAMPLE)], env={**os.environ, "DATABASE_URL": pg_url},
+                         capture_output=True, text=True, timeout=300, check=False)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "2 passed" in run.stdout

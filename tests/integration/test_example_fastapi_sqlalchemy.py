@@ -59,3 +59,17 @@ async def test_an_order_and_its_notification_commit_together_or_not_at_all(
     assert (stats["accepted"], stats["accepted_keys"]) == (1, 1)
     assert sandbox.lookup("order-1:email") is not None
     assert sandbox.lookup("order-2:email") is None
+
+
+def test_the_examples_own_tests_pass_with_tidings_testing(pg_url: str) -> None:
+    """The example's tests (tidings.testing's plug-in, assert_notified, the outbox), run
+    as a user runs them: pytest on the example, its DATABASE_URL a throw-away one."""
+    import os
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                          str(EXAMPLE)], env={**os.environ, "DATABASE_URL": pg_url},
+                         capture_output=True, text=True, timeout=300, check=False)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "2 passed" in run.stdout
