@@ -157,7 +157,7 @@ async def main(argv: Sequence[str] | None = None) -> int:
             await rt.close()
         print("the relay found nothing to publish", file=sys.stderr)
         return 1
-    rt.providers[args.channel] = CrashingProvider(rt.providers[args.channel], args.crash_at,
+    rt.providers[args.channel] = CrashingProvider(rt.provider(args.channel), args.crash_at,
                                                   args.exit_after_ms / 1000.0)
     worker = rt.worker(args.channel, f"crash-worker-{os.getpid()}")
     loop = asyncio.get_running_loop()

@@ -50,7 +50,7 @@ async def main(argv: Sequence[str] | None = None) -> int:
 
     configure_logging("json", "info")
     rt = await build_runtime(settings_for(args.store, args.url), migrate=False)
-    provider = RaisingProvider(rt.providers["email"], before=args.before, after=args.after,
+    provider = RaisingProvider(rt.provider("email"), before=args.before, after=args.after,
                                rng=random.Random(args.seed))
     rt.providers["email"] = provider
     try:
