@@ -99,11 +99,16 @@ async def test_a_broker_restart_mid_run_loses_nothing_and_sends_nothing_twice(
     reconciler = rt.reconciler()
     running = asyncio.create_task(worker.run())
 
+    # Stopped between passes, never cancelled mid-pass: a call cancelled while its RPC
+    # is on the wire closes the transport's channel under the test's own reads below.
+    stop_sweeping = asyncio.Event()
+
     async def sweep() -> None:
-        while True:
+        while not stop_sweeping.is_set():
             with contextlib.suppress(Exception):  # the broker may be away: next pass
                 await reconciler.run_pass(now=rt.clock.now())
-            await asyncio.sleep(0.2)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop_sweeping.wait(), 0.2)
 
     sweeping = asyncio.create_task(sweep())
     try:
@@ -131,9 +136,8 @@ async def test_a_broker_restart_mid_run_loses_nothing_and_sends_nothing_twice(
         await until(lambda: settled(rt), "every intent terminal and the queue empty", state)
     finally:
         worker.stop()
-        sweeping.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await sweeping
+        stop_sweeping.set()
+        await asyncio.wait_for(sweeping, GUARD_S)
         await asyncio.wait_for(running, GUARD_S)
         stats = accepted(sandbox)
         counts = await rt.store.intent_counts()

@@ -29,6 +29,8 @@ import pytest
 
 from tidings import Digest
 from tidings.config.settings import Settings
+from tidings.core.states import State
+from tidings.operate.operations import uncertain_resolve
 from tidings.runtime import Runtime, build_runtime
 
 pytestmark = pytest.mark.slow
@@ -98,6 +100,30 @@ async def all_sent(runtime: Runtime) -> bool:
     return pending.windows == 0 and unfinished == 0 and states.get("accepted", 0) > 0
 
 
+def inbox_keys(inbox: Path) -> set[str]:
+    """The delivery keys (``X-Tidings-Key``) of the messages in the inbox."""
+    parser = BytesParser(policy=email.policy.default)
+    return {str(parser.parsebytes(path.read_bytes())["X-Tidings-Key"])
+            for path in (inbox / "new").glob("*.eml")}
+
+
+async def settle_held(runtime: Runtime, inbox: Path) -> None:
+    """Decide the held sends as the operator does, by the witness: a worker SIGKILLed
+    while a digest was on the wire leaves it uncertain, and SMTP has no lookup, so it
+    is held (more often on a loaded machine, where a send takes longer). One whose
+    message is in the inbox was accepted; one whose message is not is sent again."""
+    held = await runtime.store.intent_find(states=[State.HELD], channel="email", limit=1000)
+    if not held:
+        return
+    landed = inbox_keys(inbox)
+    for decision, keys in (("accepted", [i.key for i in held if i.key in landed]),
+                           ("resend", [i.key for i in held if i.key not in landed])):
+        if keys:
+            await uncertain_resolve(runtime.store, runtime.transport, decision=decision,
+                                    who="the test, by the inbox", keys=keys,
+                                    now=runtime.clock.now())
+
+
 def inbox_events(inbox: Path) -> tuple[list[list[str]], list[str]]:
     """Every message's events, in order, and every message's Message-ID."""
     parser = BytesParser(policy=email.policy.default)
@@ -165,6 +191,7 @@ async def test_every_event_in_exactly_one_digest_while_the_scheduler_is_killed(
                 states = await runtime.store.intent_counts()
                 raise AssertionError(f"not all sent within {GUARD_S:g} s: {states}, "
                                      f"{await runtime.store.digest_pending()}")
+            await settle_held(runtime, inbox)
             await asyncio.sleep(0.3)
         await asyncio.sleep(1.0)  # a late duplicate would have landed by now
     finally:

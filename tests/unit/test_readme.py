@@ -66,7 +66,7 @@ def test_the_pages_have_blocks_of_every_kind() -> None:
 
 
 SET_UP = ["python3 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/tidings demo\n",
-          "python3 -m venv .venv && .venv/bin/pip install -e '.[dev]' && .venv/bin/pytest\n"]
+          "python3 -m venv .venv && .venv/bin/pip install -e '.[dev]' && .venv/bin/pytest -n 4\n"]
 
 
 def test_the_readme_sets_up_with_exactly_two_commands() -> None:
