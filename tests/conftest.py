@@ -57,11 +57,21 @@ def pg_admin_url() -> str:
     return PG_ADMIN_URL
 
 
+#: Server-side bounds of the test databases (see ``pg_session_database``): far above what
+#: any test waits on a lock or holds a transaction open, far below the run's patience.
+PG_TEST_BOUNDS = {"lock_timeout": "60s", "idle_in_transaction_session_timeout": "120s"}
+
+
 @pytest.fixture(scope="session")
 def pg_session_database(pg_admin_url: str) -> Iterator[str]:
     """The name of a database of this test session, dropped at its end."""
     name = f"{os.environ.get('TIDINGS_TEST_PG_PREFIX', 'tidings_test')}_{uuid.uuid4().hex[:16]}"
     admin_execute(pg_admin_url, f"CREATE DATABASE {name}")
+    # Bounds on every session of the tests in it: a statement waiting on a lock, or a
+    # transaction left open by a connection nobody uses any more (a leaked pool, a child
+    # that hung), errs after these instead of hanging the test (and the run) behind it.
+    for setting, bound in PG_TEST_BOUNDS.items():
+        admin_execute(pg_admin_url, f"ALTER DATABASE {name} SET {setting} = '{bound}'")
     try:
         yield name
     finally:
