@@ -1,6 +1,6 @@
 """The shop's own tests, with tidings.testing: the order's notification is written in
 the view's transaction.atomic() and, in eager mode, delivered to an in-memory outbox at
-its commit; a refused order notifies nothing."""
+its commit; a refused order notifies nothing; async views notify too."""
 
 from __future__ import annotations
 
@@ -8,19 +8,25 @@ import itertools
 import json
 import time
 
+from asgiref.sync import sync_to_async
+
 import tidings
-from tidings.testing import Outbox, assert_not_notified, assert_notified
+from tidings.testing import Outbox, assert_not_notified, assert_notified, notifications
 
 _ids = itertools.count(time.time_ns() % 10**9)  # order ids a second run does not reuse
+
+
+def order_body(order_id: int, quantity: int) -> str:
+    return json.dumps({"id": order_id, "customer_id": "73", "email": "ada@example.com",
+                       "lines": [{"sku": "tea", "quantity": 1},
+                                 {"sku": "cake", "quantity": quantity}]})
 
 
 def post_order(order_id: int, quantity: int) -> int:
     from django.test import Client
 
-    body = json.dumps({"id": order_id, "customer_id": "73", "email": "ada@example.com",
-                       "lines": [{"sku": "tea", "quantity": 1},
-                                 {"sku": "cake", "quantity": quantity}]})
-    answer = Client().post("/orders", body, content_type="application/json")
+    answer = Client().post("/orders", order_body(order_id, quantity),
+                           content_type="application/json")
     return answer.status_code
 
 
@@ -40,3 +46,23 @@ def test_a_refused_order_notifies_nothing(tidings_client: tidings.Client,
     assert post_order(n, 0) == 409  # a line of 0 breaks the CHECK: all of it rolls back
     assert_not_notified(tidings_client, key=f"order-{n}")
     assert tidings_eager.sent == []
+
+
+async def test_an_async_view_notifies_with_its_rows_and_alone(
+        tidings_client: tidings.Client, tidings_eager: Outbox) -> None:
+    from django.test import AsyncClient
+
+    n = next(_ids)
+    http = AsyncClient()
+    placed = await http.post("/async/orders", order_body(n, 2),
+                             content_type="application/json")
+    assert placed.status_code == 201, placed.content
+    refused = await http.post("/async/orders", order_body(n + 1, 0),
+                              content_type="application/json")
+    assert refused.status_code == 409
+    shipped = await http.post(f"/async/orders/{n}/shipped")
+    assert shipped.status_code == 201, shipped.content
+    assert tidings_eager.keys() == [f"order-{n}:email", f"shipped-{n}:email"]
+    found = await sync_to_async(notifications)(tidings_client)
+    assert_notified(found, key=f"shipped-{n}", template="order-shipped", state="accepted")
+    assert_not_notified(found, key=f"order-{n + 1}")

@@ -149,4 +149,27 @@ def test_the_examples_own_tests_pass_with_tidings_testing(pg_url: str) -> None:
                           str(EXAMPLE)], env={**os.environ, "DATABASE_URL": pg_url},
                          capture_output=True, text=True, timeout=300, check=False)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    assert "2 passed" in run.stdout
+    assert "3 passed" in run.stdout
+
+
+async def test_manage_py_migrate_brings_tidings_schema_and_agrees_with_tidings_db_migrate(
+        app_env: Any, pg_url: str) -> None:
+    """tidings' tables were outside Django's migration graph: manage.py migrate now
+    applies tidings' own migrations (the app's 0001_schema, and what is pending after
+    every migrate), idempotently, and tidings db migrate then finds nothing to do."""
+    env, _ = app_env
+    with psycopg.connect(pg_url) as conn:
+        assert conn.execute("SELECT to_regclass('intents')").fetchone() == (None,)
+    await asyncio.to_thread(manage, env, "migrate", "--noinput")
+    again = await asyncio.to_thread(manage, env, "migrate", "--noinput")
+    assert "No migrations to apply" in again.stdout
+    shown = await asyncio.to_thread(manage, env, "showmigrations", "tidings")
+    assert "[X] 0001_schema" in shown.stdout
+    with psycopg.connect(pg_url) as conn:
+        assert conn.execute("SELECT to_regclass('intents')").fetchone() != (None,)
+    agreed = await asyncio.to_thread(
+        subprocess.run, [sys.executable, "-m", "tidings", "db", "migrate", "--json",
+                         "--store", pg_url], capture_output=True, text=True, timeout=GUARD_S,
+        check=False)
+    assert agreed.returncode == 0, agreed.stderr
+    assert json.loads(agreed.stdout)["applied"] == []

@@ -1,6 +1,11 @@
-"""The shop's one route."""
+"""The shop's routes: an order placed from a sync view or an async one, and an async
+view that notifies alone."""
 
 from django.urls import path
-from orders.views import place_order
+from orders.views import order_shipped, place_order, place_order_async
 
-urlpatterns = [path("orders", place_order)]
+urlpatterns = [
+    path("orders", place_order),
+    path("async/orders", place_order_async),
+    path("async/orders/<int:order_id>/shipped", order_shipped),
+]

@@ -83,3 +83,18 @@ async def reconcile_pass(runtime: Runtime) -> dict[str, Any]:
 def reconcile_once(settings: Settings) -> dict[str, Any]:
     """``reconcile_pass`` on a runtime of its own."""
     return asyncio.run(run_on(settings, reconcile_pass))
+
+
+async def migrate_store(settings: Settings) -> tuple[list[int], int]:
+    """``tidings db migrate``: apply the store's pending migrations (none is applied
+    twice); the numbers applied now, and the schema's version after."""
+    from tidings.core.clock import SystemClock
+    from tidings.runtime import open_store
+
+    store, transport = await open_store(settings.store)
+    try:
+        applied = await store.migrate(now=SystemClock(settings.clock_offset_s).now())
+        return applied, await store.schema_version()
+    finally:
+        await transport.close()
+        await store.close()

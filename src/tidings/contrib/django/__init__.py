@@ -15,10 +15,20 @@ commands (add ``"tidings.contrib.django"`` to ``INSTALLED_APPS``).
         tidings.contrib.django.notify(key=f"order-{order.pk}", recipient={...},
                                       channels=["email"], template="order-confirmed/v1")
 
+An async view awaits ``tidings.contrib.django.anotify(...)`` (in Django's sync thread,
+inside the atomic block open there or one of its own). ``manage.py migrate`` brings
+tidings' schema.
+
 Nothing here imports Django until it is used.
 """
 
 from tidings.contrib.django.conf import tidings_settings
-from tidings.contrib.django.transactional import client, notify, notify_many
+from tidings.contrib.django.transactional import (
+    anotify,
+    anotify_many,
+    client,
+    notify,
+    notify_many,
+)
 
-__all__ = ["client", "notify", "notify_many", "tidings_settings"]
+__all__ = ["anotify", "anotify_many", "client", "notify", "notify_many", "tidings_settings"]

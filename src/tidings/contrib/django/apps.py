@@ -31,8 +31,13 @@ class TidingsConfig(AppConfig):
 
     def ready(self) -> None:
         from django.core.signals import setting_changed
+        from django.db.models.signals import post_migrate
+
+        from tidings.contrib.django.schema import on_post_migrate
 
         setting_changed.connect(self._on_setting_changed, dispatch_uid="tidings-settings")
+        # manage.py migrate brings tidings' schema up to date, every time (schema.py).
+        post_migrate.connect(on_post_migrate, sender=self, dispatch_uid="tidings-schema")
 
     def client(self) -> Client:
         """The process's client, built from ``settings.TIDINGS`` on first use."""

@@ -7,14 +7,22 @@ statement there, so nothing would commit together), in an atomic block marked fo
 rollback, on a backend other than PostgreSQL with psycopg 3, and on SQLite: tidings'
 SQLite store writes through a connection of its own in its own thread, so it cannot
 join Django's sqlite3 transaction, even on the same file.
+
+Async code (an async view) awaits ``anotify``: Django runs transactions only in its
+sync code, so the notify runs there (``sync_to_async``, thread-sensitive), in the
+``atomic()`` block open in that code, or in one of its own. To write rows and their
+notification in one transaction from an async view, put both in a sync function and
+await it through ``sync_to_async`` (docs/frameworks.md).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tidings.core.errors import ConfigurationError, InvalidInput
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     import psycopg
@@ -92,3 +100,36 @@ def notify_many(requests: Iterable[NotifyRequest], *, using: str = "default"
     """``Client.notify_many`` inside the current ``transaction.atomic()`` (as ``notify``)."""
     connection = joinable_connection(using)
     return client().notify_many(requests, connection=connection)
+
+
+async def anotify(*, key: str, recipient: Recipient | Mapping[str, Any], channels: Sequence[str],
+                  template: str, data: Mapping[str, Any] | None = None,
+                  due_at: float | None = None, expires_at: float | None = None,
+                  using: str = "default") -> Notified:
+    """``notify`` from async code: run in Django's sync thread, inside the
+    ``transaction.atomic(using)`` open there or, when none is, in a transaction of its
+    own (the intents then commit when it returns)."""
+    return await _in_sync_thread(using, lambda: notify(
+        key=key, recipient=recipient, channels=channels, template=template, data=data,
+        due_at=due_at, expires_at=expires_at, using=using))
+
+
+async def anotify_many(requests: Iterable[NotifyRequest], *, using: str = "default"
+                       ) -> list[Notified]:
+    """``notify_many`` from async code (as ``anotify``)."""
+    batch = list(requests)
+    return await _in_sync_thread(using, lambda: notify_many(batch, using=using))
+
+
+async def _in_sync_thread(using: str, call: Callable[[], T]) -> T:
+    from asgiref.sync import sync_to_async
+    from django.db import connections, transaction
+
+    def run() -> T:
+        if connections[using].in_atomic_block:
+            return call()
+        with transaction.atomic(using=using):
+            return call()
+
+    # thread_sensitive: the thread Django's sync code (and its connection) lives in.
+    return await sync_to_async(run, thread_sensitive=True)()
