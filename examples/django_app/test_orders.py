@@ -66,3 +66,30 @@ async def test_an_async_view_notifies_with_its_rows_and_alone(
     found = await sync_to_async(notifications)(tidings_client)
     assert_notified(found, key=f"shipped-{n}", template="order-shipped", state="accepted")
     assert_not_notified(found, key=f"order-{n + 1}")
+
+
+def test_the_admin_shows_intents_and_their_timelines_read_only(
+        tidings_client: tidings.Client, tidings_eager: Outbox) -> None:
+    from django.contrib.admin.utils import quote
+    from django.contrib.auth.models import User
+    from django.test import Client
+    from django.urls import reverse
+
+    n = next(_ids)
+    assert post_order(n, 2) == 201
+    staff = User.objects.create_superuser(f"ops-{n}", f"ops-{n}@example.com", "pw")
+    http = Client()
+    http.force_login(staff)
+    listed = http.get(reverse("admin:tidings_intent_changelist"), {"q": f"order-{n}"})
+    assert listed.status_code == 200 and f"order-{n}:email" in listed.text
+    page = http.get(reverse("admin:tidings_intent_change", args=[quote(f"order-{n}:email")]))
+    assert page.status_code == 200
+    timeline = page.text.split("<th>detail</th></tr>", 1)[1]
+    assert [t for t in ("enqueued", "claimed", "accepted") if t in timeline] == [
+        "enqueued", "claimed", "accepted"]
+    assert "ada@example.com" not in page.text  # the address is not shown
+    assert http.get(reverse("admin:tidings_intent_add")).status_code == 403
+    deleted = http.post(reverse("admin:tidings_intent_delete",
+                                args=[quote(f"order-{n}:email")]), {"post": "yes"})
+    assert deleted.status_code == 403
+    assert_notified(tidings_client, key=f"order-{n}", state="accepted")  # still there

@@ -149,7 +149,7 @@ def test_the_examples_own_tests_pass_with_tidings_testing(pg_url: str) -> None:
                           str(EXAMPLE)], env={**os.environ, "DATABASE_URL": pg_url},
                          capture_output=True, text=True, timeout=300, check=False)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    assert "3 passed" in run.stdout
+    assert "4 passed" in run.stdout
 
 
 async def test_manage_py_migrate_brings_tidings_schema_and_agrees_with_tidings_db_migrate(

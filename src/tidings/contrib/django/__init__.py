@@ -17,7 +17,7 @@ commands (add ``"tidings.contrib.django"`` to ``INSTALLED_APPS``).
 
 An async view awaits ``tidings.contrib.django.anotify(...)`` (in Django's sync thread,
 inside the atomic block open there or one of its own). ``manage.py migrate`` brings
-tidings' schema.
+tidings' schema; the admin shows intents and their timelines, read-only.
 
 Nothing here imports Django until it is used.
 """
