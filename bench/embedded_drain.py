@@ -12,7 +12,7 @@ fresh store (a SQLite file, or the PostgreSQL database ``<db>_<mode>`` beside
 ``--pg``, re-created), N intents admitted beforehand with ``notify_many``, then
 
 - *embedded*: ``uvicorn`` serving this module's FastAPI app (``app_factory``), whose
-  lifespan runs ``tidings.processes.embedded.embedded(runtime, channels=["email"])``;
+  lifespan runs ``tidings.embedded.embedded(runtime, channels=["email"])``;
 - *worker*: the same app, with no embedded service, and ``tidings worker --channel
   email`` as a process of its own;
 - *embedded-gc* (asked for with ``--modes``): embedded, the app's lifespan also tuning
@@ -84,7 +84,7 @@ def app_factory() -> FastAPI:
     from fastapi import FastAPI
 
     from tidings import Settings, build_runtime
-    from tidings.processes.embedded import embedded
+    from tidings.embedded import embedded
 
     settings = Settings.load(os.environ[CONFIG_ENV])
     mode = os.environ.get(EMBED_ENV, "worker")
