@@ -228,6 +228,9 @@ async def test_evidence_that_beat_the_timeout_is_read_when_the_send_turns_uncert
     [claim] = await hooks.runtime.store.intent_claim_many([key], owner="w1", lease_s=30,
                                                           now=hooks.clock.now())
     assert claim.token is not None
+    # (a send in flight was marked started right before its request left)
+    assert await hooks.runtime.store.intent_mark_started(
+        [(key, claim.token)], owner="w1", now=hooks.clock.now()) == {key}
     early = await hooks.twilio(key, "SM9", "queued")
     assert early.json()["settled"] == 0
     assert (await hooks.intent(key)).state is State.CLAIMED
