@@ -15,7 +15,7 @@ from tidings.core.errors import InvalidInput, StoreError
 from tidings.core.states import State
 
 if TYPE_CHECKING:
-    from conftest import Harness
+    from conftest import Harness, HarnessFactory
 
 EMAIL = "email"
 
@@ -28,7 +28,11 @@ def call(i: int, **change: Any) -> dict[str, Any]:
 
 
 async def test_concurrent_calls_are_one_transaction_and_each_is_delivered_once(
-        h: Harness) -> None:
+        make_harness: HarnessFactory) -> None:
+    # given a channel whose in-flight budget covers the worker's batch of 200 (each send
+    # holds its slot from its start mark to its answer: a full budget would make the
+    # rest wait for a slot on the fake clock, which run_once does not move)
+    h = await make_harness(settings={"channels": {EMAIL: {"max_in_flight": 256}}})
     # when two hundred callers notify at once, one intent each
     keys = await asyncio.gather(*(h.rt.notify(**call(i)) for i in range(200)))
 
