@@ -37,6 +37,7 @@ from typing import Any
 
 import admission
 import delivery
+import pglib
 from benchlib import Report
 from pglib import fresh_pg
 
@@ -74,23 +75,18 @@ LIMITS: tuple[Check, ...] = (
 
 
 def _pg_database(admin: str) -> str:
-    base, _, query = admin.partition("?")
-    head = base.rsplit("/", 1)[0]
-    name = f"tidings_guard_{uuid.uuid4().hex[:10]}"
-    return f"{head}/{name}" + (f"?{query}" if query else "")
+    """A new database's URL on ``admin``'s server (created by ``fresh_pg``)."""
+    return pglib._with_db(admin, f"tidings_guard_{uuid.uuid4().hex[:10]}")
 
 
 def _drop_pg(url: str) -> None:
     """Drop the guard's database and its floor siblings."""
-    import psycopg
     from psycopg import sql as pgsql
 
-    base, _, query = url.partition("?")
-    head, name = base.rsplit("/", 1)
-    admin = f"{head}/postgres" + (f"?{query}" if query else "")
-    with psycopg.connect(admin, autocommit=True) as conn:
+    name = pglib._dbname(url)
+    with pglib._admin(url) as admin:
         for suffix in ("", "_floor_1", "_floor_2", "_floor_all"):
-            conn.execute(pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+            admin.execute(pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
                 pgsql.Identifier(name + suffix)))
 
 
