@@ -394,3 +394,18 @@ async def test_starts_a_stall_made_late_take_fresh_slots_though_they_held_the_wh
     # on fresh slots, after the stall
     assert starting.done(), "the callers wait for each other's slots"
     assert all(at >= 0.5 for at in starting.result()) and pacer.forfeited == 2
+
+
+async def test_sends_started_in_one_turn_share_one_reservation() -> None:
+    # given an unpaced channel with room for every send of a batch
+    clock = FakeClock(start=100.0)
+    backend = MemoryPacerBackend()
+    pacer = Pacer(channel="email", limits=PaceLimits(max_in_flight=500), backend=backend,
+                  clock=clock, worker="w")
+    # when a worker starts a claimed batch of 200 sends together, as it does
+    starts = [asyncio.ensure_future(pacer.acquire()) for _ in range(200)]
+    await asyncio.gather(*starts)
+    # then one write of the shared state handed out all 200 slots, not one and then 199
+    assert pacer.reservations == 1
+    state = await backend.pacer_read("email")
+    assert state is not None and state["inflight"]["w"][0] == 200

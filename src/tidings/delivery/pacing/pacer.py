@@ -263,6 +263,14 @@ class Pacer:
         return reserve
 
     async def _refill(self) -> None:
+        if self.limits.interval_s <= 0:
+            # A worker starts a claimed batch's sends together, in one turn of the loop;
+            # on an unpaced channel (a slot is only an in-flight token, never late) the
+            # first to get here yields once so that the rest are waiting too, and one
+            # reservation (one write of the shared state) serves the whole batch instead
+            # of this send alone and then the others. A paced channel's reservations are
+            # bounded by the horizon instead: a larger one would only start later.
+            await asyncio.sleep(0)
         release, self._to_release = self._to_release, 0
         want = max(self._waiting, 1)
         try:

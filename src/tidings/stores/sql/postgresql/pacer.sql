@@ -13,7 +13,13 @@ ON CONFLICT (channel) DO NOTHING
 -- session, not a broken one) would hold it, and stall every process of the channel,
 -- until someone ended its session; the server ends it itself once it has been idle
 -- in this transaction for idle_ms (PACER_IDLE_S; set for this transaction only).
-SELECT state, set_config('idle_in_transaction_session_timeout', %(idle_ms)s, true)
+-- The state is soft (in-flight counts, the next start, the 429 streak), so its commit
+-- does not wait for the WAL flush (synchronous_commit off, this transaction only):
+-- other sessions see it at once all the same, and what a server crash could forget
+-- (its last fraction of a second) is long past when the server is back. A pacer
+-- transaction costs no fsync; the ledger's claims and outcomes keep theirs.
+SELECT state, set_config('idle_in_transaction_session_timeout', %(idle_ms)s, true),
+       set_config('synchronous_commit', 'off', true)
 FROM pacer_state WHERE channel = %(channel)s FOR UPDATE
 
 -- name: pacer_read
