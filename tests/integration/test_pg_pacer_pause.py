@@ -56,25 +56,3 @@ async def test_the_pacer_state_itself_does_wait_for_that_session(
     with pytest.raises(TimeoutError):
         await asyncio.wait_for(store.pacer_transact("sms", _bump), HELD_S)
 
-
-async def test_a_pacer_transaction_commits_without_waiting_for_the_wal_flush(
-        store: PostgresStore) -> None:
-    """The pacer's state is soft: its transaction sets synchronous_commit off for itself
-    (no fsync per reservation); every other transaction keeps the server's setting."""
-    sql = store._sql
-
-    async def pacer_setting(conn: psycopg.AsyncConnection[object]) -> object:
-        await conn.execute(sql["pacer_lock"], {"channel": "sms", "idle_ms": "5000"})
-        cur = await conn.execute("SHOW synchronous_commit")
-        row = await cur.fetchone()
-        return None if row is None else row[0]
-
-    async def plain_setting(conn: psycopg.AsyncConnection[object]) -> object:
-        cur = await conn.execute("SHOW synchronous_commit")
-        row = await cur.fetchone()
-        return None if row is None else row[0]
-
-    assert await store.db.write(pacer_setting) == "off"
-    # SET LOCAL's scope: no connection of the pool keeps it after that transaction.
-    for _ in range(4):
-        assert await store.db.write(plain_setting) == "on"

@@ -124,7 +124,7 @@ class PostgresTransport:
             Received(queue=queue, message_id=message_id, body=body,
                      receipt=f"{row_id}:{token}", receive_count=count,
                      enqueued_at=float(enqueued_at), failures=failures)
-            for row_id, message_id, body, count, token, enqueued_at, failures in rows
+            for row_id, message_id, body, count, token, enqueued_at, failures, _ in rows
         ]
 
     async def ack(self, queue: str, receipts: Sequence[str]) -> None:

@@ -35,6 +35,12 @@ SELECT current_schema()
 -- batches instead of waiting on each other's rows. The receive token fences receipts
 -- of earlier receives. %(receiver)s names the receiving worker (NULL: not recorded),
 -- for message_release_receiver.
+-- A receive only hides messages for a while, so its commit does not wait for the WAL
+-- flush (synchronous_commit off, for this statement's transaction alone): a server
+-- crash that forgot it makes them visible again, which at-least-once delivery and the
+-- ledger's claims already handle, and the worker's next durable commit (its claim)
+-- flushes the WAL past it anyway. Set in RETURNING, row by row, so that the plan of
+-- the receive is the plan it had (a receive that takes nothing writes no WAL).
 UPDATE messages
 SET available_at = %(visible_at)s, receive_count = receive_count + 1,
     receive_token = receive_token + 1, leased = true, receiver = %(receiver)s
@@ -45,7 +51,8 @@ WHERE id IN (
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 )
-RETURNING id, message_id, body, receive_count, receive_token, enqueued_at, failures
+RETURNING id, message_id, body, receive_count, receive_token, enqueued_at, failures,
+    set_config('synchronous_commit', 'off', true)
 
 -- name: message_ack
 -- By id alone: whoever acks has finished the work, even under a stale receipt.
