@@ -56,6 +56,7 @@ from tidings.core.states import State
 from tidings.core.suppression import SuppressionRules
 from tidings.core.throttle import Mode, Rule, campaign_rule_name, channel_rule_name
 from tidings.core.throttle import Rules as ThrottleRules
+from tidings.delivery.batching import DEFAULT_LINGER_S
 from tidings.delivery.compose import Composer
 from tidings.delivery.group_commit import Coalescer, GroupCommitConfig
 from tidings.delivery.hold_gate import HoldGate
@@ -65,7 +66,7 @@ from tidings.delivery.uncertain import UncertainPolicy, policy_for
 from tidings.delivery.unsubscribe import UnsubscribeLinks, links_from
 from tidings.delivery.worker import Worker, WorkerConfig
 from tidings.operate.guardrails import GuardrailConfig, Thresholds
-from tidings.providers.base import Provider
+from tidings.providers.base import Provider, batch_limit
 from tidings.recovery.reconciler import Reconciler, ReconcilerConfig
 from tidings.recovery.retention import RetentionConfig, retention_config
 from tidings.stores.base import JoinTarget, Store
@@ -410,6 +411,7 @@ class Runtime:
         provider = self.provider(channel)
         wid = worker_id or default_worker_id(channel)
         w = self.settings.worker
+        batch_max, linger_s = self._batching(channel, provider)
         return Worker(
             channel=channel, store=self.store, transport=self.transport, provider=provider,
             pacer=self.pacer(channel, wid), clock=self.clock, policy=self.policy,
@@ -417,10 +419,27 @@ class Runtime:
             config=WorkerConfig(batch_size=w.batch_size, max_held=w.max_held,
                                 commit_batch=w.commit_batch, lease_s=w.lease_s,
                                 visibility_s=w.visibility_s, max_receives=w.max_receives,
-                                send_deadline_s=self.send_deadline_s(channel)),
+                                send_deadline_s=self.send_deadline_s(channel),
+                                batch_max_messages=batch_max, batch_linger_s=linger_s),
             composer=self.composer(), holds=HoldGate(self.store, self.clock),
             throttle=self.throttle_gate(channel),
         )
+
+    def _batching(self, channel: str, provider: Provider) -> tuple[int, float]:
+        """Messages per request and the linger of ``channels.<name>.batch`` (1 and the
+        default: off); refused where the provider has no batch endpoint."""
+        spec = self.settings.channels.get(channel)
+        batch = spec.batch if spec is not None else None
+        if batch is None:
+            return 1, DEFAULT_LINGER_S
+        limit = batch_limit(provider)
+        if limit <= 1:
+            raise ConfigurationError(
+                f"channels.{channel}.batch",
+                f"the {getattr(provider, 'name', type(provider).__name__)} provider sends "
+                "one message per request (it has no batch endpoint); remove the batch "
+                "table or choose a provider with one (postmark)")
+        return min(batch.max_messages, limit), batch.linger_s
 
     def throttle_rules(self) -> ThrottleRules:
         """Every per-recipient throttle of the settings (``tidings.core.throttle``)."""

@@ -288,3 +288,68 @@ def test_the_sendgrid_signing_key_must_be_a_p256_private_key() -> None:
     for bad in ("", "not a key", pem(ec.generate_private_key(ec.SECP384R1()))):
         with pytest.raises(ValueError):
             signing_key_from(bad)
+
+
+@pytest.mark.parametrize("store", ["sqlite", "postgres"])
+async def test_batched_sends_settle_every_lost_answer_with_no_key_accepted_twice(
+        store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        request: pytest.FixtureRequest) -> None:
+    """Postmark's batch endpoint, with answers lost and requests hanging: each intent
+    keeps its own outcome and receipt, a lost answer makes each of its messages
+    uncertain and each is settled by lookup on its own key."""
+    from tidings.sandbox.dialects import STATE_KEY
+
+    n = 300
+    server = await serve(SandboxConfig(dedupe=False, lost_response=0.01, timeout=0.005,
+                                       hang_s=3.0, quotas=QUOTAS),
+                         dialects=DialectSettings(dialects=("postmark",)))
+    folder = tmp_path / "templates" / "shipped" / "v1"
+    folder.mkdir(parents=True)
+    (folder / "subject.txt").write_text("Shipped")
+    (folder / "body.txt").write_text("Your order shipped.")
+    url = (f"sqlite:///{tmp_path / 't.db'}" if store == "sqlite"
+           else str(request.getfixturevalue("pg_url")))
+    settings = Settings.parse({
+        "store": url,
+        "reconciler": {"uncertain_after_s": 0.0},
+        "channels": {"email": {"kind": "email", "templates": str(tmp_path / "templates"),
+                               "lookup_settle_s": 0.0, "max_in_flight": 400,
+                               "batch": {"max_messages": 100, "linger_s": 0.01},
+                               "provider": provider_settings("postmark", server.url)}},
+    })
+    for name, value in ENV.items():
+        monkeypatch.setenv(name, value)
+    runtime = await build_runtime(settings)
+    try:
+        await runtime.notify_many([NotifyRequest(
+            key=f"order-{i}", recipient={"id": f"c{i}", "email": f"c{i}@example.com"},
+            channels=["email"], template="shipped/v1") for i in range(n)])
+        worker = runtime.worker("email")
+        assert worker.batcher is not None and worker.batcher.max_messages == 100
+        reconciler = runtime.reconciler()
+        for _ in range(60):
+            while await worker.run_once():
+                pass
+            await reconciler.run_pass(now=runtime.clock.now())
+            counts = (await runtime.store.intent_counts())["email"]
+            if counts == {State.ACCEPTED.value: n}:
+                break
+            await asyncio.sleep(0.1)
+        receipts = {i.key: i.receipt for i in await runtime.store.intent_find(
+            states=[State.ACCEPTED], limit=n + 1)}
+        stats = server.core.stats()["channels"]["email"]
+        batches = server.runner.app[STATE_KEY].batches
+    finally:
+        await runtime.close()
+        await server.close()
+
+    assert counts == {State.ACCEPTED.value: n}
+    assert stats["lost_responses"] > 0 and stats["timeouts"] > 0  # the faults happened
+    assert stats["accepted_keys"] == n
+    assert stats["keys_accepted_twice"] == 0, stats["keys_accepted_twice_sample"]
+    # many messages per request (the sandbox's own record of what it was sent)
+    assert len(batches) < n / 10 and max(batches) <= 100, batches
+    # each intent's receipt is the one the sandbox issued for its own key
+    assert len(set(receipts.values())) == n
+    assert all(server.core.lookup(key, "email") == ("email", receipt)
+               for key, receipt in receipts.items())

@@ -25,6 +25,7 @@ from pydantic import (
     model_validator,
 )
 
+from tidings.config.batching import BatchSettings
 from tidings.config.providers import (
     HttpProviderSettings,
     HttpUrlStr,
@@ -152,6 +153,9 @@ class ChannelSettings(_Model):
 
     throttle: ThrottleSettings | None = None
     """A per-recipient throttle on every send of the channel (none by default)."""
+    batch: BatchSettings | None = None
+    """Send through the provider's batch endpoint, many messages per request (off by
+    default; a provider with no batch endpoint refuses it at start-up)."""
 
     _quota = field_validator("quota")(_valid_quota)
 

@@ -179,6 +179,8 @@ class Sending(Settling):
         deadline = asyncio.timeout(self.config.send_deadline_s)
         try:
             async with deadline:
+                if self.batcher is not None:
+                    return await self.batcher.send(request)
                 return await self.provider.send(request)
         except asyncio.CancelledError as exc:
             task = asyncio.current_task()

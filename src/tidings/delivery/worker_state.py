@@ -18,12 +18,13 @@ from tidings.core.liveness import Fence
 from tidings.core.model import Received, address_kind
 from tidings.core.policy import RetryPolicy
 from tidings.core.suppression import Suppression
+from tidings.delivery.batching import DEFAULT_LINGER_S, Batcher
 from tidings.delivery.compose import Composer
 from tidings.delivery.group_commit import Coalescer, GroupCommitConfig
 from tidings.delivery.hold_gate import HoldGate
 from tidings.delivery.pacing.pacer import Pacer
 from tidings.delivery.throttle_gate import ThrottleGate
-from tidings.providers.base import Provider
+from tidings.providers.base import BatchProvider, Provider
 from tidings.stores.base import Change, Ledger, Suppressions, Throttles
 from tidings.transports.base import Transport
 
@@ -78,6 +79,11 @@ class WorkerConfig:
     when a gone worker's last send can still reach the provider, which the reconciler
     waits out before it looks that send up (``liveness.sends_land_by``). Loop seconds,
     not the injected clock's: it bounds a socket."""
+    batch_max_messages: int = 1
+    """Messages per provider request where the provider has a batch endpoint
+    (``channels.<name>.batch``; 1: one request per message). See ``delivery.batching``."""
+    batch_linger_s: float = DEFAULT_LINGER_S
+    """The longest a lone message waits for others to share its request."""
 
 
 @dataclass(kw_only=True)
@@ -147,6 +153,14 @@ class WorkerState:
         # The send-time gate: preferences, address checks, rendering. Without one, the
         # provider gets the identifiers alone (the sandbox renders nothing).
         self.composer = composer
+        # Where the provider has a batch endpoint and the channel asks for it, the sends
+        # started together share provider requests (their own outcomes each).
+        self.batcher = (Batcher(provider, max_messages=self.config.batch_max_messages,
+                                linger_s=self.config.batch_linger_s,
+                                deadline_s=max(0.1, self.config.send_deadline_s
+                                               - self.config.batch_linger_s))
+                        if self.config.batch_max_messages > 1
+                        and isinstance(provider, BatchProvider) else None)
         # Delivery holds: what a hold covers is parked right after its claim, unsent.
         self.holds = holds
         # Per-recipient throttles: a send is reserved after the gate, before pacing;

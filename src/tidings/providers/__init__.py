@@ -1,10 +1,11 @@
 """The Provider port, its adapters, and the plug-in API.
 
 A provider of your own implements ``Provider`` (``send`` answering an ``Outcome``,
-optionally ``lookup``), and imports everything it needs from here: these names are
-public and keep their import path (docs/compatibility.md); ``tidings.testing`` checks
-an adapter against the contract. The built-in adapters live in the modules beside
-this one (``sandbox``, ``smtp``, ``http``, ``twilio``, ``sendgrid``, ``postmark``).
+optionally ``lookup``; with a batch endpoint, ``BatchProvider``'s ``send_batch`` too),
+and imports everything it needs from here: these names are public and keep their
+import path (docs/compatibility.md); ``tidings.testing`` checks an adapter against the
+contract. The built-in adapters live in the modules beside this one (``sandbox``,
+``smtp``, ``http``, ``twilio``, ``sendgrid``, ``postmark``).
 """
 
 from tidings.core.clock import Clock
@@ -20,10 +21,11 @@ from tidings.core.outcomes import (
     Transient,
     Uncertain,
 )
-from tidings.providers.base import Provider
+from tidings.providers.base import BatchProvider, Provider, batch_limit
 
 __all__ = [
     "Accepted",
+    "BatchProvider",
     "Clock",
     "Content",
     "Lookup",
@@ -37,4 +39,5 @@ __all__ = [
     "SendRequest",
     "Transient",
     "Uncertain",
+    "batch_limit",
 ]

@@ -13,11 +13,19 @@ not-found. Adapters also declare what the core's uncertain-send policy needs
 under the same key is safe within it), ``lookup_settle_s`` (how long its read API may
 lag its send API), and ``lookup_needs_hint`` (its lookup needs the recipient and the
 send's time window: ``lookup(key, hint)``).
+
+A provider with a batch endpoint (many messages in one request, each with its own
+result) also implements ``BatchProvider``: ``batch_max_messages`` and ``send_batch``,
+which answers one Outcome per request, in order, and never raises for the provider's
+answer either. A failure of the whole request (a lost answer, a 429, refused
+credentials) is that same outcome for each message; the channel's worker then settles
+each intent on its own key (see ``tidings.delivery.batching``).
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
 
 from tidings.core.model import SendRequest
 from tidings.core.outcomes import Lookup, Outcome
@@ -35,3 +43,24 @@ class Provider(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class BatchProvider(Protocol):
+    """A provider that can carry many messages in one request (see the module)."""
+
+    batch_max_messages: int
+    """The most messages the provider takes in one request."""
+
+    async def send_batch(self, requests: Sequence[SendRequest]) -> list[Outcome]:
+        """Send ``requests`` in one request (at most ``batch_max_messages``); one Outcome
+        per request, in order. Never raises for an answer."""
+        ...
+
+
+def batch_limit(provider: object) -> int:
+    """How many messages ``provider`` carries in one request: 1 unless it is a
+    ``BatchProvider``."""
+    if isinstance(provider, BatchProvider):
+        return max(1, int(provider.batch_max_messages))
+    return 1

@@ -36,6 +36,7 @@ invalid request, any other
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from email.utils import formataddr
 from typing import Any
 
@@ -45,7 +46,15 @@ from pydantic import SecretStr
 from tidings.config.endpoints import POSTMARK_BASE_URL as DEFAULT_BASE_URL
 from tidings.core.clock import Clock
 from tidings.core.model import SendRequest
-from tidings.core.outcomes import Lookup, Outcome, Permanent, RateLimited, Transient
+from tidings.core.outcomes import (
+    Accepted,
+    Lookup,
+    Outcome,
+    Permanent,
+    RateLimited,
+    Transient,
+    Uncertain,
+)
 from tidings.core.policy import parse_retry_after
 from tidings.providers.http_outcomes import NO_CONTENT, HttpAdapter, error_text, json_of
 
@@ -70,6 +79,8 @@ class PostmarkProvider(HttpAdapter):
 
     supports_lookup = True
     lookup_settle_s = 60.0
+    #: ``POST /email/batch`` takes up to 500 messages (and 50 MB) in one request.
+    batch_max_messages = 500
     SEARCH_COUNT = 50
 
     def __init__(self, *, server_token: str | SecretStr, from_address: str, channel: str,
@@ -83,6 +94,7 @@ class PostmarkProvider(HttpAdapter):
                          timeout_s=timeout_s, max_connections=max_connections,
                          secrets=[token])
         self._url = httpx.URL(f"{base_url.rstrip('/')}/email")
+        self._batch_url = httpx.URL(f"{base_url.rstrip('/')}/email/batch")
         self._search_url = httpx.URL(f"{base_url.rstrip('/')}/messages/outbound")
         self._token = token
         self._from = formataddr((from_name, from_address)) if from_name else from_address
@@ -91,9 +103,107 @@ class PostmarkProvider(HttpAdapter):
 
     async def send(self, request: SendRequest) -> Outcome:
         """Send one email carrying the delivery key; never raises."""
+        message = self._message(request)
+        if message is None:
+            return Permanent(reason=NO_CONTENT)
+        answer = await self._exchange_json(
+            "POST", self._url, headers={TOKEN_HEADER: self._token.get_secret_value()},
+            body=message, send=request)
+        if not isinstance(answer, httpx.Response):
+            return answer
+        body = json_of(answer)
+        code, words = _postmark_error(body)
+        if code:
+            return self._refused(answer, code, words, request)
+        message_id = body.get("MessageID") if isinstance(body, dict) else None
+        return self._outcome(answer, request,
+                             receipt=message_id if isinstance(message_id, str) else None,
+                             request_id=None, reason=words or error_text(answer, body))
+
+    async def send_batch(self, requests: Sequence[SendRequest]) -> list[Outcome]:
+        """Send up to ``batch_max_messages`` emails in one ``POST /email/batch``; one
+        Outcome per request, in order, from its own item of the answer; never raises.
+
+        Postmark answers 200 even when items fail, with an array in request order of
+        ``{ErrorCode, Message, MessageID, SubmittedAt, To}`` (ErrorCode 0: accepted);
+        each item is mapped as a single send's answer is. Anything else is about the
+        whole request and is each message's outcome: a lost answer (Uncertain), a 429,
+        a refused token, a 5xx. An answer that cannot be matched to the messages item
+        by item is Uncertain for each: the provider may have accepted any of them."""
+        outcomes: list[Outcome | None] = [None] * len(requests)
+        sent: list[int] = []
+        messages: list[dict[str, Any]] = []
+        for i, request in enumerate(requests):
+            message = self._message(request)
+            if message is None:
+                outcomes[i] = Permanent(reason=NO_CONTENT)
+            else:
+                sent.append(i)
+                messages.append(message)
+        if messages:
+            first = requests[sent[0]]
+            answer = await self._exchange_json(
+                "POST", self._batch_url,
+                headers={TOKEN_HEADER: self._token.get_secret_value()},
+                body=messages, send=first)
+            for i, outcome in zip(sent, self._batch_outcomes(
+                    answer, [requests[i] for i in sent]), strict=True):
+                outcomes[i] = outcome
+        return [o if o is not None else Uncertain(reason="no answer for this message")
+                for o in outcomes]
+
+    def _batch_outcomes(self, answer: httpx.Response | Transient | Uncertain,
+                        requests: Sequence[SendRequest]) -> list[Outcome]:
+        """Each message's outcome from the answer to their batch request."""
+        if not isinstance(answer, httpx.Response):
+            return [answer] * len(requests)  # not sent, or no answer: the same for each
+        body = json_of(answer)
+        if answer.status_code != 200 or not isinstance(body, list):
+            if 200 <= answer.status_code < 300:
+                # A success that names no item: the messages may have been accepted.
+                return [Uncertain(reason=f"HTTP {answer.status_code} with no per-message "
+                                  "results")] * len(requests)
+            code, words = _postmark_error(body)
+            return [self._refused(answer, code, words, request) if code
+                    else self._outcome(answer, request, receipt=None, request_id=None,
+                                       reason=words or error_text(answer, body))
+                    for request in requests]
+        if len(body) != len(requests):
+            return [Uncertain(reason=f"HTTP 200 with {len(body)} results for "
+                              f"{len(requests)} messages")] * len(requests)
+        outcomes: list[Outcome] = []
+        for item, request in zip(body, requests, strict=True):
+            code, words = _postmark_error(item)
+            message_id = item.get("MessageID") if isinstance(item, dict) else None
+            if code:
+                outcomes.append(self._refused(answer, code, words, request))
+            elif isinstance(message_id, str) and message_id:
+                outcomes.append(Accepted(receipt=message_id))
+            else:
+                outcomes.append(Uncertain(reason="HTTP 200, this message's result named no "
+                                          "MessageID"))
+        return outcomes
+
+    def _refused(self, answer: httpx.Response, code: int, words: str | None,
+                 request: SendRequest) -> Outcome:
+        """The outcome of a Postmark ErrorCode (the table in the module's docstring)."""
+        reason = f"HTTP {answer.status_code}: Postmark ErrorCode {code}"
+        if words:
+            reason += f": {self._redact(words, request)}"
+        if code in RATE_LIMITED_CODES or answer.status_code == 429:
+            return RateLimited(
+                retry_after_s=parse_retry_after(answer.headers.get("Retry-After"),
+                                                self._clock.now()),
+                reason=reason)
+        if code in ACCOUNT_CODES or answer.status_code >= 500:
+            return Transient(reason=reason)
+        return Permanent(reason=reason)
+
+    def _message(self, request: SendRequest) -> dict[str, Any] | None:
+        """The Postmark message of one send; None without rendered content."""
         content = request.content
         if content is None:
-            return Permanent(reason=NO_CONTENT)
+            return None
         message: dict[str, Any] = {
             "From": self._from,
             "To": request.to,
@@ -110,29 +220,7 @@ class PostmarkProvider(HttpAdapter):
             message["HtmlBody"] = content.html
         if self._reply_to:
             message["ReplyTo"] = self._reply_to
-        answer = await self._exchange_json(
-            "POST", self._url, headers={TOKEN_HEADER: self._token.get_secret_value()},
-            body=message, send=request)
-        if not isinstance(answer, httpx.Response):
-            return answer
-        body = json_of(answer)
-        code, words = _postmark_error(body)
-        if code:
-            reason = f"HTTP {answer.status_code}: Postmark ErrorCode {code}"
-            if words:
-                reason += f": {self._redact(words, request)}"
-            if code in RATE_LIMITED_CODES or answer.status_code == 429:
-                return RateLimited(
-                    retry_after_s=parse_retry_after(answer.headers.get("Retry-After"),
-                                                    self._clock.now()),
-                    reason=reason)
-            if code in ACCOUNT_CODES or answer.status_code >= 500:
-                return Transient(reason=reason)
-            return Permanent(reason=reason)
-        message_id = body.get("MessageID") if isinstance(body, dict) else None
-        return self._outcome(answer, request,
-                             receipt=message_id if isinstance(message_id, str) else None,
-                             request_id=None, reason=words or error_text(answer, body))
+        return message
 
 
     async def lookup(self, key: str) -> Lookup:

@@ -11,7 +11,8 @@ dialect    send (channel)                               read API
 =========  ===========================================  ================================
 postmark   ``POST /email`` (email), key in              ``GET /messages/outbound``
            ``Metadata.tidings_key`` (or the             ``?count&offset&metadata_…``
-           ``X-Tidings-Key`` header)
+           ``X-Tidings-Key`` header); ``POST
+           /email/batch``: up to 500, a result each
 sendgrid   ``POST /v3/mail/send`` (email), key in       ``GET /v3/messages?query=``
            ``custom_args.tidings_key``                  ``unique_args['tidings_key']="…"``
 twilio     ``POST /2010-04-01/Accounts/{sid}/           ``GET`` of the same path,
@@ -41,6 +42,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.utils import formatdate
+from functools import partial
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
@@ -60,6 +62,8 @@ from tidings.webhooks.verify import (
 log = logging.getLogger("tidings.sandbox.dialects")
 
 DIALECTS = ("postmark", "sendgrid", "twilio")
+#: Postmark's batch endpoint takes at most this many messages per request.
+BATCH_MAX = 500
 KEY_FIELD = "tidings_key"
 KEY_SHA256_FIELD = "tidings_key_sha256"
 _UNIQUE_ARG = re.compile(r"^unique_args\['tidings_key'\]=\"(.*)\"$", re.DOTALL)
@@ -106,6 +110,8 @@ class DialectState:
         self.sent: list[Sent] = []
         self.by_digest: dict[str, str] = {}
         self.webhooks = {"sent": 0, "failed": 0}
+        # The size of every batch request received, in order (a witness of batching).
+        self.batches: list[int] = []
         self._tasks: set[asyncio.Task[None]] = set()
         self._session: aiohttp.ClientSession | None = None
 
@@ -229,6 +235,79 @@ async def _postmark_send(request: web.Request) -> web.StreamResponse:
         return _json(a.status or 500, {"ErrorCode": 100, "Message": "Maintenance"})
 
     return await _act(request, answer, reply)
+
+
+async def _postmark_batch(request: web.Request) -> web.StreamResponse:
+    """``POST /email/batch``: up to 500 messages, each decided by the core on its own
+    (quota, faults, rejections, deduplication: the core counts messages, and stays the
+    witness of every key it accepted). Postmark answers 200 with one result per message
+    in request order, ErrorCode 0 for an accepted one; what is about the whole request
+    is acted out for the whole request: if any message's decision is a hang or a lost
+    answer, nobody gets one (the accepted stay accepted); if every message was refused
+    for the rate, the request is answered 429. The request's latency is its first
+    message's."""
+    state = request.app[STATE_KEY]
+    if not request.headers.get("X-Postmark-Server-Token"):
+        return _json(401, {"ErrorCode": 10, "Message": "No Account or Server API tokens"})
+    try:
+        body = json.loads(await request.read())
+    except ValueError:
+        body = None
+    if not isinstance(body, list) or not body:
+        return _json(422, {"ErrorCode": 300, "Message": "Invalid request: a JSON array of "
+                           "messages is required"})
+    if len(body) > BATCH_MAX:
+        return _json(422, {"ErrorCode": 300, "Message": f"Invalid request: at most "
+                           f"{BATCH_MAX} messages per batch"})
+    state.batches.append(len(body))
+    answers: list[tuple[SandboxAnswer, str | None]] = []
+    for item in body:
+        to = key = problem = None
+        metadata: dict[str, str] = {}
+        if not isinstance(item, dict) or not isinstance(item.get("To"), str):
+            problem = "To: required"
+        else:
+            to = item["To"]
+            raw = item.get("Metadata")
+            metadata = ({str(k): str(v) for k, v in raw.items()} if isinstance(raw, dict)
+                        else {})
+            key = metadata.get(KEY_FIELD) or next(
+                (str(h.get("Value")) for h in item.get("Headers") or []
+                 if isinstance(h, dict) and h.get("Name") == "X-Tidings-Key"), None)
+        answer = state.core.handle("email", key, to, problem=problem)
+        if _accepted(answer) and key and to:
+            sent = Sent(key=key, receipt=str(answer.receipt), channel="email", to=to,
+                        at=state.now(), metadata=metadata)
+            state.record(sent)
+            if state.settings.postmark_webhook:
+                state.later(partial(_postmark_delivery, state, sent))
+        answers.append((answer, to))
+    first = answers[0][0]
+    if any(a.kind is AnswerKind.TIMEOUT for a, _ in answers):
+        await asyncio.sleep(state.core.config.hang_s)
+        return _drop(request)
+    if first.latency_s > 0:
+        await asyncio.sleep(first.latency_s)
+    if any(a.status is None for a, _ in answers):
+        return _drop(request)  # a lost answer: the accepted ones stay accepted
+    if all(a.status == 429 for a, _ in answers):
+        return _json(429, {"ErrorCode": 429, "Message": "Rate limit exceeded"},
+                     {"Retry-After": first.retry_after} if first.retry_after else None)
+    return _json(200, [_postmark_result(a, to, state.now()) for a, to in answers])
+
+
+def _postmark_result(a: SandboxAnswer, to: str | None, now: float) -> dict[str, Any]:
+    """One message's item of a batch answer."""
+    if a.receipt is not None:
+        return {"To": to, "SubmittedAt": _iso(now), "MessageID": a.receipt, "ErrorCode": 0,
+                "Message": "OK"}
+    if a.status == 429:
+        return {"ErrorCode": 429, "Message": "Rate limit exceeded"}
+    if a.status == 422:
+        return {"ErrorCode": 406, "Message": "You tried to send to an inactive recipient."}
+    if a.status == 400:
+        return {"ErrorCode": 300, "Message": f"Invalid request: {a.error}"}
+    return {"ErrorCode": 100, "Message": "Maintenance"}
 
 
 async def _postmark_delivery(state: DialectState, sent: Sent) -> None:
@@ -411,6 +490,7 @@ def install(app: web.Application, core: SandboxCore, settings: DialectSettings,
     app[STATE_KEY] = state
     if "postmark" in settings.dialects:
         app.router.add_post("/email", _postmark_send)
+        app.router.add_post("/email/batch", _postmark_batch)
         app.router.add_get("/messages/outbound", _postmark_search)
     if "sendgrid" in settings.dialects:
         app.router.add_post("/v3/mail/send", _sendgrid_send)
