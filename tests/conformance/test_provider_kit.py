@@ -11,13 +11,53 @@ from test_provider import CASES, Case, TwinCase
 from tidings.core.outcomes import Accepted, Lookup, Outcome, Transient, Uncertain
 from tidings.providers import SendRequest
 from tidings.testing import ContractBroken, Scenario, assert_conforms, run_contract
+from tidings.testing.provider_kit import BATCH_CHECKS
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 async def test_every_built_in_adapter_conforms(name: str) -> None:
     results = await assert_conforms(CASES[name])
+    batch = {check.__name__ for check in BATCH_CHECKS}
     ran = [r for r in results if not r.skipped]
+    if name.startswith("postmark"):
+        # the one built-in adapter with a batch endpoint is held to every batch check
+        assert batch <= {r.name for r in ran}
+    else:
+        assert {(r.name, r.detail) for r in results if r.name in batch} == {
+            (n, "not a BatchProvider") for n in batch}
+        results = [r for r in results if r.name not in batch]
+        ran = [r for r in ran if r.name not in batch]
     assert len(ran) >= len(results) - 1  # only the twin skips one (nothing to be unreachable)
+
+
+async def test_a_batch_provider_that_answers_for_the_wrong_messages_is_caught() -> None:
+    """A batch adapter whose answer drops one message's outcome, or gives every message
+    the first one's receipt, breaks the contract."""
+    from tidings.testing.provider_kit import a_batch_gives_each_message_its_own_receipt
+
+    for how in ("short", "same-receipt"):
+        def make(how: str = how) -> Case:
+            case = CASES["postmark-mock"]()
+            start = case.start
+
+            async def broken_start(scenario: Scenario) -> Any:
+                inner = await start(scenario)
+                real = inner.send_batch
+
+                async def send_batch(requests: Any) -> list[Outcome]:
+                    outcomes: list[Outcome] = await real(requests)
+                    if how == "short":
+                        return outcomes[:-1]
+                    return [outcomes[0]] * len(outcomes)
+
+                inner.send_batch = send_batch
+                return inner
+
+            case.start = broken_start  # type: ignore[method-assign]
+            return case
+
+        results = await run_contract(make, checks=[a_batch_gives_each_message_its_own_receipt])
+        assert [r.passed for r in results] == [False], (how, results)
 
 
 class Broken:

@@ -307,6 +307,22 @@ class FakePostmark(FakeApi):
     has_request_id = False
     has_idempotency = False
     path = "/email"
+    batch_path = "/email/batch"
+
+    def handle(self, received: Received) -> Reply:
+        """``POST /email/batch`` too: each message is seen as a send of its own (on the
+        same cue), answered 200 with a result per message in order; a 429, a 503, a
+        dropped or hung answer is the whole request's, as Postmark's are."""
+        if received.method != "POST" or received.path != self.batch_path:
+            return super().handle(received)
+        replies = [super(FakePostmark, self).handle(Received(
+            method="POST", path=self.path, headers=received.headers,
+            body=json.dumps(item).encode())) for item in received.json()]
+        whole = next((r for r in replies if r.fate != "answer" or r.status in (429, 503)),
+                     None)
+        if whole is not None:
+            return whole
+        return Reply.of_json(200, [json.loads(r.body) for r in replies])
 
     def key_of(self, received: Received) -> str | None:
         body = received.json()

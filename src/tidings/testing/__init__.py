@@ -20,6 +20,7 @@ from tidings.testing.notifications import (
 )
 from tidings.testing.outbox import Outbox, adeliver, aeager, aoutbox, deliver, eager, outbox
 from tidings.testing.provider_kit import (
+    BATCH_CHECKS,
     CHECKS,
     KEY,
     RETRY_AFTER_S,
@@ -33,6 +34,7 @@ from tidings.testing.provider_kit import (
 )
 
 __all__ = [
+    "BATCH_CHECKS",
     "CHECKS",
     "KEY",
     "RETRY_AFTER_S",

@@ -24,6 +24,14 @@ The author supplies a ``ProviderCase``: the adapter pointed at a *side* they can
 Each check starts from a new case (``make_case()``) and closes it after. A check that
 needs a scenario names it (its ``scenario``), and is skipped, said so, for a case whose
 ``scenarios`` leave it out.
+
+An adapter with a batch endpoint (``BatchProvider``) is held to the batch checks too:
+each message of a request gets the outcome of its own item, in order, with the
+provider's receipt for its own key; what is about the whole request (a 429, a refusal
+to try later, a lost answer) is each message's outcome; a lost answer's messages are
+each found by lookup where the adapter has one. Its side then answers the batch
+endpoint on the same cues, one message per item. For any other adapter these checks
+are skipped, said so.
 """
 
 from __future__ import annotations
@@ -46,7 +54,7 @@ from tidings.core.outcomes import (
     Transient,
     Uncertain,
 )
-from tidings.providers.base import Provider
+from tidings.providers.base import BatchProvider, Provider
 
 #: The delivery key every check sends.
 KEY = "weekly-digest/2026-08-14/cust_1042/email/v3"
@@ -129,6 +137,10 @@ class ContractBroken(AssertionError):
     """An adapter's answer the worker could not trust; the message says which and why."""
 
 
+class NotApplicable(Exception):
+    """The check is about something this adapter does not offer (a batch endpoint)."""
+
+
 @dataclass(frozen=True)
 class CheckResult:
     name: str
@@ -140,9 +152,14 @@ class CheckResult:
 Check = Callable[[ProviderCase], Awaitable[None]]
 
 
-def request(case: ProviderCase, *, content: Content | None = CONTENT) -> SendRequest:
-    return SendRequest(key=KEY, channel="email", to=case.to, template="digest",
+def request(case: ProviderCase, *, content: Content | None = CONTENT,
+            key: str = KEY) -> SendRequest:
+    return SendRequest(key=key, channel="email", to=case.to, template="digest",
                        data={"items": [1, 2]}, recipient_id="cust_1042", content=content)
+
+
+#: The keys of the messages a batch check sends together.
+BATCH_KEYS = tuple(f"{KEY}/{i}" for i in range(3))
 
 
 def expect(condition: bool, message: str) -> None:
@@ -336,6 +353,87 @@ async def declares_what_the_core_needs(case: ProviderCase) -> None:
                f"{method} is not an async method")
 
 
+async def _batch_provider(case: ProviderCase, scenario: Scenario) -> BatchProvider:
+    provider = await case.start(scenario)
+    if not isinstance(provider, BatchProvider):
+        raise NotApplicable("not a BatchProvider")
+    limit = provider.batch_max_messages
+    expect(isinstance(limit, int) and limit >= 2,
+           f"batch_max_messages is {limit!r}, not an int of at least 2")
+    return provider
+
+
+async def send_batch(provider: BatchProvider, case: ProviderCase) -> list[Outcome]:
+    """``provider.send_batch`` of ``BATCH_KEYS``: a raise, or an answer of the wrong
+    length, is itself a broken contract."""
+    try:
+        outcomes = await provider.send_batch([request(case, key=k) for k in BATCH_KEYS])
+    except Exception as exc:
+        raise ContractBroken(f"send_batch raised {type(exc).__name__}: {exc}; an adapter "
+                             "answers every message with an Outcome") from exc
+    expect(isinstance(outcomes, list) and len(outcomes) == len(BATCH_KEYS),
+           f"send_batch of {len(BATCH_KEYS)} answered {outcomes!r}")
+    return outcomes
+
+
+async def a_batch_gives_each_message_its_own_receipt(case: ProviderCase) -> None:
+    provider = await _batch_provider(case, Scenario.ACCEPT)
+    outcomes = await send_batch(provider, case)
+    for key, outcome in zip(BATCH_KEYS, outcomes, strict=True):
+        kind(outcome, Accepted)
+        assert isinstance(outcome, Accepted)
+        expect(outcome.receipt == case.side.receipt_of(key),
+               f"{key}: receipt {outcome.receipt!r}, the provider gave it "
+               f"{case.side.receipt_of(key)!r}")
+    expect(sorted(case.side.keys_received) == sorted(BATCH_KEYS),
+           f"the provider saw keys {case.side.keys_received!r}")
+
+
+def _batch_maps_to(scenario: Scenario, wanted: type[Outcome]) -> Check:
+    async def check(case: ProviderCase) -> None:
+        provider = await _batch_provider(case, scenario)
+        for outcome in await send_batch(provider, case):
+            kind(outcome, wanted)
+            discreet(outcome, case)
+
+    check.__name__ = f"a_batch_{scenario.value}_is_{wanted.__name__.lower()}_for_each"
+    check.scenario = scenario  # type: ignore[attr-defined]
+    return check
+
+
+async def a_lost_batch_answer_is_uncertain_and_each_found(case: ProviderCase) -> None:
+    """The provider accepted every message and the answer was lost: each is uncertain,
+    and an adapter with a lookup finds each on its own key with its own receipt."""
+    provider = await _batch_provider(case, Scenario.ACCEPT_THEN_DROP)
+    for outcome in await send_batch(provider, case):
+        kind(outcome, Uncertain)
+        discreet(outcome, case)
+    if provider_supports_lookup(provider):
+        for key in BATCH_KEYS:
+            found = await lookup(provider, case, key)  # type: ignore[arg-type]
+            expect((found.found, found.receipt) == (True, case.side.receipt_of(key)),
+                   f"lookup of {key}, accepted in a batch whose answer was lost, "
+                   f"answered {found!r}")
+
+
+a_lost_batch_answer_is_uncertain_and_each_found.scenario = (  # type: ignore[attr-defined]
+    Scenario.ACCEPT_THEN_DROP)
+
+
+def provider_supports_lookup(provider: object) -> bool:
+    return bool(getattr(provider, "supports_lookup", False))
+
+
+BATCH_CHECKS: tuple[Check, ...] = (
+    a_batch_gives_each_message_its_own_receipt,
+    _batch_maps_to(Scenario.RATE_LIMITED_SECONDS, RateLimited),
+    _batch_maps_to(Scenario.TRY_LATER, Transient),
+    _batch_maps_to(Scenario.REFUSE, Permanent),
+    _batch_maps_to(Scenario.DROP_AFTER_SEND, Uncertain),
+    a_lost_batch_answer_is_uncertain_and_each_found,
+)
+
+
 CHECKS: tuple[Check, ...] = (
     declares_what_the_core_needs,
     accepted_carries_the_receipt,
@@ -353,6 +451,7 @@ CHECKS: tuple[Check, ...] = (
     lookup_finds_what_was_accepted,
     close_twice,
     no_credential_in_repr,
+    *BATCH_CHECKS,
 )
 
 
@@ -377,6 +476,8 @@ async def run_contract(make_case: Callable[[], ProviderCase], *,
                 continue
             await check(case)
             results.append(CheckResult(check.__name__, True))
+        except NotApplicable as exc:
+            results.append(CheckResult(check.__name__, True, str(exc), skipped=True))
         except ContractBroken as exc:
             results.append(CheckResult(check.__name__, False, str(exc)))
         finally:
