@@ -5,8 +5,9 @@ thread; every call runs on that thread through ``loop.run_in_executor``, so the
 event loop never blocks on disk or on a lock, and the connection is never used by
 two threads at once. Several processes may open the same file: WAL lets readers
 run beside the one writer, and every write transaction starts with
-``BEGIN IMMEDIATE`` so writers queue on the busy timeout instead of failing when a
-read lock cannot be upgraded.
+``BEGIN IMMEDIATE`` so writers queue for the write lock (tried again a fraction of a
+millisecond apart, see ``_take_write_lock``) instead of failing when a read lock
+cannot be upgraded.
 """
 
 from __future__ import annotations
@@ -30,8 +31,16 @@ T = TypeVar("T")
 
 URL_PREFIX = "sqlite:///"
 #: Whole-transaction retries after SQLite still answers "database is locked" once the
-#: busy timeout has run out (another process held the write lock for 15 s).
+#: wait for the write lock has run out (another process held it for 15 s).
 LOCKED_RETRIES = 4
+#: How long BEGIN IMMEDIATE waits for another process's writer before "locked".
+WRITE_LOCK_WAIT_S = 15.0
+#: The first and the longest pause between two tries for the write lock. SQLite's own
+#: busy handler sleeps 1, 2, 5, 10, 15, 20, 25 … 100 ms between tries, so a writer that
+#: waited a little sleeps on well after the lock is free; processes taking turns with
+#: short transactions (workers' claims and outcomes, closers' pages) lost several
+#: milliseconds a turn, which on one file is time no process writes.
+WRITE_LOCK_POLL_S = (0.0002, 0.002)
 #: Queue messages bound per multi-row INSERT (3 parameters each, under SQLite's limit).
 PUBLISH_CHUNK = 2000
 _LOCKED_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
@@ -42,6 +51,28 @@ def _is_locked(exc: sqlite3.Error) -> bool:
     if isinstance(code, int):
         return (code & 0xFF) in _LOCKED_CODES
     return "locked" in str(exc)
+
+
+def _take_write_lock(conn: sqlite3.Connection, begin: str) -> None:
+    """``begin`` (BEGIN IMMEDIATE), trying again every fraction of a millisecond while
+    another process holds the write lock, for up to ``WRITE_LOCK_WAIT_S``; then the
+    "locked" error is raised (and the transaction retried, see ``_transaction``)."""
+    pause, longest = WRITE_LOCK_POLL_S
+    deadline: float | None = None
+    while True:
+        try:
+            conn.execute(begin)
+            return
+        except sqlite3.OperationalError as exc:
+            if not _is_locked(exc):
+                raise
+            now = time.monotonic()
+            if deadline is None:
+                deadline = now + WRITE_LOCK_WAIT_S
+            elif now >= deadline:
+                raise
+        time.sleep(random.uniform(0.5, 1.0) * pause)
+        pause = min(longest, pause * 1.5)
 
 
 class SqliteDatabase(SharedDatabase):
@@ -56,6 +87,7 @@ class SqliteDatabase(SharedDatabase):
         self.path = path
         self.url = url if url is not None else URL_PREFIX + path
         self.sql = queries.load("sqlite")
+        self._begin_write = self.sql["begin_write"]
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tidings-sqlite")
         self._conn: sqlite3.Connection | None = None
         self._open_error: BaseException | None = None
@@ -91,6 +123,9 @@ class SqliteDatabase(SharedDatabase):
             except BaseException as exc:  # kept and re-raised on the first call
                 self._open_error = exc
                 return
+            # From here on the wait for another process's writer is ours (see
+            # ``_take_write_lock``): a statement never sleeps in SQLite's busy handler.
+            conn.execute(self.sql["busy_wait_ours"])
             self._conn = conn
             return
 
@@ -107,7 +142,10 @@ class SqliteDatabase(SharedDatabase):
         conn = self._connection()
         for attempt in range(LOCKED_RETRIES + 1):
             try:
-                conn.execute(begin)
+                if begin == self._begin_write:
+                    _take_write_lock(conn, begin)
+                else:
+                    conn.execute(begin)
                 result = fn(conn)
                 conn.execute(self.sql["commit"])
                 return result
@@ -117,7 +155,7 @@ class SqliteDatabase(SharedDatabase):
                 if not isinstance(exc, sqlite3.Error):
                     raise
                 if _is_locked(exc) and attempt < LOCKED_RETRIES:
-                    # Short, jittered: the busy timeout already did the long wait.
+                    # Short, jittered: the wait for the write lock already was the long one.
                     time.sleep(random.uniform(0.0, 0.05 * 2**attempt))
                     continue
                 raise StoreError(f"{self.url}: {exc}") from exc
