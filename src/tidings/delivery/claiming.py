@@ -95,10 +95,17 @@ class Claiming(Sending):
         # Taken before the claim: a claim answered after the worker registered again
         # (it hung through a partition) was made under the ended registration.
         epoch = self.liveness.epoch if self.liveness is not None else 0
-        claims = await self.store.intent_claim_many(
-            keys, owner=self.worker_id, lease_s=self.config.lease_s, now=now,
-            message_ids=[r.message_id for r in decoded],
-            started=self.marks_at_claim) if keys else []
+        try:
+            claims = await self.store.intent_claim_many(
+                keys, owner=self.worker_id, lease_s=self.config.lease_s, now=now,
+                message_ids=[r.message_id for r in decoded],
+                started=self.marks_at_claim) if keys else []
+        except StoreError:
+            # Nothing of the batch was claimed: its messages go back at once (no failure
+            # of theirs), to be taken again when the store answers (``Worker.run``).
+            self._nacks.extend((item.receipt, 0.0) for item in decoded)
+            self._wake.set()
+            raise
         if self.holds is not None and claims:
             decoded, claims, parked = await self.holds.park(decoded, claims,
                                                             worker=self.worker_id, now=now)

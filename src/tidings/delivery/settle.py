@@ -20,6 +20,7 @@ from tidings.core.states import Decision, State
 from tidings.core.suppression import Suppression, from_refusal
 from tidings.core.surrogate import surrogate
 from tidings.core.throttle import releases
+from tidings.delivery.outage import pause_after
 from tidings.delivery.raised import describe_raised
 from tidings.delivery.worker_state import WorkerState
 from tidings.stores.base import Change, QueueAcks
@@ -117,7 +118,7 @@ class Settling(WorkerState):
                     failures += 1
                     log.exception("commit failed (%d in a row); retrying", failures)
                     self._wake.set()
-                    await self.clock.sleep(_pause_after(failures))
+                    await self.clock.sleep(pause_after(failures))
                     continue
                 # The acks of what just committed go out beside the next commit: the
                 # next outcomes are recorded while these messages are acked, never
@@ -146,7 +147,7 @@ class Settling(WorkerState):
                 log.exception("acking failed (%d in a row); retrying", failures)
                 if self._stopping.is_set():
                     return  # the final flush tries once more and says what failed
-                await self.clock.sleep(_pause_after(failures))
+                await self.clock.sleep(pause_after(failures))
 
     async def flush(self) -> None:
         """Commit queued outcomes in one transaction, then ack, nack or dead-letter."""
@@ -328,13 +329,6 @@ class Settling(WorkerState):
             log.debug("commit", extra={
                 "channel": self.channel, "outcomes": len(outcomes), "applied": len(applied),
                 "lease_lost": len(lost), "worker": self.worker_id})
-
-
-def _pause_after(failures: int) -> float:
-    """Seconds before trying a failed commit or ack again: 0.2 s doubling to 5 s. The
-    exponent is bounded: an outage of an hour or more fails more than a thousand times,
-    and ``2 ** 1024`` is no float."""
-    return min(5.0, 0.1 * 2.0 ** min(failures, 6))
 
 
 def _plain(change: Change, *, now: float) -> Change:

@@ -30,8 +30,10 @@ import asyncio
 import contextlib
 from collections.abc import Sequence
 
+from tidings.core.errors import StoreError, TransportError
 from tidings.core.model import Received
 from tidings.delivery.claiming import Claiming, request_for
+from tidings.delivery.outage import Outage
 from tidings.delivery.sending import CHECKS_LEAD_S
 from tidings.delivery.settle import COMMIT_APART_AFTER, PLAIN_REASON
 from tidings.delivery.worker_state import WorkerConfig, WorkerStats
@@ -60,26 +62,19 @@ class Worker(Claiming):
         renewer = asyncio.create_task(self._renew_loop())
         await self._pacer_call("announce this worker", self.pacer.announce)
         idle = self.config.idle_poll_s
+        outage = Outage(self.channel, self.worker_id, self.clock)
         try:
             while not self._stopping.is_set():
-                await self._refresh_claim_depth()
-                room = self._room_for_claims()
-                limit = self.config.max_held if self._claim_depth is None else self._claim_depth
-                if room < max(1, min(self.config.batch_size, limit) // 2):
-                    self._room.clear()
-                    await self._room.wait()
+                try:
+                    idle = await self._turn(idle)
+                except (StoreError, TransportError) as exc:
+                    # The store or the queue is out of reach (down, restarting, no free
+                    # connection): nothing received was claimed, so it comes back when
+                    # its visibility runs out. Wait and try again, telling it now and
+                    # then, not once a turn; never end the worker for it.
+                    await self._pause(outage.failed(exc))
                     continue
-                batch = await self.transport.receive(
-                    self.channel, max_messages=min(room, self.config.batch_size),
-                    visibility_s=self.config.visibility_s, now=self.clock.now())
-                if batch:
-                    idle = self.config.idle_poll_s
-                    await self._take(batch)
-                    continue
-                await self.pacer.flush()
-                await self._idle(idle)
-                idle = min(idle * 2, self.config.max_idle_wait_s if self.transport.notifies
-                           else self.config.max_idle_poll_s)
+                outage.over()
             if self._sends:
                 await asyncio.gather(*self._sends, return_exceptions=True)
         finally:
@@ -90,6 +85,36 @@ class Worker(Claiming):
                     await task
             await self.flush()
             await self.pacer.flush()
+
+    async def _turn(self, idle: float) -> float:
+        """Receive and take one batch, or wait while there is none; the next idle wait."""
+        await self._refresh_claim_depth()
+        room = self._room_for_claims()
+        limit = self.config.max_held if self._claim_depth is None else self._claim_depth
+        if room < max(1, min(self.config.batch_size, limit) // 2):
+            self._room.clear()
+            await self._room.wait()
+            return idle
+        batch = await self.transport.receive(
+            self.channel, max_messages=min(room, self.config.batch_size),
+            visibility_s=self.config.visibility_s, now=self.clock.now())
+        if batch:
+            await self._take(batch)
+            return self.config.idle_poll_s
+        await self.pacer.flush()
+        await self._idle(idle)
+        return min(idle * 2, self.config.max_idle_wait_s if self.transport.notifies
+                   else self.config.max_idle_poll_s)
+
+    async def _pause(self, seconds: float) -> None:
+        """Wait ``seconds`` on the clock, or until ``stop()``."""
+        sleeping = asyncio.ensure_future(self.clock.sleep(seconds))
+        done, _ = await asyncio.wait({sleeping, self._stop_future()},
+                                     return_when=asyncio.FIRST_COMPLETED)
+        if sleeping not in done:
+            sleeping.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sleeping
 
     async def _idle(self, timeout_s: float) -> None:
         """Wait for the queue (see ``Transport.wait``), or for ``stop()``."""
