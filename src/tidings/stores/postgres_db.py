@@ -199,6 +199,10 @@ class PostgresDatabase(SharedDatabase):
                     raise StoreError(f"{self.safe_url}: {exc}") from exc
                 pause = random.uniform(0.0, min(2.0, 0.05 * 2**lost))
                 if asyncio.get_running_loop().time() + pause > deadline:
+                    if isinstance(exc, PoolTimeout):
+                        raise StoreError(f"{self.safe_url}: no connection to be had after "
+                                         f"{lost + 1} attempts: "
+                                         f"{await self._why_no_connection()}") from exc
                     raise StoreError(f"{self.safe_url}: connection lost and not regained "
                                      f"after {lost + 1} attempts: {exc}") from exc
                 lost += 1
@@ -206,6 +210,20 @@ class PostgresDatabase(SharedDatabase):
                 # A restart kills the idle connections too: drop them, not one per retry.
                 with contextlib.suppress(psycopg.Error):
                     await pool.check()
+
+    async def _why_no_connection(self) -> str:
+        """Why the pool had no connection to give: the server's own answer to a new one
+        ("too many clients already", "too many connections for role …", refused), which
+        the pool only logs; or, when one could be made, that every pooled one was busy."""
+        try:
+            probe = await psycopg.AsyncConnection.connect(
+                self.url, connect_timeout=int(CONNECT_TIMEOUT_S), autocommit=True)
+        except psycopg.Error as exc:
+            told = str(exc).strip() or type(exc).__name__
+            return told.rsplit("FATAL:", 1)[-1].strip() if "FATAL:" in told else told
+        await probe.close()
+        return (f"all {self._max_size} pooled connections stayed busy for "
+                f"{POOL_TIMEOUT_S:g} s")
 
     async def write(self, fn: Callable[[Conn], Awaitable[T]]) -> T:
         """Run ``fn(conn)`` in a write transaction (see ``transaction``)."""
