@@ -87,9 +87,11 @@ async def test_a_full_disk_stops_admission_cleanly_and_everything_resumes(
         assert not running.done(), running
 
         # and when space returns, the refused page is admitted again and all is delivered
-        grown = subprocess.run(["mount", "-o", "remount,size=64m", str(small_disk)],
-                               capture_output=True, text=True)
-        assert grown.returncode == 0, grown.stderr
+        grown = await asyncio.create_subprocess_exec(
+            "mount", "-o", "remount,size=64m", str(small_disk),
+            stderr=asyncio.subprocess.PIPE)
+        _, said = await grown.communicate()
+        assert grown.returncode == 0, said
         await runtime.notify_many(requests(admitted, PAGE))
         total = admitted + PAGE
         loop = asyncio.get_running_loop()
