@@ -69,8 +69,8 @@ class Worker(Claiming):
                     idle = await self._turn(idle)
                 except (StoreError, TransportError) as exc:
                     # The store or the queue is out of reach (down, restarting, no free
-                    # connection): nothing received was claimed, so it comes back when
-                    # its visibility runs out. Wait and try again, telling it now and
+                    # connection, a full disk): a batch received but not claimed was
+                    # handed back (``_take``). Wait and try again, telling it now and
                     # then, not once a turn; never end the worker for it.
                     await self._pause(outage.failed(exc))
                     continue
