@@ -123,3 +123,33 @@ async def test_a_worker_waits_for_a_free_connection_and_loses_nothing(
     assert any(m.startswith("store or queue out of reach") and "too many connections" in m
                for m in told), told
     assert any(m.startswith("store or queue back after") for m in told), told
+
+
+async def test_a_process_starting_with_no_free_connection_waits_for_one(
+        limited_url: tuple[str, str], pg_admin_url: str, caplog: pytest.LogCaptureFixture
+        ) -> None:
+    url, role = limited_url
+    caplog.set_level(logging.WARNING, logger="tidings.stores.postgres")
+    held = await take_every_slot(url, role, pg_admin_url)
+    settings = Settings.parse({"store": url, "channels": {"email": {}}})
+    clock = SystemClock()
+    core = SandboxCore(SandboxConfig(quotas={"email": 1_000}), now=clock.now)
+    starting = asyncio.create_task(build_runtime(
+        settings, clock=clock,
+        providers={"email": SandboxTwinProvider(core=core, channel="email", clock=clock)}))
+    try:
+        await asyncio.sleep(WALL_S)
+        assert not starting.done(), starting  # waiting, not failed
+        for conn in held:
+            await conn.close()
+        held = []
+        runtime = await asyncio.wait_for(starting, GUARD_S)
+        await runtime.close()
+    finally:
+        for conn in held:
+            await conn.close()
+        if not starting.done():
+            starting.cancel()
+    told = [r.getMessage() for r in caplog.records]
+    assert len(told) == 1 and "no free connection" in told[0], told
+    assert "too many connections" in told[0]

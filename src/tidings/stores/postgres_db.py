@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import random
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import partial
@@ -40,6 +41,7 @@ from tidings.stores import foreign, queries
 from tidings.stores.sharing import SharedDatabase
 
 T = TypeVar("T")
+log = logging.getLogger("tidings.stores.postgres")
 Conn = psycopg.AsyncConnection[TupleRow]
 
 URL_SCHEMES = ("postgresql://", "postgres://")
@@ -62,6 +64,16 @@ def _connection_lost(exc: psycopg.Error, conn: Conn | None) -> bool:
     if conn is not None and conn.broken:
         return True
     return isinstance(exc, pg_errors.AdminShutdown | pg_errors.CannotConnectNow)
+
+
+#: What the server answers a new session when it has no slot for it (max_connections,
+#: a role's or a database's CONNECTION LIMIT, the slots reserved for superusers).
+_NO_FREE_SLOT = ("too many clients", "too many connections",
+                 "remaining connection slots are reserved")
+
+
+def _no_free_slot(told: str) -> bool:
+    return any(words in told for words in _NO_FREE_SLOT)
 
 
 def redact(url: str) -> str:
@@ -143,12 +155,27 @@ class PostgresDatabase(SharedDatabase):
     async def _open_pool(self) -> AsyncConnectionPool[Conn]:
         # One direct connection first: a refused or unknown server fails in milliseconds
         # with libpq's own reason, where the pool would retry quietly until its timeout.
-        try:
-            probe = await psycopg.AsyncConnection.connect(
-                self.url, connect_timeout=int(CONNECT_TIMEOUT_S), autocommit=True)
-        except psycopg.Error as exc:
-            raise StoreError(f"cannot connect to {self.safe_url}: "
-                             f"{str(exc).strip() or type(exc).__name__}") from None
+        # A server with no free slot is waited for (RECONNECT_BUDGET_S): the slots of a
+        # busy server come free, and a process that gave up at once would only be
+        # started again into the same wall.
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + RECONNECT_BUDGET_S
+        tries = 0
+        while True:
+            try:
+                probe = await psycopg.AsyncConnection.connect(
+                    self.url, connect_timeout=int(CONNECT_TIMEOUT_S), autocommit=True)
+                break
+            except psycopg.Error as exc:
+                told = str(exc).strip() or type(exc).__name__
+                pause = min(2.0, 0.1 * 2**tries)
+                if not _no_free_slot(told) or loop.time() + pause > deadline:
+                    raise StoreError(f"cannot connect to {self.safe_url}: {told}") from None
+                if tries == 0:
+                    log.warning("no free connection on %s; waiting up to %.0f s: %s",
+                                self.safe_url, RECONNECT_BUDGET_S, told)
+                tries += 1
+                await asyncio.sleep(pause)
         await probe.close()
         pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
             self.url, min_size=self._min_size, max_size=self._max_size, open=False,
