@@ -409,3 +409,26 @@ async def test_sends_started_in_one_turn_share_one_reservation() -> None:
     assert pacer.reservations == 1
     state = await backend.pacer_read("email")
     assert state is not None and state["inflight"]["w"][0] == 200
+
+
+async def test_a_batch_answered_429_together_pauses_once_and_counts_once() -> None:
+    # given a channel whose sends of one batch request were all answered 429
+    clock = FakeClock(start=100.0)
+    backend = MemoryPacerBackend()
+    writes: list[float] = []
+    real_pause = backend.pacer_pause
+
+    async def pause(channel: str, until: float) -> None:
+        writes.append(until)
+        await real_pause(channel, until)
+
+    backend.pacer_pause = pause  # type: ignore[method-assign]
+    pacer = Pacer(channel="email", limits=PaceLimits(max_in_flight=500), backend=backend,
+                  clock=clock, worker="w")
+    # when each of its 100 sends asks for the pause, a few microseconds apart
+    streaks = [await pacer.pause(105.0 + i * 1e-5) for i in range(100)]
+    # then the pause was written once, and the streak moved once
+    assert len(writes) == 1 and set(streaks) == {1}
+    assert await backend.pacer_paused_until("email") == 105.0
+    # and a later, longer pause is a new one
+    assert await pacer.pause(110.0) == 2 and len(writes) == 2

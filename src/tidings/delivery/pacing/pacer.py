@@ -35,6 +35,8 @@ T = TypeVar("T")
 MAX_LOOK_LEAD_S = 0.05
 #: Per look, how fast the lead forgets a slow look.
 LOOK_LEAD_DECAY = 0.97
+#: A 429 whose pause ends within this of one in force is that pause (``Pacer.pause``).
+SAME_PAUSE_S = 0.1
 
 
 class Pacer:
@@ -211,7 +213,14 @@ class Pacer:
         return 1.0 / interval / workers
 
     async def pause(self, until: float) -> int:
-        """Pause the whole channel (every process) until ``until``; return the 429 streak."""
+        """Pause the whole channel (every process) until ``until``; return the 429 streak.
+
+        A pause that ends no later than one already in force (give or take
+        ``SAME_PAUSE_S``) is that one: the messages of one batch request answered 429
+        together, or sends refused in the same instant, pause once and count once in
+        the streak, not once each."""
+        if until <= self._paused_until + SAME_PAUSE_S:
+            return self.streak
         self._paused_until = max(self._paused_until, until)
         self._drop_slots()
         # First the one-statement pause every other process reads before its next start
