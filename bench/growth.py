@@ -28,8 +28,10 @@ on the PostgreSQL server of ``--store``, or that file in the SQLite folder of
 ``claim_p50/p99_ms``   each ``intent_claim_many`` call of that worker (a batch)
 ``prune_s``            retention's prune of the oldest day (``recovery.retention.prune``
                        repeated until nothing more is due), with ``prune_lock_s``: the
-                       longest a relation lock of the pruning session was seen held
-                       (``pg_locks`` sampled every 5 ms), and ``probe_max_ms``: the
+                       longest a relation lock that blocks writers (share mode or
+                       stronger) was seen held by a client session (``pg_locks``
+                       sampled every 5 ms; the longest of any mode is in the JSON),
+                       and ``probe_max_ms``: the
                        longest a probe write transaction (an event insert, rolled back;
                        on SQLite ``BEGIN IMMEDIATE``) waited during the prune
 ``bytes_per_intent``   database bytes / retained intents (before the run's writes)
@@ -333,12 +335,26 @@ async def reads(url: str, reps: int) -> dict[str, Any]:
                 return len(answer.content)
             dashboard_s, page_bytes = await timed(page, reps)
         await app.state.ctx.admission.close()
+        # What the overview's snapshot reads, each call once: where its time goes.
+        now = time.time()
+        store = rt.store
+        parts: dict[str, float] = {}
+        for name, call in (
+                ("intent_summary", lambda: store.intent_summary(now=now, since=now - 300.0)),
+                ("intent_counts", store.intent_counts), ("event_counts", store.event_counts),
+                ("occurrence_list", store.occurrence_list),
+                ("intent_age_span", store.intent_age_span),
+                ("digest_pending", store.digest_pending),
+                ("queue_depth", lambda: rt.transport.depth("email", now=now))):
+            parts[name], _ = await timed(call, 1)
         inspect_s, found = await timed(lambda: rt.inspect(recipient=gf.INSPECTED), reps)
         reconciler = rt.reconciler()
         reconcile_s, result = await timed(lambda: reconciler.run_pass(now=time.time()), reps)
     finally:
         await rt.close()
-    return {"dashboard_s": dashboard_s, "dashboard_bytes": page_bytes, "inspect_s": inspect_s,
+    return {"dashboard_s": dashboard_s, "dashboard_bytes": page_bytes,
+            "snapshot_calls_s": {k: round(v, 4) for k, v in parts.items()},
+            "inspect_s": inspect_s,
             "inspect_deliveries": len(found), "reconcile_s": reconcile_s,
             "reconcile": {k: v for k, v in result.__dict__.items() if v}}
 
@@ -583,14 +599,21 @@ def dead_after(vacuum: dict[str, Any]) -> int | None:
 # ---------------------------------------------------------------- retention
 
 
+#: Lock modes that block a writer's RowExclusiveLock (an insert, update or delete).
+BLOCKING_MODES = frozenset({"ShareLock", "ShareRowExclusiveLock", "ExclusiveLock",
+                            "AccessExclusiveLock"})
+
+
 class LockSampler:
     """Relation locks of other client sessions, sampled from a probe connection: the
-    longest any one (session, relation, mode) was seen held without a gap."""
+    longest any one (session, relation, mode) was seen held without a gap, and the
+    longest of those in a mode that blocks writers (``BLOCKING_MODES``)."""
 
     def __init__(self, url: str, period_s: float = 0.005) -> None:
         self.url, self.period = url, period_s
         self.stop = threading.Event()
         self.longest: tuple[float, str] = (0.0, "")
+        self.blocking: tuple[float, str] = (0.0, "")
         self.samples = 0
         self.thread = threading.Thread(target=self._run, daemon=True)
 
@@ -628,6 +651,8 @@ class LockSampler:
                     held = now - first
                     if held > self.longest[0]:
                         self.longest = (held, f"{key[2]} on {key[1]}")
+                    if key[2] in BLOCKING_MODES and held > self.blocking[0]:
+                        self.blocking = (held, f"{key[2]} on {key[1]}")
                 time.sleep(self.period)
 
 
@@ -713,8 +738,10 @@ def retention(target: Target, size: int, first_day: float) -> dict[str, Any]:
         if target.kind == "postgresql":
             with LockSampler(url) as sampler:
                 result = asyncio.run(_prune_day(url, first_day))
-            result["prune_lock_s"] = sampler.longest[0]
-            result["prune_lock"] = sampler.longest[1]
+            result["prune_lock_s"] = sampler.blocking[0]
+            result["prune_lock"] = sampler.blocking[1]
+            result["longest_lock_s"] = sampler.longest[0]
+            result["longest_lock"] = sampler.longest[1]
             result["lock_samples"] = sampler.samples
         else:
             result = asyncio.run(_prune_day(url, first_day))
@@ -827,6 +854,26 @@ def table(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def markdown(report: dict[str, Any]) -> str:
+    """The report's figures as a Markdown table, ratios in brackets (for RESULTS.md)."""
+    sizes = sorted(report["sizes"].values(), key=lambda s: s["size"])
+    rat = report.get("ratios", {})
+    lines = ["| figure | " + " | ".join(f"{s['label']} ({s['intents']:,} intents)"
+                                       for s in sizes) + " |",
+             "|---|" + "---:|" * len(sizes)]
+    for name, spec in FIGURES.items():
+        cells = []
+        for s in sizes:
+            v = s["figures"].get(name)
+            r = rat.get(s["label"], {}).get(name)
+            text = "–" if v is None else (f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}")
+            if r is not None and s["size"]:
+                text += f" ({r:.2f}×)"
+            cells.append(text)
+        lines.append(f"| `{name}` {spec['unit']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def write_report(report: dict[str, Any], out: Path, plot_python: str | None) -> None:
     report["ratios"] = ratios(report)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -859,7 +906,7 @@ def missing_figures(report: dict[str, Any], kind: str) -> list[str]:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--store", required=True,
+    p.add_argument("--store", default=None,
                    help="postgresql://user@host:port/anydb (the server: databases "
                         "<prefix>_<size>_v<schema> are made on it) or sqlite:///folder/")
     p.add_argument("--sizes", default="0,1M,10M",
@@ -888,6 +935,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--prefix", default="tidings_growth",
                    help="database (file) name prefix (default %(default)s)")
     p.add_argument("--drop", action="store_true", help="drop the databases at the end")
+    p.add_argument("--markdown", type=Path, default=None, metavar="REPORT",
+                   help="print a report's figures as a Markdown table, and do nothing else")
     p.add_argument("--smoke", action="store_true",
                    help="sizes 0 and 100k, small measurements; checks the fill's rows "
                         "and that every figure was measured (exit 2 if not)")
@@ -896,9 +945,14 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.markdown is not None:
+        print(markdown(json.loads(args.markdown.read_text())))
+        return 0
     if args.smoke:
         args.sizes, args.recipients, args.notify_calls = "0,100k", 2_000, 100
         args.callers, args.reps, args.settle_s, args.refill, args.drop = 10, 1, 1.0, True, True
+    if args.store is None:
+        raise SystemExit("--store: a postgresql:// server URL or sqlite:///folder/")
     target = Target(args.store, args.prefix)
     sizes = [parse_size(s) for s in args.sizes.split(",")]
     out = args.out or (Path(tempfile.mkdtemp(prefix="tidings-growth-smoke-")) / "smoke.json"

@@ -65,6 +65,10 @@ CHUNK = {"postgresql": 200_000, "sqlite": 100_000}
 #: deliveries a recipient over the month.
 RECIPIENT_SHARE = 10
 META = "growth_bench_fill"
+#: Secondary indexes (PostgreSQL) built once after the rows rather than row by row;
+#: the unique ones stay (their conflicts are part of the fill's statements).
+DEFERRED_INDEXES = ("intents_state", "intents_receipt", "intents_created", "events_key",
+                    "events_outcomes_at")
 #: The recipient ``inspect`` is measured on (in every audience: recipient 42).
 INSPECTED = "cust_00000042"
 
@@ -311,7 +315,8 @@ def _day(t: float) -> str:
 def make_plan(size: int, anchor: float) -> Plan:
     """The segments of a month of ``size`` intents ending on ``anchor``'s day."""
     plan = Plan(size=size, anchor=anchor, pool=max(1_000, size // RECIPIENT_SHARE))
-    if size == 0:  # an empty ledger: only what migrations make
+    if size == 0:  # an empty ledger: the partitions a pruner's first pass makes ahead
+        plan.partitions = _partitions(plan, math.floor(anchor / DAY_S) * DAY_S - DAY_S)
         return plan
     first = plan.first_day
     in_flight = round(size * IN_FLIGHT_SHARE)
@@ -371,11 +376,11 @@ def make_plan(size: int, anchor: float) -> Plan:
     return plan
 
 
-def _partitions(plan: Plan) -> list[tuple[str, float, float]]:
-    """Day partitions of events from the month's first day to a week past the anchor,
-    as the pruner keeps them made ahead."""
+def _partitions(plan: Plan, start: float | None = None) -> list[tuple[str, float, float]]:
+    """Day partitions of events from the month's first day (or ``start``) to a week past
+    the anchor, as the pruner keeps them made ahead."""
     out = []
-    day = plan.first_day - DAY_S
+    day = plan.first_day - DAY_S if start is None else start
     end = math.floor(plan.anchor / DAY_S) * DAY_S + 8 * DAY_S
     while day < end:
         p = day_partition(day)
@@ -629,7 +634,9 @@ class Filler:
     """Runs a plan's chunks on one connection, one transaction each, skipping those
     recorded as done."""
 
-    def __init__(self, dialect: Dialect, conn: Any, log: Callable[[str], None]) -> None:
+    def __init__(self, dialect: Dialect, conn: Any, log: Callable[[str], None], *,
+                 defer_indexes: bool = True) -> None:
+        self.defer_indexes = defer_indexes
         self.d = dialect
         self.conn = conn
         self.log = log
@@ -663,13 +670,15 @@ class Filler:
         meta = self.meta()
         if meta.get("filled") == "1":
             return FillResult(True, plan.size, 0.0, 0, plan.size)
+        done_before = sum(int(v) for k, v in meta.items() if k.startswith("chunk:"))
         if d.pg:
             self.execute("SET synchronous_commit = off")
             for name, lower, upper in plan.partitions:
                 self.execute(f"CREATE TABLE IF NOT EXISTS {name} PARTITION OF events "
                              f"FOR VALUES FROM ({lower}) TO ({upper})")
+            if self.defer_indexes and not done_before:
+                self._drop_indexes()
             self.commit()
-        done_before = sum(int(v) for k, v in meta.items() if k.startswith("chunk:"))
         started = time.monotonic()
         written = 0
         made = done_before
@@ -721,6 +730,33 @@ class Filler:
         self._finish(plan)
         return FillResult(True, made, time.monotonic() - started, written, done_before)
 
+    def _drop_indexes(self) -> None:
+        """Drop the secondary indexes of intents and events for the fill, their
+        definitions kept in the fill's table (so a resumed fill builds them too): one
+        sorted build at the end costs far less than an entry per row in each."""
+        rows = self.execute(
+            "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = "
+            "current_schema() AND indexname = ANY(%(names)s)",
+            {"names": list(DEFERRED_INDEXES)}).fetchall()
+        for name, definition in rows:
+            self.execute(f"INSERT INTO {META} (name, value) VALUES (%(n)s, %(v)s)",
+                         {"n": f"index:{name}", "v": definition.replace(" ON ONLY ", " ON ")})
+            self.execute(f"DROP INDEX {name}")
+
+    def _build_indexes(self) -> None:
+        rows = self.execute(f"SELECT name, value FROM {META} WHERE name LIKE 'index:%%'"
+                            ).fetchall()
+        if not rows:
+            return
+        self.execute("SET maintenance_work_mem = '512MB'")
+        for name, definition in rows:
+            started = time.monotonic()
+            self.execute(definition)
+            self.execute(f"DELETE FROM {META} WHERE name = %(n)s", {"n": name})
+            self.commit()
+            self.log(f"  index {name.removeprefix('index:')} built in "
+                     f"{time.monotonic() - started:.1f} s")
+
     def _finish(self, plan: Plan) -> None:
         """Throttle windows of the last two days, then statistics (a month-old ledger has
         been analysed by autovacuum many times over; SQLite's is left as tidings leaves
@@ -734,6 +770,8 @@ class Filler:
                     self.execute(sql, {"lo": 1, "hi": seg.count, "day_start": day,
                                        "key_prefix": seg.key_prefix,
                                        "key_suffix": seg.key_suffix})
+        if d.pg:
+            self._build_indexes()
         self.execute(d.sql(f"INSERT INTO {META} (name, value) VALUES ('filled', '1')"))
         self.commit()
         if d.pg:
