@@ -14,7 +14,7 @@ on the PostgreSQL server of ``--store``, or that file in the SQLite folder of
 =====================  ==============================================================
 ``status_s``           ``tidings status --json`` as a process (start-up included), median
 ``dashboard_s``        ``GET /ui`` (the dashboard's overview) through the app in-process
-``inspect_s``          ``Runtime.inspect(recipient=cust_00000042)``: ~40 deliveries
+``inspect_s``          ``Runtime.inspect(recipient=cust_00000042)``: ~50 deliveries
 ``reconcile_s``        one ``Reconciler.run_pass`` (leases, stuck and lost publishes,
                        uncertain sends, orphans)
 ``notify_p50/p99_ms``  ``Runtime.notify`` of one email intent, one caller in a loop
@@ -50,7 +50,7 @@ PNG plot go to ``--out``. A size already in the report is not measured again unl
 ``--budget-min M`` stops cleanly between chunks of the fill and between sizes; the next
 run goes on from there. ``--smoke``: sizes 0 and 100,000, small measurements, no timing
 judged; it checks the fill's row counts against the plan and that every figure was
-measured (exit 2 otherwise). ``tests/unit/test_bench_growth.py`` runs it.
+measured (exit 2 otherwise). ``tests/integration/test_bench_growth.py`` runs it on both stores.
 """
 
 from __future__ import annotations
