@@ -215,3 +215,52 @@ def amqp_url(amqp_session_vhost: str) -> Iterator[str]:
             await transport.close()
 
     asyncio.run(clean())
+
+
+# ------------------------------------------------------------------ run order
+
+#: Tests that take half a minute or more on an idle 2-core machine (minutes on a loaded
+#: one), by node-id prefix (a file or one test), in the order they are to start. With
+#: ``--maxschedchunk=1`` (pyproject.toml) xdist sends each worker two tests to begin with,
+#: then one more each time it is down to one, in this order: so these start first, and
+#: the thousands of short tests fill the workers around them (a run ends no sooner than
+#: its last long test's start plus its length).
+#:
+#: The kill loops SIGKILL a worker process every 2 s of wall time. On an overloaded
+#: machine a restarted worker spends those 2 s importing, the loop gets less done per kill
+#: and kills more: the four of them started at once beside the rest of the suite ran past
+#: their 240 s guard and the 360 s timeout. So they come in pairs, the two of a pair
+#: on one worker one after the other: two kill loops at a time, never four.
+LONG_RUNNING = (
+    "tests/acceptance/test_blast_radius.py::test_kills_every_two_seconds_expire_only",
+    "tests/acceptance/test_crash_holds_wire.py::test_after_kills_only_sends_on_the_wire_are_"
+    "held[sqlite]",
+    "tests/acceptance/test_blast_radius.py",
+    "tests/acceptance/test_crash_holds_wire.py",
+    "tests/acceptance/test_api_bad_input.py",
+    "tests/acceptance/test_fleet_hosts.py",
+    "tests/acceptance/test_demo_real_providers.py",
+    "tests/acceptance/test_cli.py::test_demo_keeps_its_contract",
+    "tests/integration/test_fleet.py::test_32_claimers_race_over_10000_intents",
+    "tests/integration/test_worker_takeover.py",
+    "tests/integration/test_example_django.py",
+    "tests/acceptance/test_api_process.py",
+    "tests/integration/test_example_fastapi_sqlalchemy.py",
+    "tests/scenarios/test_capacity_forecast.py",
+    "tests/unit/test_api_schema.py",
+)
+
+
+def run_order(item: pytest.Item) -> int:
+    """0.. for the long tests of ``LONG_RUNNING`` (in its order), then every test marked
+    slow (it starts processes), then the rest."""
+    for rank, prefix in enumerate(LONG_RUNNING):
+        if item.nodeid.startswith(prefix):
+            return rank
+    return len(LONG_RUNNING) + (0 if item.get_closest_marker("slow") else 1)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # A stable sort: the same order on every xdist worker (they must agree), files kept
+    # together within a rank.
+    items.sort(key=run_order)
