@@ -22,18 +22,20 @@ import sqlite3
 import tempfile
 import time
 
+from tidings.stores import queries
 from tidings.stores.sqlite_db import _take_write_lock
 
 
 def _worker(path: str, ours: bool, n: int, hold_s: float, done: mp.Queue[float],
             start: mp.synchronize.Event) -> None:
     conn = sqlite3.connect(path, isolation_level=None)
-    conn.execute(f"PRAGMA busy_timeout = {0 if ours else 15000}")
+    conn.execute("PRAGMA busy_timeout = 15000")
+    sql = queries.load("sqlite")
     start.wait()
     began = time.perf_counter()
     for i in range(n):
         if ours:
-            _take_write_lock(conn, "BEGIN IMMEDIATE")
+            _take_write_lock(conn, "BEGIN IMMEDIATE", sql)
         else:
             conn.execute("BEGIN IMMEDIATE")
         conn.execute("INSERT INTO t VALUES (?)", (i,))

@@ -20,9 +20,10 @@ DIALECT_ONLY: dict[str, dict[str, str]] = {
         # conn.transaction() does it on PostgreSQL.
         "connect": "connection PRAGMAs (WAL, busy timeout) run once per connection",
         "begin_write": "BEGIN IMMEDIATE: take the one write lock up front",
-        "busy_wait_ours": "once open, the wait for another process's writer is tidings' "
-                          "own (tried again 0.2-2 ms apart), not SQLite's busy handler; "
-                          "PostgreSQL's writers wait on row locks in the server",
+        "busy_wait_ours": "around BEGIN IMMEDIATE, the wait for another process's writer "
+                          "is tidings' own (tried again 0.2-2 ms apart); PostgreSQL's "
+                          "writers wait on row locks in the server",
+        "busy_wait_sqlite": "everything else waits on SQLite's busy handler as opened",
         "begin_read": "BEGIN DEFERRED: one snapshot for a read",
         "commit": "ends a statement-driven transaction",
         "rollback": "ends a statement-driven transaction",

@@ -53,26 +53,33 @@ def _is_locked(exc: sqlite3.Error) -> bool:
     return "locked" in str(exc)
 
 
-def _take_write_lock(conn: sqlite3.Connection, begin: str) -> None:
+def _take_write_lock(conn: sqlite3.Connection, begin: str,
+                     sql: Mapping[str, str]) -> None:
     """``begin`` (BEGIN IMMEDIATE), trying again every fraction of a millisecond while
     another process holds the write lock, for up to ``WRITE_LOCK_WAIT_S``; then the
-    "locked" error is raised (and the transaction retried, see ``_transaction``)."""
+    "locked" error is raised (and the transaction retried, see ``_transaction``). Only
+    this wait is ours: the connection's busy timeout is back as opened before any other
+    statement runs."""
     pause, longest = WRITE_LOCK_POLL_S
     deadline: float | None = None
-    while True:
-        try:
-            conn.execute(begin)
-            return
-        except sqlite3.OperationalError as exc:
-            if not _is_locked(exc):
-                raise
-            now = time.monotonic()
-            if deadline is None:
-                deadline = now + WRITE_LOCK_WAIT_S
-            elif now >= deadline:
-                raise
-        time.sleep(random.uniform(0.5, 1.0) * pause)
-        pause = min(longest, pause * 1.5)
+    conn.execute(sql["busy_wait_ours"])
+    try:
+        while True:
+            try:
+                conn.execute(begin)
+                return
+            except sqlite3.OperationalError as exc:
+                if not _is_locked(exc):
+                    raise
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + WRITE_LOCK_WAIT_S
+                elif now >= deadline:
+                    raise
+            time.sleep(random.uniform(0.5, 1.0) * pause)
+            pause = min(longest, pause * 1.5)
+    finally:
+        conn.execute(sql["busy_wait_sqlite"])
 
 
 class SqliteDatabase(SharedDatabase):
@@ -123,9 +130,6 @@ class SqliteDatabase(SharedDatabase):
             except BaseException as exc:  # kept and re-raised on the first call
                 self._open_error = exc
                 return
-            # From here on the wait for another process's writer is ours (see
-            # ``_take_write_lock``): a statement never sleeps in SQLite's busy handler.
-            conn.execute(self.sql["busy_wait_ours"])
             self._conn = conn
             return
 
@@ -143,7 +147,7 @@ class SqliteDatabase(SharedDatabase):
         for attempt in range(LOCKED_RETRIES + 1):
             try:
                 if begin == self._begin_write:
-                    _take_write_lock(conn, begin)
+                    _take_write_lock(conn, begin, self.sql)
                 else:
                     conn.execute(begin)
                 result = fn(conn)

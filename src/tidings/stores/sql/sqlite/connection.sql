@@ -15,10 +15,15 @@ PRAGMA temp_store = MEMORY;
 PRAGMA cache_size = -32768;
 
 -- name: busy_wait_ours
--- Once open, no statement sleeps in SQLite's busy handler (1, 2, 5 … 100 ms between
--- tries): BEGIN IMMEDIATE is tried again by SqliteDatabase itself, a fraction of a
--- millisecond apart, so the next writer starts soon after the lock is free.
+-- Around BEGIN IMMEDIATE only: no sleep in SQLite's busy handler (1, 2, 5 … 100 ms
+-- between tries); SqliteDatabase tries again a fraction of a millisecond apart, so the
+-- next writer starts soon after the lock is free.
 PRAGMA busy_timeout = 0
+
+-- name: busy_wait_sqlite
+-- Everything else waits on SQLite's busy handler as opened (a read that meets the
+-- recovery of a killed process's WAL index waits for it, rather than failing).
+PRAGMA busy_timeout = 15000
 
 -- name: begin_write
 -- Take the write lock up front so two processes serialize at BEGIN instead of
