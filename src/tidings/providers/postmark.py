@@ -130,7 +130,7 @@ class PostmarkProvider(HttpAdapter):
         whole request and is each message's outcome: a lost answer (Uncertain), a 429,
         a refused token, a 5xx. An answer that cannot be matched to the messages item
         by item is Uncertain for each: the provider may have accepted any of them."""
-        outcomes: list[Outcome | None] = [None] * len(requests)
+        outcomes: dict[int, Outcome] = {}
         sent: list[int] = []
         messages: list[dict[str, Any]] = []
         for i, request in enumerate(requests):
@@ -141,16 +141,13 @@ class PostmarkProvider(HttpAdapter):
                 sent.append(i)
                 messages.append(message)
         if messages:
-            first = requests[sent[0]]
             answer = await self._exchange_json(
                 "POST", self._batch_url,
                 headers={TOKEN_HEADER: self._token.get_secret_value()},
-                body=messages, send=first)
-            for i, outcome in zip(sent, self._batch_outcomes(
-                    answer, [requests[i] for i in sent]), strict=True):
-                outcomes[i] = outcome
-        return [o if o is not None else Uncertain(reason="no answer for this message")
-                for o in outcomes]
+                body=messages, send=requests[sent[0]])
+            outcomes.update(zip(sent, self._batch_outcomes(
+                answer, [requests[i] for i in sent]), strict=True))
+        return [outcomes[i] for i in range(len(requests))]
 
     def _batch_outcomes(self, answer: httpx.Response | Transient | Uncertain,
                         requests: Sequence[SendRequest]) -> list[Outcome]:

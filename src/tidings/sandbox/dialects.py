@@ -201,38 +201,14 @@ async def _postmark_send(request: web.Request) -> web.StreamResponse:
         body = json.loads(await request.read())
     except ValueError:
         body = None
-    key = to = problem = None
-    metadata: dict[str, str] = {}
-    if not isinstance(body, dict) or not isinstance(body.get("To"), str):
-        problem = "To: required"
-    else:
-        to = body["To"]
-        raw = body.get("Metadata")
-        metadata = {str(k): str(v) for k, v in raw.items()} if isinstance(raw, dict) else {}
-        key = metadata.get(KEY_FIELD) or next(
-            (str(h.get("Value")) for h in body.get("Headers") or []
-             if isinstance(h, dict) and h.get("Name") == "X-Tidings-Key"), None)
-    answer = state.core.handle("email", key, to, problem=problem)
-    if _accepted(answer) and key and to:
-        sent = Sent(key=key, receipt=str(answer.receipt), channel="email", to=to,
-                    at=state.now(), metadata=metadata)
-        state.record(sent)
-        if state.settings.postmark_webhook:
-            state.later(lambda: _postmark_delivery(state, sent))
+    answer, to = _postmark_message(state, body)
 
     def reply(a: SandboxAnswer) -> web.Response:
-        if a.receipt is not None:
-            return _json(200, {"To": to, "SubmittedAt": _iso(state.now()),
-                               "MessageID": a.receipt, "ErrorCode": 0, "Message": "OK"})
-        if a.status == 429:
-            return _json(429, {"ErrorCode": 429, "Message": "Rate limit exceeded"},
-                         {"Retry-After": a.retry_after} if a.retry_after else None)
-        if a.status == 422:
-            return _json(422, {"ErrorCode": 406, "Message": "You tried to send to an "
-                               "inactive recipient."})
-        if a.status == 400:
-            return _json(422, {"ErrorCode": 300, "Message": f"Invalid request: {a.error}"})
-        return _json(a.status or 500, {"ErrorCode": 100, "Message": "Maintenance"})
+        status = 200 if a.receipt is not None else 422 if a.status in (400, 422) else (
+            a.status or 500)
+        return _json(status, _postmark_result(a, to, state.now()),
+                     {"Retry-After": a.retry_after} if status == 429 and a.retry_after
+                     else None)
 
     return await _act(request, answer, reply)
 
@@ -262,26 +238,7 @@ async def _postmark_batch(request: web.Request) -> web.StreamResponse:
     state.batches.append(len(body))
     answers: list[tuple[SandboxAnswer, str | None]] = []
     for item in body:
-        to = key = problem = None
-        metadata: dict[str, str] = {}
-        if not isinstance(item, dict) or not isinstance(item.get("To"), str):
-            problem = "To: required"
-        else:
-            to = item["To"]
-            raw = item.get("Metadata")
-            metadata = ({str(k): str(v) for k, v in raw.items()} if isinstance(raw, dict)
-                        else {})
-            key = metadata.get(KEY_FIELD) or next(
-                (str(h.get("Value")) for h in item.get("Headers") or []
-                 if isinstance(h, dict) and h.get("Name") == "X-Tidings-Key"), None)
-        answer = state.core.handle("email", key, to, problem=problem)
-        if _accepted(answer) and key and to:
-            sent = Sent(key=key, receipt=str(answer.receipt), channel="email", to=to,
-                        at=state.now(), metadata=metadata)
-            state.record(sent)
-            if state.settings.postmark_webhook:
-                state.later(partial(_postmark_delivery, state, sent))
-        answers.append((answer, to))
+        answers.append(_postmark_message(state, item))
     first = answers[0][0]
     if any(a.kind is AnswerKind.TIMEOUT for a, _ in answers):
         await asyncio.sleep(state.core.config.hang_s)
@@ -296,8 +253,32 @@ async def _postmark_batch(request: web.Request) -> web.StreamResponse:
     return _json(200, [_postmark_result(a, to, state.now()) for a, to in answers])
 
 
+def _postmark_message(state: DialectState, message: Any) -> tuple[SandboxAnswer, str | None]:
+    """One Postmark message (of ``/email`` or of a batch) decided by the core, and
+    recorded if accepted; its answer and its recipient."""
+    to = key = problem = None
+    metadata: dict[str, str] = {}
+    if not isinstance(message, dict) or not isinstance(message.get("To"), str):
+        problem = "To: required"
+    else:
+        to = message["To"]
+        raw = message.get("Metadata")
+        metadata = {str(k): str(v) for k, v in raw.items()} if isinstance(raw, dict) else {}
+        key = metadata.get(KEY_FIELD) or next(
+            (str(h.get("Value")) for h in message.get("Headers") or []
+             if isinstance(h, dict) and h.get("Name") == "X-Tidings-Key"), None)
+    answer = state.core.handle("email", key, to, problem=problem)
+    if _accepted(answer) and key and to:
+        sent = Sent(key=key, receipt=str(answer.receipt), channel="email", to=to,
+                    at=state.now(), metadata=metadata)
+        state.record(sent)
+        if state.settings.postmark_webhook:
+            state.later(partial(_postmark_delivery, state, sent))
+    return answer, to
+
+
 def _postmark_result(a: SandboxAnswer, to: str | None, now: float) -> dict[str, Any]:
-    """One message's item of a batch answer."""
+    """One message's answer body: a single send's, or its item of a batch answer."""
     if a.receipt is not None:
         return {"To": to, "SubmittedAt": _iso(now), "MessageID": a.receipt, "ErrorCode": 0,
                 "Message": "OK"}
