@@ -152,23 +152,28 @@ class ShareUnreadable:
         raise StoreError("database is locked")
 
 
-async def test_a_share_that_cannot_be_read_leaves_the_worker_on_max_held(
+async def test_a_share_that_cannot_be_read_starts_the_worker_at_a_quarter_of_the_rate(
         make_harness: HarnessFactory) -> None:
-    # given a paced channel whose pacer state cannot be read for the share
+    # given a paced channel whose pacer state cannot be read for the share (a restarted
+    # worker's first look, while the store recovers from its killed predecessor)
     h: Harness = await make_harness(settings=SETTINGS)
     keys = [await h.notify(f"weekly:f{i:02d}") for i in range(30)]
     w = h.worker()
     w.pacer = ShareUnreadable(w.pacer)  # type: ignore[assignment]
+    quarter = math.ceil(PACED * w.config.claim_ahead_s / 4)
+    asked = record_receives(h)
 
     # when the worker serves the channel
     running = asyncio.create_task(w.run())
     try:
-        await drive_until_accepted(h, w, keys, bound=None)
+        most = await drive_until_accepted(h, w, keys, bound=quarter)
     finally:
         w.stop()
         await h.guard(running)
 
-    # then it went on as an unpaced worker would, bounded by max_held, and sent each once
-    assert w.claim_depth is None
+    # then it held no more than a worker alone starts with (a quarter of a second of the
+    # whole rate), never max_held, and it sent each once
+    assert w.claim_depth == quarter and most == quarter
+    assert asked[0] == quarter
     stats = h.stats()
     assert (stats["accepted_keys"], stats["keys_accepted_twice"]) == (30, 0)

@@ -61,23 +61,36 @@ class Claiming(Sending):
         try:
             share = await self.pacer.share_per_s(heard_within_s=self.config.lease_s)
         except Exception:
-            # The last depth stands (at first, max_held alone): the pacer state is read
-            # again at the next look.
+            # The last depth stands: the pacer state is read again at the next look. A
+            # worker that never read it (just restarted, while a killed peer's store
+            # recovers) starts where a worker alone would: a quarter of the whole rate,
+            # never max_held, which a crash would expire whole.
             log.warning("pacer state unreadable; claim depth unchanged", exc_info=True,
                         extra={"channel": self.channel, "worker": self.worker_id})
+            interval = self.pacer.limits.interval_s
+            if self._claim_depth is None and interval > 0:
+                self._claim_depth = self._first_depth(self._depth_target(1.0 / interval))
             return
         if share is None:
             self._claim_depth = None
             return
-        ahead = min(self.config.claim_ahead_s, self.config.lease_s)
-        target = max(1, min(self.config.max_held, math.ceil(share * ahead)))
+        target = self._depth_target(share)
         if self._claim_depth is None:
-            # Just started: peers that started with it may not be in the pacer state
-            # yet, so the first look can see this worker alone and overrate its share.
-            # Start at a quarter of it and at most double per look (falling at once).
-            self._claim_depth = max(1, math.ceil(target / 4))
+            self._claim_depth = self._first_depth(target)
         else:
             self._claim_depth = min(target, 2 * self._claim_depth)
+
+    def _depth_target(self, share: float) -> int:
+        """The claims a share of ``share`` starts per second sends within the look ahead."""
+        ahead = min(self.config.claim_ahead_s, self.config.lease_s)
+        return max(1, min(self.config.max_held, math.ceil(share * ahead)))
+
+    @staticmethod
+    def _first_depth(target: int) -> int:
+        """Just started: peers that started with it may not be in the pacer state yet,
+        so the first look can see this worker alone and overrate its share. It starts at
+        a quarter of it and at most doubles per look (falling at once)."""
+        return max(1, math.ceil(target / 4))
 
     async def _take(self, batch: Sequence[Received]) -> None:
         """Decode and claim a batch, settle what needs no send, start the sends."""

@@ -86,6 +86,16 @@ class Sending(Settling):
         if self._stopping.is_set():
             return None
         waited_from = self.clock.now()
+        if self._wire is None:
+            return await self._paced_send_on_the_wire(intent, request, waited_from)
+        async with self._wire:
+            return await self._paced_send_on_the_wire(intent, request, waited_from)
+
+    async def _paced_send_on_the_wire(self, intent: Intent, request: SendRequest,
+                                      waited_from: float) -> Decision | None:
+        """``_paced_send`` once the provider has a connection for it (if it counts them)."""
+        if self._stopping.is_set():
+            return None
         try:
             start = await self._acquire()
             if start is None:

@@ -24,7 +24,7 @@ from tidings.delivery.group_commit import Coalescer, GroupCommitConfig
 from tidings.delivery.hold_gate import HoldGate
 from tidings.delivery.pacing.pacer import Pacer
 from tidings.delivery.throttle_gate import ThrottleGate
-from tidings.providers.base import BatchProvider, Provider
+from tidings.providers.base import BatchProvider, Provider, concurrent_sends
 from tidings.stores.base import Change, Ledger, Suppressions, Throttles
 from tidings.transports.base import Transport
 
@@ -161,6 +161,12 @@ class WorkerState:
                                                - self.config.batch_linger_s))
                         if self.config.batch_max_messages > 1
                         and isinstance(provider, BatchProvider) else None)
+        # A provider with a pool of so many connections carries that many sends at once:
+        # the rest wait here, before their pacer slot and their start mark, so that a
+        # crash holds only the sends on the wire (a batch is one request: no bound).
+        wire = concurrent_sends(provider) if self.batcher is None else None
+        self._wire = asyncio.Semaphore(wire) if wire is not None else None
+        self._wire_limit = wire
         # Delivery holds: what a hold covers is parked right after its claim, unsent.
         self.holds = holds
         # Per-recipient throttles: a send is reserved after the gate, before pacing;
@@ -228,9 +234,12 @@ class WorkerState:
         ``max_held``), nothing but the composer stands between a claim and its send, so
         the separate write per burst of starts would buy nothing. A crash during a 429
         pause then holds this worker's claims (at most ``max_held``); where a channel's
-        budget is smaller than what a worker holds, the marks wait for the pacer."""
+        budget, or the provider's connections (``max_concurrent_sends``), are fewer than
+        what a worker holds, the marks wait for the pacer and a connection."""
         limits = self.pacer.limits
-        return limits.interval_s <= 0 and limits.max_in_flight >= self.config.max_held
+        wire_covers = self._wire_limit is None or self._wire_limit >= self.config.max_held
+        return (limits.interval_s <= 0 and limits.max_in_flight >= self.config.max_held
+                and wire_covers)
 
     @property
     def held(self) -> int:

@@ -20,6 +20,12 @@ which answers one Outcome per request, in order, and never raises for the provid
 answer either. A failure of the whole request (a lost answer, a 429, refused
 credentials) is that same outcome for each message; the channel's worker then settles
 each intent on its own key (see ``tidings.delivery.batching``).
+
+A provider whose process can have only so many requests on the wire at once (a pool of
+connections: SMTP's ``max_connections``) says so in ``max_concurrent_sends``; the
+worker then starts no more sends than that at once, so a send waiting for a connection
+is not yet marked started, and a crash holds only what was on the wire
+(``concurrent_sends``).
 """
 
 from __future__ import annotations
@@ -64,3 +70,12 @@ def batch_limit(provider: object) -> int:
     if isinstance(provider, BatchProvider):
         return max(1, int(provider.batch_max_messages))
     return 1
+
+
+def concurrent_sends(provider: object) -> int | None:
+    """How many sends ``provider`` carries at once in one process (its
+    ``max_concurrent_sends``), or None where it declares no bound."""
+    limit = getattr(provider, "max_concurrent_sends", None)
+    if isinstance(limit, int) and not isinstance(limit, bool) and limit >= 1:
+        return limit
+    return None

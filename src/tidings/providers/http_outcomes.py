@@ -153,6 +153,11 @@ class HttpAdapter:
         self._clock = clock
         self._secrets = tuple(secrets)
         self._http = HttpDispatch(client, timeout_s=timeout_s, max_connections=max_connections)
+        # Its own pool holds a send beyond max_connections back: the worker starts no
+        # more at once (``providers.base.concurrent_sends``). A client of the caller's
+        # has pool limits of its own, not known here.
+        if client is None:
+            self.max_concurrent_sends = max_connections
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} name={self.name!r} channel={self.channel!r}>"

@@ -168,6 +168,9 @@ class SmtpProvider:
         self._idle_timeout_s = idle_timeout_s
         self._clock = clock
         self._slots = asyncio.Semaphore(max_connections)
+        # A send beyond the pool waits for a connection: the worker starts no more than
+        # this at once (``providers.base.concurrent_sends``).
+        self.max_concurrent_sends = max_connections
         self._idle: list[_Connection] = []
         self._generation = 0
 
