@@ -308,9 +308,12 @@ def _templates(folder: Path) -> Path:
 async def kill_loop(folder: Path, *, intents: int, workers: int, quota: int, lease_s: float,
                     visibility_s: float, kill_every_s: float, drop: float,
                     witness: str = "sandbox", seed: int = 0, guard_s: float = 600.0,
-                    env: dict[str, str] | None = None, store: str | None = None) -> Report:
+                    env: dict[str, str] | None = None, store: str | None = None,
+                    max_kills: int | None = None) -> Report:
     """One kill loop in ``folder`` (on SQLite there, or on the PostgreSQL database
-    ``store``); the figures, the witness's counts and the ledger's."""
+    ``store``); the figures, the witness's counts and the ledger's. With ``max_kills``
+    the kills stop after that many: on a loaded machine the loop runs longer, and kills
+    by the clock alone would grow with it (each restart costs a process's start-up)."""
     from tidings.sandbox import LatencySpec, SandboxConfig, serve
 
     if witness not in WITNESSES:
@@ -338,7 +341,8 @@ async def kill_loop(folder: Path, *, intents: int, workers: int, quota: int, lea
                 raise RuntimeError(f"the SMTP server exited: {smtp.process.returncode}")
             if time.monotonic() > began + guard_s:
                 raise RuntimeError(f"not settled after {guard_s:.0f} s")
-            if kill_every_s > 0 and time.monotonic() >= next_kill:
+            if (kill_every_s > 0 and time.monotonic() >= next_kill
+                    and (max_kills is None or len(fleet.killed) < max_kills)):
                 fleet.kill_and_restart(victim)
                 victim = (victim + 1) % workers
                 next_kill += kill_every_s
@@ -400,7 +404,8 @@ def _run_child(label: str, args: argparse.Namespace, src: Path | None) -> Report
             "--lease-s", str(args.lease_s), "--visibility-s", str(args.visibility_s),
             "--kill-every-s", str(args.kill_every_s), "--drop", str(args.drop),
             "--witness", args.witness, "--seed", str(args.seed),
-            *(["--store", args.store] if args.store else [])]
+            *(["--store", args.store] if args.store else []),
+            *(["--max-kills", str(args.max_kills)] if args.max_kills is not None else [])]
     done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"{label} run failed:\n{done.stderr[-4000:]}")
@@ -453,6 +458,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lease-s", type=float, default=5.0)
     parser.add_argument("--visibility-s", type=float, default=5.0)
     parser.add_argument("--kill-every-s", type=float, default=2.0)
+    parser.add_argument("--max-kills", type=int, default=None,
+                        help="stop killing after this many kills (default: kill to the end)")
     parser.add_argument("--drop", type=float, default=0.02,
                         help="share of the witness's replies lost after it accepted")
     parser.add_argument("--witness", choices=WITNESSES, default="sandbox",
@@ -484,7 +491,7 @@ def main(argv: list[str] | None = None) -> int:
                 Path(folder), intents=args.intents, workers=args.workers, quota=args.quota,
                 lease_s=args.lease_s, visibility_s=args.visibility_s,
                 kill_every_s=args.kill_every_s, drop=args.drop, witness=args.witness,
-                seed=args.seed, store=store))
+                seed=args.seed, store=store, max_kills=args.max_kills))
         report["store"] = "postgresql" if store is not None else "sqlite"
         print(json.dumps(report))
         return 0
