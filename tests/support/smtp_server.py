@@ -7,7 +7,8 @@
 Prints ``listening on PORT`` once it accepts connections (port 0 picks a free one),
 then serves until killed. Every accepted message is written whole to
 ``INBOX/new/<n>.eml`` (written aside, then renamed in, as a maildir does) and one
-JSON line ``{"file", "peer", "key"}`` is appended to ``INBOX/log.jsonl``: the inbox
+JSON line ``{"file", "peer", "key", "at"}`` (``at``: when it was stored, Unix seconds)
+is appended to ``INBOX/log.jsonl``: the inbox
 is the tests' witness of what really arrived, and over which connection.
 
 The recipient's local part scripts the answer:
@@ -36,6 +37,7 @@ import itertools
 import json
 import os
 import ssl
+import time
 from email.parser import BytesParser
 from pathlib import Path
 from typing import Any
@@ -91,7 +93,8 @@ class Inbox:
         os.replace(self.tmp / name, self.new / name)
         peer: Any = session.peer
         dropped = self.drops(key)
-        entry: dict[str, Any] = {"file": name, "peer": list(peer), "key": key}
+        entry: dict[str, Any] = {"file": name, "peer": list(peer), "key": key,
+                                 "at": round(time.time(), 4)}
         if dropped:
             entry["dropped"] = True
         with self.log.open("a") as log:
