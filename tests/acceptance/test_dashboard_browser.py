@@ -65,7 +65,8 @@ def write_config(tmp_path: Path) -> Path:
     crm = write_crm(tmp_path / "crm.db")
     path = tmp_path / "tidings.toml"
     # Every minute, so an occurrence is due whenever the test runs; a retry budget of
-    # one failure, so a failing address is dead-lettered by the first worker pass.
+    # one failure, so a failing address is dead-lettered by the first worker pass. The
+    # weekly news starts paused: on a Monday within its grace hour it is due as well.
     path.write_text(f'''
 store = "sqlite:///{tmp_path / 'dashboard.db'}"
 [retry]
@@ -84,6 +85,7 @@ version = 2
 audience = {{ sql = {{ url = "sqlite:///{crm}", query = "{QUERY}" }} }}
 [campaigns.weekly-news]
 cron = "0 9 * * 1"
+start_paused = true
 channels = ["email"]
 template = "news"
 version = 1
