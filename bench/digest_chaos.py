@@ -1,7 +1,8 @@
 """Digests under SIGKILLs, as an operator runs them, judged by a real SMTP server's inbox.
 
     python bench/digest_chaos.py [--store URL] [--events 20000] [--recipients 500]
-        [--producers 3] [--workers 2] [--window-s 5] [--max-items 3] [--connections 2]
+        [--producers 3] [--rate 0] [--workers 2] [--window-s 5] [--max-items 3]
+        [--connections 2]
         [--kill-every-s 2] [--max-kills 40] [--drop 0.02] [--guard-s 900] [--json]
 
 Processes of their own, all real: the SMTP server of ``tests/support/smtp_server.py``
@@ -99,7 +100,7 @@ def write_templates(folder: Path) -> Path:
 
 
 async def produce(config: Path, index: int, of: int, events: int, recipients: int,
-                  window_s: float, max_items: int) -> Report:
+                  window_s: float, max_items: int, rate: float) -> Report:
     """Notify events ``index``, ``index + of``, … one at a time; what each call took and
     when the windows it filled were filled."""
     from tidings import Digest
@@ -112,8 +113,13 @@ async def produce(config: Path, index: int, of: int, events: int, recipients: in
     filled: dict[str, float] = {}
     closes: dict[str, float] = {}
     rng = random.Random(index)
+    # This producer's share of --rate (0: as fast as the calls return).
+    every_s = of / rate if rate > 0 else 0.0
+    started = time.monotonic()
     try:
-        for n in range(index, events, of):
+        for done, n in enumerate(range(index, events, of)):
+            if every_s:
+                await asyncio.sleep(max(0.0, started + done * every_s - time.monotonic()))
             r = n % recipients
             event = f"r{r}-e{n}"
             digest = Digest(key=f"activity:cust-{r}", window_s=window_s, max_items=max_items)
@@ -129,7 +135,7 @@ async def produce(config: Path, index: int, of: int, events: int, recipients: in
                 filled[key] = time.time()
             else:
                 adds.append(took)
-            if rng.random() < 0.05:
+            if not every_s and rng.random() < 0.05:
                 await asyncio.sleep(rng.uniform(0.0, 0.02))
     finally:
         await runtime.close()
@@ -270,7 +276,8 @@ def start_producers(args: argparse.Namespace, config: Path,
         [sys.executable, __file__, "--producer", str(i), "--of", str(args.producers),
          "--config", str(config), "--events", str(args.events), "--recipients",
          str(args.recipients), "--window-s", str(args.window_s), "--max-items",
-         str(args.max_items), "--out", str(outs[i])]) for i in range(args.producers)]
+         str(args.max_items), "--rate", str(args.rate), "--out", str(outs[i])])
+        for i in range(args.producers)]
 
 
 async def run(args: argparse.Namespace, folder: Path) -> Report:
@@ -368,7 +375,7 @@ def judge(args: argparse.Namespace, folder: Path, *, held: list[str],
         "store": "sqlite" if args.store is None else "postgresql",
         "events": args.events, "recipients": args.recipients, "producers": args.producers,
         "workers": args.workers, "window_s": args.window_s, "max_items": args.max_items,
-        "connections": args.connections,
+        "connections": args.connections, "rate": args.rate,
         "elapsed_s": rounded(produced_s, 1),
         "kills": len(kills), "worker_kills": sum(1 for kind, _ in kills if kind == "worker"),
         "digests": len(closes), "states": states,
@@ -408,8 +415,10 @@ def _fresh_pg(url: str) -> str:
 
 def summary(r: Report) -> str:
     c, a = r["close_to_inbox_s"], r["close_to_admission_s"]
+    pace = f"{r['rate']:g}/s" if r["rate"] else "flat out"
     return (
-        f"digest chaos [{r['store']}]: {r['events']} events, {r['recipients']} recipients, "
+        f"digest chaos [{r['store']}]: {r['events']} events ({pace}), "
+        f"{r['recipients']} recipients, "
         f"{r['digests']} digests in {r['elapsed_s']} s; {r['kills']} kills "
         f"({r['worker_kills']} of workers)\n"
         f"  held {r['held']} (in the inbox {r['held_in_inbox']}, never sent "
@@ -437,6 +446,9 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--window-s", type=float, default=5.0)
     parser.add_argument("--max-items", type=int, default=3)
+    parser.add_argument("--rate", type=float, default=0.0,
+                        help="events per second, all producers together (default 0: each "
+                             "producer calls again as soon as its call returns)")
     parser.add_argument("--connections", type=int, default=2,
                         help="the SMTP adapter's max_connections per worker (its default: 2)")
     parser.add_argument("--kill-every-s", type=float, default=2.0)
@@ -454,7 +466,8 @@ def main() -> int:
     if args.producer is not None:
         assert args.config is not None and args.out is not None
         produced = asyncio.run(produce(args.config, args.producer, args.of, args.events,
-                                       args.recipients, args.window_s, args.max_items))
+                                       args.recipients, args.window_s, args.max_items,
+                                       args.rate))
         args.out.write_text(json.dumps(produced))
         return 0
     folder = Path(tempfile.mkdtemp(prefix="digest-chaos-"))
