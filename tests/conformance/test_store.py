@@ -867,6 +867,21 @@ async def test_find_filters_by_state_channel_age_and_expired_lease(store: Store)
     assert len(await store.intent_find(states=[State.ENQUEUED, State.CLAIMED], limit=3)) == 3
 
 
+async def test_find_reads_only_what_is_due_by_a_bound(store: Store) -> None:
+    await store.intent_admit([draft("now", due_at=T0), draft("soon", due_at=T0 + 60),
+                              draft("next-week", due_at=T0 + 7 * 86_400)], now=T0)
+    await store.intent_mark_enqueued(["now", "soon", "next-week"], now=T0 + 1)
+
+    def keys(intents: list[Any]) -> list[str]:
+        return [i.key for i in intents]
+
+    assert keys(await store.intent_find(states=[State.ENQUEUED], due_before=T0 - 1)) == []
+    assert keys(await store.intent_find(states=[State.ENQUEUED], due_before=T0)) == ["now"]
+    assert keys(await store.intent_find(states=[State.ENQUEUED], due_before=T0 + 60)) == [
+        "now", "soon"]
+    assert keys(await store.intent_find(states=[State.ENQUEUED])) == ["now", "soon", "next-week"]
+
+
 async def test_counts_and_latencies(store: Store) -> None:
     await store.intent_admit([draft("s1", channel="sms"), draft("s2", channel="sms")], now=T0)
     await in_state(store, "a1", State.ACCEPTED, now=T0 + 4)

@@ -860,6 +860,34 @@ async def test_an_intent_whose_only_message_is_poison_is_not_lost(h: Harness) ->
     assert (stats["requests"], stats["accepted_keys"], stats["keys_accepted_twice"]) == (1, 1, 0)
 
 
+async def test_a_scheduled_intent_whose_message_was_lost_comes_back_once_due(
+        h: Harness) -> None:
+    # given an intent due in an hour whose message never reached the queue
+    key = "later:email"
+    now = h.clock.now()
+    draft = IntentDraft(key=key, channel=EMAIL, recipient_id="c1", address="c1@example.com",
+                        template="t", due_at=now + 3600)
+    await h.rt.store.intent_admit([draft], now=now, publish_lease_until=now + 30)
+    await h.rt.store.intent_mark_enqueued([key], now=now)
+    w = h.worker()
+
+    # when the reconciler passes long after it went missing, but before it is due
+    h.clock.advance(h.rt.settings.reconciler.lost_after_s * 5)
+    await h.run_once(w)
+    await h.reconcile()
+
+    # then it is left alone: nothing is on the queue, nothing was sent
+    assert "republished" not in await h.event_types(key)
+    assert await h.queue_total() == 0
+    # and once it is due the next pass republishes it, and it is sent once
+    h.clock.advance(3600)
+    await h.drive(w)
+    assert "republished" in await h.event_types(key)
+    assert (await h.intent(key)).state is State.ACCEPTED
+    stats = h.stats()
+    assert (stats["requests"], stats["accepted_keys"], stats["keys_accepted_twice"]) == (1, 1, 0)
+
+
 class CommitFailsOnce:
     """A store whose first outcome commit fails (briefly locked); all else passes through."""
 

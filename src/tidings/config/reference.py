@@ -129,7 +129,9 @@ NOTES: dict[str, str] = {
                                        "after it the reconciler publishes them again.",
     "ReconcilerSettings.lost_after_s": "Seconds an enqueued or retryable intent may go "
                                        "unchanged before its message is looked for, and "
-                                       "published again if the queue lost it.",
+                                       "published again if the queue lost it (once the "
+                                       "intent is due: a scheduled one is looked for "
+                                       "from its due time on).",
     "ReconcilerSettings.uncertain_after_s": "Seconds an uncertain send waits before it is "
                                             "looked up at the provider (or retried where "
                                             "the provider deduplicates).",

@@ -280,9 +280,13 @@ class Reconciler:
         return [*released, *ended]
 
     async def _republish_lost(self, now: float) -> int:
+        # Only intents already due: a scheduled one whose message was lost is republished
+        # once it is due (a pass late at most, and never sent early), and the pass does not
+        # read the same page of intents due days later every time (on a month-long ledger
+        # those reads, of rows no longer in the cache, were most of a pass).
         stale = await self.store.intent_find(
             states=[State.ENQUEUED, State.RETRYABLE], updated_before=now - self.config.lost_after_s,
-            limit=self.config.limit)
+            due_before=now, limit=self.config.limit)
         by_channel: dict[str, list[tuple[str, float]]] = defaultdict(list)
         for intent in stale:
             due = intent.next_attempt_at if intent.state == State.RETRYABLE else intent.due_at

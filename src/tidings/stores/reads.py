@@ -59,12 +59,13 @@ class StoreReads(ABC):
     async def intent_find(self, *, states: Sequence[State], channel: str | None = None,
                           updated_before: float | None = None,
                           lease_expired_at: float | None = None,
-                          limit: int = 1000, lease_owner: str | None = None) -> list[Intent]:
+                          limit: int = 1000, lease_owner: str | None = None,
+                          due_before: float | None = None) -> list[Intent]:
         """Intents in ``states`` narrowed by the filters, in (state, due time) order."""
         return await self._read_all(rows.INTENT, "intent_find", {
             "states": self._array([State(s).value for s in states]), "channel": channel,
             "updated_before": updated_before, "lease_expired_at": lease_expired_at,
-            "lease_owner": lease_owner, "limit": limit})
+            "lease_owner": lease_owner, "limit": limit, "due_before": due_before})
 
     async def intent_counts(self) -> dict[str, dict[str, int]]:
         """``{channel: {state: count}}`` over every intent."""

@@ -265,10 +265,12 @@ class Ledger(Protocol):
         lease_expired_at: float | None = None,
         limit: int = 1000,
         lease_owner: str | None = None,
+        due_before: float | None = None,
     ) -> list[Intent]:
         """Intents in ``states``; ``lease_expired_at`` keeps claimed ones whose lease
         expired by then; ``updated_before`` keeps ones untouched since then;
-        ``lease_owner`` keeps those whose lease (held or last held) names that worker."""
+        ``lease_owner`` keeps those whose lease (held or last held) names that worker;
+        ``due_before`` keeps those due by then (scheduled later ones are not read)."""
         ...
 
     async def event_append_many(self, events: Sequence[Event]) -> None: ...

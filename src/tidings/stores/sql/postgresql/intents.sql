@@ -466,7 +466,9 @@ FROM intents
 WHERE key = %s
 
 -- name: intent_find
--- A NULL filter is off; %(lease_expired_at)s only narrows claimed rows.
+-- A NULL filter is off; %(lease_expired_at)s only narrows claimed rows. %(due_before)s is
+-- a COALESCE, not an OR, so that it bounds the index scan of intents_state in a generic
+-- plan too.
 SELECT key, channel, recipient_id, address, template, data, campaign, occurrence, state,
        due_at, expires_at, created_at, updated_at, selected_at, enqueued_at, accepted_at,
        finished_at, attempts, failures, lease_owner, lease_token, lease_expires_at,
@@ -478,6 +480,7 @@ WHERE state = ANY(%(states)s::text[])
   AND (%(lease_expired_at)s::float8 IS NULL OR state <> 'claimed'
        OR lease_expires_at <= %(lease_expired_at)s::float8)
   AND (%(lease_owner)s::text IS NULL OR lease_owner = %(lease_owner)s::text)
+  AND due_at <= coalesce(%(due_before)s::float8, 'infinity'::float8)
 ORDER BY state, due_at, updated_at, key
 LIMIT %(limit)s
 

@@ -201,7 +201,8 @@ WHERE key = ?
 
 -- name: intent_find
 -- :states is a JSON array; a NULL filter is off. :lease_expired_at only narrows claimed rows.
--- The order is the index's own, so a page stops early, unsorted.
+-- The order is the index's own, so a page stops early, unsorted; :due_before bounds the
+-- index's range (a COALESCE, not an OR: SQLite then searches due_at <= it, never past).
 SELECT key, channel, recipient_id, address, template, data, campaign, occurrence, state,
        due_at, expires_at, created_at, updated_at, selected_at, enqueued_at, accepted_at,
        finished_at, attempts, failures, lease_owner, lease_token, lease_expires_at,
@@ -212,6 +213,7 @@ WHERE state IN (SELECT value FROM json_each(:states))
   AND (:updated_before IS NULL OR updated_at < :updated_before)
   AND (:lease_expired_at IS NULL OR state <> 'claimed' OR lease_expires_at <= :lease_expired_at)
   AND (:lease_owner IS NULL OR lease_owner = :lease_owner)
+  AND due_at <= coalesce(:due_before, 1e308)
 ORDER BY state, due_at, updated_at, key
 LIMIT :limit
 
