@@ -15,12 +15,21 @@ one to its warning and its names).
 from __future__ import annotations
 
 import importlib
-import importlib.abc
 import importlib.machinery
 import sys
 import types
 import warnings
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from importlib.abc import Loader as _LoaderBase
+    from importlib.abc import MetaPathFinder as _FinderBase
+else:
+    # The import system asks a finder and a loader only for the methods below; the
+    # abstract bases would import importlib.abc, and with it importlib.resources, in
+    # every tidings process (12 ms of each start) for nothing.
+    _LoaderBase = _FinderBase = object
 
 #: old module -> (its new home, {name that lives elsewhere: "module" or "module:attr"}).
 MOVED: Mapping[str, tuple[str, Mapping[str, str]]] = {
@@ -213,7 +222,7 @@ class _MovedModule(types.ModuleType):
         return sorted(set(dir(new)) | set(self._tidings_names))
 
 
-class _Loader(importlib.abc.Loader):
+class _Loader(_LoaderBase):
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
         new, names = MOVED[spec.name]
         return _MovedModule(spec.name, new, names)
@@ -228,7 +237,7 @@ class _Loader(importlib.abc.Loader):
             module.__path__ = []
 
 
-class _Finder(importlib.abc.MetaPathFinder):
+class _Finder(_FinderBase):
     def find_spec(self, fullname: str, path: Sequence[str] | None,
                   target: types.ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
         if fullname not in MOVED:
