@@ -130,8 +130,7 @@ WHERE accepted_at IS NOT NULL
 GROUP BY channel, bucket
 
 -- name: intent_find_by_recipient
--- An operator's look-up; no index on purpose (admission writes one index only), so a
--- scan: seconds at most on a ledger of millions.
+-- An operator's look-up, by intents_recipient (migration 0020).
 SELECT key, channel, recipient_id, address, template, data, campaign, occurrence, state,
        due_at, expires_at, created_at, updated_at, selected_at, enqueued_at, accepted_at,
        finished_at, attempts, failures, lease_owner, lease_token, lease_expires_at,
@@ -142,7 +141,8 @@ ORDER BY due_at DESC, key
 LIMIT %(limit)s
 
 -- name: event_keys_by_detail
--- Keys whose events carry %(detail)s (a recipient surrogate on send outcomes); a scan,
--- as intent_find_by_recipient.
+-- Keys whose events carry %(detail)s (a recipient surrogate on send outcomes); a scan: a
+-- look-up by a surrogate read in a log line, rare enough not to cost every event an
+-- index entry.
 SELECT key FROM events WHERE detail = %(detail)s GROUP BY key ORDER BY max(id) DESC
 LIMIT %(limit)s

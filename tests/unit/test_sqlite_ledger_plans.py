@@ -1,10 +1,11 @@
-"""SQLite's plans for retention's reads of the ledger, held to their index.
+"""SQLite's plans for the reads of a growing ledger, held to their index.
 
 tidings never runs ``ANALYZE``, so SQLite plans with no statistics; for the prune it
 took ``intents_state`` (every terminal intent) and sorted them in a temporary B-tree,
 seconds a batch on a ledger of a million, inside the write transaction. Each read of
 intents here names ``intents_created`` and reads the oldest rows first; the age span is
-two probes of that index, not a scan of it.
+two probes of that index, not a scan of it. An operator's look-up of one recipient
+goes by ``intents_recipient`` (migration 0020), not a scan of every intent.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from tidings.core.retention import PENDING_STATES, PRUNABLE_STATES
 from tidings.stores.sqlite_db import SqliteDatabase
 
 PARAMS = {"cutoff": 1_800_000_000.0, "states": json.dumps(PRUNABLE_STATES), "limit": 2000,
-          "pending": json.dumps(PENDING_STATES)}
+          "pending": json.dumps(PENDING_STATES), "recipient_id": "cust_42"}
 
 
 @pytest.fixture
@@ -29,7 +30,8 @@ async def plans(tmp_path: Path) -> dict[str, str]:
     try:
         await db.migrate(now=0.0)
         names = ("retention_prune_intents", "retention_count_intents",
-                 "retention_count_events", "retention_oldest_kept", "intent_age_span")
+                 "retention_count_events", "retention_oldest_kept", "intent_age_span",
+                 "intent_find_by_recipient")
 
         def explain(conn: sqlite3.Connection) -> dict[str, str]:
             out = {}
@@ -69,3 +71,8 @@ def test_the_age_span_is_two_probes(plans: dict[str, str]) -> None:
     plan = plans["intent_age_span"]
     assert plan.count("SEARCH intents USING COVERING INDEX intents_created") == 2, plan
     assert "SCAN intents" not in plan, plan
+
+
+def test_one_recipients_deliveries_are_found_by_its_index(plans: dict[str, str]) -> None:
+    plan = plans["intent_find_by_recipient"]
+    assert "SEARCH intents USING INDEX intents_recipient (recipient_id=?)" in plan, plan

@@ -1,0 +1,11 @@
+-- 0020: an index on the recipient of each intent, for an operator's look-up of one
+-- recipient (`tidings inspect --recipient`, the dashboard's search), which scanned the
+-- whole ledger: 2.3 s at 10 million intents, a minute at 300 million. One more index
+-- entry per admitted intent (bench/RESULTS.md has admission with and without it).
+-- Twin of sql/sqlite 0020.
+--
+-- Built inside the migration's transaction, it blocks writes to intents while it is
+-- built (seconds a million rows). On a large ledger build it first, without blocking,
+-- under the same name, then migrate: IF NOT EXISTS keeps it
+--   CREATE INDEX CONCURRENTLY IF NOT EXISTS intents_recipient ON intents (recipient_id);
+CREATE INDEX IF NOT EXISTS intents_recipient ON intents (recipient_id);

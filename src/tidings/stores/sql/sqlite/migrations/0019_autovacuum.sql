@@ -1,0 +1,3 @@
+-- 0019: nothing on SQLite. PostgreSQL's 0019 sets the autovacuum thresholds of intents
+-- and messages; SQLite has no autovacuum of dead rows (a deleted row's page is reused).
+-- Kept so that a version names the same change on both stores.
