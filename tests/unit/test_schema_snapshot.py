@@ -18,12 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from support.pg_schema import MIGRATED_AT, postgres_schema
 from tidings.stores import queries
 
 SNAPSHOTS = Path(__file__).parent / "schema"
-
-
-MIGRATED_AT = 1_000_000.0
 
 
 def normalized(sql: str) -> str:
@@ -41,52 +39,6 @@ async def sqlite_schema(tmp_path: Path) -> str:
             "SELECT type, name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' "
             "AND sql IS NOT NULL ORDER BY type DESC, name").fetchall()
     return "\n".join(f"{kind} {name}: {normalized(sql)}" for kind, name, sql in rows) + "\n"
-
-
-async def postgres_schema(url: str) -> str:
-    import psycopg
-
-    from tidings.stores.postgres_db import PostgresDatabase
-
-    db = PostgresDatabase.from_url(url)
-    await db.migrate(now=MIGRATED_AT)
-    await db.close()
-    lines: list[str] = []
-    async with await psycopg.AsyncConnection.connect(url) as conn:
-        columns = await conn.execute(
-            "SELECT table_name, column_name, data_type, is_nullable, "
-            "coalesce(column_default, ''), is_identity FROM information_schema.columns c "
-            "WHERE table_schema = current_schema() AND NOT EXISTS (SELECT 1 FROM pg_class r "
-            "WHERE r.oid = (quote_ident(c.table_name))::regclass AND r.relispartition) "
-            "ORDER BY table_name, ordinal_position")
-        for table, column, kind, nullable, default, identity in await columns.fetchall():
-            lines.append(f"column {table}.{column}: {kind}"
-                         f"{'' if nullable == 'YES' else ' not null'}"
-                         f"{' identity' if identity == 'YES' else ''}"
-                         f"{f' default {default}' if default else ''}")
-        indexes = await conn.execute(
-            "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = current_schema() "
-            "ORDER BY indexname")
-        for name, definition in await indexes.fetchall():
-            # The schema name differs per test database: leave it out.
-            unqualified = re.sub(r" ON (ONLY )?[a-z0-9_]+[.]", r" ON \1", definition)
-            lines.append(f"index {name}: {unqualified}")
-        # A partitioned table's key and its partitions (their columns are the table's).
-        partitions = await conn.execute(
-            "SELECT p.relname, pg_get_partkeydef(p.oid), c.relname, "
-            "pg_get_expr(c.relpartbound, c.oid) FROM pg_inherits i "
-            "JOIN pg_class p ON p.oid = i.inhparent JOIN pg_class c ON c.oid = i.inhrelid "
-            "WHERE p.relnamespace = current_schema()::regnamespace AND p.relkind = 'p' "
-            "ORDER BY 1, 3")
-        for table, key, partition, bound in await partitions.fetchall():
-            lines.append(f"partition {table}.{partition}: {key} {bound}")
-        constraints = await conn.execute(
-            "SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid) "
-            "FROM pg_constraint WHERE connamespace = current_schema()::regnamespace "
-            "ORDER BY 1, 2")
-        for table, name, definition in await constraints.fetchall():
-            lines.append(f"constraint {table.rsplit('.', 1)[-1]}.{name}: {definition}")
-    return "\n".join(lines) + "\n"
 
 
 def compare(dialect: str, actual: str) -> None:

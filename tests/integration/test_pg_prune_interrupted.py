@@ -1,0 +1,184 @@
+"""A prune, and the migrations, whose connections are cut again and again at every step,
+as a server restart or a failover cuts them (needs a server: see tests/conftest.py;
+skips without one, fails under CI).
+
+A prune of PostgreSQL is many transactions: batches of intents with their events,
+partitions created ahead, a day partition detached in one transaction and dropped in
+the next (after its events of no intent are copied out), another swept row by row. A
+killer terminates the prune's backends every few tens of milliseconds while it runs;
+each cut transaction rolls back whole and is retried on a new connection. The witness
+is the database itself, read on a connection of its own: every finished intent and its
+events gone, every kept intent and its events there, each audit event exactly once, no
+partition left detached, and a second prune that finds nothing more to do. A migration
+cut after its statements ran, before its commit, is applied whole on the retry, once,
+and the schema is the reviewed one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import random
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import psycopg
+import pytest
+
+from support.pg_schema import MIGRATED_AT, schema_as_it_is
+from tidings.core.model import Event, IntentDraft
+from tidings.core.states import State
+from tidings.recovery.retention import DAY_S, RetentionConfig, prune
+from tidings.stores import queries
+from tidings.stores.base import Change
+from tidings.stores.postgres import PostgresStore
+from tidings.stores.postgres_db import PostgresDatabase
+
+#: A UTC midnight (2027-01-15), so a day of the ledger is one day partition.
+D0 = 1_799_971_200.0
+DAYS = 4
+FINISHED_A_DAY = 40
+APP = "tidings-prune-interrupted"
+SNAPSHOT = Path(__file__).parents[1] / "unit" / "schema" / "postgresql.txt"
+#: Small batches: many transactions, so the cuts land in every step of the prune.
+CONFIG = RetentionConfig(intents_s=7 * DAY_S, occurrences_s=7 * DAY_S, batch_size=7,
+                         max_batches=1000)
+
+
+def named(url: str) -> str:
+    return f"{url}&application_name={APP}"
+
+
+async def terminate_ours(admin_url: str, url: str) -> int:
+    database = urlsplit(url).path.lstrip("/")
+    async with await psycopg.AsyncConnection.connect(admin_url, autocommit=True) as conn:
+        cur = await conn.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE application_name LIKE %s AND datname = %s AND pid <> pg_backend_pid()",
+            (f"tidings % {APP}", database))
+        row = await cur.fetchone()
+        return int(row[0]) if row else 0
+
+
+def draft(key: str, due_at: float) -> IntentDraft:
+    return IntentDraft(key=key, channel="email", recipient_id=f"r-{key}",
+                       address=f"{key}@example.com", template="digest@v1", data="{}",
+                       due_at=due_at)
+
+
+async def seed(store: PostgresStore) -> tuple[list[str], list[str], list[str]]:
+    """Given DAYS days of ledger, each with finished intents and an audit event, and on
+    day 1 two intents never sent (which keep that day's partition); returns the keys of
+    the finished intents, the kept ones and the audit events."""
+    await prune(store, CONFIG, now=D0)  # the day partitions, from day 0 on
+    finished: list[str] = []
+    audit: list[str] = []
+    for day in range(DAYS):
+        at = D0 + day * DAY_S + 3600
+        keys = [f"d{day}-{n}" for n in range(FINISHED_A_DAY)]
+        await store.intent_admit([draft(k, at) for k in keys], now=at)
+        await store.intent_mark_enqueued(keys, now=at + 1)
+        claims = await store.intent_claim_many(keys, owner="w", lease_s=30, now=at + 2)
+        assert len(claims) == len(keys)
+        done = await store.intent_apply_many([Change(
+            key=c.key, from_state=State.CLAIMED, to_state=State.ACCEPTED, event="accepted",
+            lease_token=c.token, receipt="r") for c in claims], now=at + 60)
+        assert sorted(done) == sorted(keys)
+        finished += keys
+        audit.append(f"admission/day-{day}")
+        await store.event_append_many([Event(key=audit[-1], channel="email",
+                                             type="guardrail_tripped", at=at + 120)])
+    kept = ["kept-1", "kept-2"]
+    at = D0 + DAY_S + 7200
+    await store.intent_admit([draft(k, at) for k in kept], now=at)
+    await store.intent_mark_enqueued(kept, now=at + 1)
+    return finished, kept, audit
+
+
+async def test_a_prune_cut_at_every_step_removes_exactly_what_it_should(
+        pg_url: str, pg_admin_url: str) -> None:
+    store = PostgresStore(PostgresDatabase.from_url(named(pg_url)))
+    await store.migrate(now=D0 - DAY_S)
+    try:
+        finished, kept, audit = await seed(store)
+
+        # when a prune past every day's bound runs while its connections are cut
+        stop = asyncio.Event()
+        kills = 0
+
+        async def killer() -> None:
+            nonlocal kills
+            rng = random.Random(7)
+            while not stop.is_set():
+                await asyncio.sleep(rng.uniform(0.01, 0.06))
+                kills += await terminate_ours(pg_admin_url, pg_url)
+
+        chaos = asyncio.create_task(killer())
+        try:
+            report = await prune(store, CONFIG, now=D0 + (DAYS + 10) * DAY_S)
+        finally:
+            stop.set()
+            await chaos
+        again = await prune(store, CONFIG, now=D0 + (DAYS + 10) * DAY_S)
+    finally:
+        await store.close()
+
+    # then (read on a connection of our own)
+    assert kills >= 3, f"the killer cut only {kills} connections"
+    assert report.pruned.intents == len(finished)
+    assert again.pruned.intents == 0 and again.pruned.events == 0
+    async with await psycopg.AsyncConnection.connect(pg_url) as conn:
+        async def rows(query: str, *args: object) -> list[tuple[object, ...]]:
+            return list(await (await conn.execute(query, args)).fetchall())
+
+        # every finished intent and its events gone; the kept ones whole
+        assert await rows("SELECT key FROM intents ORDER BY key") == [(k,) for k in kept]
+        assert await rows("SELECT count(*) FROM events WHERE key = ANY(%s)", finished) == [(0,)]
+        assert sorted(await rows("SELECT key, type FROM events WHERE key = ANY(%s)", kept)) == [
+            (k, t) for k in kept for t in ("enqueued", "selected")]
+        # each audit event exactly once (copied out of the partitions dropped)
+        assert sorted(await rows("SELECT key, count(*) FROM events WHERE key = ANY(%s) "
+                                 "GROUP BY key", audit)) == [(a, 1) for a in audit]
+        # no partition left detached, none twice
+        parts = [name for (name,) in await rows(
+            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+            "WHERE i.inhparent = 'events'::regclass")]
+        assert len(parts) == len(set(parts))
+        detached = await rows(
+            "SELECT relname FROM pg_class WHERE relname LIKE 'events_p%%' AND relkind = 'r' "
+            "AND relnamespace = current_schema()::regnamespace AND NOT relispartition")
+        assert detached == []
+
+
+async def test_every_migration_cut_before_its_commit_is_applied_whole_once(
+        pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # given every migration's script followed by a statement that, the first time only
+    # (a sequence's nextval is not rolled back), ends its own backend: each migration's
+    # transaction is cut after all its statements ran, before it is recorded and committed
+    shipped = queries.migrations("postgresql")
+    async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
+        for m in shipped:
+            await conn.execute(f"CREATE SEQUENCE cut_{m.version:04d}")
+    cut = [dataclasses.replace(m, sql=(
+        f"{m.sql.rstrip()}\n;\nSELECT CASE WHEN nextval('cut_{m.version:04d}') = 1 "
+        "THEN pg_terminate_backend(pg_backend_pid()) END;\n")) for m in shipped]
+    monkeypatch.setattr(queries, "migrations", lambda dialect: tuple(cut))
+
+    # when the database is migrated from zero
+    db = PostgresDatabase.from_url(named(pg_url))
+    try:
+        applied = await db.migrate(now=MIGRATED_AT)
+    finally:
+        await db.close()
+
+    # then each version was cut once, retried, and applied once; and the schema, read as
+    # it stands (nothing migrated again before the look), is the reviewed one
+    assert applied == [m.version for m in shipped]
+    async with await psycopg.AsyncConnection.connect(pg_url) as conn:
+        tries = [(await (await conn.execute(f"SELECT last_value FROM cut_{m.version:04d}"))
+                  .fetchone()) for m in shipped]
+        versions = [v for (v,) in await (await conn.execute(
+            "SELECT version FROM schema_migrations ORDER BY version")).fetchall()]
+    assert tries == [(2,)] * len(shipped)
+    assert versions == [m.version for m in shipped]
+    assert await schema_as_it_is(pg_url) == SNAPSHOT.read_text()
