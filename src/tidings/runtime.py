@@ -438,7 +438,17 @@ class Runtime:
                 f"channels.{channel}.batch",
                 f"the {getattr(provider, 'name', type(provider).__name__)} provider sends "
                 "one message per request (it has no batch endpoint); remove the batch "
-                "table or choose a provider with one (postmark)")
+                "table or choose a provider with one (postmark, resend)")
+        if spec is not None and spec.uncertain == "resend" and not getattr(
+                provider, "batch_deduplicates", True):
+            # Its single sends carry their key for the provider to deduplicate on, its
+            # batches do not: a batch member sent again alone could be sent twice.
+            raise ConfigurationError(
+                f"channels.{channel}.uncertain",
+                f"'resend' relies on the provider deduplicating on our key, and the "
+                f"{getattr(provider, 'name', type(provider).__name__)} provider's batch "
+                "requests carry no key per message: with a batch table, use 'hold' (the "
+                "default)")
         return min(batch.max_messages, limit), batch.linger_s
 
     def throttle_rules(self) -> ThrottleRules:

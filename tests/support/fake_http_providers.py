@@ -302,6 +302,64 @@ class FakeSendGrid(FakeApi):
             "opens_count": 0, "clicks_count": 0} for m in found[:1]]})
 
 
+class FakeResend(FakeApi):
+    name = "resend"
+    has_request_id = False
+    path = "/emails"
+    batch_path = "/emails/batch"
+
+    def handle(self, received: Received) -> Reply:
+        """``POST /emails/batch`` too: each email is seen as a send of its own (on the
+        same cue), answered 200 with the ids of the accepted ones and the index of each
+        refused one (permissive validation); a 429, a 5xx, a dropped or hung answer is
+        the whole request's, as Resend's are."""
+        if received.method != "POST" or received.path != self.batch_path:
+            return super().handle(received)
+        replies = [super(FakeResend, self).handle(Received(
+            method="POST", path=self.path, headers=received.headers,
+            body=json.dumps(item).encode())) for item in received.json()]
+        whole = next((r for r in replies if r.fate != "answer" or r.status in (429, 500)),
+                     None)
+        if whole is not None:
+            return whole
+        data: list[object] = []
+        errors: list[object] = []
+        for index, reply in enumerate(replies):
+            body = json.loads(reply.body)
+            if reply.status == 200:
+                data.append(body)
+            else:
+                errors.append({"index": index, "message": body["message"]})
+        return Reply.of_json(200, {"data": data, "errors": errors})
+
+    def key_of(self, received: Received) -> str | None:
+        key = received.json().get("headers", {}).get("X-Tidings-Key")
+        return unquote(key) if isinstance(key, str) else None
+
+    def idempotency_key_of(self, received: Received) -> str | None:
+        value = received.headers.get("idempotency-key")
+        return unquote(value) if value is not None else None
+
+    def to_of(self, received: Received) -> str:
+        return str(received.json()["to"][0])
+
+    def accepted(self, receipt: str, request_id: str, received: Received) -> Reply:
+        return Reply.of_json(200, {"id": receipt})
+
+    def rate_limited(self, retry_after: str, request_id: str) -> Reply:
+        return Reply.of_json(429, {"statusCode": 429, "name": "rate_limit_exceeded",
+                                   "message": "Too many requests. You can only make 2 "
+                                   "requests per second."}, **{"retry-after": retry_after})
+
+    def unavailable(self, request_id: str) -> Reply:
+        return Reply.of_json(500, {"statusCode": 500, "name": "application_error",
+                                   "message": "An unexpected error occurred."})
+
+    def refused(self, to: str, request_id: str) -> Reply:
+        return Reply.of_json(422, {"statusCode": 422, "name": "validation_error",
+                                   "message": f"Invalid `to` field: {to}."})
+
+
 class FakePostmark(FakeApi):
     name = "postmark"
     has_request_id = False

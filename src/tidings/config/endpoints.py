@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Final, Literal
 
 POSTMARK_BASE_URL: Final = "https://api.postmarkapp.com"
+RESEND_BASE_URL: Final = "https://api.resend.com"
 SENDGRID_BASE_URL: Final = "https://api.sendgrid.com"
 TWILIO_BASE_URL: Final = "https://api.twilio.com"
 

@@ -30,6 +30,7 @@ from pydantic import (
 
 from tidings.config.endpoints import (
     POSTMARK_BASE_URL,
+    RESEND_BASE_URL,
     SENDGRID_BASE_URL,
     TWILIO_BASE_URL,
     Source,
@@ -216,6 +217,22 @@ class PostmarkProviderSettings(_Model):
     _server_token_env = field_validator("server_token_env")(_env_name)
 
 
+class ResendProviderSettings(_Model):
+    """Resend ``/emails`` (and ``/emails/batch``). ``api_key_env`` names the variable
+    holding the API key."""
+
+    kind: Literal["resend"] = "resend"
+    api_key_env: str = "RESEND_API_KEY"
+    from_address: str = Field(min_length=3)
+    from_name: str | None = None
+    reply_to: str | None = None
+    base_url: HttpUrlStr = RESEND_BASE_URL
+    timeout_s: Seconds = 10.0
+    max_connections: int = Field(default=100, ge=1)
+
+    _api_key_env = field_validator("api_key_env")(_env_name)
+
+
 _FACTORY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
@@ -274,7 +291,7 @@ class PluginProviderSettings(_Model):
 
 AnyProviderSettings = (SmtpProviderSettings | HttpProviderSettings | TwilioProviderSettings
                        | SendGridProviderSettings | PostmarkProviderSettings
-                       | PluginProviderSettings)
+                       | ResendProviderSettings | PluginProviderSettings)
 """Any real provider's settings (for type hints)."""
 
 ProviderKindSettings = Annotated[AnyProviderSettings, Field(discriminator="kind")]

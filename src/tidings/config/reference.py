@@ -58,8 +58,9 @@ NOTES: dict[str, str] = {
     "Settings.api": "The HTTP API and dashboard (`tidings api`), see `[api]`.",
     "Settings.webhooks": "Provider delivery webhooks, see `[webhooks]`.",
     "ChannelSettings.provider": "Who sends: a table with `kind` (`sandbox`, `sandbox-twin`, "
-                                "`smtp`, `http`, `twilio`, `sendgrid`, `postmark`), see the "
-                                "provider tables below. Required: a channel without one is "
+                                "`smtp`, `http`, `twilio`, `sendgrid`, `postmark`, "
+                                "`resend`), see the provider tables below. Required: a "
+                                "channel without one is "
                                 "refused at start-up (an application may instead hand "
                                 "`build_runtime` a provider object for it). "
                                 "`{ kind = \"sandbox-twin\" }` is the in-process sandbox, "
@@ -221,6 +222,15 @@ NOTES: dict[str, str] = {
     "PostmarkProviderSettings.base_url": "The API's base URL (a test server in tests).",
     "PostmarkProviderSettings.timeout_s": "Seconds a request may take before it is uncertain.",
     "PostmarkProviderSettings.max_connections": "Connections kept to the API per process.",
+    "ResendProviderSettings.kind": "`resend`.",
+    "ResendProviderSettings.api_key_env": "Environment variable holding the API key.",
+    "ResendProviderSettings.from_address": "The From address (of a domain verified at "
+                                           "Resend).",
+    "ResendProviderSettings.from_name": "The From display name.",
+    "ResendProviderSettings.reply_to": "A Reply-To address.",
+    "ResendProviderSettings.base_url": "The API's base URL (a test server in tests).",
+    "ResendProviderSettings.timeout_s": "Seconds a request may take before it is uncertain.",
+    "ResendProviderSettings.max_connections": "Connections kept to the API per process.",
 }
 
 EXAMPLES: dict[type[BaseModel], str] = {

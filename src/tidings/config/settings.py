@@ -31,6 +31,7 @@ from tidings.config.providers import (
     HttpUrlStr,
     PluginProviderSettings,
     PostmarkProviderSettings,
+    ResendProviderSettings,
     SendGridProviderSettings,
     SmtpProviderSettings,
     TwilioProviderSettings,
@@ -96,6 +97,7 @@ ChannelProvider = Annotated[
     | Annotated[TwilioProviderSettings, Tag("twilio")]
     | Annotated[SendGridProviderSettings, Tag("sendgrid")]
     | Annotated[PostmarkProviderSettings, Tag("postmark")]
+    | Annotated[ResendProviderSettings, Tag("resend")]
     | Annotated[PluginProviderSettings, Tag("plugin")],
     Discriminator(_provider_tag),
 ]

@@ -19,7 +19,10 @@ result) also implements ``BatchProvider``: ``batch_max_messages`` and ``send_bat
 which answers one Outcome per request, in order, and never raises for the provider's
 answer either. A failure of the whole request (a lost answer, a 429, refused
 credentials) is that same outcome for each message; the channel's worker then settles
-each intent on its own key (see ``tidings.delivery.batching``).
+each intent on its own key (see ``tidings.delivery.batching``). A provider that
+deduplicates single sends on our key but whose batch requests carry no key per message
+(Resend's) sets ``batch_deduplicates = False``: beside a batch table, a channel of it
+may not choose ``uncertain = "resend"``.
 
 A provider whose process can have only so many requests on the wire at once (a pool of
 connections: SMTP's ``max_connections``) says so in ``max_concurrent_sends``; the

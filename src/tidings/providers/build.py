@@ -18,6 +18,7 @@ from tidings.config.providers import (
     HttpProviderSettings,
     PluginProviderSettings,
     PostmarkProviderSettings,
+    ResendProviderSettings,
     SendGridProviderSettings,
     SmtpProviderSettings,
     TwilioProviderSettings,
@@ -120,6 +121,14 @@ def build_provider_from(kind_settings: AnyProviderSettings, *, channel: str, clo
                 reply_to=p.reply_to, message_stream=p.message_stream, base_url=p.base_url,
                 client=client, clock=clock, timeout_s=p.timeout_s,
                 max_connections=p.max_connections)
+        case ResendProviderSettings() as r:
+            from tidings.providers.resend import ResendProvider
+
+            return ResendProvider(
+                api_key=secret("api_key_env", r.api_key_env), from_address=r.from_address,
+                channel=channel, from_name=r.from_name, reply_to=r.reply_to,
+                base_url=r.base_url, client=client, clock=clock, timeout_s=r.timeout_s,
+                max_connections=r.max_connections)
         case PluginProviderSettings() as plug:
             return build_plugin(plug, channel=channel, clock=clock, prefix=prefix)
     raise ConfigurationError(f"{prefix}.kind", f"unknown provider settings {kind_settings!r}")
