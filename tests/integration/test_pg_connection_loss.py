@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import random
-from urllib.parse import urlsplit
 
 import psycopg
 import pytest
 
+from support import pg_backends
 from tidings.core.model import IntentDraft
 from tidings.stores import postgres_db
 from tidings.stores.postgres import PostgresStore
@@ -24,21 +24,11 @@ APP = "tidings-connection-loss"
 
 
 def named(url: str) -> str:
-    """``url`` with an application_name the killer can find its victims by."""
-    return f"{url}&application_name={APP}"
+    return pg_backends.named(url, APP)
 
 
 async def terminate_ours(admin_url: str, url: str) -> int:
-    """Kill this test's connections to ``url``'s database (not another run's)."""
-    database = urlsplit(url).path.lstrip("/")
-    async with await psycopg.AsyncConnection.connect(admin_url, autocommit=True) as conn:
-        cur = await conn.execute(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-            # The URL's name follows the process's own (tidings.core.liveness.application_name).
-            "WHERE application_name LIKE %s AND datname = %s AND pid <> pg_backend_pid()",
-            (f"tidings % {APP}", database))
-        row = await cur.fetchone()
-        return int(row[0]) if row else 0
+    return await pg_backends.terminate(admin_url, url, APP)
 
 
 async def test_a_transaction_whose_connection_dies_midway_is_retried_whole(

@@ -20,11 +20,11 @@ import asyncio
 import dataclasses
 import random
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import psycopg
 import pytest
 
+from support import pg_backends
 from support.pg_schema import MIGRATED_AT, schema_as_it_is
 from tidings.core.model import Event, IntentDraft
 from tidings.core.states import State
@@ -46,18 +46,11 @@ CONFIG = RetentionConfig(intents_s=7 * DAY_S, occurrences_s=7 * DAY_S, batch_siz
 
 
 def named(url: str) -> str:
-    return f"{url}&application_name={APP}"
+    return pg_backends.named(url, APP)
 
 
 async def terminate_ours(admin_url: str, url: str) -> int:
-    database = urlsplit(url).path.lstrip("/")
-    async with await psycopg.AsyncConnection.connect(admin_url, autocommit=True) as conn:
-        cur = await conn.execute(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-            "WHERE application_name LIKE %s AND datname = %s AND pid <> pg_backend_pid()",
-            (f"tidings % {APP}", database))
-        row = await cur.fetchone()
-        return int(row[0]) if row else 0
+    return await pg_backends.terminate(admin_url, url, APP)
 
 
 def draft(key: str, due_at: float) -> IntentDraft:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import string
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 from urllib.parse import quote
 
@@ -188,6 +188,30 @@ class HttpAdapter:
         except httpx.RequestError as exc:
             # Read timeouts, resets and disconnects after the request went out.
             return Uncertain(reason=f"no answer: {self._redact(describe(exc), send)}")
+
+    async def _send_in_one_request(
+            self, requests: Sequence[SendRequest], url: httpx.URL, *, headers: dict[str, str],
+            message: Callable[[SendRequest], dict[str, Any] | None],
+            outcomes: Callable[[httpx.Response | Transient | Uncertain, Sequence[SendRequest]],
+                               list[Outcome]]) -> list[Outcome]:
+        """A batch endpoint's ``send_batch``: the ``message`` of each request with rendered
+        content goes in one JSON array to ``url``; one without is Permanent on its own and
+        never sent. ``outcomes`` maps the answer to the requests it carried, in order."""
+        done: dict[int, Outcome] = {}
+        sent: list[int] = []
+        bodies: list[dict[str, Any]] = []
+        for i, request in enumerate(requests):
+            body = message(request)
+            if body is None:
+                done[i] = Permanent(reason=NO_CONTENT)
+            else:
+                sent.append(i)
+                bodies.append(body)
+        if bodies:
+            answer = await self._exchange_json("POST", url, headers=headers, body=bodies,
+                                               send=requests[sent[0]])
+            done.update(zip(sent, outcomes(answer, [requests[i] for i in sent]), strict=True))
+        return [done[i] for i in range(len(requests))]
 
     def _redact(self, text: str, send: SendRequest) -> str:
         return redact(text, address=send.to,

@@ -130,24 +130,9 @@ class PostmarkProvider(HttpAdapter):
         whole request and is each message's outcome: a lost answer (Uncertain), a 429,
         a refused token, a 5xx. An answer that cannot be matched to the messages item
         by item is Uncertain for each: the provider may have accepted any of them."""
-        outcomes: dict[int, Outcome] = {}
-        sent: list[int] = []
-        messages: list[dict[str, Any]] = []
-        for i, request in enumerate(requests):
-            message = self._message(request)
-            if message is None:
-                outcomes[i] = Permanent(reason=NO_CONTENT)
-            else:
-                sent.append(i)
-                messages.append(message)
-        if messages:
-            answer = await self._exchange_json(
-                "POST", self._batch_url,
-                headers={TOKEN_HEADER: self._token.get_secret_value()},
-                body=messages, send=requests[sent[0]])
-            outcomes.update(zip(sent, self._batch_outcomes(
-                answer, [requests[i] for i in sent]), strict=True))
-        return [outcomes[i] for i in range(len(requests))]
+        return await self._send_in_one_request(
+            requests, self._batch_url, headers={TOKEN_HEADER: self._token.get_secret_value()},
+            message=self._message, outcomes=self._batch_outcomes)
 
     def _batch_outcomes(self, answer: httpx.Response | Transient | Uncertain,
                         requests: Sequence[SendRequest]) -> list[Outcome]:

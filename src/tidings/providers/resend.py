@@ -146,24 +146,10 @@ class ResendProvider(HttpAdapter):
         lost answer, a 429, a refused key, a 5xx) is each message's outcome, and an
         answer whose ids cannot be matched to the emails one by one is Uncertain for
         each: Resend may have accepted any of them."""
-        outcomes: dict[int, Outcome] = {}
-        sent: list[int] = []
-        messages: list[dict[str, Any]] = []
-        for i, request in enumerate(requests):
-            message = self._message(request)
-            if message is None:
-                outcomes[i] = Permanent(reason=NO_CONTENT)
-            else:
-                sent.append(i)
-                messages.append(message)
-        if messages:
-            answer = await self._exchange_json(
-                "POST", self._batch_url,
-                headers={**self._auth(), BATCH_VALIDATION_HEADER: "permissive"},
-                body=messages, send=requests[sent[0]])
-            outcomes.update(zip(sent, self._batch_outcomes(
-                answer, [requests[i] for i in sent]), strict=True))
-        return [outcomes[i] for i in range(len(requests))]
+        return await self._send_in_one_request(
+            requests, self._batch_url,
+            headers={**self._auth(), BATCH_VALIDATION_HEADER: "permissive"},
+            message=self._message, outcomes=self._batch_outcomes)
 
     def _batch_outcomes(self, answer: httpx.Response | Transient | Uncertain,
                         requests: Sequence[SendRequest]) -> list[Outcome]:
