@@ -11,7 +11,9 @@ is the database itself, read on a connection of its own: every finished intent a
 events gone, every kept intent and its events there, each audit event exactly once, no
 partition left detached, and a second prune that finds nothing more to do. A migration
 cut after its statements ran, before its commit, is applied whole on the retry, once,
-and the schema is the reviewed one.
+and the schema is the reviewed one. A digest step cut the same way runs again from its
+first statement (a half-run step was once resumed on the new connection, or found
+spent: the prune above met it as a TypeError).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import asyncio
 import dataclasses
 import random
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -29,8 +32,8 @@ from support.pg_schema import MIGRATED_AT, schema_as_it_is
 from tidings.core.model import Event, IntentDraft
 from tidings.core.states import State
 from tidings.recovery.retention import DAY_S, RetentionConfig, prune
-from tidings.stores import queries
-from tidings.stores.base import Change
+from tidings.stores import postgres_digests, queries
+from tidings.stores.base import Change, DigestItemDraft
 from tidings.stores.postgres import PostgresStore
 from tidings.stores.postgres_db import PostgresDatabase
 
@@ -175,3 +178,45 @@ async def test_every_migration_cut_before_its_commit_is_applied_whole_once(
     assert tries == [(2,)] * len(shipped)
     assert versions == [m.version for m in shipped]
     assert await schema_as_it_is(pg_url) == SNAPSHOT.read_text()
+
+
+async def test_a_digest_step_cut_before_its_commit_runs_again_from_its_start(
+        pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # given a digest add whose first attempt runs every statement of its step and then
+    # loses its connection before the commit (as a restart cuts it), on a store whose
+    # transactions are retried whole
+    store = PostgresStore(PostgresDatabase.from_url(pg_url))
+    await store.migrate(now=D0)
+    drive = postgres_digests._drive
+    attempts = 0
+
+    async def cut_once(conn: Any, sql: Any, body: Any, admit: Any) -> Any:
+        nonlocal attempts
+        attempts += 1
+        if attempts == 1:
+            name, params = next(body)
+            while True:
+                cur = await conn.execute(sql[name], params)
+                rows = await cur.fetchall() if cur.description is not None else []
+                try:
+                    name, params = body.send(rows)
+                except StopIteration:
+                    break
+            await conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+        return await drive(conn, sql, body, admit)
+
+    monkeypatch.setattr(postgres_digests, "_drive", cut_once)
+    draft = DigestItemDraft(digest_key="comments:r1", item_key="c1", data='{"n": 1}',
+                            request='{"recipient_id": "r1", "channels": ["email"]}',
+                            window_s=60.0, wait_s=60.0, sliding=False, max_items=100)
+    try:
+        # when it is run (the transaction retried on a new connection)
+        added = await store.digest_add(draft, now=D0 + 5)
+        items = await store.digest_items(added.window_id)
+    finally:
+        await store.close()
+
+    # then the retry ran the whole step afresh: one window, the item in it once
+    assert attempts == 2
+    assert added.created and added.items == 1
+    assert [i.item_key for i in items] == ["c1"]

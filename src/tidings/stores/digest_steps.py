@@ -8,7 +8,8 @@ and an item mean is ``tidings.core.digest``'s; the dialects' named queries are
 from __future__ import annotations
 
 import json
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from tidings.core.digest import WindowState, opening, over_budget, slid, window_id
@@ -160,16 +161,18 @@ class DigestRole:
     """The ``Digests`` role over a store's ``_run`` (a body in one write transaction)
     and ``_query`` (one read)."""
 
-    async def _run(self, body: Body, *, enqueue: bool = False) -> Any:
-        """Run ``body`` in one write transaction; its ``ADMIT`` steps admit drafts born
-        enqueued (with ``enqueue``) or selected."""
+    async def _run(self, body: Callable[[], Body], *, enqueue: bool = False) -> Any:
+        """Run a fresh ``body()`` in one write transaction; its ``ADMIT`` steps admit
+        drafts born enqueued (with ``enqueue``) or selected. A factory, not a body: a
+        transaction retried (a lost connection, a busy file) starts its body again, and
+        a generator half-run by the failed attempt cannot."""
         raise NotImplementedError
 
     async def _query(self, name: str, params: dict[str, Any]) -> Rows:
         raise NotImplementedError
 
     async def digest_add(self, item: DigestItemDraft, *, now: float) -> DigestAdded:
-        added: DigestAdded = await self._run(add_body(item, now))
+        added: DigestAdded = await self._run(partial(add_body, item, now))
         return added
 
     async def digest_due(self, *, now: float, limit: int) -> list[DigestWindow]:
@@ -177,7 +180,7 @@ class DigestRole:
         return [_window(row) for row in rows]
 
     async def digest_seal(self, window_id: str) -> bool:
-        return bool(await self._run(_one("digest_seal", {"window_id": window_id})))
+        return bool(await self._run(partial(_one, "digest_seal", {"window_id": window_id})))
 
     async def digest_window(self, window_id: str) -> DigestWindow | None:
         rows = await self._query("digest_window_get", {"window_id": window_id})
@@ -190,17 +193,17 @@ class DigestRole:
 
     async def digest_close(self, *, now: float, limit: int, build: DigestBuild,
                            enqueue: bool, window_id: str | None = None) -> DigestsClosed:
-        closed: DigestsClosed = await self._run(close_body(now, limit, window_id, build),
+        closed: DigestsClosed = await self._run(partial(close_body, now, limit, window_id, build),
                                                 enqueue=enqueue)
         return closed
 
     async def digest_finish(self, window_id: str, *, intent_keys: Sequence[str],
                             now: float) -> bool:
-        return bool(await self._run(finish_body({window_id: intent_keys}, now)))
+        return bool(await self._run(partial(finish_body, {window_id: intent_keys}, now)))
 
     async def digest_cancel_item(self, digest_key: str, item_key: str, *,
                                  now: float) -> str | None:
-        state: str | None = await self._run(cancel_body(digest_key, item_key, now))
+        state: str | None = await self._run(partial(cancel_body, digest_key, item_key, now))
         return state
 
     async def digest_pending(self) -> DigestPending:
@@ -210,7 +213,7 @@ class DigestRole:
                              oldest_opened_at=None if oldest is None else float(oldest))
 
     async def digest_purge(self, *, before: float) -> int:
-        purged: int = await self._run(purge_body(before))
+        purged: int = await self._run(partial(purge_body, before))
         return purged
 
 

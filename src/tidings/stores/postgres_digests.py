@@ -40,7 +40,7 @@ async def _drive(conn: Conn, sql: Mapping[str, str], body: Body, admit: Admit) -
 class PostgresDigests(DigestRole, PostgresBase):
     """Digest windows and items."""
 
-    async def _run(self, body: Body, *, enqueue: bool = False) -> Any:
+    async def _run(self, body: Callable[[], Body], *, enqueue: bool = False) -> Any:
         sql = self._sql
 
         async def admit(conn: Conn, drafts: list[IntentDraft], now: float) -> list[str]:
@@ -48,7 +48,7 @@ class PostgresDigests(DigestRole, PostgresBase):
                                                          enqueue=enqueue))
 
         async def fn(conn: Conn) -> Any:
-            return await _drive(conn, sql, body, admit)
+            return await _drive(conn, sql, body(), admit)  # a fresh body each attempt
 
         return await self.db.write(fn)
 

@@ -41,7 +41,7 @@ class SqliteDigests(DigestRole, SqliteBase):
                   enqueue: bool) -> Callable[[sqlite3.Connection], list[str]]:
         raise NotImplementedError  # the store's admission (SqliteAdmission)
 
-    async def _run(self, body: Body, *, enqueue: bool = False) -> Any:
+    async def _run(self, body: Callable[[], Body], *, enqueue: bool = False) -> Any:
         sql = self._sql
 
         def admit(conn: sqlite3.Connection, drafts: list[IntentDraft], now: float
@@ -49,7 +49,7 @@ class SqliteDigests(DigestRole, SqliteBase):
             return self._admit_fn(drafts, now=now, publish_lease_until=None, progress=None,
                                   enqueue=enqueue)(conn)
 
-        return await self.db.write(lambda conn: _drive(conn, sql, body, admit))
+        return await self.db.write(lambda conn: _drive(conn, sql, body(), admit))
 
     async def _query(self, name: str, params: dict[str, Any]) -> Rows:
         return await self._read_tuples(name, params)
