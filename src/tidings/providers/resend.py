@@ -72,7 +72,6 @@ BATCH_VALIDATION_HEADER = "x-batch-validation"
 #: characters.
 DEDUPE_WINDOW_S = 24 * 3600.0
 IDEMPOTENCY_KEY_LIMIT = 256
-IN_FLIGHT = "concurrent_idempotent_requests"
 OTHER_PAYLOAD = "invalid_idempotent_request"
 
 
