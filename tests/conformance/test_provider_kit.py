@@ -19,8 +19,8 @@ async def test_every_built_in_adapter_conforms(name: str) -> None:
     results = await assert_conforms(CASES[name])
     batch = {check.__name__ for check in BATCH_CHECKS}
     ran = [r for r in results if not r.skipped]
-    if name.startswith("postmark"):
-        # the one built-in adapter with a batch endpoint is held to every batch check
+    if name.startswith(("postmark", "resend")):
+        # the built-in adapters with a batch endpoint are held to every batch check
         assert batch <= {r.name for r in ran}
     else:
         assert {(r.name, r.detail) for r in results if r.name in batch} == {
