@@ -353,3 +353,106 @@ async def test_batched_sends_settle_every_lost_answer_with_no_key_accepted_twice
     assert len(set(receipts.values())) == n
     assert all(server.core.lookup(key, "email") == ("email", receipt)
                for key, receipt in receipts.items())
+
+
+def resend_runtime_settings(tmp_path: Path, url: str, **channel: Any) -> Settings:
+    folder = tmp_path / "templates" / "shipped" / "v1"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "subject.txt").write_text("Shipped")
+    (folder / "body.txt").write_text("Your order shipped.")
+    return Settings.parse({
+        "store": f"sqlite:///{tmp_path / 't.db'}",
+        "reconciler": {"uncertain_after_s": 0.0},
+        "channels": {"email": {"kind": "email", "templates": str(tmp_path / "templates"),
+                               "max_in_flight": 400, **channel,
+                               "provider": {"kind": "resend", "from_address":
+                                            "news@tidings.test", "base_url": url,
+                                            "timeout_s": 2.0}}},
+    })
+
+
+async def drive(runtime: Any, n: int, settled: set[str]) -> dict[str, int]:
+    """The worker and the reconciler until every intent is in a settled state."""
+    worker = runtime.worker("email")
+    reconciler = runtime.reconciler()
+    counts: dict[str, int] = {}
+    for _ in range(60):
+        while await worker.run_once():
+            pass
+        await reconciler.run_pass(now=runtime.clock.now())
+        counts = (await runtime.store.intent_counts())["email"]
+        if set(counts) <= settled and sum(counts.values()) == n:
+            break
+        await asyncio.sleep(0.1)
+    return counts
+
+
+async def test_resends_idempotency_key_makes_resending_a_lost_answer_safe(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Single sends through the Resend dialect, answers lost, the channel resending
+    each uncertain send under its key: the sandbox, deduplicating on the key as Resend
+    does for a day, accepts every key once; every intent ends accepted."""
+    n = 120
+    server = await serve(SandboxConfig(dedupe=True, lost_response=0.05, quotas=QUOTAS),
+                         dialects=DialectSettings(dialects=("resend",)))
+    monkeypatch.setenv("RESEND_API_KEY", "re_1")
+    runtime = await build_runtime(resend_runtime_settings(tmp_path, server.url,
+                                                          uncertain="resend"))
+    try:
+        await runtime.notify_many([NotifyRequest(
+            key=f"order-{i}", recipient={"id": f"c{i}", "email": f"c{i}@example.com"},
+            channels=["email"], template="shipped/v1") for i in range(n)])
+        counts = await drive(runtime, n, {State.ACCEPTED.value})
+        stats = server.core.stats()["channels"]["email"]
+    finally:
+        await runtime.close()
+        await server.close()
+
+    assert counts == {State.ACCEPTED.value: n}
+    assert stats["lost_responses"] > 0 and stats["deduplicated"] > 0  # resent, deduplicated
+    assert stats["accepted_keys"] == n and stats["keys_accepted_twice"] == 0
+
+
+async def test_resend_batches_reject_alone_and_hold_what_a_lost_answer_hid(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batches through the Resend dialect, deduplication off (a batch carries no key
+    per message), many answers lost, two addresses Resend refuses: a refused address
+    whose answer came back is rejected alone, every other intent is accepted or held
+    (no lookup settles a lost answer), a held one is one the sandbox did accept or
+    refuse, and no key is accepted twice. The quota counts requests: one per batch."""
+    n = 300
+    refused = ("c7@example.com", "c77@example.com")
+    refused_keys = {"order-7:email", "order-77:email"}
+    from tidings.sandbox.dialects import STATE_KEY
+
+    server = await serve(SandboxConfig(dedupe=False, lost_response=0.4, quotas=QUOTAS,
+                                       reject_addresses=refused),
+                         dialects=DialectSettings(dialects=("resend",)))
+    monkeypatch.setenv("RESEND_API_KEY", "re_1")
+    runtime = await build_runtime(resend_runtime_settings(
+        tmp_path, server.url, batch={"max_messages": 25, "linger_s": 0.01}))
+    try:
+        await runtime.notify_many([NotifyRequest(
+            key=f"order-{i}", recipient={"id": f"c{i}", "email": f"c{i}@example.com"},
+            channels=["email"], template="shipped/v1") for i in range(n)])
+        counts = await drive(runtime, n, {State.ACCEPTED.value, State.HELD.value,
+                                          State.REJECTED.value})
+        held = {i.key for i in await runtime.store.intent_find(states=[State.HELD],
+                                                               limit=n)}
+        rejected = {i.key for i in await runtime.store.intent_find(states=[State.REJECTED],
+                                                                   limit=n)}
+        stats = server.core.stats()["channels"]["email"]
+        batches = server.runner.app[STATE_KEY].batches
+    finally:
+        await runtime.close()
+        await server.close()
+
+    assert sum(counts.values()) == n and set(counts) <= {
+        State.ACCEPTED.value, State.HELD.value, State.REJECTED.value}, counts
+    assert rejected and rejected <= refused_keys  # refused alone, the rest of its batch sent
+    assert stats["lost_responses"] > 0 and held  # answers were lost, and their emails held
+    assert all((server.core.lookup(key, "email") is not None) != (key in refused_keys)
+               for key in held)
+    assert stats["accepted_keys"] == n - 2 and stats["keys_accepted_twice"] == 0
+    # the quota counted one request a batch, whatever it carried
+    assert stats["requests"] == len(batches) and max(batches) <= 25 and sum(batches) >= n

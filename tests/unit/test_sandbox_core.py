@@ -423,3 +423,44 @@ def test_series_keep_a_bounded_number_of_windows(monkeypatch: pytest.MonkeyPatch
     # Running figures cover every window, pruned or not.
     assert email["quota_violations"] == 5
     assert email["max_rate_1s"] == 2
+
+
+# ---------------------------------------------------------------- a request of many messages
+
+
+def test_a_request_of_many_messages_counts_once_against_the_quota() -> None:
+    core, now = make(quotas={"email": 2})
+    messages = [(f"k{i}", f"r{i}@example.com", None) for i in range(50)]
+    first = core.handle_request("email", messages)
+    second = core.handle_request("email", [(f"j{i}", f"s{i}@example.com", None)
+                                           for i in range(50)])
+    third = core.handle_request("email", [("late", "late@example.com", None)])
+
+    assert all(a.kind is AnswerKind.ACCEPTED for a in first + second)
+    assert len({a.receipt for a in first + second}) == 100
+    # the third request of the second is over the quota of 2 requests: refused whole
+    assert third[0].kind is AnswerKind.REFUSED_QUOTA and third[0].receipt is None
+    stats = core.stats()["channels"]["email"]
+    assert (stats["requests"], stats["accepted"]) == (3, 100)
+    now.t += 1
+    assert core.handle_request("email", [("late", "late@example.com", None)])[0].accepted
+
+
+def test_each_message_of_a_request_is_refused_or_accepted_on_its_own() -> None:
+    core, _ = make(reject_addresses=["bad@example.com"])
+    answers = core.handle_request("email", [("a", "ok@example.com", None),
+                                            ("b", "bad@example.com", None),
+                                            ("c", None, "The `to` field is missing."),
+                                            ("d", "fine@example.com", None)])
+    assert [a.kind for a in answers] == [AnswerKind.ACCEPTED, AnswerKind.REJECTED,
+                                         AnswerKind.BAD_REQUEST, AnswerKind.ACCEPTED]
+    assert answers[2].error == "The `to` field is missing."
+
+
+def test_a_lost_answer_loses_the_reply_to_every_message_of_the_request() -> None:
+    core, _ = make(lost_response=1.0)
+    answers = core.handle_request("email", [("a", "a@example.com", None),
+                                            ("b", "b@example.com", None)])
+    assert [a.kind for a in answers] == [AnswerKind.LOST_RESPONSE] * 2
+    assert all(a.receipt is not None and a.status is None for a in answers)
+    assert core.lookup("a", "email") is not None and core.lookup("b", "email") is not None

@@ -22,7 +22,7 @@ def sandbox(
         "--config", help="Sandbox fault and quota settings (JSON).")] = None,
     seed: Annotated[int, typer.Option(help="Seed for injected faults.")] = 0,
     dialect: Annotated[list[str] | None, typer.Option(
-        "--dialect", help="Also speak this provider's API: postmark, sendgrid, twilio "
+        "--dialect", help="Also speak this provider's API: postmark, sendgrid, resend, twilio "
                           "(repeat for several).")] = None,
     postmark_webhook: Annotated[str | None, typer.Option(
         help="With --dialect postmark: post Delivery records here "

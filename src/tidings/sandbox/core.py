@@ -28,7 +28,7 @@ import json
 import math
 import random
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from email.utils import formatdate
 from enum import StrEnum
@@ -401,6 +401,18 @@ class _Channel:
 # ---------------------------------------------------------------- the engine
 
 
+@dataclass(frozen=True, kw_only=True)
+class _Gate:
+    """A request that passed the quota and the injected faults (``SandboxCore._gate``)."""
+
+    state: _Channel
+    request_id: str
+    latency_s: float
+    window: int
+    lost: bool
+    """The reply to this request is lost (its messages are decided all the same)."""
+
+
 class SandboxCore:
     """The sandbox provider's state machine: quota, faults, dedupe and counts.
 
@@ -447,6 +459,28 @@ class SandboxCore:
     def handle(self, channel: str, key: str | None, to: str | None, *,
                problem: str | None = None) -> SandboxAnswer:
         """Decide one send request; ``problem`` is a body error the caller already found."""
+        gate = self._gate(channel)
+        if isinstance(gate, SandboxAnswer):
+            return gate
+        return self._decide(gate, channel, key, to, problem)
+
+    def handle_request(self, channel: str,
+                       messages: Sequence[tuple[str | None, str | None, str | None]]
+                       ) -> list[SandboxAnswer]:
+        """Decide one request that carries many messages, each ``(key, to, problem)``, as
+        a provider whose quota counts requests does (Resend's batch): the quota, an
+        injected 429, 5xx or timeout are the whole request's (the same answer for each
+        message, none accepted), a lost answer loses the whole reply (every message
+        decided, the accepted ones staying accepted); each message is then refused or
+        accepted on its own."""
+        gate = self._gate(channel)
+        if isinstance(gate, SandboxAnswer):
+            return [gate] * len(messages)
+        return [self._decide(gate, channel, key, to, problem) for key, to, problem in messages]
+
+    def _gate(self, channel: str) -> SandboxAnswer | _Gate:
+        """What is about a whole request: an unknown channel, the quota, the injected
+        faults; the request's gate when it passes them."""
         now = self._now()
         self._seq += 1
         request_id = f"req_{self._seq:09d}"
@@ -481,8 +515,13 @@ class SandboxCore:
         edge += config.timeout
         if draw < edge:
             return self._refuse(state, AnswerKind.TIMEOUT, None, request_id, 0.0)
-        lost = draw < edge + config.lost_response
+        return _Gate(state=state, request_id=request_id, latency_s=latency, window=window,
+                     lost=draw < edge + config.lost_response)
 
+    def _decide(self, gate: _Gate, channel: str, key: str | None, to: str | None,
+                problem: str | None) -> SandboxAnswer:
+        """One message of a request that passed its gate: refused or accepted."""
+        state, request_id, latency = gate.state, gate.request_id, gate.latency_s
         if not key:
             problem = "Idempotency-Key header is required"
         elif problem is None and to is None:
@@ -503,14 +542,14 @@ class SandboxCore:
             return self._refuse(state, AnswerKind.SERVER_ERROR, 503, request_id, latency,
                                 error="service unavailable for this recipient")
 
-        receipt = state.receipts.get(key) if config.dedupe else None
+        receipt = state.receipts.get(key) if self._config.dedupe else None
         if receipt is not None:
             state.counts["deduplicated"] += 1
             kind, status = AnswerKind.DEDUPLICATED, 200
         else:
-            receipt = self._accept(state, key, window)
+            receipt = self._accept(state, key, gate.window)
             kind, status = AnswerKind.ACCEPTED, 202
-        if lost:
+        if gate.lost:
             state.counts["lost_responses"] += 1
             return SandboxAnswer(kind=AnswerKind.LOST_RESPONSE, status=None,
                                  request_id=request_id, latency_s=latency, receipt=receipt)

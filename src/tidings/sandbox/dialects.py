@@ -1,4 +1,5 @@
-"""The sandbox speaking real providers' dialects: Postmark, SendGrid and Twilio shapes.
+"""The sandbox speaking real providers' dialects: Postmark, SendGrid, Resend and Twilio
+shapes.
 
 Each dialect serves its provider's send API, its read API and (for Postmark and
 Twilio) its outbound webhooks, over the same ``SandboxCore``: the same quota, faults
@@ -15,6 +16,11 @@ postmark   ``POST /email`` (email), key in              ``GET /messages/outbound
            /email/batch``: up to 500, a result each
 sendgrid   ``POST /v3/mail/send`` (email), key in       ``GET /v3/messages?query=``
            ``custom_args.tidings_key``                  ``unique_args['tidings_key']="…"``
+resend     ``POST /emails`` (email), key in             none (Resend has no search by
+           ``Idempotency-Key``; ``POST /emails/batch``: anything tidings sets)
+           up to 100, the key in each email's
+           ``X-Tidings-Key`` header; the quota counts
+           requests, as Resend's does
 twilio     ``POST /2010-04-01/Accounts/{sid}/           ``GET`` of the same path,
            Messages.json`` (sms, form), key in          ``?To&From&PageSize``, newest first
            ``I-Twilio-Idempotency-Token``
@@ -61,9 +67,11 @@ from tidings.webhooks.verify import (
 
 log = logging.getLogger("tidings.sandbox.dialects")
 
-DIALECTS = ("postmark", "sendgrid", "twilio")
+DIALECTS = ("postmark", "sendgrid", "resend", "twilio")
 #: Postmark's batch endpoint takes at most this many messages per request.
 BATCH_MAX = 500
+#: Resend's batch endpoint takes at most this many emails per request.
+RESEND_BATCH_MAX = 100
 KEY_FIELD = "tidings_key"
 KEY_SHA256_FIELD = "tidings_key_sha256"
 _UNIQUE_ARG = re.compile(r"^unique_args\['tidings_key'\]=\"(.*)\"$", re.DOTALL)
@@ -382,6 +390,124 @@ async def _sendgrid_activity(request: web.Request) -> web.Response:
     return _json(200, {"messages": messages})
 
 
+# ---------------------------------------------------------------- resend
+
+
+def _resend_error(status: int, name: str, message: str,
+                  headers: dict[str, str] | None = None) -> web.Response:
+    return _json(status, {"statusCode": status, "name": name, "message": message}, headers)
+
+
+def _resend_refusal(a: SandboxAnswer) -> web.Response:
+    """A refused request's answer, as Resend words it."""
+    if a.status == 429:
+        return _resend_error(429, "rate_limit_exceeded", "Too many requests.",
+                             {"retry-after": a.retry_after} if a.retry_after else None)
+    if a.status in (400, 422):
+        return _resend_error(422, "validation_error", a.error or "Invalid request.")
+    return _resend_error(a.status or 500, "application_error",
+                         a.error or "An unexpected error occurred.")
+
+
+def _resend_problem(email: Any) -> tuple[str | None, str | None]:
+    """``(to, problem)`` of one email as Resend validates it."""
+    if not isinstance(email, dict):
+        return None, "An email must be an object."
+    to = email.get("to")
+    first = to[0] if isinstance(to, list) and to else to
+    if not isinstance(first, str) or not first:
+        return None, "The `to` field is missing."
+    if not email.get("subject"):
+        return first, "The `subject` field is missing."
+    return first, None
+
+
+def _resend_record(state: DialectState, answer: SandboxAnswer, key: str | None,
+                   to: str | None) -> None:
+    if _accepted(answer) and key and to:
+        state.record(Sent(key=key, receipt=str(answer.receipt), channel="email", to=to,
+                          at=state.now(), metadata={KEY_FIELD: key}))
+
+
+def _resend_key(email: Any) -> str | None:
+    headers = email.get("headers") if isinstance(email, dict) else None
+    raw = headers.get("X-Tidings-Key") if isinstance(headers, dict) else None
+    return unquote(raw) if isinstance(raw, str) else None
+
+
+async def _resend_send(request: web.Request) -> web.StreamResponse:
+    """``POST /emails``: one email under its ``Idempotency-Key`` (the core's ``dedupe``
+    plays Resend's day-long memory of the key)."""
+    state = request.app[STATE_KEY]
+    if not request.headers.get("Authorization", "").startswith("Bearer "):
+        return _resend_error(401, "missing_api_key", "Missing API key in the authorization "
+                             "header.")
+    try:
+        body = json.loads(await request.read())
+    except ValueError:
+        body = None
+    raw = request.headers.get("Idempotency-Key")
+    key = unquote(raw) if raw else None
+    to, problem = _resend_problem(body)
+    answer = state.core.handle("email", key, to, problem=problem)
+    _resend_record(state, answer, key, to)
+
+    def reply(a: SandboxAnswer) -> web.Response:
+        return _json(200, {"id": a.receipt}) if a.receipt is not None else _resend_refusal(a)
+
+    return await _act(request, answer, reply)
+
+
+async def _resend_batch(request: web.Request) -> web.StreamResponse:
+    """``POST /emails/batch``: up to 100 emails in one request, which the quota counts
+    once (``SandboxCore.handle_request``). Strict validation (the default) refuses the
+    whole request for one invalid email and sends none; with ``x-batch-validation:
+    permissive`` the valid ones are decided and the others listed in ``errors`` by
+    index. A message the core refuses on its own (a rejected or failing address)
+    is listed in ``errors`` too; ``data`` holds the accepted ones' ids, in request
+    order. A 429, a 5xx or a hang is the whole request's; a lost answer loses the reply
+    to all of them (the accepted stay accepted)."""
+    state = request.app[STATE_KEY]
+    if not request.headers.get("Authorization", "").startswith("Bearer "):
+        return _resend_error(401, "missing_api_key", "Missing API key in the authorization "
+                             "header.")
+    try:
+        body = json.loads(await request.read())
+    except ValueError:
+        body = None
+    if not isinstance(body, list) or not body:
+        return _resend_error(422, "validation_error", "The body must be an array of emails.")
+    if len(body) > RESEND_BATCH_MAX:
+        return _resend_error(422, "validation_error",
+                             f"Too many emails: at most {RESEND_BATCH_MAX} per batch.")
+    checked = [_resend_problem(email) for email in body]
+    permissive = request.headers.get("x-batch-validation") == "permissive"
+    if not permissive and any(problem for _, problem in checked):
+        index, (_, problem) = next((i, c) for i, c in enumerate(checked) if c[1])
+        return _resend_error(422, "validation_error", f"emails[{index}]: {problem}")
+    state.batches.append(len(body))
+    keys = [_resend_key(email) for email in body]
+    answers = state.core.handle_request(
+        "email", [(key, to, problem) for key, (to, problem) in zip(keys, checked, strict=True)])
+    for answer, key, (to, _) in zip(answers, keys, checked, strict=True):
+        _resend_record(state, answer, key, to)
+    first = answers[0]
+    if first.kind is AnswerKind.TIMEOUT:
+        await asyncio.sleep(state.core.config.hang_s)
+        return _drop(request)
+    if first.latency_s > 0:
+        await asyncio.sleep(first.latency_s)
+    if first.kind in (AnswerKind.REFUSED_QUOTA, AnswerKind.REFUSED_INJECTED) or (
+            first.kind is AnswerKind.SERVER_ERROR and all(a is first for a in answers)):
+        return _resend_refusal(first)
+    if any(a.kind is AnswerKind.LOST_RESPONSE for a in answers):
+        return _drop(request)
+    data = [{"id": a.receipt} for a in answers if a.receipt is not None]
+    errors = [{"index": i, "message": a.error or "refused"}
+              for i, a in enumerate(answers) if a.receipt is None]
+    return _json(200, {"data": data, "errors": errors})
+
+
 # ---------------------------------------------------------------- twilio
 
 
@@ -476,6 +602,9 @@ def install(app: web.Application, core: SandboxCore, settings: DialectSettings,
     if "sendgrid" in settings.dialects:
         app.router.add_post("/v3/mail/send", _sendgrid_send)
         app.router.add_get("/v3/messages", _sendgrid_activity)
+    if "resend" in settings.dialects:
+        app.router.add_post("/emails", _resend_send)
+        app.router.add_post("/emails/batch", _resend_batch)
     if "twilio" in settings.dialects:
         path = "/2010-04-01/Accounts/{sid}/Messages.json"
         app.router.add_post(path, _twilio_send)
