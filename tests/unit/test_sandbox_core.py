@@ -11,7 +11,7 @@ import pytest
 
 from tidings.core.errors import ConfigurationError
 from tidings.sandbox import AnswerKind, LatencySpec, SandboxAnswer, SandboxConfig, SandboxCore
-from tidings.sandbox import core as core_module
+from tidings.sandbox import counts as counts_module
 
 T0 = 1_780_000_000.25
 
@@ -412,7 +412,7 @@ def test_configure_keeps_counts_and_accepted_keys() -> None:
 
 
 def test_series_keep_a_bounded_number_of_windows(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(core_module, "SERIES_WINDOWS", 3)
+    monkeypatch.setattr(counts_module, "SERIES_WINDOWS", 3)
     core, now = make(quotas={"email": 1})
     for i in range(5):
         send(core, f"a{i}")
@@ -464,3 +464,10 @@ def test_a_lost_answer_loses_the_reply_to_every_message_of_the_request() -> None
     assert [a.kind for a in answers] == [AnswerKind.LOST_RESPONSE] * 2
     assert all(a.receipt is not None and a.status is None for a in answers)
     assert core.lookup("a", "email") is not None and core.lookup("b", "email") is not None
+
+
+def test_the_series_constants_moved_to_counts_and_still_read_from_core() -> None:
+    with pytest.warns(DeprecationWarning, match="tidings.sandbox.counts.SERIES_WINDOWS"):
+        from tidings.sandbox import core
+
+        assert core.SERIES_WINDOWS == counts_module.SERIES_WINDOWS  # type: ignore[attr-defined]

@@ -5,7 +5,7 @@ optionally ``lookup``; with a batch endpoint, ``BatchProvider``'s ``send_batch``
 and imports everything it needs from here: these names are public and keep their
 import path (docs/compatibility.md); ``tidings.testing`` checks an adapter against the
 contract. The built-in adapters live in the modules beside this one (``sandbox``,
-``smtp``, ``http``, ``twilio``, ``sendgrid``, ``postmark``).
+``smtp``, ``http``, ``twilio``, ``sendgrid``, ``postmark``, ``resend``).
 """
 
 from tidings.core.clock import Clock

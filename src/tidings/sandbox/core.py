@@ -35,12 +35,8 @@ from enum import StrEnum
 from typing import Any, TypeGuard
 
 from tidings.core.errors import ConfigurationError
-
-# Per-second series are kept for the most recent hour; the running maxima and
-# violation counts are kept incrementally so pruning never changes them.
-SERIES_WINDOWS = 3600
-# A bounded sample of keys accepted more than once (the count is exact).
-TWICE_SAMPLE = 100
+from tidings.core.moved import moved_attribute
+from tidings.sandbox.counts import COUNTERS, ChannelCounts, Series
 
 # z-score of the 99th percentile of a standard normal: p99 = median * exp(sigma * Z99).
 _Z99 = 2.3263478740408408
@@ -328,20 +324,6 @@ class SandboxAnswer:
 # ---------------------------------------------------------------- counts
 
 
-_COUNTERS = (
-    "requests",
-    "accepted",
-    "accepted_twice",
-    "deduplicated",
-    "refused_quota",
-    "refused_injected",
-    "server_errors",
-    "timeouts",
-    "lost_responses",
-    "rejected",
-    "bad_requests",
-)
-
 _KIND_COUNTER = {
     AnswerKind.REFUSED_QUOTA: "refused_quota",
     AnswerKind.REFUSED_INJECTED: "refused_injected",
@@ -352,52 +334,6 @@ _KIND_COUNTER = {
 }
 
 
-class _Series:
-    """Counts per 1-second window, with a running maximum and over-quota windows."""
-
-    __slots__ = ("counts", "max_rate", "violations")
-
-    def __init__(self) -> None:
-        self.counts: dict[int, int] = {}
-        self.max_rate = 0
-        self.violations = 0
-
-    def add(self, window: int, quota: int | None = None) -> int:
-        count = self.counts.get(window, 0) + 1
-        if count == 1 and len(self.counts) >= SERIES_WINDOWS:
-            del self.counts[next(iter(self.counts))]
-        self.counts[window] = count
-        if count > self.max_rate:
-            self.max_rate = count
-        if quota is not None and count == quota + 1:
-            self.violations += 1
-        return count
-
-
-class _Channel:
-    """One channel's counts and its dedupe state (key → first receipt)."""
-
-    def __init__(self) -> None:
-        self.counts = dict.fromkeys(_COUNTERS, 0)
-        self.windows = _Series()
-        self.accepted_series = _Series()
-        self.receipts: dict[str, str] = {}
-        self.times_accepted: dict[str, int] = {}  # only keys accepted more than once
-
-    def stats(self, quota: int | None) -> dict[str, Any]:
-        return {
-            **self.counts,
-            "quota": quota,
-            "accepted_keys": len(self.receipts),
-            "keys_accepted_twice": len(self.times_accepted),
-            "keys_accepted_twice_sample": list(self.times_accepted)[:TWICE_SAMPLE],
-            "max_rate_1s": self.windows.max_rate,
-            "quota_violations": self.windows.violations,
-            "requests_per_window": dict(self.windows.counts),
-            "accepted_per_window": dict(self.accepted_series.counts),
-        }
-
-
 # ---------------------------------------------------------------- the engine
 
 
@@ -405,7 +341,7 @@ class _Channel:
 class _Gate:
     """A request that passed the quota and the injected faults (``SandboxCore._gate``)."""
 
-    state: _Channel
+    state: ChannelCounts
     request_id: str
     latency_s: float
     window: int
@@ -445,15 +381,15 @@ class SandboxCore:
         self._latency_rng = random.Random(self._seed + 1)
         self._receipt_rng = random.Random(self._seed + 2)
         self._seq = 0
-        self._channels: dict[str, _Channel] = {}
-        self._total = _Series()
-        self._total_accepted = _Series()
+        self._channels: dict[str, ChannelCounts] = {}
+        self._total = Series()
+        self._total_accepted = Series()
         self._unknown_channel = 0
 
-    def _channel(self, name: str) -> _Channel:
+    def _channel(self, name: str) -> ChannelCounts:
         state = self._channels.get(name)
         if state is None:
-            state = self._channels[name] = _Channel()
+            state = self._channels[name] = ChannelCounts()
         return state
 
     def handle(self, channel: str, key: str | None, to: str | None, *,
@@ -556,14 +492,15 @@ class SandboxCore:
         return SandboxAnswer(kind=kind, status=status, request_id=request_id,
                              latency_s=latency, receipt=receipt)
 
-    def _refuse(self, state: _Channel, kind: AnswerKind, status: int | None, request_id: str,
+    def _refuse(self, state: ChannelCounts, kind: AnswerKind, status: int | None,
+                request_id: str,
                 latency: float, *, retry_after: str | None = None,
                 error: str | None = None, stopped: bool = False) -> SandboxAnswer:
         state.counts[_KIND_COUNTER[kind]] += 1
         return SandboxAnswer(kind=kind, status=status, request_id=request_id, latency_s=latency,
                              retry_after=retry_after, error=error, stopped=stopped)
 
-    def _accept(self, state: _Channel, key: str, window: int) -> str:
+    def _accept(self, state: ChannelCounts, key: str, window: int) -> str:
         receipt = f"sbx_{self._receipt_rng.getrandbits(64):016x}"
         state.counts["accepted"] += 1
         state.accepted_series.add(window)
@@ -607,7 +544,7 @@ class SandboxCore:
         channels = {
             name: self._channel(name).stats(quotas.get(name)) for name in names
         }
-        total: dict[str, Any] = {c: sum(ch[c] for ch in channels.values()) for c in _COUNTERS}
+        total: dict[str, Any] = {c: sum(ch[c] for ch in channels.values()) for c in COUNTERS}
         total.update(
             accepted_keys=sum(ch["accepted_keys"] for ch in channels.values()),
             keys_accepted_twice=sum(ch["keys_accepted_twice"] for ch in channels.values()),
@@ -619,3 +556,12 @@ class SandboxCore:
         )
         return {"now": self._now(), "config": self._config.to_dict(),
                 "channels": channels, "total": total}
+
+
+#: Names that moved to ``tidings.sandbox.counts`` (2026-12-07), still read from here with
+#: a DeprecationWarning.
+_MOVED = {"SERIES_WINDOWS": "tidings.sandbox.counts", "TWICE_SAMPLE": "tidings.sandbox.counts"}
+
+
+def __getattr__(name: str) -> object:
+    return moved_attribute(__name__, name, _MOVED)

@@ -39,163 +39,41 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
-import hashlib
 import json
-import logging
 import re
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from datetime import UTC, datetime
 from email.utils import formatdate
 from functools import partial
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
+from urllib.parse import parse_qsl, unquote, urlencode
 
-import aiohttp
-import yarl
 from aiohttp import web
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from tidings.sandbox.core import AnswerKind, SandboxAnswer, SandboxCore
+
+# The settings, the state and the key's field are read from here by the server, the
+# command line and the tests: the names the module had before it was split.
+from tidings.sandbox.dialect_base import KEY_FIELD as KEY_FIELD
+from tidings.sandbox.dialect_base import STATE_KEY as STATE_KEY
+from tidings.sandbox.dialect_base import DialectSettings as DialectSettings
+from tidings.sandbox.dialect_base import DialectState as DialectState
+from tidings.sandbox.dialect_base import Sent as Sent
+from tidings.sandbox.dialect_base import accepted, act, drop, json_response
+from tidings.sandbox.dialect_resend import resend_batch, resend_send
 from tidings.webhooks.verify import (
     SENDGRID_SIGNATURE_HEADER,
     SENDGRID_TIMESTAMP_HEADER,
     twilio_signature,
 )
 
-log = logging.getLogger("tidings.sandbox.dialects")
-
 DIALECTS = ("postmark", "sendgrid", "resend", "twilio")
 #: Postmark's batch endpoint takes at most this many messages per request.
 BATCH_MAX = 500
-#: Resend's batch endpoint takes at most this many emails per request.
-RESEND_BATCH_MAX = 100
-KEY_FIELD = "tidings_key"
 KEY_SHA256_FIELD = "tidings_key_sha256"
 _UNIQUE_ARG = re.compile(r"^unique_args\['tidings_key'\]=\"(.*)\"$", re.DOTALL)
-
-
-@dataclass(frozen=True, kw_only=True)
-class DialectSettings:
-    """Which dialects to serve and where their webhooks go."""
-
-    dialects: tuple[str, ...] = ()
-    postmark_webhook: str | None = None
-    """Where Postmark's Delivery records go (``http://user:pass@host/v1/webhooks/postmark``)."""
-    twilio_auth_token: str | None = None
-    """Signs Twilio's status callbacks; none: no callbacks."""
-    sendgrid_webhook: str | None = None
-    """Where SendGrid's event batches go (``http://host/v1/webhooks/sendgrid``)."""
-    sendgrid_signing_key: ec.EllipticCurvePrivateKey | None = None
-    """Signs SendGrid's event batches; none: no events."""
-    webhook_delay_s: float = 0.2
-
-
-@dataclass(frozen=True, kw_only=True)
-class Sent:
-    """A message the sandbox accepted through a dialect."""
-
-    key: str
-    receipt: str
-    channel: str
-    to: str
-    at: float
-    sender: str | None = None
-    metadata: dict[str, str] = field(default_factory=dict)
-
-
-class DialectState:
-    """What the dialect routes keep beside the core: each accepted message's recipient
-    and time (the core keeps key → receipt only), and the webhooks they sent."""
-
-    def __init__(self, core: SandboxCore, settings: DialectSettings,
-                 now: Callable[[], float]) -> None:
-        self.core = core
-        self.settings = settings
-        self.now = now
-        self.sent: list[Sent] = []
-        self.by_digest: dict[str, str] = {}
-        self.webhooks = {"sent": 0, "failed": 0}
-        # The size of every batch request received, in order (a witness of batching).
-        self.batches: list[int] = []
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._session: aiohttp.ClientSession | None = None
-
-    def record(self, sent: Sent) -> None:
-        self.sent.append(sent)
-        self.by_digest[hashlib.sha256(sent.key.encode()).hexdigest()] = sent.key
-
-    def later(self, work: Callable[[], Awaitable[None]]) -> None:
-        """Run ``work`` after the webhook delay, in the background."""
-        async def run() -> None:
-            await asyncio.sleep(self.settings.webhook_delay_s)
-            try:
-                await work()
-                self.webhooks["sent"] += 1
-            except Exception as exc:  # a webhook that fails is counted, never fatal
-                self.webhooks["failed"] += 1
-                log.warning("webhook not delivered: %s", exc)
-
-        task = asyncio.create_task(run())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def post(self, url: str, *, data: bytes, headers: dict[str, str]) -> None:
-        if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))
-        parts = urlsplit(url)
-        if parts.username:
-            pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
-            headers = {**headers, "Authorization": "Basic " + base64.b64encode(pair).decode()}
-            url = url.replace(f"{parts.username}:{parts.password}@", "", 1)
-        # Posted to the URL exactly as given (Twilio signs it so): no re-encoding.
-        async with self._session.post(yarl.URL(url, encoded=True), data=data,
-                                      headers=headers) as answer:
-            if answer.status >= 300:
-                raise aiohttp.ClientResponseError(answer.request_info, (), status=answer.status,
-                                                  message=f"webhook answered {answer.status}")
-
-    async def close(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        if self._session is not None:
-            await self._session.close()
-
-
-STATE_KEY = web.AppKey("sandbox_dialects", DialectState)
-Act = Callable[[SandboxAnswer], web.StreamResponse]
-
-
-def _json(status: int, payload: Any, headers: dict[str, str] | None = None) -> web.Response:
-    return web.Response(status=status, body=json.dumps(payload).encode(),
-                        content_type="application/json", headers=headers or {})
-
-
-async def _act(request: web.Request, answer: SandboxAnswer, reply: Act) -> web.StreamResponse:
-    """Act out the core's decision: hang, wait, drop the reply, or answer."""
-    if answer.kind is AnswerKind.TIMEOUT:
-        await asyncio.sleep(request.app[STATE_KEY].core.config.hang_s)
-        return _drop(request)
-    if answer.latency_s > 0:
-        await asyncio.sleep(answer.latency_s)
-    if answer.status is None:
-        return _drop(request)  # lost response: accepted, the reply never leaves
-    return reply(answer)
-
-
-def _drop(request: web.Request) -> web.StreamResponse:
-    if request.transport is not None:
-        request.transport.abort()
-    return web.Response(status=499)
-
-
-def _accepted(answer: SandboxAnswer) -> bool:
-    return answer.receipt is not None and answer.kind in (
-        AnswerKind.ACCEPTED, AnswerKind.LOST_RESPONSE)
 
 
 # ---------------------------------------------------------------- postmark
@@ -204,7 +82,7 @@ def _accepted(answer: SandboxAnswer) -> bool:
 async def _postmark_send(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE_KEY]
     if not request.headers.get("X-Postmark-Server-Token"):
-        return _json(401, {"ErrorCode": 10, "Message": "No Account or Server API tokens"})
+        return json_response(401, {"ErrorCode": 10, "Message": "No Account or Server API tokens"})
     try:
         body = json.loads(await request.read())
     except ValueError:
@@ -214,11 +92,11 @@ async def _postmark_send(request: web.Request) -> web.StreamResponse:
     def reply(a: SandboxAnswer) -> web.Response:
         status = 200 if a.receipt is not None else 422 if a.status in (400, 422) else (
             a.status or 500)
-        return _json(status, _postmark_result(a, to, state.now()),
+        return json_response(status, _postmark_result(a, to, state.now()),
                      {"Retry-After": a.retry_after} if status == 429 and a.retry_after
                      else None)
 
-    return await _act(request, answer, reply)
+    return await act(request, answer, reply)
 
 
 async def _postmark_batch(request: web.Request) -> web.StreamResponse:
@@ -232,16 +110,16 @@ async def _postmark_batch(request: web.Request) -> web.StreamResponse:
     message's."""
     state = request.app[STATE_KEY]
     if not request.headers.get("X-Postmark-Server-Token"):
-        return _json(401, {"ErrorCode": 10, "Message": "No Account or Server API tokens"})
+        return json_response(401, {"ErrorCode": 10, "Message": "No Account or Server API tokens"})
     try:
         body = json.loads(await request.read())
     except ValueError:
         body = None
     if not isinstance(body, list) or not body:
-        return _json(422, {"ErrorCode": 300, "Message": "Invalid request: a JSON array of "
+        return json_response(422, {"ErrorCode": 300, "Message": "Invalid request: a JSON array of "
                            "messages is required"})
     if len(body) > BATCH_MAX:
-        return _json(422, {"ErrorCode": 300, "Message": f"Invalid request: at most "
+        return json_response(422, {"ErrorCode": 300, "Message": f"Invalid request: at most "
                            f"{BATCH_MAX} messages per batch"})
     state.batches.append(len(body))
     answers: list[tuple[SandboxAnswer, str | None]] = []
@@ -250,15 +128,15 @@ async def _postmark_batch(request: web.Request) -> web.StreamResponse:
     first = answers[0][0]
     if any(a.kind is AnswerKind.TIMEOUT for a, _ in answers):
         await asyncio.sleep(state.core.config.hang_s)
-        return _drop(request)
+        return drop(request)
     if first.latency_s > 0:
         await asyncio.sleep(first.latency_s)
     if any(a.status is None for a, _ in answers):
-        return _drop(request)  # a lost answer: the accepted ones stay accepted
+        return drop(request)  # a lost answer: the accepted ones stay accepted
     if all(a.status == 429 for a, _ in answers):
-        return _json(429, {"ErrorCode": 429, "Message": "Rate limit exceeded"},
+        return json_response(429, {"ErrorCode": 429, "Message": "Rate limit exceeded"},
                      {"Retry-After": first.retry_after} if first.retry_after else None)
-    return _json(200, [_postmark_result(a, to, state.now()) for a, to in answers])
+    return json_response(200, [_postmark_result(a, to, state.now()) for a, to in answers])
 
 
 def _postmark_message(state: DialectState, message: Any) -> tuple[SandboxAnswer, str | None]:
@@ -276,7 +154,7 @@ def _postmark_message(state: DialectState, message: Any) -> tuple[SandboxAnswer,
             (str(h.get("Value")) for h in message.get("Headers") or []
              if isinstance(h, dict) and h.get("Name") == "X-Tidings-Key"), None)
     answer = state.core.handle("email", key, to, problem=problem)
-    if _accepted(answer) and key and to:
+    if accepted(answer) and key and to:
         sent = Sent(key=key, receipt=str(answer.receipt), channel="email", to=to,
                     at=state.now(), metadata=metadata)
         state.record(sent)
@@ -314,7 +192,7 @@ async def _postmark_search(request: web.Request) -> web.Response:
     state = request.app[STATE_KEY]
     query = request.query
     if "count" not in query or "offset" not in query:
-        return _json(422, {"ErrorCode": 600, "Message": "count and offset are required"})
+        return json_response(422, {"ErrorCode": 600, "Message": "count and offset are required"})
     key = query.get(f"metadata_{KEY_FIELD}")
     if key is None and f"metadata_{KEY_SHA256_FIELD}" in query:
         key = state.by_digest.get(query[f"metadata_{KEY_SHA256_FIELD}"])
@@ -325,7 +203,7 @@ async def _postmark_search(request: web.Request) -> web.Response:
     messages = [{"MessageID": s.receipt, "Recipients": [s.to], "Status": "Sent",
                  "ReceivedAt": _iso(s.at), "Metadata": s.metadata, "MessageStream": "outbound"}
                 for s in found[:1]]
-    return _json(200, {"TotalCount": len(messages), "Messages": messages})
+    return json_response(200, {"TotalCount": len(messages), "Messages": messages})
 
 
 # ---------------------------------------------------------------- sendgrid
@@ -334,7 +212,7 @@ async def _postmark_search(request: web.Request) -> web.Response:
 async def _sendgrid_send(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE_KEY]
     if not request.headers.get("Authorization", "").startswith("Bearer "):
-        return _json(401, {"errors": [{"message": "authorization required"}]})
+        return json_response(401, {"errors": [{"message": "authorization required"}]})
     try:
         body = json.loads(await request.read())
     except ValueError:
@@ -348,7 +226,7 @@ async def _sendgrid_send(request: web.Request) -> web.StreamResponse:
     except (AssertionError, KeyError, IndexError, TypeError):
         problem = "personalizations.0.to.0.email: required"
     answer = state.core.handle("email", key, to, problem=problem)
-    if _accepted(answer) and key and to:
+    if accepted(answer) and key and to:
         sent = Sent(key=key, receipt=str(answer.receipt), channel="email", to=to,
                     at=state.now(), metadata={KEY_FIELD: key})
         state.record(sent)
@@ -359,10 +237,10 @@ async def _sendgrid_send(request: web.Request) -> web.StreamResponse:
         if a.receipt is not None:
             return web.Response(status=202, headers={"X-Message-Id": a.receipt})
         headers = {"Retry-After": a.retry_after} if a.status == 429 and a.retry_after else None
-        return _json(a.status or 500, {"errors": [{"message": a.error or "error",
+        return json_response(a.status or 500, {"errors": [{"message": a.error or "error",
                                                    "field": None}]}, headers)
 
-    return await _act(request, answer, reply)
+    return await act(request, answer, reply)
 
 
 async def _sendgrid_event(state: DialectState, sent: Sent) -> None:
@@ -382,130 +260,12 @@ async def _sendgrid_activity(request: web.Request) -> web.Response:
     state = request.app[STATE_KEY]
     match = _UNIQUE_ARG.match(request.query.get("query", ""))
     if match is None:
-        return _json(400, {"errors": [{"message": "invalid query"}]})
+        return json_response(400, {"errors": [{"message": "invalid query"}]})
     first = state.core.lookup(match.group(1), "email")
     messages = [] if first is None else [{
         "msg_id": f"{first[1]}.filter0001.1.1.0", "status": "delivered",
         "opens_count": 0, "clicks_count": 0}]
-    return _json(200, {"messages": messages})
-
-
-# ---------------------------------------------------------------- resend
-
-
-def _resend_error(status: int, name: str, message: str,
-                  headers: dict[str, str] | None = None) -> web.Response:
-    return _json(status, {"statusCode": status, "name": name, "message": message}, headers)
-
-
-def _resend_refusal(a: SandboxAnswer) -> web.Response:
-    """A refused request's answer, as Resend words it."""
-    if a.status == 429:
-        return _resend_error(429, "rate_limit_exceeded", "Too many requests.",
-                             {"retry-after": a.retry_after} if a.retry_after else None)
-    if a.status in (400, 422):
-        return _resend_error(422, "validation_error", a.error or "Invalid request.")
-    return _resend_error(a.status or 500, "application_error",
-                         a.error or "An unexpected error occurred.")
-
-
-def _resend_problem(email: Any) -> tuple[str | None, str | None]:
-    """``(to, problem)`` of one email as Resend validates it."""
-    if not isinstance(email, dict):
-        return None, "An email must be an object."
-    to = email.get("to")
-    first = to[0] if isinstance(to, list) and to else to
-    if not isinstance(first, str) or not first:
-        return None, "The `to` field is missing."
-    if not email.get("subject"):
-        return first, "The `subject` field is missing."
-    return first, None
-
-
-def _resend_record(state: DialectState, answer: SandboxAnswer, key: str | None,
-                   to: str | None) -> None:
-    if _accepted(answer) and key and to:
-        state.record(Sent(key=key, receipt=str(answer.receipt), channel="email", to=to,
-                          at=state.now(), metadata={KEY_FIELD: key}))
-
-
-def _resend_key(email: Any) -> str | None:
-    headers = email.get("headers") if isinstance(email, dict) else None
-    raw = headers.get("X-Tidings-Key") if isinstance(headers, dict) else None
-    return unquote(raw) if isinstance(raw, str) else None
-
-
-async def _resend_send(request: web.Request) -> web.StreamResponse:
-    """``POST /emails``: one email under its ``Idempotency-Key`` (the core's ``dedupe``
-    plays Resend's day-long memory of the key)."""
-    state = request.app[STATE_KEY]
-    if not request.headers.get("Authorization", "").startswith("Bearer "):
-        return _resend_error(401, "missing_api_key", "Missing API key in the authorization "
-                             "header.")
-    try:
-        body = json.loads(await request.read())
-    except ValueError:
-        body = None
-    raw = request.headers.get("Idempotency-Key")
-    key = unquote(raw) if raw else None
-    to, problem = _resend_problem(body)
-    answer = state.core.handle("email", key, to, problem=problem)
-    _resend_record(state, answer, key, to)
-
-    def reply(a: SandboxAnswer) -> web.Response:
-        return _json(200, {"id": a.receipt}) if a.receipt is not None else _resend_refusal(a)
-
-    return await _act(request, answer, reply)
-
-
-async def _resend_batch(request: web.Request) -> web.StreamResponse:
-    """``POST /emails/batch``: up to 100 emails in one request, which the quota counts
-    once (``SandboxCore.handle_request``). Strict validation (the default) refuses the
-    whole request for one invalid email and sends none; with ``x-batch-validation:
-    permissive`` the valid ones are decided and the others listed in ``errors`` by
-    index. A message the core refuses on its own (a rejected or failing address)
-    is listed in ``errors`` too; ``data`` holds the accepted ones' ids, in request
-    order. A 429, a 5xx or a hang is the whole request's; a lost answer loses the reply
-    to all of them (the accepted stay accepted)."""
-    state = request.app[STATE_KEY]
-    if not request.headers.get("Authorization", "").startswith("Bearer "):
-        return _resend_error(401, "missing_api_key", "Missing API key in the authorization "
-                             "header.")
-    try:
-        body = json.loads(await request.read())
-    except ValueError:
-        body = None
-    if not isinstance(body, list) or not body:
-        return _resend_error(422, "validation_error", "The body must be an array of emails.")
-    if len(body) > RESEND_BATCH_MAX:
-        return _resend_error(422, "validation_error",
-                             f"Too many emails: at most {RESEND_BATCH_MAX} per batch.")
-    checked = [_resend_problem(email) for email in body]
-    permissive = request.headers.get("x-batch-validation") == "permissive"
-    if not permissive and any(problem for _, problem in checked):
-        index, (_, problem) = next((i, c) for i, c in enumerate(checked) if c[1])
-        return _resend_error(422, "validation_error", f"emails[{index}]: {problem}")
-    state.batches.append(len(body))
-    keys = [_resend_key(email) for email in body]
-    answers = state.core.handle_request(
-        "email", [(key, to, problem) for key, (to, problem) in zip(keys, checked, strict=True)])
-    for answer, key, (to, _) in zip(answers, keys, checked, strict=True):
-        _resend_record(state, answer, key, to)
-    first = answers[0]
-    if first.kind is AnswerKind.TIMEOUT:
-        await asyncio.sleep(state.core.config.hang_s)
-        return _drop(request)
-    if first.latency_s > 0:
-        await asyncio.sleep(first.latency_s)
-    if first.kind in (AnswerKind.REFUSED_QUOTA, AnswerKind.REFUSED_INJECTED) or (
-            first.kind is AnswerKind.SERVER_ERROR and all(a is first for a in answers)):
-        return _resend_refusal(first)
-    if any(a.kind is AnswerKind.LOST_RESPONSE for a in answers):
-        return _drop(request)
-    data = [{"id": a.receipt} for a in answers if a.receipt is not None]
-    errors = [{"index": i, "message": a.error or "refused"}
-              for i, a in enumerate(answers) if a.receipt is None]
-    return _json(200, {"data": data, "errors": errors})
+    return json_response(200, {"messages": messages})
 
 
 # ---------------------------------------------------------------- twilio
@@ -515,7 +275,7 @@ async def _twilio_send(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE_KEY]
     sid = request.match_info["sid"]
     if not request.headers.get("Authorization", "").startswith("Basic "):
-        return _json(401, {"code": 20003, "message": "Authenticate", "status": 401})
+        return json_response(401, {"code": 20003, "message": "Authenticate", "status": 401})
     form = dict(parse_qsl((await request.read()).decode("utf-8", "replace"),
                           keep_blank_values=True))
     raw_key = request.headers.get("I-Twilio-Idempotency-Token")
@@ -523,7 +283,7 @@ async def _twilio_send(request: web.Request) -> web.StreamResponse:
     to = form.get("To") or None
     answer = state.core.handle("sms", key, to,
                                problem=None if to else "To: a 'To' phone number is required")
-    if _accepted(answer) and key and to:
+    if accepted(answer) and key and to:
         sent = Sent(key=key, receipt=str(answer.receipt), channel="sms", to=to,
                     at=state.now(), sender=form.get("From"))
         state.record(sent)
@@ -533,18 +293,18 @@ async def _twilio_send(request: web.Request) -> web.StreamResponse:
 
     def reply(a: SandboxAnswer) -> web.Response:
         if a.receipt is not None:
-            return _json(201, {"sid": a.receipt, "status": "queued", "to": to,
+            return json_response(201, {"sid": a.receipt, "status": "queued", "to": to,
                                "date_created": formatdate(state.now(), usegmt=True),
                                "error_code": None})
         if a.stopped:  # Twilio's answer to a number that replied STOP
-            return _json(400, {"code": 21610, "message": "Attempt to send to unsubscribed "
+            return json_response(400, {"code": 21610, "message": "Attempt to send to unsubscribed "
                                "recipient", "status": 400})
         code = {429: 20429, 422: 21211, 400: 21604}.get(a.status or 0, 20500)
         headers = {"Retry-After": a.retry_after} if a.status == 429 and a.retry_after else None
-        return _json(a.status or 500, {"code": code, "message": a.error or "error",
+        return json_response(a.status or 500, {"code": code, "message": a.error or "error",
                                        "status": a.status}, headers)
 
-    return await _act(request, answer, reply)
+    return await act(request, answer, reply)
 
 
 async def _twilio_callback(state: DialectState, sent: Sent, sid: str, url: str) -> None:
@@ -564,7 +324,7 @@ async def _twilio_list(request: web.Request) -> web.Response:
     size = int(request.query.get("PageSize", "50") or 50)
     found = [s for s in reversed(state.sent) if s.channel == "sms" and s.to == to
              and (sender is None or s.sender == sender)][:size]
-    return _json(200, {"messages": [{
+    return json_response(200, {"messages": [{
         "sid": s.receipt, "to": s.to, "from": s.sender, "status": "delivered",
         "date_created": formatdate(s.at, usegmt=True), "error_code": None} for s in found],
         "page_size": size})
@@ -603,8 +363,8 @@ def install(app: web.Application, core: SandboxCore, settings: DialectSettings,
         app.router.add_post("/v3/mail/send", _sendgrid_send)
         app.router.add_get("/v3/messages", _sendgrid_activity)
     if "resend" in settings.dialects:
-        app.router.add_post("/emails", _resend_send)
-        app.router.add_post("/emails/batch", _resend_batch)
+        app.router.add_post("/emails", resend_send)
+        app.router.add_post("/emails/batch", resend_batch)
     if "twilio" in settings.dialects:
         path = "/2010-04-01/Accounts/{sid}/Messages.json"
         app.router.add_post(path, _twilio_send)
