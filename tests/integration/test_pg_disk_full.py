@@ -14,7 +14,6 @@ elsewhere; fails under CI, which runs as root beside its server).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import shutil
@@ -27,6 +26,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from support.disk_full import worker_waits_then_resumes
 from tidings.admission.intake import NotifyRequest
 from tidings.config.settings import Settings
 from tidings.core.clock import SystemClock
@@ -117,28 +117,11 @@ async def test_a_full_disk_stops_admission_cleanly_and_everything_resumes(
                 " (SELECT 1 FROM messages m WHERE m.message_id = i.key))")).fetchone()
         assert row == (admitted, admitted, 0), row
 
-        # when a worker runs on the full disk, it waits (its writes fail) and does not end
-        worker = runtime.worker("email")
-        running = asyncio.create_task(worker.run())
-        await asyncio.sleep(1.0)
-        assert not running.done(), running
-
-        # and when space returns, the refused page is admitted again and all is delivered
-        grown = await asyncio.create_subprocess_exec(
-            "mount", "-o", "remount,size=256m", str(disk), stderr=asyncio.subprocess.PIPE)
-        _, said = await grown.communicate()
-        assert grown.returncode == 0, said
-        await runtime.notify_many(requests(admitted, PAGE))
+        # when a worker runs on the full disk, it waits (its writes fail) and does not
+        # end; and when space returns, the refused page is admitted and all is delivered
         total = admitted + PAGE
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + GUARD_S
-        while worker.stats.accepted < total:
-            assert not running.done(), running
-            assert loop.time() < deadline, worker.stats
-            await asyncio.sleep(0.05)
-        worker.stop()
-        await asyncio.wait_for(running, GUARD_S)
-        counts = (await runtime.store.intent_counts())["email"]
+        counts = await worker_waits_then_resumes(runtime, disk, requests(admitted, PAGE),
+                                                 total, guard_s=GUARD_S)
     finally:
         await runtime.close()
 

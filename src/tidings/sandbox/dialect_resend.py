@@ -69,17 +69,28 @@ def _resend_key(email: Any) -> str | None:
     return unquote(raw) if isinstance(raw, str) else None
 
 
+#: What ``_body`` answers for a request without a bearer key.
+_UNAUTHORIZED = object()
+
+
+async def _body(request: web.Request) -> Any:
+    """The request's JSON (None when it is not JSON), or ``_UNAUTHORIZED``."""
+    if not request.headers.get("Authorization", "").startswith("Bearer "):
+        return _UNAUTHORIZED
+    try:
+        return json.loads(await request.read())
+    except ValueError:
+        return None
+
+
 async def resend_send(request: web.Request) -> web.StreamResponse:
     """``POST /emails``: one email under its ``Idempotency-Key`` (the core's ``dedupe``
     plays Resend's day-long memory of the key)."""
     state = request.app[STATE_KEY]
-    if not request.headers.get("Authorization", "").startswith("Bearer "):
+    body = await _body(request)
+    if body is _UNAUTHORIZED:
         return _resend_error(401, "missing_api_key", "Missing API key in the authorization "
                              "header.")
-    try:
-        body = json.loads(await request.read())
-    except ValueError:
-        body = None
     raw = request.headers.get("Idempotency-Key")
     key = unquote(raw) if raw else None
     to, problem = _resend_problem(body)
@@ -104,13 +115,10 @@ async def resend_batch(request: web.Request) -> web.StreamResponse:
     order. A 429, a 5xx or a hang is the whole request's; a lost answer loses the reply
     to all of them (the accepted stay accepted)."""
     state = request.app[STATE_KEY]
-    if not request.headers.get("Authorization", "").startswith("Bearer "):
+    body = await _body(request)
+    if body is _UNAUTHORIZED:
         return _resend_error(401, "missing_api_key", "Missing API key in the authorization "
                              "header.")
-    try:
-        body = json.loads(await request.read())
-    except ValueError:
-        body = None
     if not isinstance(body, list) or not body:
         return _resend_error(422, "validation_error", "The body must be an array of emails.")
     if len(body) > RESEND_BATCH_MAX:
