@@ -192,11 +192,13 @@ class HttpAdapter:
     async def _send_in_one_request(
             self, requests: Sequence[SendRequest], url: httpx.URL, *, headers: dict[str, str],
             message: Callable[[SendRequest], dict[str, Any] | None],
-            outcomes: Callable[[httpx.Response | Transient | Uncertain, Sequence[SendRequest]],
-                               list[Outcome]]) -> list[Outcome]:
+            outcomes: Callable[[httpx.Response, Sequence[SendRequest]], list[Outcome]]
+    ) -> list[Outcome]:
         """A batch endpoint's ``send_batch``: the ``message`` of each request with rendered
         content goes in one JSON array to ``url``; one without is Permanent on its own and
-        never sent. ``outcomes`` maps the answer to the requests it carried, in order."""
+        never sent. ``outcomes`` maps the provider's answer to the requests it carried, in
+        order; a request not sent, or sent and not answered, is that same Transient or
+        Uncertain for each of them."""
         done: dict[int, Outcome] = {}
         sent: list[int] = []
         bodies: list[dict[str, Any]] = []
@@ -210,7 +212,10 @@ class HttpAdapter:
         if bodies:
             answer = await self._exchange_json("POST", url, headers=headers, body=bodies,
                                                send=requests[sent[0]])
-            done.update(zip(sent, outcomes(answer, [requests[i] for i in sent]), strict=True))
+            carried = [requests[i] for i in sent]
+            each = (outcomes(answer, carried) if isinstance(answer, httpx.Response)
+                    else [answer] * len(carried))
+            done.update(zip(sent, each, strict=True))
         return [done[i] for i in range(len(requests))]
 
     def _redact(self, text: str, send: SendRequest) -> str:

@@ -134,11 +134,9 @@ class PostmarkProvider(HttpAdapter):
             requests, self._batch_url, headers={TOKEN_HEADER: self._token.get_secret_value()},
             message=self._message, outcomes=self._batch_outcomes)
 
-    def _batch_outcomes(self, answer: httpx.Response | Transient | Uncertain,
+    def _batch_outcomes(self, answer: httpx.Response,
                         requests: Sequence[SendRequest]) -> list[Outcome]:
-        """Each message's outcome from the answer to their batch request."""
-        if not isinstance(answer, httpx.Response):
-            return [answer] * len(requests)  # not sent, or no answer: the same for each
+        """Each message's outcome from the provider's answer to their batch request."""
         body = json_of(answer)
         if answer.status_code != 200 or not isinstance(body, list):
             if 200 <= answer.status_code < 300:

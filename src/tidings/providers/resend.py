@@ -150,11 +150,9 @@ class ResendProvider(HttpAdapter):
             headers={**self._auth(), BATCH_VALIDATION_HEADER: "permissive"},
             message=self._message, outcomes=self._batch_outcomes)
 
-    def _batch_outcomes(self, answer: httpx.Response | Transient | Uncertain,
+    def _batch_outcomes(self, answer: httpx.Response,
                         requests: Sequence[SendRequest]) -> list[Outcome]:
-        """Each message's outcome from the answer to their batch request."""
-        if not isinstance(answer, httpx.Response):
-            return [answer] * len(requests)  # not sent, or no answer: the same for each
+        """Each message's outcome from the provider's answer to their batch request."""
         body = json_of(answer)
         if answer.status_code != 200:
             return [self._refused(answer, body, request) for request in requests]
