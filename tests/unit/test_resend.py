@@ -140,6 +140,13 @@ async def test_a_batch_answer_that_cannot_be_matched_leaves_each_email_uncertain
     assert all(isinstance(o, Uncertain) for o in outcomes)
 
 
+async def test_a_batch_answered_with_another_success_leaves_each_email_uncertain() -> None:
+    # a 202 names no email: never Accepted without a receipt for each
+    outcomes = await resend(lambda r: httpx.Response(202)).send_batch(
+        [request(i) for i in range(3)])
+    assert all(isinstance(o, Uncertain) for o in outcomes), outcomes
+
+
 async def test_what_is_about_the_whole_batch_is_each_emails_outcome() -> None:
     limited = await resend(lambda r: error(429, "rate_limit_exceeded", "slow down",
                                            **{"retry-after": "2"})).send_batch(

@@ -154,6 +154,10 @@ class ResendProvider(HttpAdapter):
                         requests: Sequence[SendRequest]) -> list[Outcome]:
         """Each message's outcome from the provider's answer to their batch request."""
         body = json_of(answer)
+        if 200 < answer.status_code < 300:
+            # A success other than Resend's 200 names no email: any may have been accepted.
+            return [Uncertain(reason=f"HTTP {answer.status_code} with no per-email "
+                              "results")] * len(requests)
         if answer.status_code != 200:
             return [self._refused(answer, body, request) for request in requests]
         data = body.get("data") if isinstance(body, dict) else None
