@@ -156,6 +156,18 @@ class FakeApi(ABC):
     def refused(self, to: str, request_id: str) -> Reply:
         """A permanent refusal that names the recipient, as real providers do."""
 
+    def each_of_batch(self, received: Received, *, whole_statuses: tuple[int, ...]
+                      ) -> list[Reply] | Reply:
+        """A batch request's items, each answered as a send of its own on the same cue
+        (``FakeApi.handle``); or the one reply that is the whole request's: a dropped or
+        hung answer, or one of ``whole_statuses``."""
+        replies = [FakeApi.handle(self, Received(
+            method="POST", path=self.path, headers=received.headers,
+            body=json.dumps(item).encode())) for item in received.json()]
+        whole = next((r for r in replies
+                      if r.fate != "answer" or r.status in whole_statuses), None)
+        return whole if whole is not None else replies
+
     def handle(self, received: Received) -> Reply:
         self.received.append(received)
         if received.method == "GET":
@@ -315,13 +327,9 @@ class FakeResend(FakeApi):
         the whole request's, as Resend's are."""
         if received.method != "POST" or received.path != self.batch_path:
             return super().handle(received)
-        replies = [super(FakeResend, self).handle(Received(
-            method="POST", path=self.path, headers=received.headers,
-            body=json.dumps(item).encode())) for item in received.json()]
-        whole = next((r for r in replies if r.fate != "answer" or r.status in (429, 500)),
-                     None)
-        if whole is not None:
-            return whole
+        replies = self.each_of_batch(received, whole_statuses=(429, 500))
+        if isinstance(replies, Reply):
+            return replies
         data: list[object] = []
         errors: list[object] = []
         for index, reply in enumerate(replies):
@@ -373,13 +381,9 @@ class FakePostmark(FakeApi):
         dropped or hung answer is the whole request's, as Postmark's are."""
         if received.method != "POST" or received.path != self.batch_path:
             return super().handle(received)
-        replies = [super(FakePostmark, self).handle(Received(
-            method="POST", path=self.path, headers=received.headers,
-            body=json.dumps(item).encode())) for item in received.json()]
-        whole = next((r for r in replies if r.fate != "answer" or r.status in (429, 503)),
-                     None)
-        if whole is not None:
-            return whole
+        replies = self.each_of_batch(received, whole_statuses=(429, 503))
+        if isinstance(replies, Reply):
+            return replies
         return Reply.of_json(200, [json.loads(r.body) for r in replies])
 
     def key_of(self, received: Received) -> str | None:
