@@ -197,18 +197,24 @@ def _ledger(db: Path | str, killed: list[int]) -> Report:
     with _ledger_sql(db) as query:
         # A lease ends early when its worker's liveness marker is seen gone, or
         # expires when it is not: either way the kill cut it.
-        cut = query(
-            "SELECT type, detail FROM events WHERE type IN ('lease_expired', 'lease_ended')")
+        # A claim with no send started under it is released instead (issue 40's rule).
+        cut = query("SELECT type, detail FROM events"
+                    " WHERE type IN ('lease_expired', 'lease_ended', 'released')")
         expired = [detail for (kind, detail) in cut if kind == "lease_expired"]
         ended = [detail for (kind, detail) in cut if kind == "lease_ended"]
+        released = [detail for (kind, detail) in cut if kind == "released"]
         states = dict(query("SELECT state, count(*) FROM intents GROUP BY state"))
         dead_reasons = [r for (r,) in query("SELECT reason FROM intents WHERE state = 'dead'")]
         letters = [r for (r,) in query("SELECT reason FROM dead_letters")]
     owners = Counter(m.group(1) for d in expired + ended if d and (m := _OWNER.match(d)))
     per_kill = [sum(c for owner, c in owners.items() if f":{pid}:" in owner) for pid in killed]
+    freed = Counter(m.group(1) for d in released if d and (m := _OWNER.match(d)))
+    released_by_kills = sum(c for owner, c in freed.items()
+                            if any(f":{pid}:" in owner for pid in killed))
     poison = [r for r in dead_reasons + letters if r and r.startswith("poison")]
     by_receives = [r for r in poison + letters if re.search(r"received \d+ times without", r)]
     return {"lease_expired": len(expired), "lease_ended": len(ended), "per_kill": per_kill,
+            "released_by_kills": released_by_kills,
             "states": states,
             "dead_intents": len(dead_reasons), "dead_letters": len(letters),
             "poison": len(poison), "dead_by_receive_count": len(set(by_receives)),
@@ -373,7 +379,7 @@ async def kill_loop(folder: Path, *, intents: int, workers: int, quota: int, lea
         "witness": witness, "intents": intents, "workers": workers, "quota": quota,
         "lease_s": lease_s, "kills": len(fleet.killed), "elapsed_s": round(elapsed, 1),
         "worker_exits": exits, "lease_expired": ledger["lease_expired"],
-        "lease_ended": ledger["lease_ended"],
+        "lease_ended": ledger["lease_ended"], "released_by_kills": ledger["released_by_kills"],
         "expired_per_kill_mean": round(sum(per_kill) / len(per_kill), 1) if per_kill else 0.0,
         "expired_per_kill_max": max(per_kill, default=0), "expired_per_kill": per_kill,
         "one_worker_one_lease": math.ceil(paced / workers * lease_s),

@@ -77,7 +77,10 @@ async def test_kills_every_two_seconds_expire_only_what_was_about_to_be_sent(
 
     # then workers really died, with work in hand, while replies were being lost
     assert report["kills"] >= 5, context
-    assert report["lease_expired"] + report["lease_ended"] > 0, context
+    # (a claim cut with its send started is uncertain; one cut before its send is
+    # released for another claim: either way the kill cut work in hand)
+    assert (report["lease_expired"] + report["lease_ended"]
+            + report["released_by_kills"]) > 0, context
     assert report["lost_responses"] > 0, context
 
     # and every intent was accepted once, or is held by the uncertain-send policy
@@ -128,7 +131,10 @@ async def test_kills_every_two_seconds_with_an_smtp_inbox_as_the_witness(
 
     # then workers really died, with work in hand, while replies were being lost
     assert report["kills"] >= 5, context
-    assert report["lease_expired"] + report["lease_ended"] > 0, context
+    # (a claim cut with its send started is uncertain; one cut before its send is
+    # released for another claim: either way the kill cut work in hand)
+    assert (report["lease_expired"] + report["lease_ended"]
+            + report["released_by_kills"]) > 0, context
     assert report["lost_responses"] > 0, context
 
     # and every intent was accepted, or held by the policy (never resent on its own)
