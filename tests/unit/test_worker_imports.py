@@ -16,7 +16,10 @@ NOT_FOR_A_WORKER = ("fastapi", "starlette", "uvicorn", "jinja2", "croniter",
                     "tidings.sandbox.server",
                     "tidings.providers.smtp", "tidings.providers.twilio",
                     "tidings.providers.sendgrid", "tidings.providers.postmark",
-                    "tidings.operate.operations")
+                    "tidings.operate.operations",
+                    # structlog and httpx would import these for what tidings does not
+                    # use (tidings.core.lean_imports); the command line's tables import rich
+                    "rich", "pygments", "click")
 
 #: What ``tidings worker`` on SQLite with the sandbox provider imports to its first send.
 WORKER_PATH = ("tidings.cli", "tidings.processes.service", "tidings.stores.sqlite",

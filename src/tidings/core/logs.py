@@ -40,8 +40,13 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Final, Literal, TextIO, cast, get_args
 
-import structlog
-from structlog.typing import EventDict, Processor, WrappedLogger
+from tidings.core.lean_imports import hidden
+
+with hidden("rich"):
+    # structlog imports rich, and through it pygments and attrs (a sixth of a tidings
+    # process's start), for a traceback renderer tidings never uses: plain_traceback below.
+    import structlog
+    from structlog.typing import EventDict, Processor, WrappedLogger
 
 from tidings.core.clock import Clock, SystemClock
 from tidings.core.errors import ConfigurationError

@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
-import httpx
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -48,6 +47,7 @@ from tidings.demo.workspace import PG_TABLES as PG_TABLES
 from tidings.demo.workspace import DemoStoreError as DemoStoreError
 from tidings.demo.workspace import clean_up as clean_up
 from tidings.demo.workspace import demo_transport, drop_transport, prepare_postgres
+from tidings.providers.httpx_lean import httpx
 from tidings.runtime import Runtime, build_runtime
 from tidings.transports.open import is_store_queue, redact_url
 

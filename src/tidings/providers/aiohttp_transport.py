@@ -14,7 +14,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
-import httpx
+
+from tidings.providers.httpx_lean import httpx
 
 #: ``SO_LINGER`` on with a zero timeout: closing the socket resets the connection and
 #: drops whatever the kernel has not delivered yet.

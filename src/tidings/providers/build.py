@@ -26,10 +26,9 @@ from tidings.config.providers import (
 from tidings.core.errors import ConfigurationError
 
 if TYPE_CHECKING:
-    import httpx
-
     from tidings.core.clock import Clock
     from tidings.providers.base import Provider
+    from tidings.providers.httpx_lean import httpx
 
 
 def build_provider_from(kind_settings: AnyProviderSettings, *, channel: str, clock: Clock,

@@ -41,7 +41,6 @@ from dataclasses import dataclass
 from typing import Any, Final, get_args
 from urllib.parse import quote
 
-import httpx
 from pydantic import SecretStr
 
 from tidings.config.endpoints import Source
@@ -57,6 +56,7 @@ from tidings.providers.http_outcomes import (
     header_value,
     json_of,
 )
+from tidings.providers.httpx_lean import httpx
 
 SOURCES: Final = frozenset(get_args(Source))
 """What a generic HTTP body field can be filled from."""

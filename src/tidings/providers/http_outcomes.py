@@ -29,7 +29,6 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 from urllib.parse import quote
 
-import httpx
 from pydantic import SecretStr
 
 from tidings.core.clock import Clock
@@ -47,6 +46,7 @@ from tidings.core.outcomes import describe as describe  # where the adapters fin
 from tidings.core.policy import parse_retry_after
 from tidings.core.redaction import redact
 from tidings.providers.aiohttp_transport import HttpDispatch
+from tidings.providers.httpx_lean import httpx
 
 NO_CONTENT = "no rendered content"
 """The reason for a send that needs rendered content and came without it."""

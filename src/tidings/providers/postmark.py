@@ -40,7 +40,6 @@ from collections.abc import Sequence
 from email.utils import formataddr
 from typing import Any
 
-import httpx
 from pydantic import SecretStr
 
 from tidings.config.endpoints import POSTMARK_BASE_URL as DEFAULT_BASE_URL
@@ -57,6 +56,7 @@ from tidings.core.outcomes import (
 )
 from tidings.core.policy import parse_retry_after
 from tidings.providers.http_outcomes import NO_CONTENT, HttpAdapter, error_text, json_of
+from tidings.providers.httpx_lean import httpx
 
 TOKEN_HEADER = "X-Postmark-Server-Token"
 KEY_HEADER = "X-Tidings-Key"

@@ -49,7 +49,6 @@ from collections.abc import Sequence
 from email.utils import formataddr
 from typing import Any
 
-import httpx
 from pydantic import SecretStr
 
 from tidings.config.endpoints import RESEND_BASE_URL as DEFAULT_BASE_URL
@@ -63,6 +62,7 @@ from tidings.providers.http_outcomes import (
     header_value,
     json_of,
 )
+from tidings.providers.httpx_lean import httpx
 
 KEY_HEADER = "X-Tidings-Key"
 KEY_TAG = "tidings_key_sha256"

@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 from urllib.parse import quote
 
-import httpx
-
 from tidings.core.clock import Clock
 from tidings.core.errors import TidingsError
 from tidings.core.model import SendRequest
@@ -28,6 +26,7 @@ from tidings.core.outcomes import (
 from tidings.core.policy import parse_retry_after
 from tidings.providers.aiohttp_transport import HttpDispatch
 from tidings.providers.http_outcomes import NOT_SENT, describe, header_value
+from tidings.providers.httpx_lean import httpx
 from tidings.sandbox.core import AnswerKind, SandboxCore
 
 

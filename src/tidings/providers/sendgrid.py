@@ -25,7 +25,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx
 from pydantic import SecretStr
 
 from tidings.config.endpoints import SENDGRID_BASE_URL as DEFAULT_BASE_URL
@@ -33,6 +32,7 @@ from tidings.core.clock import Clock
 from tidings.core.model import SendRequest
 from tidings.core.outcomes import Lookup, Outcome, Permanent
 from tidings.providers.http_outcomes import NO_CONTENT, HttpAdapter, error_text, json_of
+from tidings.providers.httpx_lean import httpx
 from tidings.webhooks.parse import sendgrid_message_id
 
 KEY_HEADER = "X-Tidings-Key"

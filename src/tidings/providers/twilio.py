@@ -38,7 +38,6 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit, urlunsplit
 
-import httpx
 from pydantic import SecretStr
 
 from tidings.config.endpoints import TWILIO_BASE_URL as DEFAULT_BASE_URL
@@ -54,6 +53,7 @@ from tidings.core.outcomes import (
     RateLimited,
 )
 from tidings.providers.http_outcomes import NO_CONTENT, HttpAdapter, header_value, json_of
+from tidings.providers.httpx_lean import httpx
 
 IDEMPOTENCY_HEADER = "I-Twilio-Idempotency-Token"
 REQUEST_ID_HEADER = "Twilio-Request-Id"
