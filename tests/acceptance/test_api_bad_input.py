@@ -35,6 +35,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from support.api_process import TIDINGS, api_server, create_token
+from support.cli_process import migrated
 from support.crm import QUERY, write_crm
 from tidings.config.settings import Settings
 from tidings.core.states import TERMINAL, State
@@ -316,9 +317,7 @@ channel = "email"
 [api.queues.text]
 channel = "sms"
 ''')
-    migrated = subprocess.run([*TIDINGS, "db", "migrate", "--config", str(path)],
-                              capture_output=True, text=True, timeout=60, check=False)
-    assert migrated.returncode == 0, migrated.stderr
+    migrated(path)
     return path
 
 

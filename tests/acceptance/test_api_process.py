@@ -3,7 +3,6 @@ way an external cron, a publisher and an on-call engineer do."""
 
 from __future__ import annotations
 
-import subprocess
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -12,7 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from support.api_process import TIDINGS, api_server, create_token
+from support.api_process import api_server, create_token
+from support.cli_process import migrated
 from support.crm import QUERY, write_crm
 from tidings.api import sign
 
@@ -43,9 +43,7 @@ audience = {{ sql = {{ url = "sqlite:///{crm}", query = "{QUERY}" }} }}
 [api.queues.digest]
 campaign = "digest"
 ''')
-    migrated = subprocess.run([*TIDINGS, "db", "migrate", "--config", str(path)],
-                              capture_output=True, text=True, timeout=60, check=False)
-    assert migrated.returncode == 0, migrated.stderr
+    migrated(path)
     return path
 
 

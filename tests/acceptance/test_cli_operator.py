@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from support.cli_process import TIDINGS, ok_json, run
+from support.cli_process import TIDINGS, migrated, ok_json, run
 from tidings.config.settings import Settings
 from tidings.core.pacing import PaceLimits
 from tidings.core.states import State
@@ -51,7 +51,7 @@ channels = ["email", "sms"]
 template = "digest"
 audience = {{ sql = {{ url = "sqlite:///{crm}", query = "{QUERY}" }} }}
 ''')
-    assert run("db", "migrate", "--config", str(path)).returncode == 0
+    migrated(path)
     return path
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from support.cli_process import TIDINGS, ok_json, run
+from support.cli_process import TIDINGS, migrated, ok_json, run
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -32,7 +32,7 @@ provider = {{ kind = "sandbox-twin" }}
 [channels.sms]
 provider = {{ kind = "sandbox-twin" }}
 ''')
-    assert run("db", "migrate", "--config", str(path)).returncode == 0
+    migrated(path)
     return path
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from support.cli_process import ok_json, run
+from support.cli_process import migrated, ok_json, run
 from tidings.admission.intake import NotifyRequest
 from tidings.config.settings import Settings
 from tidings.core.states import State
@@ -22,7 +22,7 @@ def config(tmp_path: Path) -> Path:
     path.write_text(f'store = "sqlite:///{tmp_path / "ops.db"}"\n'
                     '[channels.email]\nuncertain = "hold"\nhold_s = 60\n'
                     'provider = { kind = "sandbox-twin" }\n')
-    assert run("db", "migrate", "--config", str(path)).returncode == 0
+    migrated(path)
     return path
 
 

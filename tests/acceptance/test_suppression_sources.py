@@ -26,7 +26,7 @@ import pytest
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from support.cli_process import run
+from support.cli_process import migrated, run
 from tidings.api import create_app
 from tidings.api.tokens import new_token
 from tidings.config.settings import Settings
@@ -162,7 +162,7 @@ async def flow(tmp_path: Path, store_url: str, sandbox: str,
     for name, value in ENV.items():
         monkeypatch.setenv(name, value)
     config = write_settings(tmp_path, store_url, sandbox)
-    assert run("db", "migrate", "--config", str(config)).returncode == 0
+    migrated(config)
     runtime = await build_runtime(Settings.load(config))
     app = create_app(runtime, env=ENV)
     text, row = new_token(name="on-call", scopes=["operator"], now=runtime.clock.now())

@@ -58,3 +58,12 @@ def test_an_error_inside_still_lets_the_name_import_after() -> None:
               "import rich\n"
               "print('ok')\n")
     assert out == "ok"
+
+
+def test_the_token_commands_import_no_web_framework_and_the_api_names_still_resolve() -> None:
+    out = run("import sys, tidings.api.tokens\n"
+              "print('fastapi' in sys.modules)\n"
+              "import tidings.api\n"
+              "print(tidings.api.Scope.__name__, callable(tidings.api.create_app),"
+              " 'fastapi' in sys.modules)\n")
+    assert out.splitlines() == ["False", "Scope True True"]

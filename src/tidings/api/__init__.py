@@ -21,10 +21,32 @@ GET  /healthz, /openapi.json, /docs      public
 =======================================  ==========  ========================================
 
 ``operator`` includes ``viewer``. Tokens: ``tidings token create --scope …``.
+
+The names are imported when first used (PEP 562): ``tidings token create`` and the
+other commands that read or write tokens import ``tidings.api.tokens``, not FastAPI
+(three quarters of such a command's start).
 """
 
-from tidings.api.app import create_app
-from tidings.api.auth import ScopeMap, default_scope_map, sign
-from tidings.api.tokens import Scope
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tidings.core.lazy_names import lazy_getattr
+
+if TYPE_CHECKING:
+    from tidings.api.app import create_app
+    from tidings.api.auth import ScopeMap, default_scope_map, sign
+    from tidings.api.tokens import Scope
 
 __all__ = ["Scope", "ScopeMap", "create_app", "default_scope_map", "sign"]
+
+#: Where each name lives.
+_HOMES = {
+    "Scope": "tidings.api.tokens",
+    "ScopeMap": "tidings.api.auth",
+    "create_app": "tidings.api.app",
+    "default_scope_map": "tidings.api.auth",
+    "sign": "tidings.api.auth",
+}
+
+__getattr__ = lazy_getattr("tidings.api", _HOMES, globals())
