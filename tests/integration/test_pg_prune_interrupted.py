@@ -29,16 +29,13 @@ import pytest
 
 from support import pg_backends
 from support.pg_schema import MIGRATED_AT, schema_as_it_is
-from tidings.core.model import Event, IntentDraft
-from tidings.core.states import State
+from support.prune_ledger import D0, assert_pruned_exactly, seed
 from tidings.recovery.retention import DAY_S, RetentionConfig, prune
 from tidings.stores import postgres_digests, queries
-from tidings.stores.base import Change, DigestItemDraft
+from tidings.stores.base import DigestItemDraft
 from tidings.stores.postgres import PostgresStore
 from tidings.stores.postgres_db import PostgresDatabase
 
-#: A UTC midnight (2027-01-15), so a day of the ledger is one day partition.
-D0 = 1_799_971_200.0
 DAYS = 4
 FINISHED_A_DAY = 40
 APP = "tidings-prune-interrupted"
@@ -56,47 +53,13 @@ async def terminate_ours(admin_url: str, url: str) -> int:
     return await pg_backends.terminate(admin_url, url, APP)
 
 
-def draft(key: str, due_at: float) -> IntentDraft:
-    return IntentDraft(key=key, channel="email", recipient_id=f"r-{key}",
-                       address=f"{key}@example.com", template="digest@v1", data="{}",
-                       due_at=due_at)
-
-
-async def seed(store: PostgresStore) -> tuple[list[str], list[str], list[str]]:
-    """Given DAYS days of ledger, each with finished intents and an audit event, and on
-    day 1 two intents never sent (which keep that day's partition); returns the keys of
-    the finished intents, the kept ones and the audit events."""
-    await prune(store, CONFIG, now=D0)  # the day partitions, from day 0 on
-    finished: list[str] = []
-    audit: list[str] = []
-    for day in range(DAYS):
-        at = D0 + day * DAY_S + 3600
-        keys = [f"d{day}-{n}" for n in range(FINISHED_A_DAY)]
-        await store.intent_admit([draft(k, at) for k in keys], now=at)
-        await store.intent_mark_enqueued(keys, now=at + 1)
-        claims = await store.intent_claim_many(keys, owner="w", lease_s=30, now=at + 2)
-        assert len(claims) == len(keys)
-        done = await store.intent_apply_many([Change(
-            key=c.key, from_state=State.CLAIMED, to_state=State.ACCEPTED, event="accepted",
-            lease_token=c.token, receipt="r") for c in claims], now=at + 60)
-        assert sorted(done) == sorted(keys)
-        finished += keys
-        audit.append(f"admission/day-{day}")
-        await store.event_append_many([Event(key=audit[-1], channel="email",
-                                             type="guardrail_tripped", at=at + 120)])
-    kept = ["kept-1", "kept-2"]
-    at = D0 + DAY_S + 7200
-    await store.intent_admit([draft(k, at) for k in kept], now=at)
-    await store.intent_mark_enqueued(kept, now=at + 1)
-    return finished, kept, audit
-
-
 async def test_a_prune_cut_at_every_step_removes_exactly_what_it_should(
         pg_url: str, pg_admin_url: str) -> None:
     store = PostgresStore(PostgresDatabase.from_url(named(pg_url)))
     await store.migrate(now=D0 - DAY_S)
     try:
-        finished, kept, audit = await seed(store)
+        finished, kept, audit = await seed(store, CONFIG, days=DAYS,
+                                           finished_a_day=FINISHED_A_DAY)
 
         # when a prune past every day's bound runs while its connections are cut
         stop = asyncio.Event()
@@ -123,27 +86,7 @@ async def test_a_prune_cut_at_every_step_removes_exactly_what_it_should(
     assert kills >= 3, f"the killer cut only {kills} connections"
     assert report.pruned.intents == len(finished)
     assert again.pruned.intents == 0 and again.pruned.events == 0
-    async with await psycopg.AsyncConnection.connect(pg_url) as conn:
-        async def rows(query: str, *args: object) -> list[tuple[object, ...]]:
-            return list(await (await conn.execute(query, args)).fetchall())
-
-        # every finished intent and its events gone; the kept ones whole
-        assert await rows("SELECT key FROM intents ORDER BY key") == [(k,) for k in kept]
-        assert await rows("SELECT count(*) FROM events WHERE key = ANY(%s)", finished) == [(0,)]
-        assert sorted(await rows("SELECT key, type FROM events WHERE key = ANY(%s)", kept)) == [
-            (k, t) for k in kept for t in ("enqueued", "selected")]
-        # each audit event exactly once (copied out of the partitions dropped)
-        assert sorted(await rows("SELECT key, count(*) FROM events WHERE key = ANY(%s) "
-                                 "GROUP BY key", audit)) == [(a, 1) for a in audit]
-        # no partition left detached, none twice
-        parts = [name for (name,) in await rows(
-            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
-            "WHERE i.inhparent = 'events'::regclass")]
-        assert len(parts) == len(set(parts))
-        detached = await rows(
-            "SELECT relname FROM pg_class WHERE relname LIKE 'events_p%%' AND relkind = 'r' "
-            "AND relnamespace = current_schema()::regnamespace AND NOT relispartition")
-        assert detached == []
+    await assert_pruned_exactly(pg_url, finished, kept, audit)
 
 
 async def test_every_migration_cut_before_its_commit_is_applied_whole_once(
