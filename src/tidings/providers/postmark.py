@@ -154,14 +154,25 @@ class PostmarkProvider(HttpAdapter):
         outcomes: list[Outcome] = []
         for item, request in zip(body, requests, strict=True):
             code, words = _postmark_error(item)
+            coded = isinstance(item, dict) and "ErrorCode" in item
+            raw_code = item.get("ErrorCode") if isinstance(item, dict) else None
             message_id = item.get("MessageID") if isinstance(item, dict) else None
             if code:
                 outcomes.append(self._refused(answer, code, words, request))
+            elif coded and type(raw_code) is not int:
+                # Neither success (0) nor a refusal Postmark documents: it may have sent.
+                outcomes.append(Uncertain(reason="HTTP 200, this message's result has an "
+                                          f"ErrorCode that is no number: {raw_code!r:.40}"))
             elif isinstance(message_id, str) and message_id:
                 outcomes.append(Accepted(receipt=message_id))
             else:
                 outcomes.append(Uncertain(reason="HTTP 200, this message's result named no "
                                           "MessageID"))
+        receipts = [o.receipt for o in outcomes if isinstance(o, Accepted)]
+        if len(set(receipts)) != len(receipts):
+            # A MessageID names one message: an answer naming one for two cannot be matched.
+            return [Uncertain(reason=f"HTTP 200 naming {len(set(receipts))} distinct "
+                              f"MessageIDs for {len(receipts)} messages")] * len(requests)
         return outcomes
 
     def _refused(self, answer: httpx.Response, code: int, words: str | None,
@@ -233,4 +244,5 @@ def _postmark_error(body: Any) -> tuple[int, str | None]:
         return 0, None
     code = body.get("ErrorCode")
     message = body.get("Message")
-    return (code if isinstance(code, int) else 0), (str(message) if message else None)
+    # (JSON's true is an int to Python, and no ErrorCode)
+    return (code if type(code) is int else 0), (str(message) if message else None)

@@ -165,7 +165,8 @@ class ResendProvider(HttpAdapter):
         refused: dict[int, str] = {}
         for error in errors if isinstance(errors, list) else ():
             index = error.get("index") if isinstance(error, dict) else None
-            if isinstance(index, int) and 0 <= index < len(requests):
+            # (JSON's true is an int to Python, and no index)
+            if type(index) is int and 0 <= index < len(requests):
                 refused[index] = str(error.get("message") or "refused")
         valid = [i for i in range(len(requests)) if i not in refused]
         ids = [item.get("id") if isinstance(item, dict) else None
@@ -173,6 +174,10 @@ class ResendProvider(HttpAdapter):
         if len(ids) != len(valid) or not all(isinstance(i, str) and i for i in ids):
             return [Uncertain(reason=f"HTTP 200 with {len(ids)} ids for {len(valid)} "
                               "emails it did not refuse")] * len(requests)
+        if len(set(ids)) != len(ids):
+            # An id names one email: an answer naming one for two cannot be matched.
+            return [Uncertain(reason=f"HTTP 200 naming {len(set(ids))} distinct ids for "
+                              f"{len(ids)} emails")] * len(requests)
         outcomes: list[Outcome] = [Uncertain(reason="unmatched")] * len(requests)
         for i, words in refused.items():
             outcomes[i] = Permanent(
