@@ -24,7 +24,7 @@ GET  /healthz, /openapi.json, /docs      public
 
 The names are imported when first used (PEP 562): ``tidings token create`` and the
 other commands that read or write tokens import ``tidings.api.tokens``, not FastAPI
-(three quarters of such a command's start).
+(half of such a command's start).
 """
 
 from __future__ import annotations

@@ -60,7 +60,7 @@ def only_the_command(full: typer.Typer, args: Sequence[str]) -> typer.Typer:
     """``full`` with only the command or group ``args`` name first, when they name one.
 
     Typer turns every command's signature into click options before it runs any: a
-    tenth of a ``tidings`` process's start, spent on the forty commands it does not
+    sixth of a ``tidings`` process's start, spent on the forty commands it does not
     run. The global options and the command itself are kept whole, so what it parses,
     prints and answers is the same; anything else (``--help`` alone, a name that is no
     command, a global option first) gets the whole app, and with it click's usage and
