@@ -18,9 +18,7 @@ spent: the prune above met it as a TypeError).
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import random
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +27,7 @@ import pytest
 
 from support import pg_backends
 from support.pg_schema import MIGRATED_AT, schema_as_it_is
-from support.prune_ledger import D0, assert_pruned_exactly, seed
+from support.prune_ledger import D0, Faults, assert_pruned_exactly, seed
 from tidings.recovery.retention import DAY_S, RetentionConfig, prune
 from tidings.stores import postgres_digests, queries
 from tidings.stores.base import DigestItemDraft
@@ -62,22 +60,10 @@ async def test_a_prune_cut_at_every_step_removes_exactly_what_it_should(
                                            finished_a_day=FINISHED_A_DAY)
 
         # when a prune past every day's bound runs while its connections are cut
-        stop = asyncio.Event()
-        kills = 0
-
-        async def killer() -> None:
-            nonlocal kills
-            rng = random.Random(7)
-            while not stop.is_set():
-                await asyncio.sleep(rng.uniform(0.01, 0.06))
-                kills += await terminate_ours(pg_admin_url, pg_url)
-
-        chaos = asyncio.create_task(killer())
-        try:
+        async with Faults(lambda: terminate_ours(pg_admin_url, pg_url), every_s=(0.01, 0.06),
+                          seed=7) as cuts:
             report = await prune(store, CONFIG, now=D0 + (DAYS + 10) * DAY_S)
-        finally:
-            stop.set()
-            await chaos
+        kills = cuts.count
         again = await prune(store, CONFIG, now=D0 + (DAYS + 10) * DAY_S)
     finally:
         await store.close()

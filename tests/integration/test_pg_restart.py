@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import random
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,7 +26,7 @@ import pytest
 
 from support.pg_schema import MIGRATED_AT, schema_as_it_is
 from support.private_pg import PrivateServer, private_server
-from support.prune_ledger import D0, assert_pruned_exactly, seed
+from support.prune_ledger import D0, Faults, assert_pruned_exactly, seed
 from tidings.core.errors import StoreError
 from tidings.recovery.retention import DAY_S, RetentionConfig, prune
 from tidings.stores import queries
@@ -69,21 +68,12 @@ async def test_a_prune_across_server_restarts_removes_exactly_what_it_should(
         # when a prune past every day's bound runs while the server goes down and comes
         # back every few tenths of a second (the prune is tried again if a restart
         # outlasts the store's patience: the next prune finishes the work)
-        stop = asyncio.Event()
-        restarts = 0
+        async def restart() -> int:
+            await asyncio.to_thread(server.restart)
+            return 1
 
-        async def restarter() -> None:
-            nonlocal restarts
-            rng = random.Random(11)
-            while not stop.is_set():
-                await asyncio.sleep(rng.uniform(0.05, 0.25))
-                if not stop.is_set():
-                    await asyncio.to_thread(server.restart)
-                    restarts += 1
-
-        chaos = asyncio.create_task(restarter())
         tries = 0
-        try:
+        async with Faults(restart, every_s=(0.05, 0.25), seed=11) as restarts:
             while True:
                 tries += 1
                 try:
@@ -91,22 +81,19 @@ async def test_a_prune_across_server_restarts_removes_exactly_what_it_should(
                 except StoreError:
                     assert tries < 5, "five prunes in a row gave up on the server"
                     continue
-                if restarts >= MIN_RESTARTS:
+                if restarts.count >= MIN_RESTARTS:
                     break
                 # the prune was done before enough restarts landed: another ledger of as
                 # many days, pruned under the restarts (the witness reads all of them)
                 more = await seed(store, CONFIG, days=DAYS, finished_a_day=FINISHED_A_DAY,
                                   prefix=f"again-{tries}-")
                 finished, kept, audit = finished + more[0], kept + more[1], audit + more[2]
-        finally:
-            stop.set()
-            await chaos
         again = await prune(store, CONFIG, now=D0 + (DAYS + 10) * DAY_S)
     finally:
         await store.close()
 
     # then the server really went down under the prune, and a second prune has nothing
-    assert restarts >= MIN_RESTARTS
+    assert restarts.count >= MIN_RESTARTS
     assert again.pruned.intents == 0 and again.pruned.events == 0
     # and the database holds exactly what it should (read on a connection of our own)
     await assert_pruned_exactly(url, finished, sorted(kept), audit)

@@ -4,6 +4,11 @@ the database itself, read on a connection of the test's own
 
 from __future__ import annotations
 
+import asyncio
+import random
+from collections.abc import Awaitable, Callable
+from types import TracebackType
+
 import psycopg
 
 from tidings.core.model import Event, IntentDraft
@@ -81,3 +86,33 @@ async def assert_pruned_exactly(url: str, finished: list[str], kept: list[str],
             "ON c.oid = i.indexrelid WHERE c.relnamespace = current_schema()::regnamespace "
             "AND NOT (i.indisvalid AND i.indisready)")
         assert invalid == []
+
+
+class Faults:
+    """``fault`` run again and again, at random intervals within ``every_s``, for as long
+    as the ``async with`` block runs; ``count`` adds up what each run answers (the
+    sessions it cut, the restarts it made)."""
+
+    def __init__(self, fault: Callable[[], Awaitable[int]], *, every_s: tuple[float, float],
+                 seed: int) -> None:
+        self.count = 0
+        self._fault, self._every_s, self._seed = fault, every_s, seed
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> Faults:
+        self._task = asyncio.create_task(self._loop())
+        return self
+
+    async def __aexit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                        trace: TracebackType | None) -> None:
+        self._stop.set()
+        assert self._task is not None
+        await self._task
+
+    async def _loop(self) -> None:
+        rng = random.Random(self._seed)
+        while not self._stop.is_set():
+            await asyncio.sleep(rng.uniform(*self._every_s))
+            if not self._stop.is_set():
+                self.count += await self._fault()
