@@ -45,7 +45,7 @@ STEPS = (
     ("{store}", "{Store}", "check_schema", "check_schema"),
     ("tidings.runtime", None, "build_provider", "build_provider"),
     ("tidings.core.logs", None, "configure_logging", "configure_logging"),
-    ("tidings.cli.common", None, "build_runtime", "build_runtime"),
+    ("tidings.processes.commands", None, "build_runtime", "build_runtime"),
     ("tidings.processes.gc_tuning", None, "tune_for_serving", "gc_freeze"),
     ("tidings.runtime", "Runtime", "worker", "runtime_worker"),
     ("tidings.core.liveness", "Marker", "start", "marker_start"),
