@@ -82,7 +82,8 @@ async def test_a_prune_across_server_restarts_removes_exactly_what_it_should(
                     assert tries < 5, "five prunes in a row gave up on the server"
                     continue
                 if restarts.count >= MIN_RESTARTS:
-                    break
+                    break  # the server really went down under the prune, again and again
+                assert tries < 10, f"{restarts.count} restarts landed in {tries} prunes"
                 # the prune was done before enough restarts landed: another ledger of as
                 # many days, pruned under the restarts (the witness reads all of them)
                 more = await seed(store, CONFIG, days=DAYS, finished_a_day=FINISHED_A_DAY,
@@ -92,8 +93,7 @@ async def test_a_prune_across_server_restarts_removes_exactly_what_it_should(
     finally:
         await store.close()
 
-    # then the server really went down under the prune, and a second prune has nothing
-    assert restarts.count >= MIN_RESTARTS
+    # then a second prune has nothing to do
     assert again.pruned.intents == 0 and again.pruned.events == 0
     # and the database holds exactly what it should (read on a connection of our own)
     await assert_pruned_exactly(url, finished, sorted(kept), audit)
