@@ -512,11 +512,11 @@ class RabbitTransport(RabbitTopology):
             for name in names:
                 channel = await self._probe_chan()
                 try:
-                    await channel.declare_queue(name, passive=True)
+                    await channel.declare_queue(name, passive=True, timeout=OP_TIMEOUT_S)
                 except aiormq.exceptions.ChannelNotFoundEntity:
                     self._probe = None
                     continue
-                await channel.queue_delete(name)
+                await channel.queue_delete(name, timeout=OP_TIMEOUT_S)
                 deleted += 1
             await self._drop()
         return deleted

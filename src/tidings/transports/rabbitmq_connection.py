@@ -42,7 +42,10 @@ NOT_LOST: tuple[type[BaseException], ...] = (
 RETRY_FOR_S = 30.0
 #: How long one broker call may take before the connection counts as lost (aio-pika's
 #: five seconds for a get are too few on a loaded machine: dropping the connection
-#: gives back everything it holds and makes the load worse).
+#: gives back everything it holds and makes the load worse). Every call has this bound,
+#: the declares, publishes and deletes too (aio-pika's default for them is none): a
+#: call whose answer never comes, as when the broker cuts the connection under it,
+#: must end in a reconnect, not hold its caller for ever.
 OP_TIMEOUT_S = 60.0
 
 #: Under the name the transport logged as when it was one module.

@@ -70,7 +70,7 @@ class RabbitTopology(RabbitConnection):
     async def _declare(self, name: str, arguments: dict[str, Any]) -> AbstractQueue:
         channel = await self._chan()
         queue = await channel.declare_queue(name, durable=True, arguments={
-            "x-queue-type": "quorum", **arguments})
+            "x-queue-type": "quorum", **arguments}, timeout=OP_TIMEOUT_S)
         self._declared.add(name)
         self._queues[name] = queue
         return queue
@@ -106,7 +106,7 @@ class RabbitTopology(RabbitConnection):
         """Ready messages on ``name`` (0 when it does not exist)."""
         probe = await self._probe_chan()
         try:
-            declared = await probe.declare_queue(name, passive=True)
+            declared = await probe.declare_queue(name, passive=True, timeout=OP_TIMEOUT_S)
         except aiormq.exceptions.ChannelNotFoundEntity:
             self._probe = None  # the broker closed the channel with its 404
             return 0
@@ -138,7 +138,7 @@ class RabbitTopology(RabbitConnection):
                 extra = None
             sends.append(channel.default_exchange.publish(
                 copy.message(visible_at=due, extra=extra), routing_key=target,
-                mandatory=True))
+                mandatory=True, timeout=OP_TIMEOUT_S))
         results = await asyncio.gather(*sends, return_exceptions=True)
         for result in results:
             if isinstance(result, BaseException):
