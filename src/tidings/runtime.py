@@ -7,6 +7,8 @@ each face calls on the runtime is wired in one place.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import math
 import os
@@ -41,7 +43,7 @@ from tidings.admission.relay import RelayConfig
 from tidings.admission.rollout import declare_paused
 from tidings.admission.scheduler import Scheduler, SchedulerConfig, admission_shape
 from tidings.config.settings import ChannelSettings, GuardrailLimits, ProviderSettings, Settings
-from tidings.core.clock import Clock, SystemClock
+from tidings.core.clock import Clock, ReferenceClock
 from tidings.core.cron import Schedule
 from tidings.core.digest import Digest
 from tidings.core.errors import ConfigurationError, InvalidInput, unknown_name
@@ -335,6 +337,7 @@ class Runtime:
     _group: Coalescer[Asked, Notified] | None = field(default=None, init=False, repr=False)
     _gate: Composer | None = field(default=None, init=False, repr=False)
     _registry: Registry | None = field(default=None, init=False, repr=False)
+    _clock_keeper: asyncio.Task[None] | None = field(default=None, init=False, repr=False)
     #: Each provider's policy for uncertain sends, checked once per provider object.
     _policies: dict[str, tuple[Provider, UncertainPolicy]] = field(
         default_factory=dict, init=False, repr=False)
@@ -780,7 +783,19 @@ class Runtime:
         if channel not in self.limits:
             raise InvalidInput("channel", unknown_name("channel", channel, self.channels))
 
+    def keep_time(self, every_s: float) -> None:
+        """Read the store's clock again every ``every_s`` seconds while the runtime is
+        open (``ReferenceClock.keep``), when the runtime keeps the store's time."""
+        if isinstance(self.clock, ReferenceClock) and every_s > 0 and self._clock_keeper is None:
+            self._clock_keeper = asyncio.create_task(self.clock.keep(every_s),
+                                                     name="tidings-clock")
+
     async def close(self) -> None:
+        if self._clock_keeper is not None:
+            self._clock_keeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._clock_keeper
+            self._clock_keeper = None
         if self._group is not None:
             await self._group.drain()  # every notify in hand is answered first
         for channel, provider in self.providers.items():
@@ -821,7 +836,6 @@ async def build_runtime(
     # Everything that can refuse the settings runs before the store is opened.
     check_settings(settings)
     check_providers(settings, given=providers or {})
-    the_clock = clock or SystemClock(settings.clock_offset_s)
     chosen_campaigns = list(campaigns) if campaigns is not None else campaigns_from(settings)
     limits = {name: pace_limits(spec, name) for name, spec in settings.channels.items()}
     templates = load_templates(settings)
@@ -841,6 +855,8 @@ async def build_runtime(
     if transport is not store_queue:
         await store_queue.close()  # the store keeps its database; its queue table is idle
     try:
+        # Every process keeps the store's time, not its host's (core.clock.ReferenceClock).
+        the_clock = clock or await _store_clock(store, settings)
         if migrate == "new":
             # Decided under the migration lock, and the schema created in one
             # transaction: a process starting beside another that is creating it
@@ -872,4 +888,11 @@ async def build_runtime(
     except BaseException:
         await runtime.close()
         raise
+    runtime.keep_time(settings.clock_sync_s)
     return runtime
+
+
+async def _store_clock(store: Store, settings: Settings) -> ReferenceClock:
+    clock = ReferenceClock(store.reference_time, offset=settings.clock_offset_s)
+    await clock.calibrate()
+    return clock

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import random
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -73,6 +74,19 @@ async def test_migrated_store_is_current_and_migrating_again_applies_nothing(sto
     assert await store.migrate(now=T0) == []
     assert await store.schema_version() >= 1
     await store.check_schema()
+
+
+async def test_the_store_clock_reads_this_hosts_time_and_never_goes_back(store: Store) -> None:
+    # Both servers here run on this host: the store's clock is this host's kernel clock
+    # (the SQLite file's kernel stamp is as coarse as a scheduler tick).
+    readings = []
+    for _ in range(20):
+        before = time.time()
+        readings.append(await store.reference_time())
+        after = time.time()
+        assert before - 0.05 <= readings[-1] <= after + 0.05
+    assert readings == sorted(readings)
+    assert readings[-1] > readings[0]  # it moves: not one reading cached
 
 
 # ---------------------------------------------------------------- admission

@@ -47,6 +47,8 @@ DIALECT_ONLY: dict[str, dict[str, str]] = {
         "dead_letter_count": "PostgreSQL's queue_depth returns the dead letters as a column",
     },
     "postgresql": {
+        "clock_now": "the server's clock; a SQLite store's clock is the kernel's, read "
+                     "from a file write beside the database (stores/file_clock.py)",
         # A SQLite worker holds no session a peer could end or lose and take again.
         "worker_disconnect": "ends the sessions of a worker declared gone",
         "worker_relock": "takes the marker lock again on a new connection",

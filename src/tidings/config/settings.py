@@ -414,6 +414,11 @@ class Settings(_Model):
     ``tidings``). See docs/transports.md, "Choose a transport"."""
     # Bounded so that "now" stays inside the dates the scheduler supports (1970 to 9998).
     clock_offset_s: float = Field(default=0.0, allow_inf_nan=False, ge=-1.5e9, le=2e11)
+    clock_sync_s: SecondsOrZero = 60.0
+    """How often a long-running process reads the store's clock again (0: only at start).
+    Every tidings process keeps the store's time (PostgreSQL's, or for SQLite the kernel's
+    of the host holding the file), not its own host's: see docs/production.md, "Which
+    clock tidings trusts"."""
     channels: dict[str, ChannelSettings] = Field(default_factory=dict)
     campaigns: dict[str, CampaignSettings] = Field(default_factory=dict)
     retry: RetrySettings = RetrySettings()

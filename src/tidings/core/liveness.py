@@ -17,12 +17,13 @@ settled, and the next pass finishes the job.
 
 The worker's side (``Marker``) beats every ``beat_s`` and fences itself: it starts no
 send unless a beat succeeded within ``fence_s`` (half of ``stale_after_s``), so it stops
-sending well
-before any peer can declare it gone (clocks across hosts must agree to better than
-that half). A worker that comes back after it was declared gone finds its row ended:
-it says so once in its log, waits until its work has been taken back (every outcome
-it still holds is refused by the lease token), and registers afresh; it starts no send
-under a claim made before that (``Fence.epoch``), though its fence is open again.
+sending well before any peer can declare it gone. Heartbeats are written and read on
+the store's clock (``core.clock.ReferenceClock``), not each host's, so hosts whose own
+clocks disagree by minutes still agree on them to within milliseconds. A worker that
+comes back after it was declared gone finds its row ended: it says so once in its log,
+waits until its work has been taken back (every outcome it still holds is refused by
+the lease token), and registers afresh; it starts no send under a claim made before
+that (``Fence.epoch``), though its fence is open again.
 """
 
 from __future__ import annotations

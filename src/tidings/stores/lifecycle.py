@@ -26,6 +26,8 @@ class StoreDatabase(Protocol):
 
     async def check_schema(self) -> None: ...
 
+    async def reference_time(self) -> float: ...
+
 
 DB = TypeVar("DB", bound=StoreDatabase)
 
@@ -51,6 +53,10 @@ class DatabaseStore(Generic[DB]):
     async def check_schema(self) -> None:
         """Raise SchemaOutOfDate when migrations are pending."""
         await self.db.check_schema()
+
+    async def reference_time(self) -> float:
+        """The store's clock, in epoch seconds (see ``Lifecycle.reference_time``)."""
+        return await self.db.reference_time()
 
     def acks_commit_with(self, transport: object) -> bool:
         """True for this store's own queue (``transport = "sql"``), which holds this very

@@ -261,6 +261,19 @@ class PostgresDatabase(SharedDatabase):
         when it started (READ COMMITTED), with no transaction block around them."""
         return await self.transaction(fn, block=False)
 
+    async def reference_time(self) -> float:
+        """The reference clock (``tidings.core.clock.ReferenceClock``): the server's
+        ``clock_timestamp()``, which every host of a fleet reads alike."""
+        sql = self.sql["clock_now"]
+
+        async def fn(conn: Conn) -> float:
+            cur = await conn.execute(sql)
+            row = await cur.fetchone()
+            assert row is not None
+            return float(row[0])
+
+        return await self.read(fn)
+
     # ---------------------------------------------------------------- closing
 
     async def close(self) -> None:

@@ -94,6 +94,12 @@ class Lifecycle(Protocol):
         """Raise SchemaOutOfDate when migrations are pending."""
         ...
 
+    async def reference_time(self) -> float:
+        """The clock every process of this store keeps (``core.clock.ReferenceClock``),
+        in epoch seconds: the PostgreSQL server's, or the kernel's of the host that holds
+        a SQLite file. Processes on hosts whose clocks disagree agree on this one."""
+        ...
+
     async def close(self) -> None: ...
 
 

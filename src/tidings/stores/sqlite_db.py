@@ -25,6 +25,7 @@ from typing import TypeVar
 
 from tidings.core.errors import ConfigurationError, SchemaOutOfDate, StoreError
 from tidings.stores import foreign, queries
+from tidings.stores.file_clock import FileClock
 from tidings.stores.sharing import SharedDatabase
 
 T = TypeVar("T")
@@ -99,6 +100,8 @@ class SqliteDatabase(SharedDatabase):
         self._conn: sqlite3.Connection | None = None
         self._open_error: BaseException | None = None
         self._closed = False
+        folder = "" if path == ":memory:" else os.path.dirname(os.path.abspath(path))
+        self._clock = FileClock(folder)
         self._executor.submit(self._open)
 
     @classmethod
@@ -193,6 +196,13 @@ class SqliteDatabase(SharedDatabase):
         """Run ``fn(conn)`` outside any transaction (autocommit statements)."""
         return await self._submit(partial(self._plain, fn))
 
+    async def reference_time(self) -> float:
+        """The reference clock (``tidings.core.clock.ReferenceClock``): this host's kernel
+        clock, which every process of a SQLite store shares (``stores.file_clock``)."""
+        if self._closed:
+            raise StoreError(f"{self.url} is closed")
+        return self._clock.read()
+
     # ---------------------------------------------------------------- closing
 
     async def close(self) -> None:
@@ -200,6 +210,7 @@ class SqliteDatabase(SharedDatabase):
         if self._closed:
             return
         self._closed = True
+        self._clock.close()
         await asyncio.get_running_loop().run_in_executor(self._executor, self._close_connection)
         self._executor.shutdown(wait=False)
 
