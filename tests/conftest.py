@@ -240,6 +240,7 @@ LONG_RUNNING = (
     "tests/acceptance/test_api_bad_input.py",
     "tests/acceptance/test_fleet_hosts.py",
     "tests/acceptance/test_demo_real_providers.py",
+    "tests/acceptance/test_soak_short.py",
     "tests/acceptance/test_cli.py::test_demo_keeps_its_contract",
     "tests/integration/test_fleet.py::test_32_claimers_race_over_10000_intents",
     "tests/integration/test_worker_takeover.py",
