@@ -44,6 +44,7 @@ import httpx
 import pytest
 
 from support import waits
+from support.long_form import scale
 from tidings.admission.intake import NotifyRequest
 from tidings.config.settings import Settings
 from tidings.core.states import TERMINAL, State
@@ -54,7 +55,7 @@ pytestmark = pytest.mark.slow
 LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
 SUPPORT = Path(__file__).resolve().parents[1] / "support"
 QUOTA = 150
-INTENTS = 1200  # eight seconds at the quota
+INTENTS = scale(1200, 12_000)  # eight seconds at the quota (the long form: 80)
 LIVES_S = 90.0  # each intent expires this long after admission
 LEASE_S = 10.0  # shorter than either skew: a lease read on a skewed clock would lapse
 GONE_AFTER_S = 3.0

@@ -27,6 +27,7 @@ import psycopg
 import pytest
 
 from support.disk_full import worker_waits_then_resumes
+from support.long_form import scale
 from tidings.admission.intake import NotifyRequest
 from tidings.config.settings import Settings
 from tidings.core.clock import SystemClock
@@ -35,8 +36,9 @@ from tidings.providers.sandbox import SandboxTwinProvider
 from tidings.runtime import build_runtime
 from tidings.sandbox.core import SandboxConfig, SandboxCore
 
-GUARD_S = 60.0
+GUARD_S = 60.0 * scale(1, 4)
 PAGE = 200
+DISK_MB = scale(8, 64)  # the long form fills eight times as much before the disk is full
 
 
 def cannot(reason: str) -> None:
@@ -63,7 +65,7 @@ def small_tablespace(pg_url: str, pg_admin_url: str) -> Iterator[tuple[str, Path
     # Not under pytest's own folder (0700, root's): the server's user must reach it.
     where = Path(tempfile.mkdtemp(prefix="tidings-tablespace-"))
     where.chmod(0o755)
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m,mode=0700", "tmpfs",
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK_MB}m,mode=0700", "tmpfs",
                               str(where)], capture_output=True, text=True)
     if mounted.returncode != 0:
         cannot(f"cannot mount a small filesystem: {mounted.stderr.strip()}")

@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator
 import psycopg
 import pytest
 
+from support.long_form import scale
 from tidings.admission.intake import NotifyRequest
 from tidings.config.settings import Settings
 from tidings.core.clock import SystemClock
@@ -29,9 +30,11 @@ from tidings.sandbox.core import SandboxConfig, SandboxCore
 from tidings.stores import postgres_db
 
 SLOTS = 4
-N = 200
-WALL_S = 3.0
-GUARD_S = 120.0
+N = scale(200, 4000)
+WALL_S = scale(3, 30)  # how long every slot is held from a running worker
+#: ... and from a process starting: within the 30 s it waits for a connection at start.
+START_WALL_S = scale(3, 20)
+GUARD_S = 120.0 * scale(1, 4)
 
 
 @pytest.fixture
@@ -138,7 +141,7 @@ async def test_a_process_starting_with_no_free_connection_waits_for_one(
         settings, clock=clock,
         providers={"email": SandboxTwinProvider(core=core, channel="email", clock=clock)}))
     try:
-        await asyncio.sleep(WALL_S)
+        await asyncio.sleep(START_WALL_S)
         assert not starting.done(), starting  # waiting, not failed
         for conn in held:
             await conn.close()

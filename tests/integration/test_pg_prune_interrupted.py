@@ -26,6 +26,7 @@ import psycopg
 import pytest
 
 from support import pg_backends
+from support.long_form import scale
 from support.pg_schema import MIGRATED_AT, schema_as_it_is
 from support.prune_ledger import D0, Faults, assert_pruned_exactly, seed
 from tidings.recovery.retention import DAY_S, RetentionConfig, prune
@@ -34,13 +35,15 @@ from tidings.stores.base import DigestItemDraft
 from tidings.stores.postgres import PostgresStore
 from tidings.stores.postgres_db import PostgresDatabase
 
-DAYS = 4
-FINISHED_A_DAY = 40
+DAYS = scale(4, 12)
+FINISHED_A_DAY = scale(40, 400)
 APP = "tidings-prune-interrupted"
 SNAPSHOT = Path(__file__).parents[1] / "unit" / "schema" / "postgresql.txt"
 #: Small batches: many transactions, so the cuts land in every step of the prune.
-CONFIG = RetentionConfig(intents_s=7 * DAY_S, occurrences_s=7 * DAY_S, batch_size=7,
-                         max_batches=1000)
+# (The long form's ledger is ten times larger: batches of 70 keep one pass within
+# max_batches, as 7 do for the short form's.)
+CONFIG = RetentionConfig(intents_s=7 * DAY_S, occurrences_s=7 * DAY_S,
+                         batch_size=scale(7, 70), max_batches=1000)
 
 
 def named(url: str) -> str:

@@ -24,6 +24,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from support.long_form import scale
 from support.pg_schema import MIGRATED_AT, schema_as_it_is
 from support.private_pg import PrivateServer, private_server
 from support.prune_ledger import D0, Faults, assert_pruned_exactly, seed
@@ -35,13 +36,16 @@ from tidings.stores.postgres_db import PostgresDatabase
 
 pytestmark = pytest.mark.slow
 
-DAYS = 6
-FINISHED_A_DAY = 60
+DAYS = scale(6, 14)
+FINISHED_A_DAY = scale(60, 600)
 SNAPSHOT = Path(__file__).parents[1] / "unit" / "schema" / "postgresql.txt"
 #: Small batches: many transactions, so the restarts land inside the prune's steps.
-CONFIG = RetentionConfig(intents_s=7 * DAY_S, occurrences_s=7 * DAY_S, batch_size=7,
-                         max_batches=1000)
-MIN_RESTARTS = 3
+# (The long form's ledger is ten times larger: batches of 70 keep one pass within
+# max_batches, as 7 do for the short form's.)
+CONFIG = RetentionConfig(intents_s=7 * DAY_S, occurrences_s=7 * DAY_S,
+                         batch_size=scale(7, 70), max_batches=1000)
+MIN_RESTARTS = scale(3, 15)
+MAX_PRUNES = scale(10, 40)  # a bound on the loop, not a figure judged
 
 
 @pytest.fixture
@@ -79,11 +83,11 @@ async def test_a_prune_across_server_restarts_removes_exactly_what_it_should(
                 try:
                     await prune(store, CONFIG, now=D0 + (DAYS + 10) * DAY_S)
                 except StoreError:
-                    assert tries < 5, "five prunes in a row gave up on the server"
+                    assert tries < MAX_PRUNES // 2, f"{tries} prunes gave up on the server"
                     continue
                 if restarts.count >= MIN_RESTARTS:
                     break  # the server really went down under the prune, again and again
-                assert tries < 10, f"{restarts.count} restarts landed in {tries} prunes"
+                assert tries < MAX_PRUNES, f"{restarts.count} restarts landed in {tries} prunes"
                 # the prune was done before enough restarts landed: another ledger of as
                 # many days, pruned under the restarts (the witness reads all of them)
                 more = await seed(store, CONFIG, days=DAYS, finished_a_day=FINISHED_A_DAY,

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from support.disk_full import worker_waits_then_resumes
+from support.long_form import scale
 from tidings.admission.intake import NotifyRequest
 from tidings.config.settings import Settings
 from tidings.core.clock import SystemClock
@@ -29,16 +30,17 @@ from tidings.providers.sandbox import SandboxTwinProvider
 from tidings.runtime import build_runtime
 from tidings.sandbox.core import SandboxConfig, SandboxCore
 
-GUARD_S = 60.0
+GUARD_S = 60.0 * scale(1, 4)
 PAGE = 200
+DISK_MB = scale(1, 16)  # the long form fills sixteen times as much before the disk is full
 
 
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     where = tmp_path / "disk"
     where.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(where)],
-                             capture_output=True, text=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK_MB}m", "tmpfs",
+                              str(where)], capture_output=True, text=True)
     if mounted.returncode != 0:
         reason = f"cannot mount a small filesystem: {mounted.stderr.strip()}"
         if os.environ.get("CI"):
@@ -69,7 +71,7 @@ async def test_a_full_disk_stops_admission_cleanly_and_everything_resumes(
         # given admission until the disk is full
         admitted = 0
         with pytest.raises(StoreError) as full:
-            for _ in range(1000):
+            for _ in range(1000 * DISK_MB):
                 await runtime.notify_many(requests(admitted, PAGE))
                 admitted += PAGE
         # then the error says so, and the page that failed left nothing behind
