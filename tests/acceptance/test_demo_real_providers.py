@@ -1,6 +1,8 @@
 """``tidings demo --real-providers``: email through the Postmark adapter and SMS through
 the Twilio adapter against the sandbox speaking their dialects, lost responses on and
-dedupe off; judged by the sandbox's own counts."""
+dedupe off; judged by the sandbox's own counts. With ``--batch`` email goes through
+Postmark's batch endpoint (a lost answer makes a whole request's messages uncertain,
+each settled on its own key)."""
 
 from __future__ import annotations
 
@@ -15,9 +17,13 @@ TERMINAL = ("accepted", "rejected", "dead", "cancelled", "expired")
 
 
 @pytest.mark.slow
-def test_the_real_providers_demo_settles_every_uncertain_send(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("flags", "recipients"), [(["--real-providers"], 5000),
+                                                   (["--batch"], 3000)],
+                         ids=["one-request-each", "batch"])
+def test_the_real_providers_demo_settles_every_uncertain_send(
+        tmp_path: Path, flags: list[str], recipients: int) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "tidings", "demo", "--real-providers", "--recipients", "5000",
+        [sys.executable, "-m", "tidings", "demo", *flags, "--recipients", str(recipients),
          "--json", "--db", str(tmp_path / "demo.db")],
         capture_output=True, text=True, timeout=600, check=False)
 
@@ -37,3 +43,9 @@ def test_the_real_providers_demo_settles_every_uncertain_send(tmp_path: Path) ->
     stats = json.loads((tmp_path / "sandbox-stats.json").read_text())
     assert stats["total"]["lost_responses"] > 0
     assert stats["total"]["keys_accepted_twice"] == 0
+    if "--batch" in flags:  # the email went in shared requests, by the sandbox's count
+        batches = report["batch_requests"]
+        assert batches == stats["batch_requests"]
+        assert batches["largest"] > 1 and batches["messages"] >= 2 * batches["requests"]
+    else:
+        assert "batch_requests" not in report

@@ -35,6 +35,10 @@ def demo(
         "--real-providers", help="Email through the Postmark adapter and SMS through the "
         "Twilio adapter, against the sandbox speaking their dialects (lost responses on, "
         "dedupe off), webhooks to tidings api.")] = False,
+    batch: Annotated[bool, typer.Option(
+        "--batch", help="With the real providers (implied): email through Postmark's "
+        "batch endpoint, 100 messages a request, each with its own outcome; the report "
+        "says how many requests carried them.")] = False,
     transport: Annotated[str, typer.Option(
         "--transport", metavar="sql|redis://HOST:PORT/DB|amqp://USER:PASS@HOST/VHOST",
         help="Where the channel queues live: the store's own queue table (sql), or a "
@@ -65,7 +69,7 @@ def demo(
     try:
         report = run_demo(recipients=recipients, db=db, seed=seed, as_json=as_json,
                           store=store, reset=reset, keep=keep, real_providers=real_providers,
-                          transport=transport)
+                          transport=transport, batch=batch)
     except (DemoStoreError, TidingsError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None

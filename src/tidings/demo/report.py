@@ -91,6 +91,8 @@ async def build_report(runtime: Runtime, stats: dict[str, Any], *, recipients: i
         "provider_totals": {k: stats["total"].get(k) for k in (
             "requests", "accepted", "deduplicated", "refused_quota", "refused_injected",
             "server_errors", "timeouts", "lost_responses", "rejected")},
+        # With --batch: the batch endpoint's requests, and the messages they carried.
+        **({"batch_requests": stats["batch_requests"]} if "batch_requests" in stats else {}),
     }
 
 
@@ -117,6 +119,10 @@ def render_report(report: dict[str, Any], console: Console) -> None:
     console.print(f"{verdict}  lost {inv['lost']}, duplicate sends {inv['duplicate_sends']}, "
                   f"quota violations {inv['quota_violations']}; "
                   f"{report['recipients']:,} customers in {report['elapsed_s']} s")
+    if batches := report.get("batch_requests"):
+        console.print(f"  email in {batches['requests']:,} batch requests carrying "
+                      f"{batches['messages']:,} messages (at most {batches['largest']} a "
+                      "request)")
     for what, value in report.get("injected", {}).items():
         console.print(f"  injected {what}: {value}")
     if report.get("workdir"):

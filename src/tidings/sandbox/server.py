@@ -35,7 +35,7 @@ from aiohttp import web
 from tidings.core.clock import SystemClock
 from tidings.core.errors import ConfigurationError
 from tidings.sandbox.core import AnswerKind, SandboxAnswer, SandboxConfig, SandboxCore
-from tidings.sandbox.dialects import DialectSettings, install
+from tidings.sandbox.dialects import STATE_KEY, DialectSettings, install
 
 CORE_KEY = web.AppKey("sandbox_core", SandboxCore)
 _JSON = "application/json"
@@ -124,7 +124,14 @@ async def _lookup(request: web.Request) -> web.Response:
 
 
 async def _stats(request: web.Request) -> web.Response:
-    return _json(200, request.app[CORE_KEY].stats())
+    stats = request.app[CORE_KEY].stats()
+    dialects = request.app.get(STATE_KEY)
+    if dialects is not None and dialects.batches:
+        # The batch endpoints' requests (the core counts every message they carried).
+        stats["batch_requests"] = {"requests": len(dialects.batches),
+                                   "messages": sum(dialects.batches),
+                                   "largest": max(dialects.batches)}
+    return _json(200, stats)
 
 
 async def _configure(request: web.Request) -> web.Response:
