@@ -115,14 +115,14 @@ async def produce(config: Path, out: Path, minutes: float, notify_rate: float,
             calls.append((time.time(), kind, time.perf_counter() - start))
             n += 1
 
-    written = 0
-
     def write_out() -> None:
-        nonlocal written
+        # Written calls leave memory: the producer's RSS is then the runtime's alone (a
+        # list of every call grew it by ~2.4 MB every 10 minutes in the first soaks).
+        done = len(calls)
         with out.open("a") as sink:
-            for call in calls[written:]:
+            for call in calls[:done]:
                 sink.write(json.dumps(call) + "\n")
-        written = len(calls)
+        del calls[:done]
 
     async def flush() -> None:
         while True:
