@@ -18,7 +18,7 @@ TERMINAL = ("accepted", "rejected", "dead", "cancelled", "expired")
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("flags", "recipients"), [(["--real-providers"], 5000),
-                                                   (["--batch"], 3000)],
+                                                   (["--batch"], 2000)],
                          ids=["one-request-each", "batch"])
 def test_the_real_providers_demo_settles_every_uncertain_send(
         tmp_path: Path, flags: list[str], recipients: int) -> None:

@@ -1,11 +1,13 @@
-"""The soak's short form: ``bench/soak.py`` for 45 seconds, a SIGKILL every 10 s.
+"""The soak's short form: ``bench/soak.py`` for 30 seconds on SQLite, a SIGKILL every 7 s.
 
 Every process is real (the sandbox HTTP server, a scheduler running a campaign every
-minute, two workers, a producer calling ``notify`` and adding to digest windows one
-call at a time); one worker is killed and started again four times. The witness is
-the sandbox's own counts: every intent of the ledger accepted, each key once, never
-over the quota. The slopes and the first-against-last figures are the long form's
-(30 minutes, ``bench/RESULTS.md``); here they are only checked to be read at all.
+minute, whose occurrence of the minute it starts in is admitted at once, two workers, a
+producer calling ``notify`` and adding to digest windows one call at a time); one
+worker is killed and started again four times. The witness is the sandbox's own
+counts: every intent of the ledger accepted, each key once, never over the quota. The
+slopes and the first-against-last figures are the long form's (30 minutes on both
+stores, ``bench/RESULTS.md``); here they are only checked to be read at all, on one
+store so that the suite stays short (the fault tests cover PostgreSQL's side).
 """
 
 from __future__ import annotations
@@ -23,22 +25,18 @@ pytestmark = pytest.mark.slow
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
-@pytest.mark.parametrize("store", ["sqlite", "postgresql"])
-def test_a_short_soak_loses_nothing_and_sends_nothing_twice(
-        store: str, request: pytest.FixtureRequest) -> None:
-    where = ([] if store == "sqlite"
-             else ["--store", request.getfixturevalue("pg_url"), "--store-as-is"])
+def test_a_short_soak_loses_nothing_and_sends_nothing_twice() -> None:
     result = subprocess.run(
-        [sys.executable, str(BENCH / "soak.py"), *where, "--minutes", "0.75",
-         "--kill-every-s", "10", "--campaign-size", "300", "--notify-rate", "15",
-         "--digest-rate", "10", "--sample-every-s", "3", "--warm-up-s", "10",
+        [sys.executable, str(BENCH / "soak.py"), "--minutes", "0.5",
+         "--kill-every-s", "7", "--campaign-size", "300", "--notify-rate", "15",
+         "--digest-rate", "10", "--sample-every-s", "2", "--warm-up-s", "10",
          "--guard-s", "240", "--json"],
         capture_output=True, text=True, timeout=330, check=False, cwd=BENCH,
         env={**os.environ, "PYTHONUNBUFFERED": "1"})
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     report = json.loads(result.stdout)
     sandbox, states = report["sandbox"], report["states"]
-    print(f"\n[soak, short, {store}] {report['intents']} intents, {report['kills']} kills, "
+    print(f"\n[soak, short, sqlite] {report['intents']} intents, {report['kills']} kills, "
           f"states {states}, sandbox {sandbox}, notify p99 "
           f"{report['notify']['p99_first_ms']} -> {report['notify']['p99_last_ms']} ms")
     assert report["kills"] >= 4
