@@ -126,8 +126,6 @@ class ReferenceClock:
             await asyncio.sleep(every_s)
             try:
                 await self.calibrate()
-            except asyncio.CancelledError:
-                raise
             except Exception as exc:  # logged; the monotonic clock runs on meanwhile
                 log.info("reading the store's clock failed; keeping the last offset",
                          extra={"error": str(exc)})
