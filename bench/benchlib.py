@@ -142,5 +142,13 @@ def per_s(count: int, seconds: float) -> float:
     return count / seconds if seconds > 0 else float("inf")
 
 
+def quantile(values: list[float], q: float) -> float:
+    """The value at quantile ``q`` (0 to 1) of ``values`` (nearest rank; 0 when empty)."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
 def rounded(value: float, digits: int = 3) -> float:
     return round(value, digits)

@@ -51,18 +51,11 @@ from email.parser import BytesParser
 from pathlib import Path
 from typing import Any
 
-from benchlib import Report, emit, rounded, source_revision
+from benchlib import Report, emit, quantile, rounded, source_revision
 
 ROOT = Path(__file__).resolve().parents[1]
 SMTP_SERVER = ROOT / "tests" / "support" / "smtp_server.py"
 TEMPLATE = "activity/v1"
-
-
-def quantile(values: list[float], q: float) -> float:
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def config_text(store: str, templates: Path, smtp_port: int, connections: int) -> str:

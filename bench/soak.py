@@ -49,20 +49,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchlib import Report, emit, rounded, source_revision
+from benchlib import Report, emit, quantile, rounded, source_revision
 
 ROOT = Path(__file__).resolve().parents[1]
 SANDBOX = ROOT / "tests" / "support" / "arrivals_sandbox.py"
 AUDIENCE = ("SELECT id, email, phone, active FROM customers "
             "WHERE (:after IS NULL OR id > :after) ORDER BY id LIMIT :limit")
 PAGE = os.sysconf("SC_PAGE_SIZE")
-
-
-def quantile(values: list[float], q: float) -> float:
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def slope_per_10_min(points: list[tuple[float, float]]) -> float:
