@@ -5,7 +5,9 @@ took ``intents_state`` (every terminal intent) and sorted them in a temporary B-
 seconds a batch on a ledger of a million, inside the write transaction. Each read of
 intents here names ``intents_created`` and reads the oldest rows first; the age span is
 two probes of that index, not a scan of it. An operator's look-up of one recipient
-goes by ``intents_recipient`` (migration 0020), not a scan of every intent.
+goes by ``intents_recipient`` (migration 0020), not a scan of every intent. A digest
+close pass reads the live windows by ``digest_windows_due``, not every window ever
+closed (it did, every half second, inside the closer's write transaction).
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from tidings.core.retention import PENDING_STATES, PRUNABLE_STATES
 from tidings.stores.sqlite_db import SqliteDatabase
 
 PARAMS = {"cutoff": 1_800_000_000.0, "states": json.dumps(PRUNABLE_STATES), "limit": 2000,
-          "pending": json.dumps(PENDING_STATES), "recipient_id": "cust_42"}
+          "pending": json.dumps(PENDING_STATES), "recipient_id": "cust_42",
+          "now": 1_800_000_000.0}
 
 
 @pytest.fixture
@@ -31,7 +34,7 @@ async def plans(tmp_path: Path) -> dict[str, str]:
         await db.migrate(now=0.0)
         names = ("retention_prune_intents", "retention_count_intents",
                  "retention_count_events", "retention_oldest_kept", "intent_age_span",
-                 "intent_find_by_recipient")
+                 "intent_find_by_recipient", "digest_due", "digest_claim")
 
         def explain(conn: sqlite3.Connection) -> dict[str, str]:
             out = {}
@@ -76,3 +79,11 @@ def test_the_age_span_is_two_probes(plans: dict[str, str]) -> None:
 def test_one_recipients_deliveries_are_found_by_its_index(plans: dict[str, str]) -> None:
     plan = plans["intent_find_by_recipient"]
     assert "SEARCH intents USING INDEX intents_recipient (recipient_id=?)" in plan, plan
+
+
+@pytest.mark.parametrize("name", ["digest_due", "digest_claim"])
+def test_a_close_pass_reads_only_the_live_windows(plans: dict[str, str], name: str) -> None:
+    plan = plans[name]
+    assert "SCAN digest_windows USING INDEX digest_windows_due" in plan, plan
+    assert "TEMP B-TREE" not in plan, plan  # the index's order is the page's order
+    assert "SCAN digest_windows\n" not in plan + "\n", plan

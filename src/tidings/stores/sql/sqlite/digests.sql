@@ -48,10 +48,14 @@ RETURNING window_id
 
 -- name: digest_due
 -- Windows whose time is up (or that were sealed, at their cap or by a closer that did
--- not finish), oldest first.
+-- not finish), oldest first. The state IN (...) term is the partial index
+-- digest_windows_due's own condition, written out: SQLite uses a partial index only for
+-- a WHERE that names its condition, and without it scanned every window ever closed
+-- (kept until retention purges them) and sorted them, on every close pass, inside the
+-- closer's write transaction (a half-hour soak's notify p99 grew 1.5x with it).
 SELECT window_id, digest_key, state, opened_at, closes_at, items, request
 FROM digest_windows
-WHERE state = 'sealed' OR (state = 'open' AND closes_at <= :now)
+WHERE state IN ('open', 'sealed') AND (state = 'sealed' OR closes_at <= :now)
 ORDER BY closes_at, window_id
 LIMIT :limit
 
@@ -59,10 +63,11 @@ LIMIT :limit
 -- Seal a page of due windows for the closer whose write transaction this is; every
 -- writer of the file takes that transaction in turn, so no other closer reads them
 -- before this one has closed them (or rolled back).
+-- (state IN (...): digest_windows_due's condition, as in digest_due.)
 UPDATE digest_windows SET state = 'sealed'
 WHERE window_id IN (
     SELECT window_id FROM digest_windows
-    WHERE state = 'sealed' OR (state = 'open' AND closes_at <= :now)
+    WHERE state IN ('open', 'sealed') AND (state = 'sealed' OR closes_at <= :now)
     ORDER BY closes_at, window_id
     LIMIT :limit)
 RETURNING window_id, digest_key, state, opened_at, closes_at, items, request
