@@ -19,9 +19,10 @@ store's clock instead (``tidings.core.clock.ReferenceClock``).
 
 The witness is the sandbox HTTP server, in a process of its own on this host's clock:
 every key accepted once, none twice, never over the quota in its own seconds. And the
-ledger: every intent accepted, none expired (each may live 90 s), no lease ended or
-expired, no worker declared gone; each skewed worker says in its log how far its host
-is off the store's clock (which proves the skew was in effect), and each took claims.
+ledger: every intent accepted, none expired (each may live 90 s, far longer than the
+drain), no lease ended or expired, no worker declared gone; each skewed worker says in
+its log how far its host is off the store's clock (which proves the skew was in
+effect), and each took claims.
 
 libfaketime missing: skip locally, fail under CI (``.ci/run`` installs it). The host
 names need root (CI runs as root); without root the PostgreSQL case skips.
@@ -56,7 +57,7 @@ LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
 SUPPORT = Path(__file__).resolve().parents[1] / "support"
 QUOTA = 150
 INTENTS = scale(1200, 12_000)  # eight seconds at the quota (the long form: 80)
-LIVES_S = 90.0  # each intent expires this long after admission
+LIVES_S = scale(90, 900)  # each intent expires this long after admission (far past the drain)
 LEASE_S = 10.0  # shorter than either skew: a lease read on a skewed clock would lapse
 GONE_AFTER_S = 3.0
 GUARD_S = 240.0
@@ -151,7 +152,7 @@ async def test_hosts_whose_clocks_disagree_keep_one_time(store_url: str, tmp_pat
             return len([m for m in await registry.running() if m.ended_at is None]) >= 3
 
         await waits.until(registered, "every worker registered", 60)
-        # Admitted on this host's clock, which is the store's: each may live 90 s.
+        # Admitted on this host's clock, which is the store's: each may live LIVES_S.
         expires_at = runtime.clock.now() + LIVES_S
         await runtime.notify_many([
             NotifyRequest(key=f"k{i}", recipient={"id": f"c{i}", "email": f"c{i}@example.com"},
