@@ -25,7 +25,7 @@ from tidings.core.model import (
 from tidings.core.repeats import AdmitGuard
 from tidings.stores import base, rows
 from tidings.stores.sqlite_base import SqliteBase
-from tidings.stores.sqlite_db import insert_messages
+from tidings.stores.sqlite_db import insert_messages, row_runs
 
 #: One row of the multi-row admission insert: the ten draft columns.
 _DRAFT_ROW = "(?,?,?,?,?,?,?,?,?,?)"
@@ -87,17 +87,16 @@ def _insert_page_rows(conn: sqlite3.Connection, insert: str, head: tuple[Any, ..
     """Insert one channel's intents of a page (``values``: four per intent),
     ``_PAGE_CHUNK`` per statement; returns the rows written."""
     written = 0
-    step = _PAGE_CHUNK * _PAGE_WIDTH
-    for start in range(0, len(values), step):
-        chunk = values[start:start + step]
-        statement = _page_statement(insert, len(chunk) // _PAGE_WIDTH)
+    for start, size in row_runs(len(values) // _PAGE_WIDTH, _PAGE_CHUNK):
+        chunk = values[start * _PAGE_WIDTH:(start + size) * _PAGE_WIDTH]
+        statement = _page_statement(insert, size)
         written += conn.execute(statement, [*head, *chunk]).rowcount
     return written
 
 
-@functools.lru_cache(maxsize=8)
+@functools.lru_cache(maxsize=32)
 def _page_statement(insert: str, count: int) -> str:
-    """``insert`` with ``count`` row groups (kept: every full chunk shares one text)."""
+    """``insert`` with ``count`` row groups (``row_runs`` sizes: a few texts in all)."""
     return insert.replace("{rows}", ",".join([_PAGE_ROW] * count))
 
 
@@ -257,8 +256,8 @@ class SqliteAdmission(SqliteBase):
                     seen.add(d.key)
                     fresh.append(d)
             written = 0
-            for start in range(0, len(fresh), _ADMIT_CHUNK):
-                chunk = fresh[start:start + _ADMIT_CHUNK]
+            for start, size in row_runs(len(fresh), _ADMIT_CHUNK):
+                chunk = fresh[start:start + size]
                 params: list[Any] = [*head]
                 for d in chunk:
                     params += (d.key, d.channel, d.recipient_id, d.address, d.template, d.data,

@@ -18,7 +18,7 @@ import os
 import random
 import sqlite3
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import TypeVar
@@ -310,6 +310,28 @@ def refuse_absent_file(url: str) -> None:
     raise SchemaOutOfDate(url, tuple(m.version for m in queries.migrations("sqlite")), new=True)
 
 
+def row_runs(count: int, most: int) -> Iterator[tuple[int, int]]:
+    """``(start, size)`` runs covering ``count`` rows: runs of ``most``, then the rest in
+    powers of two (7 rows: 4, 2, 1).
+
+    A multi-row statement's text depends on its row count, and SQLite keeps every text
+    it prepared (up to ``cached_statements`` per connection, each compiled program
+    growing with its rows). One run per remainder size let a long-running process
+    (digest closes and grouped notifies admit every count) gather hundreds of large
+    programs; with these runs a process prepares at most log2(``most``) + 2 texts."""
+    start = 0
+    while count - start >= most:
+        yield start, most
+        start += most
+    rest = count - start
+    bit = 1 << max(0, rest.bit_length() - 1)
+    while rest:
+        if rest >= bit:
+            yield start, bit
+            start, rest = start + bit, rest - bit
+        bit >>= 1
+
+
 def insert_messages(conn: sqlite3.Connection, sql: Mapping[str, str], queue: str,
                     rows: Sequence[tuple[str, str, float]], *, now: float) -> None:
     """Insert ``(message_id, body, delay_s)`` rows inside the caller's transaction.
@@ -317,8 +339,8 @@ def insert_messages(conn: sqlite3.Connection, sql: Mapping[str, str], queue: str
     Multi-row inserts: about twice as fast as an executemany of one row each. The
     store uses this too, to admit intents and their messages in one transaction.
     """
-    for start in range(0, len(rows), PUBLISH_CHUNK):
-        chunk = rows[start:start + PUBLISH_CHUNK]
+    for start, size in row_runs(len(rows), PUBLISH_CHUNK):
+        chunk = rows[start:start + size]
         params: list[object] = [queue, now]
         for message_id, body, delay_s in chunk:
             params += (message_id, body, now + max(0.0, delay_s))
