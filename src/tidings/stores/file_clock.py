@@ -3,10 +3,10 @@
 Every process of a SQLite store runs on the host that holds its file, so that host's
 kernel clock is the one they share. It is read the way the file system reads it: one
 byte written to an unnamed file beside the database, and the modification time the
-kernel gave it. A process whose own idea of the time is off (a library that fakes it,
-a wrong time zone handling) still reads the kernel's. The resolution is the kernel's
-timestamp granularity (a scheduler tick at most, a few milliseconds), far below what
-leases and heartbeats need.
+kernel gave it. A process whose own idea of the time is off (a library that fakes it)
+still reads the kernel's. The resolution is the file system's timestamp granularity (a
+scheduler tick on the usual ones, a few milliseconds; a whole second on FAT), below
+what leases and heartbeats need.
 """
 
 from __future__ import annotations
