@@ -6,10 +6,10 @@ clock moves with it by a constant, which changes nothing: only its differences c
 which moves the wall clock of everything in the process: Python, psycopg, SQLite's
 ``julianday('now')``. (``FAKETIME_DONT_FAKE_MONOTONIC`` would leave the monotonic clock
 alone, but libfaketime 0.9.10 then breaks ``clock_nanosleep``: every ``time.sleep``
-fails with EINVAL.) On
-PostgreSQL each also has a host name of its own (``unshare --uts``), as the hosts of a
-fleet have, so the only signs of life its peers can read are its heartbeat and its
-marker lock. SQLite's processes share the one host that holds the file.
+fails with EINVAL.) On PostgreSQL each also has a host name of its own (``unshare
+--uts``), as the hosts of a fleet have, so the only signs of life its peers can read are
+its heartbeat and its marker lock. SQLite's processes share the one host that holds the
+file.
 
 If any of them trusted its own clock, the one ten minutes behind would write heartbeats
 and leases that its peers read as ten minutes stale (its work taken from it while it
