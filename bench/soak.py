@@ -223,8 +223,9 @@ def store_bytes(store: str) -> int:
     return int(row[0]) if row else 0
 
 
-def set_up(args: argparse.Namespace, folder: Path) -> tuple[str, subprocess.Popen[bytes], Path]:
-    """The audience, the store (migrated), the sandbox and the settings file."""
+def set_up(args: argparse.Namespace, folder: Path
+           ) -> tuple[str, subprocess.Popen[bytes], str, Path]:
+    """The audience, the store (migrated), the sandbox with its URL, and the settings file."""
     audience = folder / "customers.db"
     with sqlite3.connect(audience) as conn:
         conn.execute("CREATE TABLE customers (id TEXT PRIMARY KEY, email TEXT, phone TEXT, "
@@ -240,18 +241,18 @@ def set_up(args: argparse.Namespace, folder: Path) -> tuple[str, subprocess.Pope
             [sys.executable, str(SANDBOX), "127.0.0.1", str(args.quota),
              str(folder / "arrivals.json")], stdout=subprocess.PIPE, stderr=log)
     try:
-        config = _configure(args, folder, store, sandbox, audience)
+        assert sandbox.stdout is not None
+        sandbox_url = f"http://127.0.0.1:{int(sandbox.stdout.readline().decode().strip())}"
+        config = _configure(args, folder, store, sandbox_url, audience)
     except BaseException:
         sandbox.kill()
         sandbox.wait()
         raise
-    return store, sandbox, config
+    return store, sandbox, sandbox_url, config
 
 
-def _configure(args: argparse.Namespace, folder: Path, store: str,
-               sandbox: subprocess.Popen[bytes], audience: Path) -> Path:
-    assert sandbox.stdout is not None
-    port = int(sandbox.stdout.readline().decode().strip())
+def _configure(args: argparse.Namespace, folder: Path, store: str, sandbox_url: str,
+               audience: Path) -> Path:
     config = folder / "tidings.toml"
     config.write_text(f'''
 store = "{store}"
@@ -265,7 +266,7 @@ gone_after_s = 3.0
 uncertain_after_s = 1.0
 [channels.email]
 quota = "{args.quota}/s"
-provider = {{ kind = "sandbox", url = "http://127.0.0.1:{port}" }}
+provider = {{ kind = "sandbox", url = "{sandbox_url}" }}
 [campaigns.minutely]
 cron = "* * * * *"
 channels = ["email"]
@@ -316,7 +317,7 @@ async def run(args: argparse.Namespace, folder: Path) -> Report:
     from tidings.config.settings import Settings
     from tidings.runtime import build_runtime
 
-    store, sandbox, config = set_up(args, folder)
+    store, sandbox, sandbox_url, config = set_up(args, folder)
     runtime = await build_runtime(Settings.load(config))
     began_wall, began = time.time(), time.monotonic()
     processes = Processes(config, folder, args)
@@ -352,7 +353,7 @@ async def run(args: argparse.Namespace, folder: Path) -> Report:
         import httpx
 
         async with httpx.AsyncClient() as client:
-            answer = await client.get(f"{_sandbox_url(config)}/v1/stats")
+            answer = await client.get(f"{sandbox_url}/v1/stats")
         stats = answer.json()["channels"]["email"]
     finally:
         processes.stop(list(processes.procs))
@@ -361,11 +362,6 @@ async def run(args: argparse.Namespace, folder: Path) -> Report:
             sandbox.send_signal(signal.SIGTERM)
             sandbox.wait(60)
     return report(args, store, folder, began_wall, samples, processes.kills, counts, stats)
-
-
-def _sandbox_url(config: Path) -> str:
-    text = config.read_text()
-    return text.split('url = "', 1)[1].split('"', 1)[0]
 
 
 def report(args: argparse.Namespace, store: str, folder: Path, began_wall: float,
