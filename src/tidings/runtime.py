@@ -48,6 +48,7 @@ from tidings.core.cron import Schedule
 from tidings.core.digest import Digest
 from tidings.core.errors import ConfigurationError, InvalidInput, unknown_name
 from tidings.core.keys import check_text, template_ref
+from tidings.core.lanes import DEFAULT_LANES, DEFAULT_MIN_SHARE
 from tidings.core.liveness import LivenessConfig, Marker, Registry
 from tidings.core.model import IntentDraft, Recipient, address_kind
 from tidings.core.pacing import PaceLimits, parse_quota
@@ -310,7 +311,7 @@ def campaigns_from(settings: Settings) -> list[Campaign]:
                 template=c.template, version=c.version,
                 audience=audience_from_spec(c.audience, field=f"campaigns.{name}.audience"),
                 expires_after_s=c.expires_after_s, grace_s=c.grace_s,
-                start_paused=c.start_paused))
+                start_paused=c.start_paused, lane=c.lane))
         except ConfigurationError as exc:
             if exc.field.startswith("campaigns."):
                 raise
@@ -357,6 +358,11 @@ class Runtime:
         """Each channel's address kind (``model.address_kind``): sms or email."""
         return {name: address_kind(name, spec.kind)
                 for name, spec in self.settings.channels.items()}
+
+    @cached_property
+    def channel_lanes(self) -> dict[str, tuple[str, ...]]:
+        """Each channel's lane names, first first (``tidings.core.lanes``)."""
+        return {name: tuple(spec.lanes) for name, spec in self.settings.channels.items()}
 
     def provider(self, channel: str) -> Provider:
         """The channel's provider, built from its settings on first use: only a process
@@ -423,10 +429,19 @@ class Runtime:
                                 commit_batch=w.commit_batch, lease_s=w.lease_s,
                                 visibility_s=w.visibility_s, max_receives=w.max_receives,
                                 send_deadline_s=self.send_deadline_s(channel),
-                                batch_max_messages=batch_max, batch_linger_s=linger_s),
+                                batch_max_messages=batch_max, batch_linger_s=linger_s,
+                                lanes=len(self._lanes_of(channel)),
+                                lane_min_share=self._lane_min_share(channel)),
             composer=self.composer(), holds=HoldGate(self.store, self.clock),
             throttle=self.throttle_gate(channel),
         )
+
+    def _lanes_of(self, channel: str) -> tuple[str, ...]:
+        return self.channel_lanes.get(channel, DEFAULT_LANES)
+
+    def _lane_min_share(self, channel: str) -> float:
+        spec = self.settings.channels.get(channel)
+        return spec.lane_min_share if spec is not None else DEFAULT_MIN_SHARE
 
     def _batching(self, channel: str, provider: Provider) -> tuple[int, float]:
         """Messages per request and the linger of ``channels.<name>.batch`` (1 and the
@@ -492,7 +507,8 @@ class Runtime:
         s = self.settings.scheduler
         shape = admission_shape(self.store.concurrent_writers)
         return Scheduler(store=self.store, transport=self.transport, campaigns=self.campaigns,
-                         kinds=self.channel_kinds, config=SchedulerConfig(
+                         kinds=self.channel_kinds, lanes=self.channel_lanes,
+                         config=SchedulerConfig(
                              page_size=s.page_size or shape.page_size,
                              max_pages=s.max_pages or shape.max_pages,
                              pages_in_flight=s.pages_in_flight or shape.pages_in_flight,
@@ -577,22 +593,22 @@ class Runtime:
                      data: Mapping[str, Any] | None = None, due_at: float | None = None,
                      expires_at: float | None = None,
                      connection: AsyncConnection[Any] | None = None,
-                     digest: None = None) -> Notified: ...
+                     digest: None = None, lane: str | None = None) -> Notified: ...
 
     @overload
     async def notify(self, *, key: str, recipient: Recipient | Mapping[str, Any],
                      channels: Sequence[str], template: str,
                      data: Mapping[str, Any] | None = None, due_at: None = None,
                      expires_at: None = None, connection: None = None,
-                     digest: Digest | Mapping[str, Any]) -> Digested: ...
+                     digest: Digest | Mapping[str, Any], lane: None = None) -> Digested: ...
 
     async def notify(self, *, key: str, recipient: Recipient | Mapping[str, Any],
                      channels: Sequence[str], template: str,
                      data: Mapping[str, Any] | None = None, due_at: float | None = None,
                      expires_at: float | None = None,
                      connection: AsyncConnection[Any] | None = None,
-                     digest: Digest | Mapping[str, Any] | None = None
-                     ) -> Notified | Digested:
+                     digest: Digest | Mapping[str, Any] | None = None,
+                     lane: str | None = None) -> Notified | Digested:
         """Create a one-off or future-dated intent per channel; returns their keys, a
         ``Notified`` (a list, in the order of ``channels``) that says which were
         ``created`` now and which were ``existing``: the same request made before,
@@ -613,19 +629,26 @@ class Runtime:
         ``Digested``. The window becomes one intent per channel when it closes; its
         template gets ``items`` (each item's ``data``, in order), ``count`` and
         ``digest_key``. ``key`` names the item: the same key again is the same item.
+
+        ``lane``: the lane of each channel's queue the intents go to (``channels.<name>
+        .lanes``; ``tidings.core.lanes``); default ``transactional`` (or the channel's
+        first lane), ahead of campaigns and digests. A digest goes to the ``bulk`` lane.
         """
         request = NotifyRequest(key=key, recipient=recipient, channels=channels,
                                 template=template, data=data, due_at=due_at,
-                                expires_at=expires_at)
+                                expires_at=expires_at, lane=lane)
         if digest is not None:
             if connection is not None:
                 raise InvalidInput("connection", "a digest item is not written in the "
                                                  "caller's transaction; leave one out")
+            if lane is not None:
+                raise InvalidInput("lane", "a digest is sent in its channels' bulk lane "
+                                           "when its window closes; leave the lane out")
             return await self._add_digest_item(request, digest)
         if connection is not None or self.group_commit is None:
             return (await self.notify_many([request], connection=connection))[0]
         asked = asked_of(request, known_channels=self.channel_kinds, now=self.clock.now(),
-                         sendable=self._sendable)
+                         sendable=self._sendable, lanes=self.channel_lanes)
         return await self._grouped().submit(asked)
 
     async def _add_digest_item(self, request: NotifyRequest,
@@ -655,7 +678,8 @@ class Runtime:
         passes and every worker's reconcile loop; safe to run anywhere, at once: closers
         at once close disjoint pages of windows)."""
         return await close_due(self.store, known_channels=self.channel_kinds,
-                               clock=self.clock, enqueue_in_store=self.enqueue_in_store)
+                               clock=self.clock, enqueue_in_store=self.enqueue_in_store,
+                               lanes=self.channel_lanes)
 
     async def close_digest_windows(self, window_ids: Sequence[str]) -> ClosedDigests:
         """Admit the digests of these windows now, each if it is due (at its item cap,
@@ -665,7 +689,8 @@ class Runtime:
         for window_id in dict.fromkeys(window_ids):
             one = await close_page(self.store, known_channels=self.channel_kinds,
                                    now=self.clock.now(), window_id=window_id,
-                                   enqueue_in_store=self.enqueue_in_store)
+                                   enqueue_in_store=self.enqueue_in_store,
+                                   lanes=self.channel_lanes)
             windows, admitted, empty = (windows + one.windows, admitted + one.admitted,
                                         empty + one.empty)
         return ClosedDigests(windows=windows, admitted=admitted, empty=empty)
@@ -711,7 +736,7 @@ class Runtime:
             self.store, self.transport, requests, known_channels=self.channel_kinds,
             now=self.clock.now(), horizon_s=s.relay_horizon_s, lease_s=s.relay_lease_s,
             enqueue_in_store=self.enqueue_in_store, connection=connection,
-            sendable=self._sendable)
+            sendable=self._sendable, lanes=self.channel_lanes)
 
     def notify_many_joined(self, requests: Iterable[NotifyRequest], *, connection: object,
                            target: JoinTarget) -> list[Notified]:
@@ -720,7 +745,8 @@ class Runtime:
         return intake.notify_many_joined(
             self.store, requests, connection=connection, target=target, now=self.clock.now(),
             known_channels=self.channel_kinds, horizon_s=self.settings.scheduler.relay_horizon_s,
-            enqueue_in_store=self.enqueue_in_store, sendable=self._sendable)
+            enqueue_in_store=self.enqueue_in_store, sendable=self._sendable,
+            lanes=self.channel_lanes)
 
     def _sendable(self, draft: IntentDraft) -> tuple[str, str] | None:
         """What the worker would reject a draft for at send time (no such template, an

@@ -37,6 +37,9 @@ DIALECT_ONLY: dict[str, dict[str, str]] = {
                              "writes them inside its intent_admit_* statements)",
         "message_insert_keys": "admission's queue messages, one statement a channel "
                                "(PostgreSQL writes them inside intent_admit_page_enqueued)",
+        "message_publish_many": "a publish, each message in its intent's lane (PostgreSQL's "
+                                "message_insert_many does both, a NULL lane meaning the "
+                                "intent's)",
         # SQLite has no data-modifying CTE: what PostgreSQL does in one statement takes
         # two here.
         "intent_mark_enqueued_events": "the events half of intent_mark_enqueued",

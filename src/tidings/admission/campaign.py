@@ -28,6 +28,9 @@ class Campaign:
     grace_s: float = 3600.0
     start_paused: bool = False
     """Its admission switch starts paused (``tidings.admission.rollout``)."""
+    lane: str | None = None
+    """The lane of its channels' queues its intents go to (``tidings.core.lanes``);
+    default: ``bulk``, or each channel's last lane."""
 
     def __post_init__(self) -> None:
         if not self.name or "/" in self.name or " " in self.name:

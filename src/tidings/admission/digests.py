@@ -37,6 +37,7 @@ from tidings.core.digest import (
     intent_key_room,
 )
 from tidings.core.errors import InvalidInput
+from tidings.core.lanes import DEFAULT_LANES, NO_LANES, ChannelLanes, lane_number
 from tidings.core.model import IntentDraft, encode_data
 from tidings.stores.base import (
     DigestItem,
@@ -163,7 +164,8 @@ async def add_item(store: Digests, draft: DigestItemDraft, *, now: float) -> Dig
 
 
 def build_page(windows: Sequence[DigestWindow], items: Mapping[str, Sequence[DigestItem]], *,
-               known_channels: Mapping[str, str], now: float) -> DigestPage:
+               known_channels: Mapping[str, str], now: float,
+               lanes: ChannelLanes = NO_LANES) -> DigestPage:
     """The digests of a page of sealed windows: one intent per channel still configured,
     under the window's keys, whose data is the items in order. A window whose items
     were all cancelled, or whose channels are all gone, is finished ``empty``."""
@@ -185,7 +187,9 @@ def build_page(windows: Sequence[DigestWindow], items: Mapping[str, Sequence[Dig
         made = [IntentDraft(key=digest_intent_key(window.window_id, channel),
                             channel=channel, recipient_id=sent_as["recipient_id"],
                             address=sent_as["addresses"][channel],
-                            template=sent_as["template"], data=data, due_at=now)
+                            template=sent_as["template"], data=data, due_at=now,
+                            lane=lane_number(lanes.get(channel, DEFAULT_LANES), None,
+                                             bulk=True))
                 for channel in channels]
         drafts += made
         finished[window.window_id] = [d.key for d in made]
@@ -194,7 +198,8 @@ def build_page(windows: Sequence[DigestWindow], items: Mapping[str, Sequence[Dig
 
 async def close_page(store: Digests, *, known_channels: Mapping[str, str], now: float,
                      enqueue_in_store: bool, limit: int = CLOSE_PAGE,
-                     window_id: str | None = None) -> ClosedDigests:
+                     window_id: str | None = None, lanes: ChannelLanes = NO_LANES
+                     ) -> ClosedDigests:
     """Close one page of due windows (or the window ``window_id`` alone) in one store
     transaction (``Digests.digest_close``): its digests admitted on the store's own
     queue with ``enqueue_in_store``, else written for the outbox relay to publish."""
@@ -202,7 +207,8 @@ async def close_page(store: Digests, *, known_channels: Mapping[str, str], now: 
 
     def build(windows: Sequence[DigestWindow], items: dict[str, list[DigestItem]]
               ) -> DigestPage:
-        pages.append(build_page(windows, items, known_channels=known_channels, now=now))
+        pages.append(build_page(windows, items, known_channels=known_channels, now=now,
+                                lanes=lanes))
         return pages[-1]
 
     closed = await store.digest_close(now=now, limit=limit, build=build,
@@ -214,15 +220,15 @@ async def close_page(store: Digests, *, known_channels: Mapping[str, str], now: 
 
 
 async def close_due(store: Digests, *, known_channels: Mapping[str, str], clock: Clock,
-                    enqueue_in_store: bool = False,
-                    max_windows: int = 10 * CLOSE_PAGE) -> ClosedDigests:
+                    enqueue_in_store: bool = False, max_windows: int = 10 * CLOSE_PAGE,
+                    lanes: ChannelLanes = NO_LANES) -> ClosedDigests:
     """Close due windows a page at a time (at most ``max_windows`` in one call): a page
     another closer holds is its, so closers running at once share the due windows."""
     windows = admitted = empty = 0
     while windows < max_windows:
         closed = await close_page(store, known_channels=known_channels, now=clock.now(),
                                   enqueue_in_store=enqueue_in_store,
-                                  limit=min(CLOSE_PAGE, max_windows - windows))
+                                  limit=min(CLOSE_PAGE, max_windows - windows), lanes=lanes)
         if not closed.windows:
             break
         windows += closed.windows

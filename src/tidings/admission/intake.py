@@ -14,6 +14,7 @@ from typing import Any, Protocol, runtime_checkable
 from tidings.core.cron import check_instant
 from tidings.core.errors import ConfigurationError, InvalidInput, unknown_name
 from tidings.core.keys import MAX_KEY_LENGTH, check_json_text, check_text, notify_key, validate_key
+from tidings.core.lanes import DEFAULT_LANES, NO_LANES, ChannelLanes, lane_number
 from tidings.core.model import IntentDraft, Recipient, encode_data
 from tidings.core.repeats import AdmitGuard, Asked, Notified, guard_for, notified
 from tidings.core.states import State
@@ -105,6 +106,9 @@ class NotifyRequest:
     data: Mapping[str, Any] | None = None
     due_at: float | None = None
     expires_at: float | None = None
+    lane: str | None = None
+    """The lane of each channel's queue the intents go to (``tidings.core.lanes``);
+    default: ``transactional``, or the channel's first lane."""
 
 
 #: Why no worker could send a draft, as ``(field, message)``, or None: the send-time
@@ -113,8 +117,10 @@ Sendable = Callable[[IntentDraft], "tuple[str, str] | None"]
 
 
 def drafts_for(request: NotifyRequest, *, known_channels: Mapping[str, str], now: float,
-               where: str = "", sendable: Sendable | None = None) -> list[IntentDraft]:
-    """Validate a request and turn it into drafts; errors name the field (with ``where``)."""
+               where: str = "", sendable: Sendable | None = None,
+               lanes: ChannelLanes = NO_LANES) -> list[IntentDraft]:
+    """Validate a request and turn it into drafts; errors name the field (with ``where``).
+    ``lanes``: each channel's lane names where they are not ``DEFAULT_LANES``."""
     def bad(field: str, message: str) -> InvalidInput:
         return InvalidInput(f"{where}{field}", message)
 
@@ -185,10 +191,14 @@ def drafts_for(request: NotifyRequest, *, known_channels: Mapping[str, str], now
         if not address:
             field = "recipient.phone" if kind == "sms" else "recipient.email"
             raise bad(field, f"is missing; channel {channel!r} needs it")
+        try:
+            lane = lane_number(lanes.get(channel, DEFAULT_LANES), request.lane, bulk=False)
+        except ValueError as exc:
+            raise bad("lane", f"{exc} (channel {channel!r})") from None
         draft = IntentDraft(
             key=validate_key(notify_key(request.key, channel)), channel=channel,
             recipient_id=who.id, address=address, template=request.template, data=body,
-            due_at=due, expires_at=expires)
+            due_at=due, expires_at=expires, lane=lane)
         problem = None if sendable is None else sendable(draft)
         if problem is not None:
             raise bad(*problem)
@@ -197,11 +207,12 @@ def drafts_for(request: NotifyRequest, *, known_channels: Mapping[str, str], now
 
 
 def asked_of(request: NotifyRequest, *, known_channels: Mapping[str, str], now: float,
-             where: str = "", sendable: Sendable | None = None) -> Asked:
+             where: str = "", sendable: Sendable | None = None,
+             lanes: ChannelLanes = NO_LANES) -> Asked:
     """A request validated and drafted (``drafts_for``), with what a repeat of it is
     compared on (``repeats.Asked``)."""
     drafts = drafts_for(request, known_channels=known_channels, now=now, where=where,
-                        sendable=sendable)
+                        sendable=sendable, lanes=lanes)
     return Asked(key=request.key, drafts=tuple(drafts), due_given=request.due_at is not None,
                  channel_keys={ch: notify_key(request.key, ch) for ch in known_channels},
                  address_fields={ch: "recipient.phone" if kind == "sms" else "recipient.email"
@@ -210,7 +221,8 @@ def asked_of(request: NotifyRequest, *, known_channels: Mapping[str, str], now: 
 
 
 def asked_of_many(requests: Iterable[NotifyRequest], *, known_channels: Mapping[str, str],
-                  now: float, sendable: Sendable | None = None) -> list[Asked]:
+                  now: float, sendable: Sendable | None = None,
+                  lanes: ChannelLanes = NO_LANES) -> list[Asked]:
     """Every request validated and drafted (``asked_of``), before anything is written:
     one bad request admits none. Errors name ``requests[i].field`` (one: ``field``)."""
     if isinstance(requests, Mapping | str | bytes) or not isinstance(requests, Iterable):
@@ -223,7 +235,7 @@ def asked_of_many(requests: Iterable[NotifyRequest], *, known_channels: Mapping[
             raise InvalidInput(f"requests[{i}]" if many else "request",
                                f"must be a NotifyRequest, not {type(r).__name__}")
     return [asked_of(r, known_channels=known_channels, now=now,
-                     where=f"requests[{i}]." if many else "", sendable=sendable)
+                     where=f"requests[{i}]." if many else "", sendable=sendable, lanes=lanes)
             for i, r in enumerate(requests)]
 
 
@@ -239,6 +251,7 @@ async def notify_many(
     enqueue_in_store: bool = False,
     connection: object | None = None,
     sendable: Sendable | None = None,
+    lanes: ChannelLanes = NO_LANES,
 ) -> list[Notified]:
     """Create the intents of many requests at once; a repeated request is a no-op.
 
@@ -256,9 +269,10 @@ async def notify_many(
     them once the caller has committed.
 
     ``sendable``: the send-time checks (``Sendable``), run on every draft first.
+    ``lanes``: each channel's lane names where they are not ``DEFAULT_LANES``.
     """
     asked = asked_of_many(requests, known_channels=known_channels, now=now,
-                          sendable=sendable)
+                          sendable=sendable, lanes=lanes)
     drafts = [d for one in asked for d in one.drafts]
     created = await admit_drafts(store, transport, drafts, now=now, horizon_s=horizon_s,
                                  lease_s=lease_s, enqueue_in_store=enqueue_in_store,
@@ -316,13 +330,14 @@ def join_groups(drafts: Sequence[IntentDraft], *, now: float, horizon_s: float,
 def notify_many_joined(store: object, requests: Iterable[NotifyRequest], *, connection: object,
                        target: JoinTarget, known_channels: Mapping[str, str], now: float,
                        horizon_s: float = 60.0, enqueue_in_store: bool = False,
-                       sendable: Sendable | None = None) -> list[Notified]:
+                       sendable: Sendable | None = None,
+                       lanes: ChannelLanes = NO_LANES) -> list[Notified]:
     """``notify_many`` inside the caller's transaction on its sync ``connection``, all in
     the calling thread: the same validation, drafts and repeat check, then the store's
     sync join (``target``: the store's ``join_target``). Returns each request's keys."""
     joined = joinable(store)
     asked = asked_of_many(requests, known_channels=known_channels, now=now,
-                          sendable=sendable)
+                          sendable=sendable, lanes=lanes)
     drafts = [d for one in asked for d in one.drafts]
     created = joined.intent_admit_in_sync(
         connection, join_groups(drafts, now=now, horizon_s=horizon_s,

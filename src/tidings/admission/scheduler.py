@@ -24,6 +24,7 @@ from tidings.core.clock import Clock
 from tidings.core.cron import OccurrenceTime, check_instant
 from tidings.core.errors import InvalidInput, unknown_name
 from tidings.core.keys import campaign_key, campaign_key_parts, check_recipient_ids, template_ref
+from tidings.core.lanes import DEFAULT_LANES, NO_LANES, ChannelLanes, lane_number
 from tidings.core.logs import log_time
 from tidings.core.model import DraftPage, Event, Recipient, address_kind, encode_data
 from tidings.core.retention import pruned_before
@@ -175,10 +176,13 @@ class Scheduler:
     def __init__(self, *, store: AdmissionStore, transport: Transport,
                  campaigns: Sequence[Campaign],
                  config: SchedulerConfig | None = None, clock: Clock | None = None,
-                 kinds: Mapping[str, str] | None = None) -> None:
+                 kinds: Mapping[str, str] | None = None,
+                 lanes: ChannelLanes = NO_LANES) -> None:
         self.store = store
         # Each channel's address kind (``model.address_kind``): sms or email.
         self.kinds = dict(kinds or {})
+        # Each channel's lane names where they are not the default (``core.lanes``).
+        self.lanes = lanes
         self.transport = transport
         self.campaigns = {c.name: c for c in campaigns}
         self.config = config or SchedulerConfig()
@@ -393,8 +397,11 @@ class Scheduler:
         """One intent per active member and channel; members without an address for a
         channel (and inactive ones) are counted as skipped, those whose address is in
         ``suppressed`` as suppressed."""
+        lanes = [lane_number(self.lanes.get(channel, DEFAULT_LANES), campaign.lane, bulk=True)
+                 for channel, _, _ in channels]
         page = DraftPage(campaign=campaign.name, occurrence=occurrence, template=template,
-                         due_at=due.logical_at, expires_at=expires_at, channels=channels)
+                         due_at=due.logical_at, expires_at=expires_at, channels=channels,
+                         lanes=lanes)
         check_recipient_ids([m.id for m in members if m.active])  # ids that become keys
         rows = page.rows
         kinds = self._address_kinds(channels)

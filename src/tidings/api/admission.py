@@ -72,7 +72,8 @@ class AdmissionRunner:
     def _scheduler(self, campaign: Campaign) -> Scheduler:
         base = self.runtime.scheduler()
         return Scheduler(store=self.runtime.store, transport=self.runtime.transport,
-                         campaigns=[campaign], config=base.config)
+                         campaigns=[campaign], config=base.config, kinds=base.kinds,
+                         lanes=base.lanes)
 
     async def trigger(self, name: str, *, logical_date: str | None = None) -> dict[str, Any]:
         """One bounded pass for the occurrence of ``name`` due now; counts and ``more``."""

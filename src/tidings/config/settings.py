@@ -37,16 +37,23 @@ from tidings.config.providers import (
     TwilioProviderSettings,
 )
 
-# Re-exported: QueueSettings was defined here, and settings code imports it from here.
+# Re-exported: QueueSettings and the webhook settings were defined here, and settings
+# code imports them from here.
 from tidings.config.queues import QueueDigestSettings as QueueDigestSettings
 from tidings.config.queues import QueueSettings as QueueSettings
 from tidings.config.queues import check_queue_digest
 from tidings.config.transport_urls import transport_kind
 from tidings.config.unsubscribe import UnsubscribeSettings
+from tidings.config.webhooks import GenericWebhookSettings as GenericWebhookSettings
+from tidings.config.webhooks import PostmarkWebhookSettings as PostmarkWebhookSettings
+from tidings.config.webhooks import SendGridWebhookSettings as SendGridWebhookSettings
+from tidings.config.webhooks import TwilioWebhookSettings as TwilioWebhookSettings
+from tidings.config.webhooks import WebhookSettings as WebhookSettings
 from tidings.core.cron import Schedule
 from tidings.core.durations import LeaseSeconds, Seconds, SecondsOrZero
 from tidings.core.errors import ConfigurationError, unknown_name
 from tidings.core.keys import is_key_part
+from tidings.core.lanes import DEFAULT_LANES, DEFAULT_MIN_SHARE, check_lane_names
 from tidings.core.pacing import parse_quota
 
 
@@ -158,8 +165,15 @@ class ChannelSettings(_Model):
     batch: BatchSettings | None = None
     """Send through the provider's batch endpoint, many messages per request (off by
     default; a provider with no batch endpoint refuses it at start-up)."""
+    lanes: list[str] = Field(default_factory=lambda: list(DEFAULT_LANES))
+    """The queue's lanes, first first (``tidings.core.lanes``, docs/lanes.md): ``notify``
+    goes to ``transactional``, campaigns and digests to ``bulk``; one lane is plain FIFO."""
+    lane_min_share: float = Field(default=DEFAULT_MIN_SHARE, ge=0, lt=1)
+    """What each lane after the first keeps of what is taken while it has work (0:
+    strict order)."""
 
     _quota = field_validator("quota")(_valid_quota)
+    _lanes = field_validator("lanes")(check_lane_names)
 
 
 class CampaignSettings(_Model):
@@ -179,6 +193,9 @@ class CampaignSettings(_Model):
     throttle: ThrottleSettings | None = None
     """A per-recipient throttle on this campaign's sends, on each of its channels, in
     place of the channel's own: they are counted apart from the channel's other sends."""
+    lane: str | None = None
+    """The lane of its channels' queues (``channels.<name>.lanes``) its intents go to;
+    default: ``bulk``, or each channel's last lane."""
 
 
 class RetrySettings(_Model):
@@ -336,54 +353,6 @@ class ApiSettings(_Model):
     _rate = field_validator("publish_rate")(_valid_quota)
 
 
-class TwilioWebhookSettings(_Model):
-    """Twilio status callbacks, signed with the account's auth token (HMAC-SHA1)."""
-
-    auth_token_env: str = "TWILIO_AUTH_TOKEN"
-    """Holds the account's auth token (Twilio signs with it even when sends use an API
-    key); two comma-separated during a rotation (primary, secondary)."""
-
-
-class SendGridWebhookSettings(_Model):
-    """SendGrid's signed event webhook (ECDSA P-256)."""
-
-    public_key_env: str = "SENDGRID_WEBHOOK_PUBLIC_KEY"
-    """Holds the verification key as SendGrid shows it (base64 DER); several
-    comma-separated while a key is replaced."""
-    tolerance_s: Seconds = 300.0
-    """How far the signed timestamp may be from the server's clock."""
-
-
-class PostmarkWebhookSettings(_Model):
-    """Postmark webhooks, which offer HTTP basic auth only (credentials in the URL)."""
-
-    username_env: str = "POSTMARK_WEBHOOK_USERNAME"
-    password_env: str = "POSTMARK_WEBHOOK_PASSWORD"
-
-
-class GenericWebhookSettings(_Model):
-    """Any other provider: ``X-Tidings-Signature: t=<unix>,v1=<hex HMAC-SHA256>``."""
-
-    secrets_env: str = "TIDINGS_WEBHOOK_SECRETS"
-    """One or more environment variable names, comma-separated; each holds one secret or
-    several comma-separated. Two secrets verify during a rotation."""
-    tolerance_s: Seconds = 300.0
-
-
-class WebhookSettings(_Model):
-    """Provider webhooks (``POST /v1/webhooks/{provider}``). Secrets are never in the
-    file: each ``*_env`` names an environment variable that holds them."""
-
-    public_url: HttpUrlStr | None = None
-    """The base URL providers call (``https://notify.example.com``) when a proxy
-    rewrites it: Twilio signs the full URL it called. Default: the URL as received."""
-    max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
-    twilio: TwilioWebhookSettings = TwilioWebhookSettings()
-    sendgrid: SendGridWebhookSettings = SendGridWebhookSettings()
-    postmark: PostmarkWebhookSettings = PostmarkWebhookSettings()
-    generic: GenericWebhookSettings = GenericWebhookSettings()
-
-
 class SuppressionSettings(_Model):
     """The suppression list (``tidings.core.suppression``, docs/suppression.md): hard
     bounces, complaints and STOP replies suppress an address at once; soft bounces
@@ -505,6 +474,12 @@ class Settings(_Model):
                         f"campaigns.{name}.channels[{index}]",
                         f"repeats channel {channel!r} "
                         f"(channels[{campaign.channels.index(channel)}]); name each once")
+                lanes = settings.channels[channel].lanes
+                if campaign.lane is not None and campaign.lane not in lanes:
+                    raise ConfigurationError(
+                        f"campaigns.{name}.lane",
+                        f"{campaign.lane!r} is not a lane of channel {channel!r}: its lanes "
+                        f"are {lanes} (channels.{channel}.lanes)")
         for name, queue in settings.api.queues.items():
             check_queue_digest(name, queue)
         return settings

@@ -70,6 +70,8 @@ class IntentDraft:
     expires_at: float | None = None
     campaign: str | None = None
     occurrence: str | None = None
+    lane: int = 0
+    """The intent's lane on its channel's queue (``tidings.core.lanes``)."""
 
 
 class DraftPage(Sequence[IntentDraft]):
@@ -83,17 +85,22 @@ class DraftPage(Sequence[IntentDraft]):
     ``prefix + recipient_id + suffix`` (see ``campaign_key_parts``).
     """
 
-    __slots__ = ("campaign", "channels", "due_at", "expires_at", "occurrence", "rows",
+    __slots__ = ("campaign", "channels", "due_at", "expires_at", "lanes", "occurrence", "rows",
                  "template")
 
     def __init__(self, *, campaign: str, occurrence: str, template: str, due_at: float,
-                 expires_at: float | None, channels: Sequence[tuple[str, str, str]]) -> None:
+                 expires_at: float | None, channels: Sequence[tuple[str, str, str]],
+                 lanes: Sequence[int] | None = None) -> None:
         self.campaign = campaign
         self.occurrence = occurrence
         self.template = template
         self.due_at = due_at
         self.expires_at = expires_at
         self.channels = tuple(channels)
+        #: Each channel's lane for this page's intents, paired with ``channels``.
+        self.lanes = tuple(lanes) if lanes is not None else (0,) * len(self.channels)
+        if len(self.lanes) != len(self.channels):
+            raise ValueError("a page has one lane per channel")
         #: (channel index, recipient id, address, data JSON) per intent, in page order
         self.rows: list[tuple[int, str, str, str]] = []
 
@@ -109,7 +116,8 @@ class DraftPage(Sequence[IntentDraft]):
         return IntentDraft(key=prefix + row[1] + suffix, channel=channel, recipient_id=row[1],
                            address=row[2], template=self.template, data=row[3],
                            due_at=self.due_at, expires_at=self.expires_at,
-                           campaign=self.campaign, occurrence=self.occurrence)
+                           campaign=self.campaign, occurrence=self.occurrence,
+                           lane=self.lanes[row[0]])
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -304,6 +312,8 @@ class Received:
     enqueued_at: float
     failures: int = 0
     """Receives that failed on the message itself (``Transport.nack`` with ``failed``)."""
+    lane: int = 0
+    """The message's lane (``tidings.core.lanes``); 0 where the transport keeps none."""
 
 
 @dataclass(frozen=True, kw_only=True)

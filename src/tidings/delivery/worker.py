@@ -95,9 +95,7 @@ class Worker(Claiming):
             self._room.clear()
             await self._room.wait()
             return idle
-        batch = await self.transport.receive(
-            self.channel, max_messages=min(room, self.config.batch_size),
-            visibility_s=self.config.visibility_s, now=self.clock.now())
+        batch = await self._receive(min(room, self.config.batch_size))
         if batch:
             await self._take(batch)
             return self.config.idle_poll_s
@@ -139,12 +137,22 @@ class Worker(Claiming):
 
     async def run_once(self) -> int:
         """Receive one batch and handle it completely; return how many messages it held."""
-        batch = await self.transport.receive(
-            self.channel, max_messages=self.config.batch_size,
-            visibility_s=self.config.visibility_s, now=self.clock.now())
+        batch = await self._receive(self.config.batch_size)
         if batch:
             await self.handle(batch)
         return len(batch)
+
+    async def _receive(self, limit: int) -> list[Received]:
+        """Up to ``limit`` messages, lane by lane as ``lane_share`` plans: a lower lane
+        owed its share is asked alone first, for what it is owed."""
+        batch: list[Received] = []
+        for lanes, most in self.lane_share.plan(limit):
+            got = await self.transport.receive(
+                self.channel, max_messages=most, visibility_s=self.config.visibility_s,
+                now=self.clock.now(), lanes=lanes)
+            self.lane_share.took(lanes, [m.lane for m in got], limit=most)
+            batch += got
+        return batch
 
     async def handle(self, batch: Sequence[Received]) -> None:
         """Take a batch, wait for its sends, commit and ack (tests cut into this)."""

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from tidings.core.clock import Clock
+from tidings.core.lanes import DEFAULT_LANES, DEFAULT_MIN_SHARE, LaneShare
 from tidings.core.liveness import Fence
 from tidings.core.model import Received, address_kind
 from tidings.core.policy import RetryPolicy
@@ -84,6 +85,11 @@ class WorkerConfig:
     (``channels.<name>.batch``; 1: one request per message). See ``delivery.batching``."""
     batch_linger_s: float = DEFAULT_LINGER_S
     """The longest a lone message waits for others to share its request."""
+    lanes: int = len(DEFAULT_LANES)
+    """The channel's lanes (``channels.<name>.lanes``): a receive takes the first
+    lane's ready messages before the next's."""
+    lane_min_share: float = DEFAULT_MIN_SHARE
+    """What each lane after the first keeps of what is taken while it has work."""
 
 
 @dataclass(kw_only=True)
@@ -150,6 +156,8 @@ class WorkerState:
         self.worker_id = worker_id
         self.config = config or WorkerConfig()
         self.rng = rng or random.Random()
+        # Which lanes a receive asks, and for how many (``core.lanes``).
+        self.lane_share = LaneShare(self.config.lanes, self.config.lane_min_share)
         # The send-time gate: preferences, address checks, rendering. Without one, the
         # provider gets the identifiers alone (the sandbox renders nothing).
         self.composer = composer

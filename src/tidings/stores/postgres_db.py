@@ -382,8 +382,10 @@ class PostgresDatabase(SharedDatabase):
 
 
 async def insert_messages(conn: Conn, sql: Mapping[str, str], queue: str,
-                          rows: Sequence[tuple[str, str, float]], *, now: float) -> None:
-    """Insert ``(message_id, body, delay_s)`` rows inside the caller's transaction.
+                          rows: Sequence[tuple[str, str, float]], *, now: float,
+                          lanes: Sequence[int | None] | None = None) -> None:
+    """Insert ``(message_id, body, delay_s)`` rows inside the caller's transaction,
+    each in the paired lane of ``lanes``, or (``None``) in its intent's lane.
 
     One statement for the whole batch (arrays unnested server-side). The store uses
     this too, to admit intents and their messages in one transaction.
@@ -395,5 +397,6 @@ async def insert_messages(conn: Conn, sql: Mapping[str, str], queue: str,
         "message_ids": [message_id for message_id, _, _ in rows],
         "bodies": [body for _, body, _ in rows],
         "available": [now + max(0.0, delay_s) for _, _, delay_s in rows],
+        "lanes": list(lanes) if lanes is not None else [None] * len(rows),
     }
     await conn.execute(sql["message_insert_many"], params)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
+from tidings.core.lanes import EVERY_LANE
 from tidings.core.model import DeadLetter, OutgoingMessage, QueueDepth, Received
 
 
@@ -30,9 +31,13 @@ class Transport(Protocol):
         ...
 
     async def receive(
-        self, queue: str, *, max_messages: int, visibility_s: float, now: float
+        self, queue: str, *, max_messages: int, visibility_s: float, now: float,
+        lanes: Sequence[int] = EVERY_LANE,
     ) -> list[Received]:
-        """Take up to ``max_messages`` visible messages, oldest first, hiding them."""
+        """Take up to ``max_messages`` visible messages, hiding them: lane by lane in the
+        order of ``lanes`` (``tidings.core.lanes``; a lane not named is not taken from),
+        oldest first within a lane. A transport that keeps no lanes holds every message
+        in lane 0."""
         ...
 
     async def ack(self, queue: str, receipts: Sequence[str]) -> None:

@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from tidings.core.errors import StoreError, TransportError
+from tidings.core.lanes import EVERY_LANE
 from tidings.core.model import DeadLetter, OutgoingMessage, QueueDepth, Received
 from tidings.stores.postgres_db import Conn, PostgresDatabase, insert_messages
 from tidings.stores.receipts import parse_receipt
@@ -110,21 +111,25 @@ class PostgresTransport:
         self._wakeups.wake(queue)
 
     async def receive(
-        self, queue: str, *, max_messages: int, visibility_s: float, now: float
+        self, queue: str, *, max_messages: int, visibility_s: float, now: float,
+        lanes: Sequence[int] = EVERY_LANE,
     ) -> list[Received]:
-        """Take up to ``max_messages`` visible messages, oldest first, hiding them."""
-        if max_messages <= 0:
+        """Take up to ``max_messages`` visible messages, lane by lane in the order of
+        ``lanes``, oldest first in each, hiding them."""
+        if max_messages <= 0 or not lanes:
             return []
         rows = await self._rows("message_receive", {
             "queue": queue, "now": now, "visible_at": now + visibility_s,
-            "limit": max_messages, "receiver": self._receiver})
-        # RETURNING order is unspecified; publish order is what "oldest" means here.
-        rows.sort(key=lambda r: (r[5], r[0]))
+            "limit": max_messages, "receiver": self._receiver, "lanes": list(lanes)})
+        # RETURNING order is unspecified; lane order, then publish order within a lane,
+        # is what the caller asked for.
+        rank = {lane: i for i, lane in enumerate(lanes)}
+        rows.sort(key=lambda r: (rank.get(r[7], len(rank)), r[5], r[0]))
         return [
             Received(queue=queue, message_id=message_id, body=body,
                      receipt=f"{row_id}:{token}", receive_count=count,
-                     enqueued_at=float(enqueued_at), failures=failures)
-            for row_id, message_id, body, count, token, enqueued_at, failures, _ in rows
+                     enqueued_at=float(enqueued_at), failures=failures, lane=lane)
+            for row_id, message_id, body, count, token, enqueued_at, failures, lane, _ in rows
         ]
 
     async def ack(self, queue: str, receipts: Sequence[str]) -> None:

@@ -56,6 +56,7 @@ from redis.commands.core import AsyncScript
 
 from tidings.config.transport_urls import redact_url, split_prefix
 from tidings.core.errors import TransportError
+from tidings.core.lanes import EVERY_LANE
 from tidings.core.model import DeadLetter, OutgoingMessage, QueueDepth, Received
 
 log = logging.getLogger("tidings.transports.redis")
@@ -297,9 +298,14 @@ class RedisStreamsTransport:
             await self._script_packed("publish", queue, 1 + 3 * len(chunk), argv)
 
     async def receive(
-        self, queue: str, *, max_messages: int, visibility_s: float, now: float
+        self, queue: str, *, max_messages: int, visibility_s: float, now: float,
+        lanes: Sequence[int] = EVERY_LANE,
     ) -> list[Received]:
-        """Take up to ``max_messages`` visible messages, oldest first, hiding them."""
+        """Take up to ``max_messages`` visible messages, oldest first, hiding them.
+        One lane here (``lanes`` is not yet kept on this broker: every message is lane 0
+        and comes in publish order)."""
+        if 0 not in lanes:
+            return []
         if max_messages <= 0:
             return []
         flat = await self._script("receive", queue, [

@@ -15,9 +15,10 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from tidings.core.errors import StoreError, TransportError
+from tidings.core.lanes import EVERY_LANE
 from tidings.core.model import DeadLetter, OutgoingMessage, QueueDepth, Received
 from tidings.stores.receipts import parse_receipt
-from tidings.stores.sqlite_db import SqliteDatabase, insert_messages
+from tidings.stores.sqlite_db import SqliteDatabase, publish_messages
 from tidings.transports.wakeups import Wakeups
 
 T = TypeVar("T")
@@ -86,33 +87,45 @@ class SqliteTransport:
         sql = self._sql
 
         def fn(conn: sqlite3.Connection) -> None:
-            insert_messages(conn, sql, queue,
-                            [(m.message_id, m.body, m.delay_s) for m in messages], now=now)
+            publish_messages(conn, sql, queue,
+                             [(m.message_id, m.body, m.delay_s) for m in messages], now=now)
 
         await self._write(fn)
         self._wakeups.wake(queue)
 
     async def receive(
-        self, queue: str, *, max_messages: int, visibility_s: float, now: float
+        self, queue: str, *, max_messages: int, visibility_s: float, now: float,
+        lanes: Sequence[int] = EVERY_LANE,
     ) -> list[Received]:
-        """Take up to ``max_messages`` visible messages, oldest first, hiding them."""
-        if max_messages <= 0:
+        """Take up to ``max_messages`` visible messages, lane by lane in the order of
+        ``lanes``, oldest first in each, hiding them."""
+        if max_messages <= 0 or not lanes:
             return []
-        params = {"queue": queue, "now": now, "visible_at": now + visibility_s,
-                  "limit": max_messages, "receiver": self._receiver}
+        sql = self._sql["message_receive"]
+        receiver = self._receiver
 
-        def fn(conn: sqlite3.Connection) -> list[tuple[int, bytes, bytes, int, int, float, int]]:
-            return conn.execute(self._sql["message_receive"], params).fetchall()
+        def fn(conn: sqlite3.Connection) -> list[tuple[int, bytes, bytes, int, int, float, int,
+                                                       int]]:
+            taken: list[tuple[int, bytes, bytes, int, int, float, int, int]] = []
+            for lane in lanes:
+                rows = conn.execute(sql, {
+                    "queue": queue, "lane": lane, "now": now, "visible_at": now + visibility_s,
+                    "limit": max_messages - len(taken), "receiver": receiver}).fetchall()
+                # RETURNING order is unspecified; publish order is what "oldest" means
+                # within a lane.
+                rows.sort(key=lambda r: (r[5], r[0]))
+                taken += rows
+                if len(taken) >= max_messages:
+                    break
+            return taken
 
         rows = await self._write(fn)
-        # RETURNING order is unspecified; publish order is what "oldest" means here.
         # float(): RETURNING hands back a whole REAL as the integer SQLite stored it as.
-        rows.sort(key=lambda r: (r[5], r[0]))
         return [
             Received(queue=queue, message_id=shown(message_id), body=body_of(body),
                      receipt=f"{row_id}:{token}", receive_count=count,
-                     enqueued_at=float(enqueued_at), failures=failures)
-            for row_id, message_id, body, count, token, enqueued_at, failures in rows
+                     enqueued_at=float(enqueued_at), failures=failures, lane=lane)
+            for row_id, message_id, body, count, token, enqueued_at, failures, lane in rows
         ]
 
     async def ack(self, queue: str, receipts: Sequence[str]) -> None:

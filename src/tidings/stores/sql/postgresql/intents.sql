@@ -17,7 +17,8 @@ CREATE TEMP TABLE IF NOT EXISTS admit_stage (
     occurrence   text,
     due_at       double precision NOT NULL,
     expires_at   double precision,
-    body         text             NOT NULL
+    body         text             NOT NULL,
+    lane         smallint         NOT NULL
 ) ON COMMIT DELETE ROWS
 
 -- name: admit_stage_clear
@@ -27,7 +28,7 @@ DELETE FROM admit_stage
 
 -- name: admit_stage_copy
 COPY admit_stage (n, key, channel, recipient_id, address, template, data, campaign,
-                  occurrence, due_at, expires_at, body) FROM STDIN
+                  occurrence, due_at, expires_at, body, lane) FROM STDIN
 
 -- name: intent_admit_staged
 -- The staged page as selected intents (one "selected" event each). Intents go in page
@@ -40,11 +41,11 @@ WITH fresh AS (
     INSERT INTO intents (
         created_at, updated_at, selected_at, publish_lease_until, state,
         key, channel, recipient_id, address, template, data, campaign, occurrence,
-        due_at, expires_at
+        due_at, expires_at, lane
     )
     SELECT %(now)s::float8, %(now)s::float8, %(now)s::float8, %(lease_until)s::float8,
            'selected', key, channel, recipient_id, address, template, data, campaign,
-           occurrence, due_at, expires_at
+           occurrence, due_at, expires_at, lane
     FROM admit_stage ORDER BY n
     ON CONFLICT (key) DO NOTHING
     RETURNING key
@@ -62,11 +63,11 @@ WITH fresh AS (
     INSERT INTO intents (
         created_at, updated_at, selected_at, enqueued_at, state,
         key, channel, recipient_id, address, template, data, campaign, occurrence,
-        due_at, expires_at
+        due_at, expires_at, lane
     )
     SELECT %(now)s::float8, %(now)s::float8, %(now)s::float8, %(now)s::float8,
            'enqueued', key, channel, recipient_id, address, template, data, campaign,
-           occurrence, due_at, expires_at
+           occurrence, due_at, expires_at, lane
     FROM admit_stage ORDER BY n
     ON CONFLICT (key) DO NOTHING
     RETURNING key
@@ -78,8 +79,8 @@ WITH fresh AS (
     FROM admitted
 ), queued AS (
     -- In stage order: message ids grow in publish order, which receive calls oldest.
-    INSERT INTO messages (queue, enqueued_at, message_id, body, available_at)
-    SELECT channel, %(now)s::float8, key, body, greatest(due_at, %(now)s::float8)
+    INSERT INTO messages (queue, enqueued_at, message_id, body, available_at, lane)
+    SELECT channel, %(now)s::float8, key, body, greatest(due_at, %(now)s::float8), lane
     FROM admitted ORDER BY n
 )
 SELECT key FROM fresh
@@ -99,11 +100,11 @@ WITH fresh AS (
     INSERT INTO intents (
         created_at, updated_at, selected_at, publish_lease_until, state,
         key, channel, recipient_id, address, template, data, campaign, occurrence,
-        due_at, expires_at
+        due_at, expires_at, lane
     )
     SELECT %(now)s::float8, %(now)s::float8, %(now)s::float8, %(lease_until)s::float8,
            'selected', key, channel, recipient_id, address, template, data, campaign,
-           occurrence, due_at, expires_at
+           occurrence, due_at, expires_at, lane
     FROM admit_stage
 )
 INSERT INTO events (key, channel, type, at, state, attempt)
@@ -115,18 +116,18 @@ WITH fresh AS (
     INSERT INTO intents (
         created_at, updated_at, selected_at, enqueued_at, state,
         key, channel, recipient_id, address, template, data, campaign, occurrence,
-        due_at, expires_at
+        due_at, expires_at, lane
     )
     SELECT %(now)s::float8, %(now)s::float8, %(now)s::float8, %(now)s::float8,
            'enqueued', key, channel, recipient_id, address, template, data, campaign,
-           occurrence, due_at, expires_at
+           occurrence, due_at, expires_at, lane
     FROM admit_stage
 ), logged AS (
     INSERT INTO events (key, channel, type, at, state, attempt)
     SELECT key, channel, 'enqueued', %(now)s::float8, 'enqueued', 0 FROM admit_stage
 )
-INSERT INTO messages (queue, enqueued_at, message_id, body, available_at)
-SELECT channel, %(now)s::float8, key, body, greatest(due_at, %(now)s::float8)
+INSERT INTO messages (queue, enqueued_at, message_id, body, available_at, lane)
+SELECT channel, %(now)s::float8, key, body, greatest(due_at, %(now)s::float8), lane
 FROM admit_stage
 
 -- name: admit_page_stage_create
@@ -149,19 +150,20 @@ COPY admit_page_stage (channel, recipient_id, address, data) FROM STDIN
 -- joined by index; the stage stays the outer, scanned side, so rows keep page order.
 WITH staged AS (
     SELECT c.channel, c.prefix || s.recipient_id || c.suffix AS key, s.recipient_id,
-           s.address, s.data
+           s.address, s.data, c.lane
     FROM admit_page_stage s
-    JOIN unnest(%(channels)s::text[], %(prefixes)s::text[], %(suffixes)s::text[])
-         WITH ORDINALITY AS c(channel, prefix, suffix, i) ON c.i = s.channel + 1
+    JOIN unnest(%(channels)s::text[], %(prefixes)s::text[], %(suffixes)s::text[],
+                %(lanes)s::smallint[])
+         WITH ORDINALITY AS c(channel, prefix, suffix, lane, i) ON c.i = s.channel + 1
 ), fresh AS (
     INSERT INTO intents (
         created_at, updated_at, selected_at, publish_lease_until, state,
         key, channel, recipient_id, address, template, data, campaign, occurrence,
-        due_at, expires_at
+        due_at, expires_at, lane
     )
     SELECT %(now)s::float8, %(now)s::float8, %(now)s::float8, %(lease_until)s::float8,
            'selected', key, channel, recipient_id, address, %(template)s, data,
-           %(campaign)s, %(occurrence)s, %(due_at)s::float8, %(expires_at)s::float8
+           %(campaign)s, %(occurrence)s, %(due_at)s::float8, %(expires_at)s::float8, lane
     FROM staged
 )
 INSERT INTO events (key, channel, type, at, state, attempt)
@@ -172,27 +174,28 @@ SELECT key, channel, 'selected', %(now)s::float8, 'selected', 0 FROM staged
 -- model.message_body's: %(body_head)s, the key as a JSON string, %(body_tail)s.
 WITH staged AS (
     SELECT c.channel, c.prefix || s.recipient_id || c.suffix AS key, s.recipient_id,
-           s.address, s.data
+           s.address, s.data, c.lane
     FROM admit_page_stage s
-    JOIN unnest(%(channels)s::text[], %(prefixes)s::text[], %(suffixes)s::text[])
-         WITH ORDINALITY AS c(channel, prefix, suffix, i) ON c.i = s.channel + 1
+    JOIN unnest(%(channels)s::text[], %(prefixes)s::text[], %(suffixes)s::text[],
+                %(lanes)s::smallint[])
+         WITH ORDINALITY AS c(channel, prefix, suffix, lane, i) ON c.i = s.channel + 1
 ), fresh AS (
     INSERT INTO intents (
         created_at, updated_at, selected_at, enqueued_at, state,
         key, channel, recipient_id, address, template, data, campaign, occurrence,
-        due_at, expires_at
+        due_at, expires_at, lane
     )
     SELECT %(now)s::float8, %(now)s::float8, %(now)s::float8, %(now)s::float8,
            'enqueued', key, channel, recipient_id, address, %(template)s, data,
-           %(campaign)s, %(occurrence)s, %(due_at)s::float8, %(expires_at)s::float8
+           %(campaign)s, %(occurrence)s, %(due_at)s::float8, %(expires_at)s::float8, lane
     FROM staged
 ), logged AS (
     INSERT INTO events (key, channel, type, at, state, attempt)
     SELECT key, channel, 'enqueued', %(now)s::float8, 'enqueued', 0 FROM staged
 )
-INSERT INTO messages (queue, enqueued_at, message_id, body, available_at)
+INSERT INTO messages (queue, enqueued_at, message_id, body, available_at, lane)
 SELECT channel, %(now)s::float8, key, %(body_head)s || to_json(key)::text || %(body_tail)s,
-       greatest(%(due_at)s::float8, %(now)s::float8)
+       greatest(%(due_at)s::float8, %(now)s::float8), lane
 FROM staged
 
 -- name: relay_lock

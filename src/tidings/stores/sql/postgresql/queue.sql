@@ -4,12 +4,16 @@
 -- name: message_insert_many
 -- One array per column, unnested in publish order (ids grow in that order). The
 -- notification wakes idle consumers of the queue in every process once the
--- transaction commits (never before; none on rollback).
+-- transaction commits (never before; none on rollback). %(lanes)s: each message's
+-- lane; NULL for a message to go to its intent's lane (a republish, a message that is
+-- no intent's: lane 0).
 WITH inserted AS (
-    INSERT INTO messages (queue, enqueued_at, message_id, body, available_at)
-    SELECT %(queue)s, %(now)s::float8, m.message_id, m.body, m.available_at
-    FROM unnest(%(message_ids)s::text[], %(bodies)s::text[], %(available)s::float8[])
-         WITH ORDINALITY AS m(message_id, body, available_at, n)
+    INSERT INTO messages (queue, enqueued_at, message_id, body, available_at, lane)
+    SELECT %(queue)s, %(now)s::float8, m.message_id, m.body, m.available_at,
+           coalesce(m.lane, (SELECT i.lane FROM intents i WHERE i.key = m.message_id), 0)
+    FROM unnest(%(message_ids)s::text[], %(bodies)s::text[], %(available)s::float8[],
+                %(lanes)s::smallint[])
+         WITH ORDINALITY AS m(message_id, body, available_at, lane, n)
     ORDER BY m.n
     RETURNING 1
 )
@@ -31,10 +35,12 @@ LISTEN tidings_ready
 SELECT current_schema()
 
 -- name: message_receive
--- Oldest visible first. SKIP LOCKED: concurrent receivers on any machine take disjoint
--- batches instead of waiting on each other's rows. The receive token fences receipts
--- of earlier receives. %(receiver)s names the receiving worker (NULL: not recorded),
--- for message_release_receiver.
+-- Lane by lane in the order of %(lanes)s (tidings.core.lanes), oldest visible first in
+-- each: a lateral subquery per lane, each an index range of messages_ready, and no
+-- lane is read once the limit is reached. SKIP LOCKED: concurrent receivers on any
+-- machine take disjoint batches instead of waiting on each other's rows. The receive
+-- token fences receipts of earlier receives. %(receiver)s names the receiving worker
+-- (NULL: not recorded), for message_release_receiver.
 -- A receive only hides messages for a while, so its commit does not wait for the WAL
 -- flush (synchronous_commit off, for this statement's transaction alone): a server
 -- crash that forgot it makes them visible again, which at-least-once delivery and the
@@ -45,14 +51,19 @@ UPDATE messages
 SET available_at = %(visible_at)s, receive_count = receive_count + 1,
     receive_token = receive_token + 1, leased = true, receiver = %(receiver)s
 WHERE id IN (
-    SELECT id FROM messages
-    WHERE queue = %(queue)s AND available_at <= %(now)s
-    ORDER BY available_at, id
+    SELECT m.id
+    FROM unnest(%(lanes)s::smallint[]) AS l(lane)
+    CROSS JOIN LATERAL (
+        SELECT id FROM messages
+        WHERE queue = %(queue)s AND lane = l.lane AND available_at <= %(now)s
+        ORDER BY available_at, id
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) AS m
     LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
 )
 RETURNING id, message_id, body, receive_count, receive_token, enqueued_at, failures,
-    set_config('synchronous_commit', 'off', true)
+    lane, set_config('synchronous_commit', 'off', true)
 
 -- name: message_ack
 -- By id alone: whoever acks has finished the work, even under a stale receipt.
@@ -99,14 +110,17 @@ ORDER BY dead_at, id
 LIMIT %s
 
 -- name: dead_letter_redrive
--- Back on the queue as fresh messages: visible now, never received.
+-- Back on the queue as fresh messages: visible now, never received, each in its
+-- intent's lane.
 WITH moved AS (
     DELETE FROM dead_letters
     WHERE queue = %(queue)s AND id = ANY(%(ids)s::bigint[])
     RETURNING id, queue, message_id, body
 )
-INSERT INTO messages (queue, message_id, body, available_at, enqueued_at)
-SELECT queue, message_id, body, %(now)s, %(now)s FROM moved ORDER BY id
+INSERT INTO messages (queue, message_id, body, available_at, enqueued_at, lane)
+SELECT queue, message_id, body, %(now)s, %(now)s,
+       coalesce((SELECT i.lane FROM intents i WHERE i.key = moved.message_id), 0)
+FROM moved ORDER BY id
 
 -- name: queue_depth
 SELECT

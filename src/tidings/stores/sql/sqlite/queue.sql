@@ -2,18 +2,29 @@
 -- visibility timeout, and a dead-letter table. A receipt is "<id>:<receive_token>".
 
 -- name: message_insert_many
--- The caller replaces {rows} with one "(?, ?, ?)" group per message (message_id, body,
--- available_at); the two leading parameters are the queue and enqueued_at.
-INSERT INTO messages (queue, enqueued_at, message_id, body, available_at)
+-- The caller replaces {rows} with one "(?, ?, ?, ?)" group per message (message_id,
+-- body, available_at, lane); the two leading parameters are the queue and enqueued_at.
+INSERT INTO messages (queue, enqueued_at, message_id, body, available_at, lane)
 SELECT ?, ?, v.* FROM (VALUES {rows}) AS v
+
+-- name: message_publish_many
+-- message_insert_many for a publish from outside admission (a republish, a redrive of
+-- an intent's message): each message goes to its intent's lane (lane 0 where the
+-- message is not an intent's). The caller replaces {rows} with one "(?, ?, ?)" group
+-- per message (message_id, body, available_at).
+INSERT INTO messages (queue, enqueued_at, message_id, body, available_at, lane)
+SELECT ?, ?, v.column1, v.column2, v.column3,
+    coalesce((SELECT i.lane FROM intents i WHERE i.key = v.column1), 0)
+FROM (VALUES {rows}) AS v
 
 -- name: message_insert_keys
 -- One message per key of the JSON array :keys, all visible from :available_at: a page
--- of admissions enqueues in one statement. The body is model.message_body's, built
+-- of admissions enqueues in one statement, in lane :lane. The body is model.message_body's, built
 -- here: :body_head, the key as a JSON string, :body_tail (the caller passes only keys
 -- JSON would not escape, so it is the same text to the byte).
-INSERT INTO messages (queue, enqueued_at, message_id, body, available_at)
-SELECT :queue, :now, value, :body_head || json_quote(value) || :body_tail, :available_at
+INSERT INTO messages (queue, enqueued_at, message_id, body, available_at, lane)
+SELECT :queue, :now, value, :body_head || json_quote(value) || :body_tail, :available_at,
+    :lane
 FROM json_each(:keys)
 
 -- name: queue_next_available
@@ -21,7 +32,8 @@ FROM json_each(:keys)
 SELECT min(available_at) FROM messages WHERE queue = ?
 
 -- name: message_receive
--- Oldest visible first; the receive token fences receipts of earlier receives.
+-- Oldest visible first, in one lane (the caller asks lane by lane, in the worker's
+-- order: tidings.core.lanes); the receive token fences receipts of earlier receives.
 -- :receiver names the receiving worker (NULL: not recorded), for message_release_receiver.
 -- Text comes back as bytes: a body that is not UTF-8 must reach the consumer (to be
 -- dead-lettered), not fail the whole receive.
@@ -30,12 +42,12 @@ SET available_at = :visible_at, receive_count = receive_count + 1,
     receive_token = receive_token + 1, leased = 1, receiver = :receiver
 WHERE id IN (
     SELECT id FROM messages
-    WHERE queue = :queue AND available_at <= :now
+    WHERE queue = :queue AND lane = :lane AND available_at <= :now
     ORDER BY available_at, id
     LIMIT :limit
 )
 RETURNING id, CAST(message_id AS BLOB), CAST(body AS BLOB), receive_count, receive_token,
-    enqueued_at, failures
+    enqueued_at, failures, lane
 
 -- name: message_ack
 -- By id alone: whoever acks has finished the work, even under a stale receipt.
@@ -75,9 +87,11 @@ ORDER BY dead_at, id
 LIMIT ?
 
 -- name: dead_letter_redrive_copy
--- Back on the queue as a fresh message: visible now, never received.
-INSERT INTO messages (queue, message_id, body, available_at, enqueued_at)
-SELECT queue, message_id, body, :now, :now
+-- Back on the queue as a fresh message: visible now, never received, in its intent's
+-- lane.
+INSERT INTO messages (queue, message_id, body, available_at, enqueued_at, lane)
+SELECT queue, message_id, body, :now, :now,
+    coalesce((SELECT i.lane FROM intents i WHERE i.key = dead_letters.message_id), 0)
 FROM dead_letters
 WHERE +queue = :queue AND id IN (SELECT value FROM json_each(:ids))
 ORDER BY id
