@@ -121,3 +121,31 @@ def test_settings_refuse_bad_lanes_naming_the_field() -> None:
             "audience": {"kind": "list", "recipients": []}, "lane": "urgent"}}})
     assert "campaigns.weekly.lane" in str(caught.value)
     assert "'urgent' is not a lane of channel 'email'" in str(caught.value)
+
+
+async def test_the_publish_route_goes_to_transactional_unless_its_queue_names_a_lane() -> None:
+    from tidings.admission.campaign import Campaign
+    from tidings.admission.publish_intake import PublishItem, resolve
+    from tidings.config.queues import QueueSettings
+
+    def campaign_of(name: str) -> Campaign:
+        raise AssertionError(name)
+
+    item = PublishItem(customer_id="c1", schedule_day="2026-12-07", template="receipt",
+                       email="c1@example.com")
+    queues = {"receipts": QueueSettings(channel="email"),
+              "statements": QueueSettings(channel="email", lane="bulk")}
+    lanes = {"email": ("transactional", "bulk")}
+    for queue, lane in (("receipts", 0), ("statements", 1)):
+        published = await resolve(queue, item, queues=queues, campaign_of=campaign_of,
+                                  kinds={"email": "email"}, problem=lambda d: None,
+                                  now=1_790_000_000.0, lanes=lanes)
+        assert [d.lane for d in published.drafts] == [lane]
+
+
+def test_a_queue_naming_a_lane_its_channel_lacks_is_refused_naming_it() -> None:
+    with pytest.raises(ConfigurationError, match="'later' is not a lane of channel") as info:
+        Settings.parse({"store": "sqlite:///x.db",
+                        "channels": {"email": {"provider": {"kind": "sandbox-twin"}}},
+                        "api": {"queues": {"receipts": {"channel": "email", "lane": "later"}}}})
+    assert info.value.field == "api.queues.receipts.lane"

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date, datetime, time
 from typing import Any
 
@@ -28,6 +28,7 @@ from tidings.admission.scheduler import occurrence_id
 from tidings.config.queues import QueueSettings
 from tidings.core.errors import InvalidInput
 from tidings.core.keys import campaign_key, check_json_text, queue_key, template_ref, validate_key
+from tidings.core.lanes import DEFAULT_LANES, NO_LANES, ChannelLanes, lane_number
 from tidings.core.model import IntentDraft, Recipient, address_kind, encode_data
 
 _VERSIONED = re.compile(r"^(?P<base>.+?)[-/@_.]v(?P<version>[1-9][0-9]{0,5})$")
@@ -247,12 +248,27 @@ async def find_member(audience: Audience, rid: str) -> Recipient | None:
 
 async def resolve(queue: str, item: PublishItem, *, queues: Mapping[str, QueueSettings],
                   campaign_of: Callable[[str], Campaign], kinds: Mapping[str, str],
-                  problem: DraftProblem, now: float, where: str = "") -> Published:
+                  problem: DraftProblem, now: float, where: str = "",
+                  lanes: ChannelLanes = NO_LANES) -> Published:
     """The intents one message stands for, checked as a worker will check them.
 
     ``queues``: the configured queues; ``campaign_of``: the declared campaign of a
-    name; ``kinds``: each channel's address kind; ``problem``: the send-time checks.
+    name; ``kinds``: each channel's address kind; ``problem``: the send-time checks;
+    ``lanes``: each channel's lane names (the publish route goes to ``transactional``
+    unless the queue names its ``lane``).
     Reads a campaign's audience when the message gives no address; writes nothing."""
+    published = await _resolve(queue, item, queues=queues, campaign_of=campaign_of,
+                               kinds=kinds, problem=problem, now=now, where=where)
+    lane = queues[queue].lane
+    drafts = [replace(d, lane=lane_number(lanes.get(d.channel, DEFAULT_LANES), lane,
+                                          bulk=False))
+              for d in published.drafts]
+    return replace(published, drafts=drafts)
+
+
+async def _resolve(queue: str, item: PublishItem, *, queues: Mapping[str, QueueSettings],
+                   campaign_of: Callable[[str], Campaign], kinds: Mapping[str, str],
+                   problem: DraftProblem, now: float, where: str) -> Published:
     target = queues.get(queue)
     if target is None:
         known = ", ".join(sorted(queues)) or "none (see [api.queues] in the settings)"

@@ -166,7 +166,8 @@ async def _resolve(c: ApiContext, body: PublishRequest, now: float
     try:
         published = await publish_intake.resolve(
             body.queue, _item(body.payload), queues=c.queues, campaign_of=c.admission.campaign,
-            kinds=c.runtime.channel_kinds, problem=problem, now=now, where="body.")
+            kinds=c.runtime.channel_kinds, problem=problem, now=now, where="body.",
+            lanes=c.runtime.channel_lanes)
     except InvalidInput as exc:
         status = 409 if isinstance(exc, VersionConflict) else 422
         raise ApiError(status, exc.field, exc.message) from None

@@ -69,11 +69,18 @@ class QueueSettings(_QueueModel):
     channel: str | None = None
     digest: QueueDigestSettings | None = None
     """Channel queues only: each message becomes an item of a digest window."""
+    lane: str | None = None
+    """The lane of the channels' queues its intents go to (``channels.<name>.lanes``);
+    default: ``transactional``, or each channel's first lane. A digest queue's digests
+    go to the bulk lane when they close."""
 
     @model_validator(mode="after")
     def _one_target(self) -> QueueSettings:
         if (self.campaign is None) == (self.channel is None):
             raise ValueError("name exactly one of 'campaign' or 'channel'")
+        if self.digest is not None and self.lane is not None:
+            raise ValueError("a digest queue's digests go to the bulk lane when they "
+                             "close; leave out 'lane'")
         if self.digest is not None and self.campaign is not None:
             # A campaign's publish writes the keys its scheduler writes, so the two never
             # send one day twice; an item in a digest would be sent beside that intent.

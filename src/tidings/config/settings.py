@@ -482,6 +482,15 @@ class Settings(_Model):
                         f"are {lanes} (channels.{channel}.lanes)")
         for name, queue in settings.api.queues.items():
             check_queue_digest(name, queue)
+            targets = ([queue.channel] if queue.channel is not None else
+                       settings.campaigns[queue.campaign].channels
+                       if queue.campaign in settings.campaigns else [])
+            for channel in targets:
+                lanes = settings.channels[channel].lanes if channel in settings.channels else []
+                if queue.lane is not None and lanes and queue.lane not in lanes:
+                    raise ConfigurationError(
+                        f"api.queues.{name}.lane", f"{queue.lane!r} is not a lane of channel "
+                        f"{channel!r}: its lanes are {lanes} (channels.{channel}.lanes)")
         return settings
 
     @classmethod
