@@ -60,7 +60,7 @@ async def test_a_receive_commits_without_waiting_for_the_wal_flush(
     async def receive(conn: psycopg.AsyncConnection[object], limit: int) -> object:
         await conn.execute(sql["message_receive"], {
             "queue": "email", "now": MIGRATED_AT, "visible_at": MIGRATED_AT + 60,
-            "limit": limit, "receiver": None})
+            "limit": limit, "receiver": None, "lanes": [0, 1]})
         return await _setting(conn)
 
     # a receive that takes nothing writes no WAL and changes nothing

@@ -37,10 +37,10 @@ def record_receives(h: Harness) -> list[int]:
     receive = h.rt.transport.receive
 
     async def recording(queue: str, *, max_messages: int, visibility_s: float,
-                        now: float) -> list[Received]:
+                        now: float, **lanes: Any) -> list[Received]:
         asked.append(max_messages)
         return await receive(queue, max_messages=max_messages, visibility_s=visibility_s,
-                             now=now)
+                             now=now, **lanes)
 
     h.rt.transport.receive = recording  # type: ignore[method-assign]
     return asked

@@ -54,7 +54,7 @@ class Sending(Settling):
                     request: SendRequest) -> None:
         """Pace and send one claimed intent, then queue its outcome for the commit."""
         try:
-            decision = await self._paced_send(intent, request)
+            decision = await self._paced_send(intent, request, received.lane)
         except Exception as exc:
             # ``_paced_send`` maps what it calls raise; this is a fault of its own, and
             # by then the request may have left.
@@ -78,7 +78,8 @@ class Sending(Settling):
             "reason": decision.reason, "worker": self.worker_id})
         return decision
 
-    async def _paced_send(self, intent: Intent, request: SendRequest) -> Decision | None:
+    async def _paced_send(self, intent: Intent, request: SendRequest,
+                          lane: int = 0) -> Decision | None:
         """None when the send must not happen: stopping, or the lease is no longer ours.
 
         Whatever the pacer, the last checks, the provider or ``decide`` raise is the
@@ -87,17 +88,17 @@ class Sending(Settling):
             return None
         waited_from = self.clock.now()
         if self._wire is None:
-            return await self._paced_send_on_the_wire(intent, request, waited_from)
+            return await self._paced_send_on_the_wire(intent, request, waited_from, lane)
         async with self._wire:
-            return await self._paced_send_on_the_wire(intent, request, waited_from)
+            return await self._paced_send_on_the_wire(intent, request, waited_from, lane)
 
     async def _paced_send_on_the_wire(self, intent: Intent, request: SendRequest,
-                                      waited_from: float) -> Decision | None:
+                                      waited_from: float, lane: int) -> Decision | None:
         """``_paced_send`` once the provider has a connection for it (if it counts them)."""
         if self._stopping.is_set():
             return None
         try:
-            start = await self._acquire()
+            start = await self._acquire(lane)
             if start is None:
                 return None
         except Exception as exc:
@@ -118,9 +119,11 @@ class Sending(Settling):
             await self._pacer_call("end the 429 streak", self.pacer.succeeded)
         return decision
 
-    async def _acquire(self) -> float | None:
+    async def _acquire(self, lane: int = 0) -> float | None:
         """Wait for the pacer's slot, up to ``CHECKS_LEAD_S`` before its start (returned);
         None if ``stop()`` came first. Raises what the pacer raises (then no slot is held).
+        Where the worker keeps turns (a paced channel with lanes), the sends waiting for
+        a slot ask for it one at a time, lowest ``lane`` first (``pacing.turns``).
 
         The wait runs in the send's own task (no second task and no race of two
         futures per send): ``stop()`` cancels the sends still waiting here, and such a
@@ -130,7 +133,13 @@ class Sending(Settling):
             return None
         self._acquiring.add(task)
         try:
-            return await self.pacer.slot(early_s=CHECKS_LEAD_S)
+            if self.turns is None:
+                return await self.pacer.slot(early_s=CHECKS_LEAD_S)
+            await self.turns.take(lane)
+            try:
+                return await self.pacer.slot(early_s=CHECKS_LEAD_S)
+            finally:
+                self.turns.give()
         except asyncio.CancelledError:
             if task not in self._stop_cancelled:
                 raise

@@ -24,6 +24,7 @@ from tidings.delivery.compose import Composer
 from tidings.delivery.group_commit import Coalescer, GroupCommitConfig
 from tidings.delivery.hold_gate import HoldGate
 from tidings.delivery.pacing.pacer import Pacer
+from tidings.delivery.pacing.turns import Turns
 from tidings.delivery.throttle_gate import ThrottleGate
 from tidings.providers.base import BatchProvider, Provider, concurrent_sends
 from tidings.stores.base import Change, Ledger, Suppressions, Throttles
@@ -156,8 +157,11 @@ class WorkerState:
         self.worker_id = worker_id
         self.config = config or WorkerConfig()
         self.rng = rng or random.Random()
-        # Which lanes a receive asks, and for how many (``core.lanes``).
+        # Which lanes a receive asks, and for how many (``core.lanes``); on a paced
+        # channel, the order in which held sends ask for their slots (``pacing.turns``).
         self.lane_share = LaneShare(self.config.lanes, self.config.lane_min_share)
+        self.turns = (Turns() if self.config.lanes > 1 and pacer.limits.interval_s > 0
+                      else None)
         # The send-time gate: preferences, address checks, rendering. Without one, the
         # provider gets the identifiers alone (the sandbox renders nothing).
         self.composer = composer
