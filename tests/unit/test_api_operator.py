@@ -296,6 +296,9 @@ async def test_metrics_expose_the_fleets_numbers_from_the_store(api: Api) -> Non
     ):
         assert line in text, line
     assert "tidings_queue_oldest_age_seconds" in text and "tidings_drain_seconds" in text
+    # The campaign's messages wait in the bulk lane, each lane named (tidings.core.lanes).
+    assert 'tidings_queue_lane_ready{channel="email",lane="bulk"}' in text
+    assert 'tidings_queue_lane_oldest_age_seconds{channel="email",lane="bulk"}' in text
 
 
 async def test_metrics_readings_are_cached_for_the_configured_interval(api: Api) -> None:

@@ -115,3 +115,21 @@ async def test_one_lane_is_first_in_first_out(store_url: str, outbox: Outbox) ->
         assert caught.value.field == "lane"
     finally:
         await rt.close()
+
+
+async def test_status_shows_each_lanes_depth_by_name(runtime: Runtime) -> None:
+    from tidings.operate import operations
+
+    for n in range(4):
+        await call(runtime, f"bulk-{n}", lane="bulk")
+    await call(runtime, "reset-password")
+    snap = await operations.snapshot(runtime.store, runtime.transport,
+                                     channels=runtime.channels, now=runtime.clock.now(),
+                                     window_s=300.0)
+    status = operations.status(snap, campaigns={}, channels=runtime.channels,
+                               lanes=runtime.channel_lanes)
+
+    queue = status.channels["email"].queue
+    assert queue is not None
+    assert [(lane.name, lane.ready, lane.total) for lane in queue.lanes] == [
+        ("transactional", 1, 1), ("bulk", 4, 4)]

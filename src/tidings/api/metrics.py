@@ -24,6 +24,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from tidings.core.lanes import lane_name
 from tidings.operate import guardrails, operations
 from tidings.operate.readmodel import PlanLine, UncertainSends
 from tidings.runtime import Runtime
@@ -50,6 +51,8 @@ class _Reading:
     min_accepted: int = 1
     """Accepted sends below which a campaign's report rates are not given (the
     guardrails' ``min_sends``)."""
+    lanes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Each channel's lane names (``Runtime.channel_lanes``)."""
 
 
 class _StoreCollector(Collector):
@@ -116,6 +119,19 @@ class _StoreCollector(Collector):
         yield depth
         yield age
         yield dead
+        lane_ready = GaugeMetricFamily(
+            "tidings_queue_lane_ready", "Messages ready now in a lane of a channel queue.",
+            labels=["channel", "lane"])
+        lane_age = GaugeMetricFamily(
+            "tidings_queue_lane_oldest_age_seconds",
+            "Age of the oldest message in a lane of a channel queue.", labels=["channel", "lane"])
+        for channel, q in sorted(snap.queues.items()):
+            names = r.lanes.get(channel, ())
+            for d in q.lanes:
+                lane_ready.add_metric([channel, lane_name(names, d.lane)], d.ready)
+                lane_age.add_metric([channel, lane_name(names, d.lane)], d.oldest_age_s)
+        yield lane_ready
+        yield lane_age
 
         for name, event, doc in (
             ("tidings_attempts", "claimed", "Delivery attempts (claims) per channel."),
@@ -348,7 +364,8 @@ class ApiMetrics:
                                        suppressions=await rt.store.suppression_counts(),
                                        throttled_sends=await rt.store.intent_throttled_counts(),
                                        reports=tuple(await rt.store.campaign_report_counts()),
-                                       min_accepted=config.min_sends)
+                                       min_accepted=config.min_sends,
+                                       lanes=rt.channel_lanes)
         self._read_at = now
 
     def render(self) -> bytes:

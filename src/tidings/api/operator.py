@@ -42,7 +42,7 @@ async def status_report(c: ApiContext) -> Status:
                              channels=rt.channels, limits=rt.limits,
                              freshness={x.name: x.expires_after_s for x in rt.campaigns},
                              uncertain=uncertain,
-                             retention=rt.retention())
+                             retention=rt.retention(), lanes=rt.channel_lanes)
 
 
 async def plan_report(c: ApiContext) -> Plan:

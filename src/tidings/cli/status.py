@@ -49,7 +49,7 @@ def status(config: ConfigOpt = None, store: StoreOpt = None, as_json: JsonOpt = 
             channels=runtime.channels, limits=runtime.limits,
             freshness={c.name: c.expires_after_s for c in runtime.campaigns},
             uncertain=uncertain,
-            retention=runtime.retention())
+            retention=runtime.retention(), lanes=runtime.channel_lanes)
     result = _with_runtime(config, store, go)
     if as_json:
         _emit(True, as_dict(result))
@@ -80,6 +80,12 @@ def status(config: ConfigOpt = None, store: StoreOpt = None, as_json: JsonOpt = 
           _num(None if ch.drain is None else ch.drain.drain_s), _yes_no(ch.paused))
          for name, ch in result.channels.items()],
         width=out.width, title="tidings status: channels"))
+    lane_rows = [(name, lane.name, str(lane.ready), str(lane.total), f"{lane.oldest_age_s:.1f}")
+                 for name, ch in result.channels.items() if ch.queue is not None
+                 for lane in ch.queue.lanes]
+    if lane_rows:
+        out.print(textout.fitted(("channel", "lane", "ready", "queued", "oldest (s)"),
+                                 lane_rows, width=out.width, title="lanes"))
     out.print(_uncertain_table({name: ch.uncertain_sends
                                 for name, ch in result.channels.items()
                                 if ch.uncertain_sends is not None}))

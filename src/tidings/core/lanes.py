@@ -72,6 +72,12 @@ def lane_number(lanes: Sequence[str], name: str | None, *, bulk: bool) -> int:
     return lanes.index(name)
 
 
+def lane_name(lanes: Sequence[str], number: int) -> str:
+    """The name of lane ``number`` of a channel whose lanes are ``lanes``; ``lane <n>``
+    for a number past them (a message of an older, longer list)."""
+    return lanes[number] if 0 <= number < len(lanes) else f"lane {number}"
+
+
 class LaneShare:
     """Which lanes a worker asks, in what order and for how many, so each lower lane
     keeps ``min_share`` of what is taken while it has work (see the module's

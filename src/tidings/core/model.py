@@ -328,12 +328,25 @@ class DeadLetter:
 
 
 @dataclass(frozen=True, kw_only=True)
+class LaneDepth:
+    """One lane of a channel's queue (``tidings.core.lanes``): its messages ready now,
+    all its messages, and the age of its oldest."""
+
+    lane: int
+    ready: int
+    total: int
+    oldest_age_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
 class QueueDepth:
     ready: int
     delayed: int
     in_flight: int
     dead: int
     oldest_age_s: float
+    lanes: tuple[LaneDepth, ...] = ()
+    """Each lane holding messages, by number (empty where the transport keeps no lanes)."""
 
 
 # ---------------------------------------------------------------- provider side

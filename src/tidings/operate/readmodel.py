@@ -86,14 +86,27 @@ class PlanLine:
 
 
 @dataclass(frozen=True, kw_only=True)
+class LaneStatus:
+    """One lane of a channel's queue (``tidings.core.lanes``): its messages ready now,
+    all its messages, and the age of its oldest."""
+
+    name: str
+    ready: int
+    total: int
+    oldest_age_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
 class QueueStatus:
-    """A channel queue's depth and the age of its oldest message."""
+    """A channel queue's depth and the age of its oldest message; each lane holding
+    messages (none where the transport keeps no lanes)."""
 
     ready: int
     delayed: int
     in_flight: int
     dead_letters: int
     oldest_age_s: float
+    lanes: list[LaneStatus] = field(default_factory=list)
 
 
 @dataclass(frozen=True, kw_only=True)

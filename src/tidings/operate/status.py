@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from tidings.core.lanes import lane_name
 from tidings.core.pacing import PaceLimits
 from tidings.operate.guardrails import tripped_by_guardrail
 from tidings.operate.plan import plan
@@ -15,6 +16,7 @@ from tidings.operate.readmodel import (
     Counts,
     DigestStatus,
     GuardrailTrip,
+    LaneStatus,
     LedgerStatus,
     OccurrenceStatus,
     PlanLine,
@@ -48,7 +50,8 @@ def status(snap: Snapshot, *, campaigns: Mapping[str, Sequence[str]],
            channels: Sequence[str], limits: Mapping[str, PaceLimits] | None = None,
            freshness: Mapping[str, float | None] | None = None,
            uncertain: Mapping[str, UncertainSends] | None = None,
-           retention: RetentionConfig | None = None) -> Status:
+           retention: RetentionConfig | None = None,
+           lanes: Mapping[str, Sequence[str]] | None = None) -> Status:
     """Status per channel and per campaign (with its channels).
 
     ``campaigns`` maps each declared campaign to its channels; ``channels`` lists the
@@ -56,7 +59,8 @@ def status(snap: Snapshot, *, campaigns: Mapping[str, Sequence[str]],
     ``limits`` (and ``freshness``, see ``plan``) each channel, and each campaign's
     channel, carries its ``drain``: drain time against the freshness deadline. With
     ``uncertain`` (``uncertain_counts``) each channel carries its uncertain-send policy
-    and how many intents are uncertain, held and awaiting an operator.
+    and how many intents are uncertain, held and awaiting an operator. ``lanes``: each
+    channel's lane names, which name the lanes of its queue (else ``lane <n>``).
     """
     now, window = snap.now, snap.window_s
     drains: dict[tuple[str | None, str], PlanLine] = {}
@@ -84,7 +88,11 @@ def status(snap: Snapshot, *, campaigns: Mapping[str, Sequence[str]],
             paused_reason=_reason(paused_channels.get(channel)),
             queue=None if depth is None else QueueStatus(
                 ready=depth.ready, delayed=depth.delayed, in_flight=depth.in_flight,
-                dead_letters=depth.dead, oldest_age_s=round(depth.oldest_age_s, 3)),
+                dead_letters=depth.dead, oldest_age_s=round(depth.oldest_age_s, 3),
+                lanes=[LaneStatus(name=lane_name((lanes or {}).get(channel, ()), d.lane),
+                                  ready=d.ready, total=d.total,
+                                  oldest_age_s=round(d.oldest_age_s, 3))
+                       for d in depth.lanes]),
             attempts=events.get("claimed", 0),
             rate_limited=events.get("rate_limited", 0),
             retries=events.get("transient_failure", 0),

@@ -19,7 +19,13 @@ from typing import Any, TypeVar
 
 from tidings.core.errors import StoreError, TransportError
 from tidings.core.lanes import EVERY_LANE
-from tidings.core.model import DeadLetter, OutgoingMessage, QueueDepth, Received
+from tidings.core.model import (
+    DeadLetter,
+    LaneDepth,
+    OutgoingMessage,
+    QueueDepth,
+    Received,
+)
 from tidings.stores.postgres_db import Conn, PostgresDatabase, insert_messages
 from tidings.stores.receipts import parse_receipt
 from tidings.transports.postgres_listen import ReadyListener
@@ -193,8 +199,13 @@ class PostgresTransport:
         [(ready, delayed, in_flight, oldest, dead)] = await self._rows(
             "queue_depth", {"queue": queue, "now": now})
         age = 0.0 if oldest is None else max(0.0, now - oldest)
+        lanes = tuple(
+            LaneDepth(lane=lane, ready=lane_ready, total=total,
+                      oldest_age_s=max(0.0, now - first))
+            for lane, lane_ready, total, first in await self._rows(
+                "queue_depth_lanes", {"queue": queue, "now": now}))
         return QueueDepth(ready=ready, delayed=delayed, in_flight=in_flight, dead=dead,
-                          oldest_age_s=age)
+                          oldest_age_s=age, lanes=lanes)
 
     async def contains(self, queue: str, message_ids: Sequence[str]) -> set[str]:
         """Which of ``message_ids`` still have a message on the queue (any visibility)."""

@@ -16,7 +16,13 @@ from typing import TypeVar
 
 from tidings.core.errors import StoreError, TransportError
 from tidings.core.lanes import EVERY_LANE
-from tidings.core.model import DeadLetter, OutgoingMessage, QueueDepth, Received
+from tidings.core.model import (
+    DeadLetter,
+    LaneDepth,
+    OutgoingMessage,
+    QueueDepth,
+    Received,
+)
 from tidings.stores.receipts import parse_receipt
 from tidings.stores.sqlite_db import SqliteDatabase, publish_messages
 from tidings.transports.wakeups import Wakeups
@@ -226,8 +232,13 @@ class SqliteTransport:
                 sql["queue_depth"], {"queue": queue, "now": now}).fetchone()
             (dead,) = conn.execute(sql["dead_letter_count"], (queue,)).fetchone()
             age = 0.0 if oldest is None else max(0.0, now - oldest)
+            lanes = tuple(
+                LaneDepth(lane=lane, ready=lane_ready, total=total,
+                          oldest_age_s=max(0.0, now - first))
+                for lane, lane_ready, total, first in conn.execute(
+                    sql["queue_depth_lanes"], {"queue": queue, "now": now}))
             return QueueDepth(ready=ready, delayed=delayed, in_flight=in_flight, dead=dead,
-                              oldest_age_s=age)
+                              oldest_age_s=age, lanes=lanes)
 
         return await self._read(fn)
 

@@ -178,7 +178,7 @@ async def _overview(request: Request) -> dict[str, Any]:
                                freshness={x.name: x.expires_after_s for x in rt.campaigns},
                                uncertain=await operations.uncertain_counts(
                                    rt.store, rt.uncertain_policies(), now=snap.now),
-                               retention=rt.retention())
+                               retention=rt.retention(), lanes=rt.channel_lanes)
     history = _ui(request).history
     history.record(status.now, {name: row.counts for name, row in status.channels.items()})
     return views.overview(status, snap, campaigns=[x.name for x in rt.campaigns],

@@ -65,6 +65,8 @@ def channel_view(name: str, row: ChannelStatus, history: History) -> dict[str, A
         "spark": spark(history.series(name)),
         # Sends whose answer was lost and that no lookup settled: an operator's to decide.
         "held": 0 if row.uncertain_sends is None else row.uncertain_sends.held,
+        # Each lane of the channel's queue holding messages (tidings.core.lanes).
+        "lanes": [] if row.queue is None else row.queue.lanes,
     }
 
 

@@ -132,6 +132,15 @@ SELECT
 FROM messages
 WHERE queue = %(queue)s
 
+-- name: queue_depth_lanes
+-- Each lane holding messages: ready now, all, and the oldest's enqueue time.
+SELECT lane, count(*) FILTER (WHERE available_at <= %(now)s)::int, count(*)::int,
+    min(enqueued_at)
+FROM messages
+WHERE queue = %(queue)s
+GROUP BY lane
+ORDER BY lane
+
 -- name: message_contains
 SELECT DISTINCT message_id FROM messages
 WHERE queue = %(queue)s AND message_id = ANY(%(ids)s::text[])

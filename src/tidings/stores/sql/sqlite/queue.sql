@@ -108,6 +108,15 @@ SELECT
 FROM messages
 WHERE queue = :queue
 
+-- name: queue_depth_lanes
+-- Each lane holding messages: ready now, all, and the oldest's enqueue time (the ready
+-- index covers the lane and the visibility).
+SELECT lane, coalesce(sum(available_at <= :now), 0), count(*), min(enqueued_at)
+FROM messages
+WHERE queue = :queue
+GROUP BY lane
+ORDER BY lane
+
 -- name: dead_letter_count
 SELECT count(*) FROM dead_letters WHERE queue = ?
 
