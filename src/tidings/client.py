@@ -177,20 +177,23 @@ class Client:
                channels: Sequence[str], template: str, data: Mapping[str, Any] | None = None,
                due_at: float | None = None, expires_at: float | None = None,
                connection: psycopg.Connection[Any] | None = None,
-               digest: None = None, lane: str | None = None) -> Notified: ...
+               digest: None = None, lane: str | None = None,
+               group: str | None = None) -> Notified: ...
 
     @overload
     def notify(self, *, key: str, recipient: Recipient | Mapping[str, Any],
                channels: Sequence[str], template: str, data: Mapping[str, Any] | None = None,
                due_at: None = None, expires_at: None = None, connection: None = None,
-               digest: Digest | Mapping[str, Any], lane: None = None) -> Digested: ...
+               digest: Digest | Mapping[str, Any], lane: None = None,
+               group: None = None) -> Digested: ...
 
     def notify(self, *, key: str, recipient: Recipient | Mapping[str, Any],
                channels: Sequence[str], template: str, data: Mapping[str, Any] | None = None,
                due_at: float | None = None, expires_at: float | None = None,
                connection: psycopg.Connection[Any] | None = None,
                digest: Digest | Mapping[str, Any] | None = None,
-               lane: str | None = None) -> Notified | Digested:
+               lane: str | None = None, group: str | None = None
+               ) -> Notified | Digested:
         """``Runtime.notify``: one intent per channel, returned by key.
 
         ``connection``: the caller's sync ``psycopg.Connection`` (psycopg 3) to the
@@ -201,13 +204,16 @@ class Client:
         ``digest``: add this call as an item to its digest's window instead
         (``Runtime.notify``'s ``digest``); answers ``Digested``.
 
-        ``lane``: the lane of each channel's queue (``Runtime.notify``'s ``lane``)."""
+        ``lane``, ``group``: the lane of each channel's queue, and the group on channels
+        that share their lanes among groups (``Runtime.notify``'s)."""
         if digest is not None:
             from tidings.core.errors import InvalidInput
 
             if lane is not None:
                 raise InvalidInput("lane", "a digest is sent in its channels' bulk lane "
                                            "when its window closes; leave the lane out")
+            if group is not None:
+                raise InvalidInput("group", "a digest item takes no group; leave it out")
             if connection is not None:
                 raise InvalidInput("connection", "a digest item is not written in the "
                                                  "caller's transaction; leave one out")
@@ -223,11 +229,11 @@ class Client:
 
             request = NotifyRequest(key=key, recipient=recipient, channels=channels,
                                     template=template, data=data, due_at=due_at,
-                                    expires_at=expires_at, lane=lane)
+                                    expires_at=expires_at, lane=lane, group=group)
             return self._joined([request], connection)[0]
         return self._call(lambda r: r.notify(
             key=key, recipient=recipient, channels=channels, template=template, data=data,
-            due_at=due_at, expires_at=expires_at, lane=lane))
+            due_at=due_at, expires_at=expires_at, lane=lane, group=group))
 
     def notify_many(self, requests: Iterable[NotifyRequest], *,
                     connection: psycopg.Connection[Any] | None = None) -> list[Notified]:

@@ -48,7 +48,7 @@ from tidings.core.cron import Schedule
 from tidings.core.digest import Digest
 from tidings.core.errors import ConfigurationError, InvalidInput, unknown_name
 from tidings.core.keys import check_text, template_ref
-from tidings.core.lanes import DEFAULT_LANES, DEFAULT_MIN_SHARE
+from tidings.core.lanes import DEFAULT_LANES, DEFAULT_MIN_SHARE, ChannelLanes
 from tidings.core.liveness import LivenessConfig, Marker, Registry
 from tidings.core.model import IntentDraft, Recipient, address_kind
 from tidings.core.pacing import PaceLimits, parse_quota
@@ -311,7 +311,7 @@ def campaigns_from(settings: Settings) -> list[Campaign]:
                 template=c.template, version=c.version,
                 audience=audience_from_spec(c.audience, field=f"campaigns.{name}.audience"),
                 expires_after_s=c.expires_after_s, grace_s=c.grace_s,
-                start_paused=c.start_paused, lane=c.lane))
+                start_paused=c.start_paused, lane=c.lane, group=c.group))
         except ConfigurationError as exc:
             if exc.field.startswith("campaigns."):
                 raise
@@ -360,9 +360,12 @@ class Runtime:
                 for name, spec in self.settings.channels.items()}
 
     @cached_property
-    def channel_lanes(self) -> dict[str, tuple[str, ...]]:
-        """Each channel's lane names, first first (``tidings.core.lanes``)."""
-        return {name: tuple(spec.lanes) for name, spec in self.settings.channels.items()}
+    def channel_lanes(self) -> ChannelLanes:
+        """Each channel's lane names, first first (``tidings.core.lanes``), and the
+        channels that share their lanes among groups (``tidings.core.fair``)."""
+        channels = self.settings.channels
+        return ChannelLanes({name: spec.lanes for name, spec in channels.items()},
+                            fair=[name for name, spec in channels.items() if spec.fair_share])
 
     def provider(self, channel: str) -> Provider:
         """The channel's provider, built from its settings on first use: only a process
@@ -431,17 +434,23 @@ class Runtime:
                                 send_deadline_s=self.send_deadline_s(channel),
                                 batch_max_messages=batch_max, batch_linger_s=linger_s,
                                 lanes=len(self._lanes_of(channel)),
-                                lane_min_share=self._lane_min_share(channel)),
+                                lane_min_share=self._lane_min_share(channel),
+                                group_weights=self._group_weights(channel)),
             composer=self.composer(), holds=HoldGate(self.store, self.clock),
             throttle=self.throttle_gate(channel),
         )
 
-    def _lanes_of(self, channel: str) -> tuple[str, ...]:
+    def _lanes_of(self, channel: str) -> Sequence[str]:
         return self.channel_lanes.get(channel, DEFAULT_LANES)
 
     def _lane_min_share(self, channel: str) -> float:
         spec = self.settings.channels.get(channel)
         return spec.lane_min_share if spec is not None else DEFAULT_MIN_SHARE
+
+    def _group_weights(self, channel: str) -> dict[str, float] | None:
+        """The channel's group weights where it shares its lanes among groups, else None."""
+        spec = self.settings.channels.get(channel)
+        return dict(spec.group_weights) if spec is not None and spec.fair_share else None
 
     def _batching(self, channel: str, provider: Provider) -> tuple[int, float]:
         """Messages per request and the linger of ``channels.<name>.batch`` (1 and the
@@ -593,14 +602,16 @@ class Runtime:
                      data: Mapping[str, Any] | None = None, due_at: float | None = None,
                      expires_at: float | None = None,
                      connection: AsyncConnection[Any] | None = None,
-                     digest: None = None, lane: str | None = None) -> Notified: ...
+                     digest: None = None, lane: str | None = None,
+                     group: str | None = None) -> Notified: ...
 
     @overload
     async def notify(self, *, key: str, recipient: Recipient | Mapping[str, Any],
                      channels: Sequence[str], template: str,
                      data: Mapping[str, Any] | None = None, due_at: None = None,
                      expires_at: None = None, connection: None = None,
-                     digest: Digest | Mapping[str, Any], lane: None = None) -> Digested: ...
+                     digest: Digest | Mapping[str, Any], lane: None = None,
+                     group: None = None) -> Digested: ...
 
     async def notify(self, *, key: str, recipient: Recipient | Mapping[str, Any],
                      channels: Sequence[str], template: str,
@@ -608,7 +619,8 @@ class Runtime:
                      expires_at: float | None = None,
                      connection: AsyncConnection[Any] | None = None,
                      digest: Digest | Mapping[str, Any] | None = None,
-                     lane: str | None = None) -> Notified | Digested:
+                     lane: str | None = None, group: str | None = None
+                     ) -> Notified | Digested:
         """Create a one-off or future-dated intent per channel; returns their keys, a
         ``Notified`` (a list, in the order of ``channels``) that says which were
         ``created`` now and which were ``existing``: the same request made before,
@@ -633,10 +645,12 @@ class Runtime:
         ``lane``: the lane of each channel's queue the intents go to (``channels.<name>
         .lanes``; ``tidings.core.lanes``); default ``transactional`` (or the channel's
         first lane), ahead of campaigns and digests. A digest goes to the ``bulk`` lane.
+        ``group``: on channels that share their lanes among groups (``fair_share``), the
+        group the intents belong to (a tenant: ``tidings.core.fair``).
         """
         request = NotifyRequest(key=key, recipient=recipient, channels=channels,
                                 template=template, data=data, due_at=due_at,
-                                expires_at=expires_at, lane=lane)
+                                expires_at=expires_at, lane=lane, group=group)
         if digest is not None:
             if connection is not None:
                 raise InvalidInput("connection", "a digest item is not written in the "
@@ -644,6 +658,8 @@ class Runtime:
             if lane is not None:
                 raise InvalidInput("lane", "a digest is sent in its channels' bulk lane "
                                            "when its window closes; leave the lane out")
+            if group is not None:
+                raise InvalidInput("group", "a digest item takes no group; leave it out")
             return await self._add_digest_item(request, digest)
         if connection is not None or self.group_commit is None:
             return (await self.notify_many([request], connection=connection))[0]

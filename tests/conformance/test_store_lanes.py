@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from tidings.core.fair import FairShare
 from tidings.core.lanes import EVERY_LANE
 from tidings.core.model import DraftPage, IntentDraft, OutgoingMessage, Received, message_body
 from tidings.stores.base import Store
@@ -23,11 +24,11 @@ T0 = 1_000_000.0
 VIS = 30.0
 
 
-def draft(key: str, lane: int, *, campaign: str | None = None) -> IntentDraft:
+def draft(key: str, lane: int, *, campaign: str | None = None, group: str = "") -> IntentDraft:
     return IntentDraft(key=key, channel="email", recipient_id=f"r-{key}",
                        address=f"{key}@example.com", template="t@v1", due_at=T0,
                        campaign=campaign, occurrence="2026-01-01" if campaign else None,
-                       lane=lane)
+                       lane=lane, group=group)
 
 
 @pytest.fixture
@@ -45,9 +46,10 @@ async def queue(store: Store, store_url: str) -> AsyncIterator[Transport]:
 
 
 async def take(queue: Transport, now: float, limit: int = 10,
-               lanes: tuple[int, ...] = EVERY_LANE) -> list[Received]:
+               lanes: tuple[int, ...] = EVERY_LANE, fair: FairShare | None = None,
+               ) -> list[Received]:
     return await queue.receive("email", max_messages=limit, visibility_s=VIS, now=now,
-                               lanes=lanes)
+                               lanes=lanes, fair=fair)
 
 
 async def test_a_receive_takes_the_first_lane_before_older_messages_of_the_next(
@@ -115,3 +117,74 @@ async def test_a_message_published_again_goes_back_to_its_intents_lane(
     [dead] = await queue.dead_letters("email")
     assert await queue.redrive("email", [dead.id], now=T0 + 3) == 1
     assert [(m.message_id, m.lane) for m in await take(queue, T0 + 4)] == [("b1", 1)]
+
+
+async def admit_groups(store: Store, sizes: dict[str, int], *, lane: int = 1) -> None:
+    """``sizes[group]`` intents of each group, the big group admitted first."""
+    for group, size in sizes.items():
+        await store.intent_admit([draft(f"{group or 'none'}-{n:03d}", lane, group=group)
+                                  for n in range(size)], now=T0, enqueue=True)
+
+
+def by_group(messages: list[Received]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for m in messages:
+        group = m.message_id.rsplit("-", 1)[0]
+        counts[group] = counts.get(group, 0) + 1
+    return counts
+
+
+async def test_a_shared_lane_gives_each_group_its_share_of_a_receive(
+    store: Store, queue: Transport,
+) -> None:
+    # Given one big tenant admitted first and two small ones
+    await admit_groups(store, {"big": 50, "small-a": 5, "small-b": 5})
+    share = FairShare()
+
+    # When a worker receives 9 with fair share
+    first = await take(queue, T0 + 1, limit=9, fair=share)
+
+    # Then each group gets a third, one from each in turn, oldest first
+    assert by_group(first) == {"big": 3, "small-a": 3, "small-b": 3}
+    assert [m.message_id for m in first[:3]] == ["big-000", "small-a-000", "small-b-000"]
+    # And a group out of ready messages leaves its room to the others
+    second = await take(queue, T0 + 1, limit=9, fair=share)
+    assert by_group(second) == {"big": 5, "small-a": 2, "small-b": 2}
+    # Only the big group has messages left: it has the whole receive
+    assert by_group(await take(queue, T0 + 1, limit=9, fair=share)) == {"big": 9}
+
+
+async def test_grouped_messages_are_never_stranded_on_a_lane_without_fair_share(
+    store: Store, queue: Transport,
+) -> None:
+    # Given messages that name groups (written while the channel shared its lanes)
+    await admit_groups(store, {"a": 3, "b": 3, "": 2})
+    # When a worker receives without fair share, they all still come
+    first = await take(queue, T0 + 1, limit=4)
+    rest = await take(queue, T0 + 1, limit=10)
+    # The ungrouped first (the lane's own order), then the groups in turn
+    assert [m.message_id for m in first[:2]] == ["none-000", "none-001"]
+    assert by_group(first + rest) == {"a": 3, "b": 3, "none": 2}
+
+
+async def test_weights_and_groups_that_do_not_fit_one_receive(
+    store: Store, queue: Transport,
+) -> None:
+    await admit_groups(store, {"a": 20, "b": 20, "c": 20, "": 20})
+    weighted = FairShare({"a": 2.0})
+    assert by_group(await take(queue, T0 + 1, limit=10, fair=weighted)) == {
+        "a": 4, "b": 2, "c": 2, "none": 2}
+    # Two at a time: the groups are visited in turn, none skipped
+    share = FairShare()
+    seen = [by_group(await take(queue, T0 + 1, limit=2, fair=share)) for _ in range(4)]
+    assert all(sum(s.values()) == 2 for s in seen)
+    assert {g for s in seen for g in s} == {"a", "b", "c", "none"}
+
+
+async def test_a_message_published_again_keeps_its_intents_group(
+    store: Store, queue: Transport,
+) -> None:
+    await store.intent_admit([draft("t-1", 1, campaign="weekly", group="tenant")], now=T0)
+    await queue.publish("email", [OutgoingMessage(message_id="t-1", body=message_body("t-1"))],
+                        now=T0)
+    assert [m.message_id for m in await take(queue, T0 + 1, fair=FairShare())] == ["t-1"]

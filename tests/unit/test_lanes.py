@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from tidings.config.settings import Settings
 from tidings.core.errors import ConfigurationError
-from tidings.core.lanes import EVERY_LANE, MAX_LANES, LaneShare, lane_number
+from tidings.core.lanes import EVERY_LANE, MAX_LANES, ChannelLanes, LaneShare, lane_number
 
 
 def test_calls_go_to_transactional_and_campaigns_to_bulk_by_default() -> None:
@@ -135,7 +135,7 @@ async def test_the_publish_route_goes_to_transactional_unless_its_queue_names_a_
                        email="c1@example.com")
     queues = {"receipts": QueueSettings(channel="email"),
               "statements": QueueSettings(channel="email", lane="bulk")}
-    lanes = {"email": ("transactional", "bulk")}
+    lanes = ChannelLanes({"email": ("transactional", "bulk")})
     for queue, lane in (("receipts", 0), ("statements", 1)):
         published = await resolve(queue, item, queues=queues, campaign_of=campaign_of,
                                   kinds={"email": "email"}, problem=lambda d: None,

@@ -40,6 +40,8 @@ DIALECT_ONLY: dict[str, dict[str, str]] = {
         "message_publish_many": "a publish, each message in its intent's lane (PostgreSQL's "
                                 "message_insert_many does both, a NULL lane meaning the "
                                 "intent's)",
+        "message_receive_group": "one group of a shared lane a statement (PostgreSQL takes "
+                                 "every group's share in one: message_receive_groups)",
         # SQLite has no data-modifying CTE: what PostgreSQL does in one statement takes
         # two here.
         "intent_mark_enqueued_events": "the events half of intent_mark_enqueued",
@@ -52,6 +54,8 @@ DIALECT_ONLY: dict[str, dict[str, str]] = {
     "postgresql": {
         "clock_now": "the server's clock; a SQLite store's clock is the kernel's, read "
                      "from a file write beside the database (stores/file_clock.py)",
+        "message_receive_groups": "every group's share of a shared lane in one statement "
+                                  "(SQLite: message_receive_group, one a group)",
         # A SQLite worker holds no session a peer could end or lose and take again.
         "worker_disconnect": "ends the sessions of a worker declared gone",
         "worker_relock": "takes the marker lock again on a new connection",

@@ -31,6 +31,9 @@ class Campaign:
     lane: str | None = None
     """The lane of its channels' queues its intents go to (``tidings.core.lanes``);
     default: ``bulk``, or each channel's last lane."""
+    group: str | None = None
+    """The group its intents belong to on channels that share their lanes among groups
+    (``tidings.core.fair``): a tenant."""
 
     def __post_init__(self) -> None:
         if not self.name or "/" in self.name or " " in self.name:

@@ -13,7 +13,14 @@ from typing import Any, Protocol, runtime_checkable
 
 from tidings.core.cron import check_instant
 from tidings.core.errors import ConfigurationError, InvalidInput, unknown_name
-from tidings.core.keys import MAX_KEY_LENGTH, check_json_text, check_text, notify_key, validate_key
+from tidings.core.keys import (
+    MAX_KEY_LENGTH,
+    check_json_text,
+    check_text,
+    is_key_part,
+    notify_key,
+    validate_key,
+)
 from tidings.core.lanes import DEFAULT_LANES, NO_LANES, ChannelLanes, lane_number
 from tidings.core.model import IntentDraft, Recipient, encode_data
 from tidings.core.repeats import AdmitGuard, Asked, Notified, guard_for, notified
@@ -109,6 +116,9 @@ class NotifyRequest:
     lane: str | None = None
     """The lane of each channel's queue the intents go to (``tidings.core.lanes``);
     default: ``transactional``, or the channel's first lane."""
+    group: str | None = None
+    """The group the intents belong to on channels that share their lanes among groups
+    (``tidings.core.fair``): a tenant, a sender domain."""
 
 
 #: Why no worker could send a draft, as ``(field, message)``, or None: the send-time
@@ -174,6 +184,9 @@ def drafts_for(request: NotifyRequest, *, known_channels: Mapping[str, str], now
                              f"the limit is {limit}")
     if not request.template:
         raise bad("template", "must not be empty")
+    if request.group is not None and not is_key_part(request.group):
+        raise bad("group", "must be a non-empty name without '/', whitespace or control "
+                           "characters")
     if expires is not None and expires <= due:
         raise bad("expires_at", "must be after due_at")
     if expires is not None and expires <= now:
@@ -198,7 +211,7 @@ def drafts_for(request: NotifyRequest, *, known_channels: Mapping[str, str], now
         draft = IntentDraft(
             key=validate_key(notify_key(request.key, channel)), channel=channel,
             recipient_id=who.id, address=address, template=request.template, data=body,
-            due_at=due, expires_at=expires, lane=lane)
+            due_at=due, expires_at=expires, lane=lane, group=lanes.group(channel, request.group))
         problem = None if sendable is None else sendable(draft)
         if problem is not None:
             raise bad(*problem)

@@ -259,9 +259,10 @@ async def resolve(queue: str, item: PublishItem, *, queues: Mapping[str, QueueSe
     Reads a campaign's audience when the message gives no address; writes nothing."""
     published = await _resolve(queue, item, queues=queues, campaign_of=campaign_of,
                                kinds=kinds, problem=problem, now=now, where=where)
-    lane = queues[queue].lane
-    drafts = [replace(d, lane=lane_number(lanes.get(d.channel, DEFAULT_LANES), lane,
-                                          bulk=False))
+    target = queues[queue]
+    drafts = [replace(d, lane=lane_number(lanes.get(d.channel, DEFAULT_LANES), target.lane,
+                                          bulk=False),
+                      group=lanes.group(d.channel, target.group))
               for d in published.drafts]
     return replace(published, drafts=drafts)
 

@@ -401,7 +401,8 @@ class Scheduler:
                  for channel, _, _ in channels]
         page = DraftPage(campaign=campaign.name, occurrence=occurrence, template=template,
                          due_at=due.logical_at, expires_at=expires_at, channels=channels,
-                         lanes=lanes)
+                         lanes=lanes, groups=[self.lanes.group(channel, campaign.group)
+                                              for channel, _, _ in channels])
         check_recipient_ids([m.id for m in members if m.active])  # ids that become keys
         rows = page.rows
         kinds = self._address_kinds(channels)

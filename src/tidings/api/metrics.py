@@ -51,7 +51,7 @@ class _Reading:
     min_accepted: int = 1
     """Accepted sends below which a campaign's report rates are not given (the
     guardrails' ``min_sends``)."""
-    lanes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    lanes: Mapping[str, Sequence[str]] = field(default_factory=dict)
     """Each channel's lane names (``Runtime.channel_lanes``)."""
 
 

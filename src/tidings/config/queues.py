@@ -73,6 +73,8 @@ class QueueSettings(_QueueModel):
     """The lane of the channels' queues its intents go to (``channels.<name>.lanes``);
     default: ``transactional``, or each channel's first lane. A digest queue's digests
     go to the bulk lane when they close."""
+    group: str | None = None
+    """The group its intents belong to on channels with ``fair_share`` (a tenant)."""
 
     @model_validator(mode="after")
     def _one_target(self) -> QueueSettings:

@@ -67,6 +67,10 @@ def _valid_quota(value: str | None) -> str | None:
     return value
 
 
+#: Why a group name is refused (a campaign's, a publish queue's).
+BAD_GROUP = "must be a non-empty name without '/', whitespace or control characters"
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
 
@@ -171,6 +175,13 @@ class ChannelSettings(_Model):
     lane_min_share: float = Field(default=DEFAULT_MIN_SHARE, ge=0, lt=1)
     """What each lane after the first keeps of what is taken while it has work (0:
     strict order)."""
+    fair_share: bool = False
+    """Share each lane among the groups its intents name (``notify(group=)``, a campaign's
+    or a publish queue's ``group``; ``tidings.core.fair``, docs/lanes.md): one tenant's
+    campaign never takes the whole pace. Off: groups are not written."""
+    group_weights: dict[str, Annotated[float, Field(gt=0, le=1000)]] = Field(
+        default_factory=dict)
+    """A group's weight in the share (default 1 each): ``{ premium = 2 }``."""
 
     _quota = field_validator("quota")(_valid_quota)
     _lanes = field_validator("lanes")(check_lane_names)
@@ -196,6 +207,8 @@ class CampaignSettings(_Model):
     lane: str | None = None
     """The lane of its channels' queues (``channels.<name>.lanes``) its intents go to;
     default: ``bulk``, or each channel's last lane."""
+    group: str | None = None
+    """The group its intents belong to on channels with ``fair_share`` (a tenant)."""
 
 
 class RetrySettings(_Model):
@@ -474,6 +487,8 @@ class Settings(_Model):
                         f"campaigns.{name}.channels[{index}]",
                         f"repeats channel {channel!r} "
                         f"(channels[{campaign.channels.index(channel)}]); name each once")
+                if campaign.group is not None and not is_key_part(campaign.group):
+                    raise ConfigurationError(f"campaigns.{name}.group", BAD_GROUP)
                 lanes = settings.channels[channel].lanes
                 if campaign.lane is not None and campaign.lane not in lanes:
                     raise ConfigurationError(
@@ -482,6 +497,8 @@ class Settings(_Model):
                         f"are {lanes} (channels.{channel}.lanes)")
         for name, queue in settings.api.queues.items():
             check_queue_digest(name, queue)
+            if queue.group is not None and not is_key_part(queue.group):
+                raise ConfigurationError(f"api.queues.{name}.group", BAD_GROUP)
             targets = ([queue.channel] if queue.channel is not None else
                        settings.campaigns[queue.campaign].channels
                        if queue.campaign in settings.campaigns else [])

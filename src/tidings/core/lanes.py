@@ -20,7 +20,7 @@ longer ``lanes`` list is still received (last), never stranded.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from types import MappingProxyType
 
 from tidings.core.keys import is_key_part
@@ -31,9 +31,33 @@ TRANSACTIONAL = "transactional"
 BULK = "bulk"
 DEFAULT_LANES = (TRANSACTIONAL, BULK)
 DEFAULT_MIN_SHARE = 0.1
-#: Each channel's lane names, for the channels whose lanes are not ``DEFAULT_LANES``.
-ChannelLanes = Mapping[str, Sequence[str]]
-NO_LANES: ChannelLanes = MappingProxyType({})
+
+
+class ChannelLanes(Mapping[str, Sequence[str]]):
+    """Each channel's lane names (a channel not in it has ``DEFAULT_LANES``), and the
+    channels that share their lanes among groups (``fair``: ``tidings.core.fair``)."""
+
+    def __init__(self, lanes: Mapping[str, Sequence[str]] | None = None,
+                 fair: Iterable[str] = ()) -> None:
+        self._lanes = MappingProxyType({k: tuple(v) for k, v in (lanes or {}).items()})
+        self.fair = frozenset(fair)
+
+    def __getitem__(self, channel: str) -> Sequence[str]:
+        return self._lanes[channel]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._lanes)
+
+    def __len__(self) -> int:
+        return len(self._lanes)
+
+    def group(self, channel: str, group: str | None) -> str:
+        """The group an intent of ``channel`` is written with: ``group`` where the
+        channel shares its lanes among groups, else none (``''``)."""
+        return (group or "") if channel in self.fair else ""
+
+
+NO_LANES = ChannelLanes()
 #: Every lane number in order: what a receive asks when the caller names no order.
 EVERY_LANE = tuple(range(MAX_LANES))
 

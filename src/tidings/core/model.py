@@ -72,6 +72,9 @@ class IntentDraft:
     occurrence: str | None = None
     lane: int = 0
     """The intent's lane on its channel's queue (``tidings.core.lanes``)."""
+    group: str = ""
+    """The intent's group inside its lane (``tidings.core.fair``): a tenant, a sender
+    domain; ``''`` for none."""
 
 
 class DraftPage(Sequence[IntentDraft]):
@@ -85,12 +88,13 @@ class DraftPage(Sequence[IntentDraft]):
     ``prefix + recipient_id + suffix`` (see ``campaign_key_parts``).
     """
 
-    __slots__ = ("campaign", "channels", "due_at", "expires_at", "lanes", "occurrence", "rows",
-                 "template")
+    __slots__ = ("campaign", "channels", "due_at", "expires_at", "groups", "lanes", "occurrence",
+                 "rows", "template")
 
     def __init__(self, *, campaign: str, occurrence: str, template: str, due_at: float,
                  expires_at: float | None, channels: Sequence[tuple[str, str, str]],
-                 lanes: Sequence[int] | None = None) -> None:
+                 lanes: Sequence[int] | None = None,
+                 groups: Sequence[str] | None = None) -> None:
         self.campaign = campaign
         self.occurrence = occurrence
         self.template = template
@@ -99,8 +103,10 @@ class DraftPage(Sequence[IntentDraft]):
         self.channels = tuple(channels)
         #: Each channel's lane for this page's intents, paired with ``channels``.
         self.lanes = tuple(lanes) if lanes is not None else (0,) * len(self.channels)
-        if len(self.lanes) != len(self.channels):
-            raise ValueError("a page has one lane per channel")
+        #: Each channel's group for this page's intents (``tidings.core.fair``).
+        self.groups = tuple(groups) if groups is not None else ("",) * len(self.channels)
+        if len(self.lanes) != len(self.channels) or len(self.groups) != len(self.channels):
+            raise ValueError("a page has one lane and one group per channel")
         #: (channel index, recipient id, address, data JSON) per intent, in page order
         self.rows: list[tuple[int, str, str, str]] = []
 
@@ -117,7 +123,7 @@ class DraftPage(Sequence[IntentDraft]):
                            address=row[2], template=self.template, data=row[3],
                            due_at=self.due_at, expires_at=self.expires_at,
                            campaign=self.campaign, occurrence=self.occurrence,
-                           lane=self.lanes[row[0]])
+                           lane=self.lanes[row[0]], group=self.groups[row[0]])
 
     def __len__(self) -> int:
         return len(self.rows)

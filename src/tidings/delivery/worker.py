@@ -149,7 +149,7 @@ class Worker(Claiming):
         for lanes, most in self.lane_share.plan(limit):
             got = await self.transport.receive(
                 self.channel, max_messages=most, visibility_s=self.config.visibility_s,
-                now=self.clock.now(), lanes=lanes)
+                now=self.clock.now(), lanes=lanes, fair=self.fair)
             self.lane_share.took(lanes, [m.lane for m in got], limit=most)
             batch += got
         return batch

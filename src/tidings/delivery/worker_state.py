@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from tidings.core.clock import Clock
+from tidings.core.fair import FairShare
 from tidings.core.lanes import DEFAULT_LANES, DEFAULT_MIN_SHARE, LaneShare
 from tidings.core.liveness import Fence
 from tidings.core.model import Received, address_kind
@@ -91,6 +92,9 @@ class WorkerConfig:
     lane's ready messages before the next's."""
     lane_min_share: float = DEFAULT_MIN_SHARE
     """What each lane after the first keeps of what is taken while it has work."""
+    group_weights: dict[str, float] | None = None
+    """Where the channel shares its lanes among groups (``channels.<name>.fair_share``),
+    each group's weight (default 1); None: no sharing."""
 
 
 @dataclass(kw_only=True)
@@ -160,6 +164,9 @@ class WorkerState:
         # Which lanes a receive asks, and for how many (``core.lanes``); on a paced
         # channel, the order in which held sends ask for their slots (``pacing.turns``).
         self.lane_share = LaneShare(self.config.lanes, self.config.lane_min_share)
+        # How each lane's receive is shared among groups (``core.fair``), if it is.
+        self.fair = (FairShare(self.config.group_weights)
+                     if self.config.group_weights is not None else None)
         self.turns = (Turns() if self.config.lanes > 1 and pacer.limits.interval_s > 0
                       else None)
         # The send-time gate: preferences, address checks, rendering. Without one, the

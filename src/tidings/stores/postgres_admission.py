@@ -131,6 +131,7 @@ def admission_steps(sql: Mapping[str, str], drafts: Sequence[IntentDraft], *, no
             channels=channels,
             prefixes=[p for _, p, _ in page.channels],
             suffixes=[s for _, _, s in page.channels], lanes=list(page.lanes),
+            groups=list(page.groups),
             template=page.template, campaign=page.campaign, occurrence=page.occurrence,
             due_at=page.due_at, expires_at=page.expires_at,
             body_head=body_head, body_tail=body_tail)
@@ -145,7 +146,7 @@ def admission_steps(sql: Mapping[str, str], drafts: Sequence[IntentDraft], *, no
                 unique.append(d)
                 staged.append((len(staged), d.key, d.channel, d.recipient_id, d.address,
                                d.template, d.data, d.campaign, d.occurrence, d.due_at,
-                               d.expires_at, message_body(d.key), d.lane))
+                               d.expires_at, message_body(d.key), d.lane, d.group))
         return unique, staged
 
     def stage_drafts(staged: Sequence[tuple[Any, ...]]) -> Steps[None]:

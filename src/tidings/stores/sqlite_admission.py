@@ -27,9 +27,9 @@ from tidings.stores import base, rows
 from tidings.stores.sqlite_base import SqliteBase
 from tidings.stores.sqlite_db import insert_messages, row_runs
 
-#: One row of the multi-row admission insert: the eleven draft columns.
-_DRAFT_ROW = "(?,?,?,?,?,?,?,?,?,?,?)"
-#: Rows per admission statement: 11,000 variables, well under SQLite's 32,766, and one
+#: One row of the multi-row admission insert: the twelve draft columns.
+_DRAFT_ROW = "(?,?,?,?,?,?,?,?,?,?,?,?)"
+#: Rows per admission statement: 12,000 variables, well under SQLite's 32,766, and one
 #: statement text (so one cached prepared statement) for every full chunk.
 _ADMIT_CHUNK = 1000
 #: One intent of a page's insert (``intent_admit_page``): key, recipient id, address, data.
@@ -45,6 +45,7 @@ class _ChannelPart:
 
     channel: str
     lane: int
+    group: str
     keys: list[str]
     keys_json: str
     values: list[str]
@@ -59,8 +60,8 @@ class _PageParts:
     channels: list[_ChannelPart]
 
 
-def _page_parts(channels: Sequence[str], lanes: Sequence[int], keys: list[str],
-                page_rows: Sequence[tuple[int, str, str, str]]) -> _PageParts:
+def _page_parts(channels: Sequence[str], lanes: Sequence[int], groups: Sequence[str],
+                keys: list[str], page_rows: Sequence[tuple[int, str, str, str]]) -> _PageParts:
     """A page's (or its new intents') statement parameters, by channel, in page order.
     Made in C as far as it goes (``zip``, ``chain``): this covers every intent."""
     keys_json = json.dumps(keys)
@@ -78,7 +79,8 @@ def _page_parts(channels: Sequence[str], lanes: Sequence[int], keys: list[str],
         _, recipient_ids, addresses, data = zip(*chosen, strict=True)
         values = list(chain.from_iterable(zip(chosen_keys, recipient_ids, addresses, data,
                                               strict=True)))
-        parts.append(_ChannelPart(channel=channel, lane=lanes[index], keys=chosen_keys,
+        parts.append(_ChannelPart(channel=channel, lane=lanes[index], group=groups[index],
+                                  keys=chosen_keys,
                                   keys_json=listed,
                                   values=values, plain=plain_keys(chosen_keys)))
     return _PageParts(keys_json=keys_json, channels=parts)
@@ -189,7 +191,7 @@ class SqliteAdmission(SqliteBase):
         shared = (page.template, page.campaign, page.occurrence, page.due_at, page.expires_at)
         channels = [channel for channel, _, _ in page.channels]
         keys = page.keys()
-        whole = _page_parts(channels, page.lanes, keys, page.rows)
+        whole = _page_parts(channels, page.lanes, page.groups, keys, page.rows)
         # model.message_body's visibility rule, once for the page (its due time is shared).
         available_at = now + max(0.0, page.due_at - now)
         body_head, body_tail = message_body_parts()
@@ -207,11 +209,13 @@ class SqliteAdmission(SqliteBase):
                         seen.add(key)
                         fresh_keys.append(key)
                         fresh_rows.append(row)
-                parts = _page_parts(channels, page.lanes, fresh_keys, fresh_rows).channels
+                parts = _page_parts(channels, page.lanes, page.groups, fresh_keys,
+                                   fresh_rows).channels
             written = 0
             for part in parts:
                 written += _insert_page_rows(conn, insert,
-                                             (*stamp, part.channel, *shared, part.lane),
+                                             (*stamp, part.channel, *shared, part.lane,
+                                              part.group),
                                              part.values)
                 _insert_events(conn, sql, {part.channel: part.keys}, type=state, state=state,
                                at=now, keys_json=part.keys_json)
@@ -221,11 +225,12 @@ class SqliteAdmission(SqliteBase):
                     conn.execute(sql["message_insert_keys"], {
                         "queue": part.channel, "now": now, "keys": part.keys_json,
                         "body_head": body_head, "body_tail": body_tail,
-                        "available_at": available_at, "lane": part.lane})
+                        "available_at": available_at, "lane": part.lane,
+                        "group_key": part.group})
                 else:
                     insert_messages(conn, sql, part.channel,
-                                    [(k, message_body(k), page.due_at - now, part.lane)
-                                     for k in part.keys], now=now)
+                                    [(k, message_body(k), page.due_at - now, part.lane,
+                                      part.group) for k in part.keys], now=now)
             if written != len(fresh_keys):
                 raise StoreError(f"admission wrote {written} of {len(fresh_keys)} new intents")
             if progress is not None:
@@ -248,7 +253,7 @@ class SqliteAdmission(SqliteBase):
         keys_json = json.dumps([d.key for d in drafts])
 
         def fn(conn: sqlite3.Connection) -> list[str]:
-            rows_by_queue: dict[str, list[tuple[str, str, float, int]]] = {}
+            rows_by_queue: dict[str, list[tuple[str, str, float, int, str]]] = {}
             # Under BEGIN IMMEDIATE nobody else can insert between this read and the
             # insert, so "new" is exactly what the insert will write.
             seen = {key for (key,) in conn.execute(sql["intent_existing_keys"],
@@ -264,7 +269,8 @@ class SqliteAdmission(SqliteBase):
                 params: list[Any] = [*head]
                 for d in chunk:
                     params += (d.key, d.channel, d.recipient_id, d.address, d.template, d.data,
-                               d.campaign, d.occurrence, d.due_at, d.expires_at, d.lane)
+                               d.campaign, d.occurrence, d.due_at, d.expires_at, d.lane,
+                               d.group)
                 groups = ",".join([_DRAFT_ROW] * len(chunk))
                 statement = insert.replace("{rows}", groups)
                 written += conn.execute(statement, params).rowcount
@@ -279,7 +285,7 @@ class SqliteAdmission(SqliteBase):
                 _insert_events(conn, sql, by_channel, type="enqueued", state="enqueued", at=now)
                 for d in fresh:
                     rows_by_queue.setdefault(d.channel, []).append(
-                        (d.key, message_body(d.key), d.due_at - now, d.lane))
+                        (d.key, message_body(d.key), d.due_at - now, d.lane, d.group))
                 for queue, messages in rows_by_queue.items():
                     insert_messages(conn, sql, queue, messages, now=now)
             else:

@@ -333,8 +333,9 @@ def row_runs(count: int, most: int) -> Iterator[tuple[int, int]]:
 
 
 def insert_messages(conn: sqlite3.Connection, sql: Mapping[str, str], queue: str,
-                    rows: Sequence[tuple[str, str, float, int]], *, now: float) -> None:
-    """Insert ``(message_id, body, delay_s, lane)`` rows inside the caller's transaction.
+                    rows: Sequence[tuple[str, str, float, int, str]], *, now: float) -> None:
+    """Insert ``(message_id, body, delay_s, lane, group)`` rows inside the caller's
+    transaction.
 
     Multi-row inserts: about twice as fast as an executemany of one row each. The
     store uses this to admit intents and their messages in one transaction.
@@ -342,9 +343,9 @@ def insert_messages(conn: sqlite3.Connection, sql: Mapping[str, str], queue: str
     for start, size in row_runs(len(rows), PUBLISH_CHUNK):
         chunk = rows[start:start + size]
         params: list[object] = [queue, now]
-        for message_id, body, delay_s, lane in chunk:
-            params += (message_id, body, now + max(0.0, delay_s), lane)
-        groups = ",".join(["(?,?,?,?)"] * len(chunk))
+        for message_id, body, delay_s, lane, group in chunk:
+            params += (message_id, body, now + max(0.0, delay_s), lane, group)
+        groups = ",".join(["(?,?,?,?,?)"] * len(chunk))
         conn.execute(sql["message_insert_many"].replace("{rows}", groups), params)
 
 

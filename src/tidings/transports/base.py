@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
+from tidings.core.fair import FairShare
 from tidings.core.lanes import EVERY_LANE
 from tidings.core.model import DeadLetter, OutgoingMessage, QueueDepth, Received
 
@@ -32,12 +33,13 @@ class Transport(Protocol):
 
     async def receive(
         self, queue: str, *, max_messages: int, visibility_s: float, now: float,
-        lanes: Sequence[int] = EVERY_LANE,
+        lanes: Sequence[int] = EVERY_LANE, fair: FairShare | None = None,
     ) -> list[Received]:
         """Take up to ``max_messages`` visible messages, hiding them: lane by lane in the
         order of ``lanes`` (``tidings.core.lanes``; a lane not named is not taken from),
-        oldest first within a lane. A transport that keeps no lanes holds every message
-        in lane 0."""
+        oldest first within a lane. With ``fair``, each lane's room is shared among the
+        groups with messages in it (``tidings.core.fair``). A transport that keeps no
+        lanes holds every message in lane 0, and one that keeps no groups, one group."""
         ...
 
     async def ack(self, queue: str, receipts: Sequence[str]) -> None:

@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from tidings.core.errors import StoreError, TransportError
+from tidings.core.fair import NO_GROUP, FairShare, Passes
 from tidings.core.lanes import EVERY_LANE
 from tidings.core.model import (
     DeadLetter,
@@ -49,6 +50,8 @@ class PostgresTransport:
         self._wakeups = Wakeups()
         self._listener = ReadyListener(db.url, db.safe_url, db.sql, self._wakeups)
         self._receiver: str | None = None
+        # Where a receive without fair share last took grouped messages (see receive).
+        self._leftover = FairShare()
         db.retain()
 
     def receive_as(self, receiver: str | None) -> None:
@@ -118,25 +121,75 @@ class PostgresTransport:
 
     async def receive(
         self, queue: str, *, max_messages: int, visibility_s: float, now: float,
-        lanes: Sequence[int] = EVERY_LANE,
+        lanes: Sequence[int] = EVERY_LANE, fair: FairShare | None = None,
     ) -> list[Received]:
         """Take up to ``max_messages`` visible messages, lane by lane in the order of
-        ``lanes``, oldest first in each, hiding them."""
+        ``lanes``, oldest first in each, hiding them; with ``fair``, each lane's room
+        shared among its groups (``tidings.core.fair``)."""
         if max_messages <= 0 or not lanes:
             return []
-        rows = await self._rows("message_receive", {
-            "queue": queue, "now": now, "visible_at": now + visibility_s,
-            "limit": max_messages, "receiver": self._receiver, "lanes": list(lanes)})
-        # RETURNING order is unspecified; lane order, then publish order within a lane,
-        # is what the caller asked for.
-        rank = {lane: i for i, lane in enumerate(lanes)}
-        rows.sort(key=lambda r: (rank.get(r[7], len(rank)), r[5], r[0]))
+        params = {"queue": queue, "now": now, "visible_at": now + visibility_s,
+                  "receiver": self._receiver}
+        if fair is None:
+            rows = await self._rows("message_receive", {
+                **params, "limit": max_messages, "lanes": list(lanes)})
+            # RETURNING order is unspecified; lane order, then publish order within a
+            # lane, is what the caller asked for.
+            rank = {lane: i for i, lane in enumerate(lanes)}
+            rows.sort(key=lambda r: (rank.get(r[7], len(rank)), r[5], r[0]))
+            if len(rows) < max_messages and (await self._rows("message_has_groups", {
+                    "queue": queue, "lanes": list(lanes)}))[0][0]:
+                # Messages that name a group, on a channel that does not share its lanes
+                # (written while it did): taken in turn, never stranded.
+                more = max_messages - len(rows)
+                rows += await self._run(lambda conn: self._receive_shared(
+                    conn, params, lanes, more, self._leftover, named_only=True))
+        else:
+            rows = await self._run(lambda conn: self._receive_shared(
+                conn, params, lanes, max_messages, fair))
         return [
             Received(queue=queue, message_id=message_id, body=body,
                      receipt=f"{row_id}:{token}", receive_count=count,
                      enqueued_at=float(enqueued_at), failures=failures, lane=lane)
-            for row_id, message_id, body, count, token, enqueued_at, failures, lane, _ in rows
+            for row_id, message_id, body, count, token, enqueued_at, failures, lane, *_ in rows
         ]
+
+    async def _receive_shared(self, conn: Conn, params: dict[str, Any], lanes: Sequence[int],
+                              limit: int, fair: FairShare, *, named_only: bool = False
+                              ) -> list[tuple[Any, ...]]:
+        """``receive`` with each lane's room shared among its groups, in one transaction:
+        the lane's next groups after the last receive's (``message_groups``), then
+        passes of ``message_receive_groups``; ``named_only``: leave out the messages
+        that name no group."""
+        taken: list[tuple[Any, ...]] = []
+        for lane in lanes:
+            room = limit - len(taken)
+            if room <= 0:
+                break
+            after = fair.after(lane)
+            listing = {"queue": params["queue"], "lane": lane, "after": after, "limit": room}
+            first = self._sql["message_groups_first"]
+            cur = await conn.execute(self._sql["message_groups"] if after else first, listing)
+            groups = [g for (g,) in await cur.fetchall()]
+            if len(groups) < room and after:
+                cur = await conn.execute(first, {**listing, "limit": room - len(groups)})
+                seen = set(groups)
+                groups += [g for (g,) in await cur.fetchall() if g not in seen]
+            if groups:
+                fair.visited(lane, groups[-1])
+            if named_only:
+                groups = [g for g in groups if g != NO_GROUP]
+            passes: Passes[tuple[Any, ...]] = Passes(groups, room, fair.weights)
+            while asks := passes.asks():
+                cur = await conn.execute(self._sql["message_receive_groups"], {
+                    **params, "lane": lane, "groups": [g for g, _ in asks],
+                    "shares": [n for _, n in asks]})
+                given: dict[str, list[tuple[Any, ...]]] = {}
+                for row in sorted(await cur.fetchall(), key=lambda r: (r[5], r[0])):
+                    given.setdefault(row[8], []).append(row)
+                passes.took(given)
+            taken += passes.rows()
+        return taken
 
     async def ack(self, queue: str, receipts: Sequence[str]) -> None:
         """Delete messages by id; unknown or already acked receipts are a no-op."""

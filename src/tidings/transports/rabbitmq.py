@@ -91,6 +91,7 @@ from datetime import datetime
 import aiormq
 from aio_pika.abc import AbstractIncomingMessage, AbstractQueue
 
+from tidings.core.fair import FairShare
 from tidings.core.lanes import EVERY_LANE
 from tidings.core.model import DeadLetter, OutgoingMessage, QueueDepth, Received
 from tidings.transports.rabbitmq_connection import (
@@ -187,11 +188,11 @@ class RabbitTransport(RabbitTopology):
     @retrying
     async def receive(
         self, queue: str, *, max_messages: int, visibility_s: float, now: float,
-        lanes: Sequence[int] = EVERY_LANE,
+        lanes: Sequence[int] = EVERY_LANE, fair: FairShare | None = None,
     ) -> list[Received]:
         """Take up to ``max_messages`` visible messages, oldest first, hiding them.
-        One lane here (``lanes`` is not yet kept on this broker: every message is lane 0
-        and comes in publish order)."""
+        One lane and one group here (``lanes`` and ``fair`` are not yet kept on this
+        broker: every message is lane 0 and comes in publish order)."""
         if 0 not in lanes:
             return []
         if max_messages <= 0:

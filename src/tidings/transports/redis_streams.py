@@ -56,6 +56,7 @@ from redis.commands.core import AsyncScript
 
 from tidings.config.transport_urls import redact_url, split_prefix
 from tidings.core.errors import TransportError
+from tidings.core.fair import FairShare
 from tidings.core.lanes import EVERY_LANE
 from tidings.core.model import DeadLetter, OutgoingMessage, QueueDepth, Received
 
@@ -299,11 +300,11 @@ class RedisStreamsTransport:
 
     async def receive(
         self, queue: str, *, max_messages: int, visibility_s: float, now: float,
-        lanes: Sequence[int] = EVERY_LANE,
+        lanes: Sequence[int] = EVERY_LANE, fair: FairShare | None = None,
     ) -> list[Received]:
         """Take up to ``max_messages`` visible messages, oldest first, hiding them.
-        One lane here (``lanes`` is not yet kept on this broker: every message is lane 0
-        and comes in publish order)."""
+        One lane and one group here (``lanes`` and ``fair`` are not yet kept on this
+        broker: every message is lane 0 and comes in publish order)."""
         if 0 not in lanes:
             return []
         if max_messages <= 0:

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
 from tidings.core.errors import StoreError, TransportError
+from tidings.core.fair import NO_GROUP, FairShare, Passes
 from tidings.core.lanes import EVERY_LANE
 from tidings.core.model import (
     DeadLetter,
@@ -44,6 +45,27 @@ def shown(raw: bytes | None) -> str:
     return (raw or b"").decode("utf-8", errors="backslashreplace")
 
 
+#: A received row: id, message id, body, receive count, token, enqueued at, failures, lane.
+Row = tuple[int, bytes, bytes, int, int, float, int, int]
+
+
+def fair_groups(conn: sqlite3.Connection, sql: Mapping[str, str], queue: str, lane: int,
+                room: int, share: FairShare) -> list[str]:
+    """The next ``room`` groups with messages in ``lane`` after the last receive's
+    (wrapping round to the first), and notes where this receive stops."""
+    after = share.after(lane)
+    params = {"queue": queue, "lane": lane, "after": after, "limit": room}
+    first = sql["message_groups_first"]
+    groups = [g for (g,) in conn.execute(sql["message_groups"] if after else first, params)]
+    if len(groups) < room and after:
+        seen = set(groups)
+        groups += [g for (g,) in conn.execute(first, {**params, "limit": room - len(groups)})
+                   if g not in seen]
+    if groups:
+        share.visited(lane, groups[-1])
+    return groups
+
+
 class SqliteTransport:
     """The ``Transport`` port on tables ``messages`` and ``dead_letters``."""
 
@@ -56,6 +78,8 @@ class SqliteTransport:
         self._sql = db.sql
         self._wakeups = Wakeups()
         self._receiver: str | None = None
+        # Where a receive without fair share last took grouped messages (see receive).
+        self._leftover = FairShare()
         db.retain()
 
     def receive_as(self, receiver: str | None) -> None:
@@ -101,26 +125,57 @@ class SqliteTransport:
 
     async def receive(
         self, queue: str, *, max_messages: int, visibility_s: float, now: float,
-        lanes: Sequence[int] = EVERY_LANE,
+        lanes: Sequence[int] = EVERY_LANE, fair: FairShare | None = None,
     ) -> list[Received]:
         """Take up to ``max_messages`` visible messages, lane by lane in the order of
-        ``lanes``, oldest first in each, hiding them."""
+        ``lanes``, oldest first in each, hiding them; with ``fair``, each lane's room
+        shared among its groups (``tidings.core.fair``)."""
         if max_messages <= 0 or not lanes:
             return []
-        sql = self._sql["message_receive"]
-        receiver = self._receiver
+        sql = self._sql
+        base = {"queue": queue, "now": now, "visible_at": now + visibility_s,
+                "receiver": self._receiver}
+        leftover = self._leftover
 
-        def fn(conn: sqlite3.Connection) -> list[tuple[int, bytes, bytes, int, int, float, int,
-                                                       int]]:
-            taken: list[tuple[int, bytes, bytes, int, int, float, int, int]] = []
+        def lane_rows(conn: sqlite3.Connection, lane: int, room: int) -> list[Row]:
+            rows = conn.execute(sql["message_receive"],
+                                {**base, "lane": lane, "limit": room}).fetchall()
+            # RETURNING order is unspecified; publish order is what "oldest" means
+            # within a lane.
+            rows.sort(key=lambda r: (r[5], r[0]))
+            return rows
+
+        def shared_rows(conn: sqlite3.Connection, lane: int, room: int, share: FairShare,
+                        *, named_only: bool = False) -> list[Row]:
+            groups = fair_groups(conn, sql, queue, lane, room, share)
+            if named_only:
+                groups = [g for g in groups if g != NO_GROUP]
+            passes: Passes[Row] = Passes(groups, room, share.weights)
+            while asks := passes.asks():
+                given: dict[str, list[Row]] = {}
+                for group, most in asks:
+                    rows = conn.execute(sql["message_receive_group"], {
+                        **base, "lane": lane, "group": group, "limit": most}).fetchall()
+                    rows.sort(key=lambda r: (r[5], r[0]))
+                    given[group] = rows
+                passes.took(given)
+            return passes.rows()
+
+        def fn(conn: sqlite3.Connection) -> list[Row]:
+            taken: list[Row] = []
             for lane in lanes:
-                rows = conn.execute(sql, {
-                    "queue": queue, "lane": lane, "now": now, "visible_at": now + visibility_s,
-                    "limit": max_messages - len(taken), "receiver": receiver}).fetchall()
-                # RETURNING order is unspecified; publish order is what "oldest" means
-                # within a lane.
-                rows.sort(key=lambda r: (r[5], r[0]))
-                taken += rows
+                room = max_messages - len(taken)
+                if fair is None:
+                    taken += lane_rows(conn, lane, room)
+                    if len(taken) < max_messages and conn.execute(
+                            sql["message_has_groups"], {"queue": queue, "lane": lane}
+                    ).fetchone()[0]:
+                        # Messages that name a group, on a channel that does not share
+                        # its lanes (written while it did): taken in turn, never stranded.
+                        taken += shared_rows(conn, lane, max_messages - len(taken), leftover,
+                                             named_only=True)
+                else:
+                    taken += shared_rows(conn, lane, room, fair)
                 if len(taken) >= max_messages:
                     break
             return taken

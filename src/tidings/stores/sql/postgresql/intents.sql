@@ -18,7 +18,8 @@ CREATE TEMP TABLE IF NOT EXISTS admit_stage (
     due_at       double precision NOT NULL,
     expires_at   double precision,
     body         text             NOT NULL,
-    lane         smallint         NOT NULL
+    lane         smallint         NOT NULL,
+    group_key    text             NOT NULL
 ) ON COMMIT DELETE ROWS
 
 -- name: admit_stage_clear
@@ -28,7 +29,7 @@ DELETE FROM admit_stage
 
 -- name: admit_stage_copy
 COPY admit_stage (n, key, channel, recipient_id, address, template, data, campaign,
-                  occurrence, due_at, expires_at, body, lane) FROM STDIN
+                  occurrence, due_at, expires_at, body, lane, group_key) FROM STDIN
 
 -- name: intent_admit_staged
 -- The staged page as selected intents (one "selected" event each). Intents go in page
@@ -41,11 +42,11 @@ WITH fresh AS (
     INSERT INTO intents (
         created_at, updated_at, selected_at, publish_lease_until, state,
         key, channel, recipient_id, address, template, data, campaign, occurrence,
-        due_at, expires_at, lane
+        due_at, expires_at, lane, group_key
     )
     SELECT %(now)s::float8, %(now)s::float8, %(now)s::float8, %(lease_until)s::float8,
            'selected', key, channel, recipient_id, address, template, data, campaign,
-           occurrence, due_at, expires_at, lane
+           occurrence, due_at, expires_at, lane, group_key
     FROM admit_stage ORDER BY n
     ON CONFLICT (key) DO NOTHING
     RETURNING key
@@ -63,11 +64,11 @@ WITH fresh AS (
     INSERT INTO intents (
         created_at, updated_at, selected_at, enqueued_at, state,
         key, channel, recipient_id, address, template, data, campaign, occurrence,
-        due_at, expires_at, lane
+        due_at, expires_at, lane, group_key
     )
     SELECT %(now)s::float8, %(now)s::float8, %(now)s::float8, %(now)s::float8,
            'enqueued', key, channel, recipient_id, address, template, data, campaign,
-           occurrence, due_at, expires_at, lane
+           occurrence, due_at, expires_at, lane, group_key
     FROM admit_stage ORDER BY n
     ON CONFLICT (key) DO NOTHING
     RETURNING key
@@ -79,8 +80,9 @@ WITH fresh AS (
     FROM admitted
 ), queued AS (
     -- In stage order: message ids grow in publish order, which receive calls oldest.
-    INSERT INTO messages (queue, enqueued_at, message_id, body, available_at, lane)
-    SELECT channel, %(now)s::float8, key, body, greatest(due_at, %(now)s::float8), lane
+    INSERT INTO messages (queue, enqueued_at, message_id, body, available_at, lane, group_key)
+    SELECT channel, %(now)s::float8, key, body, greatest(due_at, %(now)s::float8), lane,
+           group_key
     FROM admitted ORDER BY n
 )
 SELECT key FROM fresh
@@ -100,11 +102,11 @@ WITH fresh AS (
     INSERT INTO intents (
         created_at, updated_at, selected_at, publish_lease_until, state,
         key, channel, recipient_id, address, template, data, campaign, occurrence,
-        due_at, expires_at, lane
+        due_at, expires_at, lane, group_key
     )
     SELECT %(now)s::float8, %(now)s::float8, %(now)s::float8, %(lease_until)s::float8,
            'selected', key, channel, recipient_id, address, template, data, campaign,
-           occurrence, due_at, expires_at, lane
+           occurrence, due_at, expires_at, lane, group_key
     FROM admit_stage
 )
 INSERT INTO events (key, channel, type, at, state, attempt)
@@ -116,18 +118,19 @@ WITH fresh AS (
     INSERT INTO intents (
         created_at, updated_at, selected_at, enqueued_at, state,
         key, channel, recipient_id, address, template, data, campaign, occurrence,
-        due_at, expires_at, lane
+        due_at, expires_at, lane, group_key
     )
     SELECT %(now)s::float8, %(now)s::float8, %(now)s::float8, %(now)s::float8,
            'enqueued', key, channel, recipient_id, address, template, data, campaign,
-           occurrence, due_at, expires_at, lane
+           occurrence, due_at, expires_at, lane, group_key
     FROM admit_stage
 ), logged AS (
     INSERT INTO events (key, channel, type, at, state, attempt)
     SELECT key, channel, 'enqueued', %(now)s::float8, 'enqueued', 0 FROM admit_stage
 )
-INSERT INTO messages (queue, enqueued_at, message_id, body, available_at, lane)
-SELECT channel, %(now)s::float8, key, body, greatest(due_at, %(now)s::float8), lane
+INSERT INTO messages (queue, enqueued_at, message_id, body, available_at, lane, group_key)
+SELECT channel, %(now)s::float8, key, body, greatest(due_at, %(now)s::float8), lane,
+       group_key
 FROM admit_stage
 
 -- name: admit_page_stage_create
@@ -150,20 +153,22 @@ COPY admit_page_stage (channel, recipient_id, address, data) FROM STDIN
 -- joined by index; the stage stays the outer, scanned side, so rows keep page order.
 WITH staged AS (
     SELECT c.channel, c.prefix || s.recipient_id || c.suffix AS key, s.recipient_id,
-           s.address, s.data, c.lane
+           s.address, s.data, c.lane, c.group_key
     FROM admit_page_stage s
     JOIN unnest(%(channels)s::text[], %(prefixes)s::text[], %(suffixes)s::text[],
-                %(lanes)s::smallint[])
-         WITH ORDINALITY AS c(channel, prefix, suffix, lane, i) ON c.i = s.channel + 1
+                %(lanes)s::smallint[], %(groups)s::text[])
+         WITH ORDINALITY AS c(channel, prefix, suffix, lane, group_key, i)
+         ON c.i = s.channel + 1
 ), fresh AS (
     INSERT INTO intents (
         created_at, updated_at, selected_at, publish_lease_until, state,
         key, channel, recipient_id, address, template, data, campaign, occurrence,
-        due_at, expires_at, lane
+        due_at, expires_at, lane, group_key
     )
     SELECT %(now)s::float8, %(now)s::float8, %(now)s::float8, %(lease_until)s::float8,
            'selected', key, channel, recipient_id, address, %(template)s, data,
-           %(campaign)s, %(occurrence)s, %(due_at)s::float8, %(expires_at)s::float8, lane
+           %(campaign)s, %(occurrence)s, %(due_at)s::float8, %(expires_at)s::float8, lane,
+           group_key
     FROM staged
 )
 INSERT INTO events (key, channel, type, at, state, attempt)
@@ -174,28 +179,30 @@ SELECT key, channel, 'selected', %(now)s::float8, 'selected', 0 FROM staged
 -- model.message_body's: %(body_head)s, the key as a JSON string, %(body_tail)s.
 WITH staged AS (
     SELECT c.channel, c.prefix || s.recipient_id || c.suffix AS key, s.recipient_id,
-           s.address, s.data, c.lane
+           s.address, s.data, c.lane, c.group_key
     FROM admit_page_stage s
     JOIN unnest(%(channels)s::text[], %(prefixes)s::text[], %(suffixes)s::text[],
-                %(lanes)s::smallint[])
-         WITH ORDINALITY AS c(channel, prefix, suffix, lane, i) ON c.i = s.channel + 1
+                %(lanes)s::smallint[], %(groups)s::text[])
+         WITH ORDINALITY AS c(channel, prefix, suffix, lane, group_key, i)
+         ON c.i = s.channel + 1
 ), fresh AS (
     INSERT INTO intents (
         created_at, updated_at, selected_at, enqueued_at, state,
         key, channel, recipient_id, address, template, data, campaign, occurrence,
-        due_at, expires_at, lane
+        due_at, expires_at, lane, group_key
     )
     SELECT %(now)s::float8, %(now)s::float8, %(now)s::float8, %(now)s::float8,
            'enqueued', key, channel, recipient_id, address, %(template)s, data,
-           %(campaign)s, %(occurrence)s, %(due_at)s::float8, %(expires_at)s::float8, lane
+           %(campaign)s, %(occurrence)s, %(due_at)s::float8, %(expires_at)s::float8, lane,
+           group_key
     FROM staged
 ), logged AS (
     INSERT INTO events (key, channel, type, at, state, attempt)
     SELECT key, channel, 'enqueued', %(now)s::float8, 'enqueued', 0 FROM staged
 )
-INSERT INTO messages (queue, enqueued_at, message_id, body, available_at, lane)
+INSERT INTO messages (queue, enqueued_at, message_id, body, available_at, lane, group_key)
 SELECT channel, %(now)s::float8, key, %(body_head)s || to_json(key)::text || %(body_tail)s,
-       greatest(%(due_at)s::float8, %(now)s::float8), lane
+       greatest(%(due_at)s::float8, %(now)s::float8), lane, group_key
 FROM staged
 
 -- name: relay_lock

@@ -5,15 +5,17 @@
 -- One array per column, unnested in publish order (ids grow in that order). The
 -- notification wakes idle consumers of the queue in every process once the
 -- transaction commits (never before; none on rollback). %(lanes)s: each message's
--- lane; NULL for a message to go to its intent's lane (a republish, a message that is
--- no intent's: lane 0).
+-- lane; NULL for a message to go to its intent's lane and group (a republish; a
+-- message that is no intent's: lane 0, no group).
 WITH inserted AS (
-    INSERT INTO messages (queue, enqueued_at, message_id, body, available_at, lane)
+    INSERT INTO messages (queue, enqueued_at, message_id, body, available_at, lane,
+                          group_key)
     SELECT %(queue)s, %(now)s::float8, m.message_id, m.body, m.available_at,
-           coalesce(m.lane, (SELECT i.lane FROM intents i WHERE i.key = m.message_id), 0)
+           coalesce(m.lane, i.lane, 0), coalesce(i.group_key, '')
     FROM unnest(%(message_ids)s::text[], %(bodies)s::text[], %(available)s::float8[],
                 %(lanes)s::smallint[])
          WITH ORDINALITY AS m(message_id, body, available_at, lane, n)
+    LEFT JOIN intents i ON m.lane IS NULL AND i.key = m.message_id
     ORDER BY m.n
     RETURNING 1
 )
@@ -36,8 +38,9 @@ SELECT current_schema()
 
 -- name: message_receive
 -- Lane by lane in the order of %(lanes)s (tidings.core.lanes), oldest visible first in
--- each: a lateral subquery per lane, each an index range of messages_ready, and no
--- lane is read once the limit is reached. SKIP LOCKED: concurrent receivers on any
+-- each, of the messages that name no group (a group's are taken by
+-- message_receive_groups): a lateral subquery per lane, each an index range of
+-- messages_ready, and no lane is read once the limit is reached. SKIP LOCKED: concurrent receivers on any
 -- machine take disjoint batches instead of waiting on each other's rows. The receive
 -- token fences receipts of earlier receives. %(receiver)s names the receiving worker
 -- (NULL: not recorded), for message_release_receiver.
@@ -55,7 +58,8 @@ WHERE id IN (
     FROM unnest(%(lanes)s::smallint[]) AS l(lane)
     CROSS JOIN LATERAL (
         SELECT id FROM messages
-        WHERE queue = %(queue)s AND lane = l.lane AND available_at <= %(now)s
+        WHERE queue = %(queue)s AND lane = l.lane AND group_key = ''
+          AND available_at <= %(now)s
         ORDER BY available_at, id
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
@@ -64,6 +68,66 @@ WHERE id IN (
 )
 RETURNING id, message_id, body, receive_count, receive_token, enqueued_at, failures,
     lane, set_config('synchronous_commit', 'off', true)
+
+-- name: message_has_groups
+-- Whether any lane of %(lanes)s holds messages that name a group: one index probe a
+-- lane (a queue that never names one answers at once).
+SELECT EXISTS (
+    SELECT 1 FROM unnest(%(lanes)s::smallint[]) AS l(lane)
+    WHERE EXISTS (SELECT 1 FROM messages
+                  WHERE queue = %(queue)s AND lane = l.lane AND group_key > '')
+)
+
+-- name: message_groups_first
+-- The groups with messages in a lane (tidings.core.fair), in key order from the first
+-- ('' first: the messages that name none), at most %(limit)s: a walk of messages_ready
+-- that jumps from one group to the next (one probe a group, however many it holds).
+WITH RECURSIVE walk(group_key, n) AS (
+    SELECT (SELECT min(group_key) FROM messages
+            WHERE queue = %(queue)s AND lane = %(lane)s), 1
+    UNION ALL
+    SELECT (SELECT m.group_key FROM messages m
+            WHERE m.queue = %(queue)s AND m.lane = %(lane)s AND m.group_key > walk.group_key
+            ORDER BY m.group_key LIMIT 1), n + 1
+    FROM walk WHERE walk.group_key IS NOT NULL AND n < %(limit)s
+)
+SELECT group_key FROM walk WHERE group_key IS NOT NULL
+
+-- name: message_groups
+-- message_groups_first after the group %(after)s.
+WITH RECURSIVE walk(group_key, n) AS (
+    SELECT (SELECT group_key FROM messages
+            WHERE queue = %(queue)s AND lane = %(lane)s AND group_key > %(after)s
+            ORDER BY group_key LIMIT 1), 1
+    UNION ALL
+    SELECT (SELECT m.group_key FROM messages m
+            WHERE m.queue = %(queue)s AND m.lane = %(lane)s AND m.group_key > walk.group_key
+            ORDER BY m.group_key LIMIT 1), n + 1
+    FROM walk WHERE walk.group_key IS NOT NULL AND n < %(limit)s
+)
+SELECT group_key FROM walk WHERE group_key IS NOT NULL
+
+-- name: message_receive_groups
+-- message_receive for a lane shared among groups (fair share): each group of
+-- %(groups)s takes at most its paired share of %(shares)s, oldest visible first, SKIP
+-- LOCKED, each an index range of messages_ready.
+UPDATE messages
+SET available_at = %(visible_at)s, receive_count = receive_count + 1,
+    receive_token = receive_token + 1, leased = true, receiver = %(receiver)s
+WHERE id IN (
+    SELECT m.id
+    FROM unnest(%(groups)s::text[], %(shares)s::int[]) AS g(group_key, share)
+    CROSS JOIN LATERAL (
+        SELECT id FROM messages
+        WHERE queue = %(queue)s AND lane = %(lane)s AND group_key = g.group_key
+          AND available_at <= %(now)s
+        ORDER BY available_at, id
+        LIMIT g.share
+        FOR UPDATE SKIP LOCKED
+    ) AS m
+)
+RETURNING id, message_id, body, receive_count, receive_token, enqueued_at, failures,
+    lane, group_key, set_config('synchronous_commit', 'off', true)
 
 -- name: message_ack
 -- By id alone: whoever acks has finished the work, even under a stale receipt.
@@ -111,16 +175,16 @@ LIMIT %s
 
 -- name: dead_letter_redrive
 -- Back on the queue as fresh messages: visible now, never received, each in its
--- intent's lane.
+-- intent's lane and group.
 WITH moved AS (
     DELETE FROM dead_letters
     WHERE queue = %(queue)s AND id = ANY(%(ids)s::bigint[])
     RETURNING id, queue, message_id, body
 )
-INSERT INTO messages (queue, message_id, body, available_at, enqueued_at, lane)
-SELECT queue, message_id, body, %(now)s, %(now)s,
-       coalesce((SELECT i.lane FROM intents i WHERE i.key = moved.message_id), 0)
-FROM moved ORDER BY id
+INSERT INTO messages (queue, message_id, body, available_at, enqueued_at, lane, group_key)
+SELECT moved.queue, moved.message_id, moved.body, %(now)s, %(now)s, coalesce(i.lane, 0),
+       coalesce(i.group_key, '')
+FROM moved LEFT JOIN intents i ON i.key = moved.message_id ORDER BY moved.id
 
 -- name: queue_depth
 SELECT

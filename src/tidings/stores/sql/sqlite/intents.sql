@@ -14,15 +14,15 @@ SELECT key, channel, recipient_id, address, template, data, due_at, expires_at, 
 FROM intents WHERE key IN (SELECT value FROM json_each(:keys))
 
 -- name: intent_admit_values
--- The caller replaces {rows} with one "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)" group per
+-- The caller replaces {rows} with one "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)" group per
 -- draft (key, channel, recipient_id, address, template, data, campaign, occurrence,
--- due_at, expires_at, lane); the four leading parameters are created_at, updated_at, selected_at and
+-- due_at, expires_at, lane, group_key); the four leading parameters are created_at, updated_at, selected_at and
 -- publish_lease_until. One statement binds a thousand rows: far fewer round trips than
 -- an executemany. "WHERE true" is how SQLite tells an upsert's ON from a join's.
 INSERT INTO intents (
     created_at, updated_at, selected_at, publish_lease_until, state,
     key, channel, recipient_id, address, template, data, campaign, occurrence,
-    due_at, expires_at, lane
+    due_at, expires_at, lane, group_key
 )
 SELECT ?, ?, ?, ?, 'selected', v.* FROM (VALUES {rows}) AS v WHERE true
 ON CONFLICT (key) DO NOTHING
@@ -34,23 +34,24 @@ ON CONFLICT (key) DO NOTHING
 INSERT INTO intents (
     created_at, updated_at, selected_at, enqueued_at, state,
     key, channel, recipient_id, address, template, data, campaign, occurrence,
-    due_at, expires_at, lane
+    due_at, expires_at, lane, group_key
 )
 SELECT ?, ?, ?, ?, 'enqueued', v.* FROM (VALUES {rows}) AS v WHERE true
 ON CONFLICT (key) DO NOTHING
 
 -- name: intent_admit_page
 -- A campaign page (see model.DraftPage), one channel at a time: what the page shares is
--- bound once, in the eleven leading parameters (created_at, updated_at, selected_at,
--- publish_lease_until, channel, template, campaign, occurrence, due_at, expires_at, lane),
+-- bound once, in the twelve leading parameters (created_at, updated_at, selected_at,
+-- publish_lease_until, channel, template, campaign, occurrence, due_at, expires_at, lane,
+-- group_key),
 -- and each intent adds only its four: the caller replaces {rows} with one
 -- "(?, ?, ?, ?)" group per intent (key, recipient_id, address, data).
 INSERT INTO intents (
     created_at, updated_at, selected_at, publish_lease_until, state,
-    channel, template, campaign, occurrence, due_at, expires_at, lane,
+    channel, template, campaign, occurrence, due_at, expires_at, lane, group_key,
     key, recipient_id, address, data
 )
-SELECT ?, ?, ?, ?, 'selected', ?, ?, ?, ?, ?, ?, ?, v.* FROM (VALUES {rows}) AS v
+SELECT ?, ?, ?, ?, 'selected', ?, ?, ?, ?, ?, ?, ?, ?, v.* FROM (VALUES {rows}) AS v
 WHERE true
 ON CONFLICT (key) DO NOTHING
 
@@ -59,10 +60,10 @@ ON CONFLICT (key) DO NOTHING
 -- transaction); the fourth leading parameter is enqueued_at.
 INSERT INTO intents (
     created_at, updated_at, selected_at, enqueued_at, state,
-    channel, template, campaign, occurrence, due_at, expires_at, lane,
+    channel, template, campaign, occurrence, due_at, expires_at, lane, group_key,
     key, recipient_id, address, data
 )
-SELECT ?, ?, ?, ?, 'enqueued', ?, ?, ?, ?, ?, ?, ?, v.* FROM (VALUES {rows}) AS v
+SELECT ?, ?, ?, ?, 'enqueued', ?, ?, ?, ?, ?, ?, ?, ?, v.* FROM (VALUES {rows}) AS v
 WHERE true
 ON CONFLICT (key) DO NOTHING
 
