@@ -15,9 +15,9 @@ Printed, from the sandbox's arrivals: each group's count, first and last arrival
 (seconds from the first send), and its rate while every group had work; for each
 group but the largest, its time to finish against the time it would take alone at
 its fair share of the pacer's target (``size / (target × weight / Σ weights)``;
-target: at most 1.2), and of the rate the channel achieved in the run; each group's rate against its weighted share of the total
-while all had work (target: within 10 %); one-second windows over the quota and keys
-sent twice (targets 0).
+target: at most 1.2), and of the rate the channel achieved in the run; each group's
+rate against its weighted share of the total while all had work (target: within
+10 %); one-second windows over the quota and keys sent twice (targets 0).
 """
 
 from __future__ import annotations
