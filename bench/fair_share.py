@@ -24,24 +24,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from benchlib import Report, emit, rounded, source_revision
+from benchlib import Report, rounded, source_revision
 from lanes import (
     DEFAULT_PG,
     QUOTA_SAFETY,
+    finish,
     over_quota_windows,
     read_arrivals,
     recipient,
     start_sandbox,
     start_worker,
+    stop,
 )
 
 
@@ -124,15 +123,7 @@ async def run(args: argparse.Namespace, folder: Path) -> Report:
         workers += [start_worker(folder, config, n) for n in range(args.workers)]
         await wait_for_small_groups(port, groups, args.deadline_s)
     finally:
-        for proc in workers:
-            proc.send_signal(signal.SIGTERM)
-        for proc in workers:
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-        sandbox.send_signal(signal.SIGTERM)
-        sandbox.wait(30)
+        stop(workers, sandbox)
     return report(args, store, groups, weights, read_arrivals(folder / "keys.json"))
 
 
@@ -219,12 +210,7 @@ def main() -> None:
     parser.add_argument("--deadline-s", type=float, default=600.0)
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--out", type=Path, help="write the report (JSON) here as well")
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="tidings-fair-") as tmp:
-        result = asyncio.run(run(args, Path(tmp)))
-    if args.out is not None:
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
-    emit(result, as_json=args.json, summary=summary)
+    finish(parser.parse_args(), run, summary, "tidings-fair-")
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +87,31 @@ def start_worker(folder: Path, config: Path, n: int) -> subprocess.Popen[bytes]:
             [sys.executable, "-m", "tidings", "worker", "--channel", "email", "--config",
              str(config)], stdout=subprocess.DEVNULL, stderr=log,
             env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+
+def stop(workers: list[subprocess.Popen[bytes]], sandbox: subprocess.Popen[bytes]) -> None:
+    """The workers stopped (SIGTERM, then SIGKILL after 30 s), then the sandbox, which
+    writes its arrivals as it exits."""
+    for proc in workers:
+        proc.send_signal(signal.SIGTERM)
+    for proc in workers:
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    sandbox.send_signal(signal.SIGTERM)
+    sandbox.wait(30)
+
+
+def finish(args: argparse.Namespace, run: Callable[[argparse.Namespace, Path],
+                                                   Awaitable[Report]],
+           summary: Callable[[Report], str], prefix: str) -> None:
+    """Run in a folder of its own, write ``--out`` if asked, print the report."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        result = asyncio.run(run(args, Path(tmp)))
+    if args.out is not None:
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
+    emit(result, as_json=args.json, summary=summary)
 
 
 def recipient(key: str) -> dict[str, str]:
@@ -174,15 +200,7 @@ async def run(args: argparse.Namespace, folder: Path) -> Report:
         finally:
             await runtime.close()
     finally:
-        for proc in workers:
-            proc.send_signal(signal.SIGTERM)
-        for proc in workers:
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-        sandbox.send_signal(signal.SIGTERM)
-        sandbox.wait(30)
+        stop(workers, sandbox)
     arrivals = read_arrivals(folder / "keys.json")
     return report(args, store, arrivals, returned, first_call, last_call)
 
@@ -276,12 +294,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--out", type=Path, help="write the report (JSON) here as well")
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="tidings-lanes-") as tmp:
-        result = asyncio.run(run(args, Path(tmp)))
-    if args.out is not None:
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
-    emit(result, as_json=args.json, summary=summary)
+    finish(parser.parse_args(), run, summary, "tidings-lanes-")
 
 
 if __name__ == "__main__":
