@@ -34,6 +34,7 @@ from benchlib import Report, rounded, source_revision
 from lanes import (
     DEFAULT_PG,
     QUOTA_SAFETY,
+    bench_store,
     finish,
     over_quota_windows,
     read_arrivals,
@@ -105,12 +106,7 @@ async def run(args: argparse.Namespace, folder: Path) -> Report:
 
     groups = parse_pairs(args.groups, int)
     weights = parse_pairs(args.weights, float)
-    if args.store == "sqlite":
-        store = f"sqlite:///{folder / 'fair.db'}"
-    else:
-        from pglib import sibling_pg
-
-        store = sibling_pg(args.store, "fair")
+    store = bench_store(args.store, folder, "fair")
     sandbox, port = start_sandbox(folder, args.quota)
     workers: list[subprocess.Popen[bytes]] = []
     try:

@@ -70,6 +70,16 @@ provider = {{ kind = "sandbox", url = "{sandbox_url}" }}
     return config
 
 
+def bench_store(given: str, folder: Path, name: str) -> str:
+    """A SQLite file in ``folder`` (``given`` is 'sqlite'), else a fresh PostgreSQL
+    database ``<db>_<name>`` beside ``given``."""
+    if given == "sqlite":
+        return f"sqlite:///{folder / (name + '.db')}"
+    from pglib import sibling_pg
+
+    return sibling_pg(given, name)
+
+
 def start_sandbox(folder: Path, quota: int) -> tuple[subprocess.Popen[bytes], int]:
     """The sandbox in a process of its own, and the port it serves on."""
     with (folder / "sandbox.log").open("ab") as log:
@@ -172,12 +182,7 @@ async def run(args: argparse.Namespace, folder: Path) -> Report:
     from tidings.config.settings import Settings
     from tidings.runtime import build_runtime
 
-    if args.store == "sqlite":
-        store = f"sqlite:///{folder / 'lanes.db'}"
-    else:
-        from pglib import sibling_pg
-
-        store = sibling_pg(args.store, "lanes")
+    store = bench_store(args.store, folder, "lanes")
     sandbox, port = start_sandbox(folder, args.quota)
     workers: list[subprocess.Popen[bytes]] = []
     try:
