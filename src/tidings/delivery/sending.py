@@ -137,7 +137,7 @@ class Sending(Settling):
                 return await self.pacer.slot(early_s=CHECKS_LEAD_S)
             await self.turns.take(lane)
             try:
-                return await self.pacer.slot(early_s=CHECKS_LEAD_S)
+                return await self.pacer.slot(early_s=CHECKS_LEAD_S, behind=self.turns.waiting)
             finally:
                 self.turns.give()
         except asyncio.CancelledError:

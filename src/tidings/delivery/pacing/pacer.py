@@ -72,6 +72,7 @@ class Pacer:
         self._slots: deque[float] = deque()
         self._lock = asyncio.Lock()
         self._waiting = 0
+        self._behind = 0
         self._to_release = 0
         self._retry_at = 0.0
         self._paused_until = 0.0
@@ -91,12 +92,17 @@ class Pacer:
         ``release()`` when its request ends."""
         return await self.start(await self.slot())
 
-    async def slot(self, *, early_s: float = 0.0) -> float:
+    async def slot(self, *, early_s: float = 0.0, behind: int = 0) -> float:
         """Take a start slot and return up to ``early_s`` before its start (its time,
         returned; earlier if the look for a pause needs longer); the caller runs its own
         last checks meanwhile, then ``start()`` right before its request leaves. The
-        slot is the caller's until ``release()``."""
+        slot is the caller's until ``release()``.
+
+        ``behind`` counts the sends queued behind this caller for their own slots (a
+        worker's turns ask one at a time): a reservation made now takes slots for them
+        too, so that one write of the shared state serves them all, not one each."""
         self._waiting += 1
+        self._behind = behind
         try:
             while True:
                 now = self._clock.now()
@@ -122,6 +128,7 @@ class Pacer:
                 return at
         finally:
             self._waiting -= 1
+            self._behind = 0
 
     async def start(self, at: float) -> float:
         """Wait for the start ``at`` of the caller's slot; return when the request may
@@ -281,7 +288,7 @@ class Pacer:
             # bounded by the horizon instead: a larger one would only start later.
             await asyncio.sleep(0)
         release, self._to_release = self._to_release, 0
-        want = max(self._waiting, 1)
+        want = max(self._waiting + self._behind, 1)
         try:
             # ``now`` is read when the backend applies the reservation, not before: after a
             # wait for the state's lock, starts are handed out from then, not from a time

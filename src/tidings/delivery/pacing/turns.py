@@ -6,7 +6,9 @@ received a moment after a batch of ``bulk`` ones waits for all of them to start.
 turns, the sends waiting for a slot queue here by ``(lane, arrival)`` and one at a time
 asks the pacer, so a lower lane's send takes the next slot this worker gets. The turn
 is given up as soon as the pacer answers (shortly before the slot's start), so the
-pacer always has the next ask in hand before the slot after it is due.
+pacer always has the next ask in hand before the slot after it is due. The pacer is
+told how many wait behind the turn, so that its reservations (a write of the shared
+state) take slots for all of them at once rather than one write per slot.
 
 Only for a paced channel with more than one lane: an unpaced channel's slots come at
 once, and there is nothing to order.
@@ -26,6 +28,11 @@ class Turns:
         self._busy = False
         self._waiting: list[tuple[int, int, asyncio.Future[None]]] = []
         self._arrivals = itertools.count()
+
+    @property
+    def waiting(self) -> int:
+        """How many wait for the turn (a cancelled waiter may still be counted)."""
+        return len(self._waiting)
 
     async def take(self, lane: int) -> None:
         """Wait for the turn; the caller must ``give()`` it back."""
