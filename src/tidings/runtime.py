@@ -42,7 +42,13 @@ from tidings.admission.intake import (
 from tidings.admission.relay import RelayConfig
 from tidings.admission.rollout import declare_paused
 from tidings.admission.scheduler import Scheduler, SchedulerConfig, admission_shape
-from tidings.config.settings import ChannelSettings, GuardrailLimits, ProviderSettings, Settings
+from tidings.config.settings import (
+    ChannelProvider,
+    ChannelSettings,
+    GuardrailLimits,
+    ProviderSettings,
+    Settings,
+)
 from tidings.core.clock import Clock, ReferenceClock
 from tidings.core.cron import Schedule
 from tidings.core.digest import Digest
@@ -123,11 +129,14 @@ def check_providers(settings: Settings, given: Collection[str] = ()) -> None:
             continue
         if spec.provider is None:
             raise ConfigurationError(f"channels.{name}.provider", NO_PROVIDER)
-        if not isinstance(spec.provider, ProviderSettings):
-            check_provider_settings(spec.provider, channel=name)
-        elif spec.provider.kind == "sandbox" and not spec.provider.url:
-            raise ConfigurationError(f"channels.{name}.provider.url",
-                                     "is required for the sandbox provider")
+        named = [(f"channels.{name}.provider", spec.provider)] + [
+            (f"channels.{name}.fallbacks.{i}", f) for i, f in enumerate(spec.fallbacks)]
+        for prefix, provider in named:
+            if not isinstance(provider, ProviderSettings):
+                check_provider_settings(provider, channel=name, prefix=prefix)
+            elif provider.kind == "sandbox" and not provider.url:
+                raise ConfigurationError(f"{prefix}.url",
+                                         "is required for the sandbox provider")
 
 
 def provider_timeout_s(spec: ChannelSettings | None) -> float:
@@ -135,7 +144,8 @@ def provider_timeout_s(spec: ChannelSettings | None) -> float:
     provider settings' default where the application built the provider itself)."""
     if spec is None or spec.provider is None:
         return float(ProviderSettings.model_fields["timeout_s"].default)
-    return spec.provider.timeout_s
+    # A send may be refused by each provider in turn before the last one answers.
+    return spec.provider.timeout_s + sum(f.timeout_s for f in spec.fallbacks)
 
 
 def default_worker_id(channel: str) -> str:
@@ -188,21 +198,46 @@ def open_registry(store: Store) -> Registry | None:
 
 
 def build_provider(channel: str, spec: ChannelSettings, clock: Clock) -> Provider:
-    """Make the provider a channel's settings name."""
+    """Make the provider a channel's settings name; with ``fallbacks``, the providers in
+    order behind one (``tidings.delivery.failover``)."""
+    if spec.provider is None:
+        raise ConfigurationError(f"channels.{channel}.provider", NO_PROVIDER)
+    first = _one_provider(channel, spec.provider, clock, f"channels.{channel}.provider")
+    if not spec.fallbacks:
+        return first
+    from tidings.delivery.failover import FailoverProvider
+
+    # Adapters open no connection when built: one that fails to build leaves nothing
+    # of the others to close.
+    routes: list[tuple[str, Provider]] = [(_route_name(spec.provider, set()), first)]
+    for i, fallback in enumerate(spec.fallbacks):
+        made = _one_provider(channel, fallback, clock, f"channels.{channel}.fallbacks.{i}")
+        routes.append((_route_name(fallback, {n for n, _ in routes}), made))
+    return FailoverProvider(routes, rule=spec.failover.rule(), clock=clock)
+
+
+def _route_name(settings: ChannelProvider, taken: set[str]) -> str:
+    """A provider's name in a channel's failover: its kind (``sendgrid``), numbered
+    where the kind is already taken (``sandbox-2``)."""
+    kind = str(settings.kind)
+    if kind not in taken:
+        return kind
+    return next(f"{kind}-{n}" for n in range(2, 100) if f"{kind}-{n}" not in taken)
+
+
+def _one_provider(channel: str, provider: ChannelProvider, clock: Clock,
+                  prefix: str) -> Provider:
     from tidings.providers.sandbox import SandboxHttpProvider, SandboxTwinProvider
     from tidings.sandbox.core import SandboxConfig, SandboxCore
 
-    provider = spec.provider
-    if provider is None:
-        raise ConfigurationError(f"channels.{channel}.provider", NO_PROVIDER)
     if not isinstance(provider, ProviderSettings):
         from tidings.providers.build import build_provider_from
 
-        return build_provider_from(provider, channel=channel, clock=clock)
+        return build_provider_from(provider, channel=channel, clock=clock,
+                                   field_prefix=prefix)
     if provider.kind == "sandbox":
         if not provider.url:
-            raise ConfigurationError(f"channels.{channel}.provider.url",
-                                     "is required for the sandbox provider")
+            raise ConfigurationError(f"{prefix}.url", "is required for the sandbox provider")
         return SandboxHttpProvider(base_url=provider.url, channel=channel, clock=clock,
                                    timeout_s=provider.timeout_s)
     config = (SandboxConfig(quotas={channel: provider.twin_quota}) if provider.twin_quota

@@ -26,6 +26,7 @@ from pydantic import (
 )
 
 from tidings.config.batching import BatchSettings
+from tidings.config.failover import FailoverSettings, check_fallbacks
 from tidings.config.providers import (
     HttpProviderSettings,
     HttpUrlStr,
@@ -42,6 +43,7 @@ from tidings.config.providers import (
 from tidings.config.queues import QueueDigestSettings as QueueDigestSettings
 from tidings.config.queues import QueueSettings as QueueSettings
 from tidings.config.queues import check_queue_digest
+from tidings.config.throttles import ThrottleSettings as ThrottleSettings
 from tidings.config.transport_urls import transport_kind
 from tidings.config.unsubscribe import UnsubscribeSettings
 from tidings.config.webhooks import GenericWebhookSettings as GenericWebhookSettings
@@ -114,20 +116,6 @@ ChannelProvider = Annotated[
 ]
 
 
-class ThrottleSettings(_Model):
-    """A per-recipient throttle (``tidings.core.throttle``, docs/throttles.md): at most
-    ``limit`` sends to one recipient in each fixed window of ``window_s`` (aligned to
-    the epoch: a day's window starts at midnight UTC), counted across every worker."""
-
-    limit: int = Field(ge=1, le=1_000_000)
-    """Sends per recipient per window."""
-    window_s: Seconds
-    """The window's length in seconds (86400: a day)."""
-    mode: Literal["drop", "defer"] = "drop"
-    """What a send over the limit becomes: ``drop`` ends it ``throttled`` (terminal, no
-    provider call, the rule named); ``defer`` retries it at the next window's start."""
-
-
 class ChannelSettings(_Model):
     # None only where an application hands build_runtime a provider object for the
     # channel; anywhere else a channel without one is refused at start-up
@@ -182,6 +170,13 @@ class ChannelSettings(_Model):
     group_weights: dict[str, Annotated[float, Field(gt=0, le=1000)]] = Field(
         default_factory=dict)
     """A group's weight in the share (default 1 each): ``{ premium = 2 }``."""
+
+    fallbacks: list[ChannelProvider] = Field(default_factory=list, max_length=4)
+    """Providers tried after ``provider``, in order, for a send it proves it did not
+    accept (refused connection, 5xx, credentials refused); never after a timeout
+    (``tidings.core.failover``, docs/failover.md)."""
+    failover: FailoverSettings = Field(default_factory=FailoverSettings)
+    """When a provider of ``fallbacks`` is taken out, and for how long."""
 
     _quota = field_validator("quota")(_valid_quota)
     _lanes = field_validator("lanes")(check_lane_names)
@@ -448,7 +443,9 @@ class Settings(_Model):
             loc = first["loc"]
             # A tagged union puts its tag in the path (provider.sendgrid.api_key_env): drop it.
             loc = tuple(p for i, p in enumerate(loc)
-                        if not (i and loc[i - 1] == "provider" and p in PROVIDER_TAGS))
+                        if not (i and p in PROVIDER_TAGS and (
+                            loc[i - 1] == "provider"
+                            or (i > 1 and loc[i - 2] == "fallbacks"))))
             field = ".".join(str(p) for p in loc) or "settings"
             message = str(first["msg"]).removeprefix("Value error, ")
             if first["type"] == "union_tag_invalid":  # pydantic's words name our function
@@ -460,6 +457,8 @@ class Settings(_Model):
             if spec.templates is not None and spec.kind is None:
                 raise ConfigurationError(f"channels.{name}.kind",
                                          "a channel with templates needs a kind (email or sms)")
+            check_fallbacks(name, spec.fallbacks, batch=spec.batch is not None,
+                            uncertain=spec.uncertain)
         for scope, declared in (("channels", settings.channels),
                                 ("campaigns", settings.campaigns)):
             for name in getattr(settings.guardrails, scope):

@@ -186,9 +186,10 @@ def decide(
     """
 
     match outcome:
-        case Accepted(receipt=receipt, request_id=request_id):
+        case Accepted(receipt=receipt, request_id=request_id, via=via):
             return Decision(to=S.ACCEPTED, event="accepted", receipt=receipt,
-                            request_id=request_id)
+                            request_id=request_id,
+                            reason=f"sent via {via}" if via is not None else None)
         case RateLimited(retry_after_s=retry_after, request_id=request_id):
             pause = rate_limit_pause(retry_after, consecutive_rate_limits, policy, rng)
             return Decision(

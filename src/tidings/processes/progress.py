@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tidings.admission.campaign import Campaign
-from tidings.config.settings import ChannelSettings, ProviderSettings
+from tidings.config.settings import ChannelProvider, ChannelSettings, ProviderSettings
 from tidings.core.logs import log_time, scrub_text
 from tidings.delivery.worker import WorkerStats
 from tidings.runtime import Runtime
@@ -23,9 +23,12 @@ PROGRESS_EVERY_S = 10.0
 
 
 def _provider(spec: ChannelSettings) -> str:
-    provider = spec.provider
-    if provider is None:
+    if spec.provider is None:
         return "the application's own"  # an object handed to build_runtime
+    return ", then ".join(_one(p) for p in [spec.provider, *spec.fallbacks])
+
+
+def _one(provider: ChannelProvider) -> str:
     if isinstance(provider, ProviderSettings):
         return provider.kind if provider.url is None else f"{provider.kind} {provider.url}"
     where = getattr(provider, "url", None) or getattr(provider, "host", None)

@@ -185,11 +185,13 @@ def plugin_factory(spec: PluginProviderSettings, *, prefix: str) -> Callable[...
     return found
 
 
-def check_provider_settings(kind_settings: AnyProviderSettings, *, channel: str) -> None:
+def check_provider_settings(kind_settings: AnyProviderSettings, *, channel: str,
+                            prefix: str | None = None) -> None:
     """What can be checked of a provider's settings without building it, reading no
-    secret (a plug-in's factory imports); the rest is checked where it is built."""
+    secret (a plug-in's factory imports); the rest is checked where it is built.
+    Errors name the field under ``prefix`` (default ``channels.<channel>.provider``)."""
     if isinstance(kind_settings, PluginProviderSettings):
-        plugin_factory(kind_settings, prefix=f"channels.{channel}.provider")
+        plugin_factory(kind_settings, prefix=prefix or f"channels.{channel}.provider")
 
 
 def build_plugin(spec: PluginProviderSettings, *, channel: str, clock: Clock,

@@ -1,0 +1,121 @@
+"""Failover: which of a channel's providers carries a send, and when a provider is out.
+
+A channel may list providers in order: its ``provider`` first, then its ``fallbacks``.
+A send moves to the next provider only on **proof that the provider did not accept
+it**: an answer or a failure the adapter reports as ``Transient`` (the connection
+refused, a DNS or TLS failure, a 5xx, credentials refused, the request never left).
+Nothing else moves a send:
+
+- ``Uncertain`` (the request left, no answer came) may have been accepted: it is
+  settled on the provider it went to (a lookup by key, webhook evidence, the channel's
+  uncertain policy) and sent elsewhere only once that provider is proven not to have
+  it. A timeout is never a reason to fail over; that is how a failover sends twice.
+- ``RateLimited`` pauses the channel, as without fallbacks: the quota is the
+  provider's own word about when to come back.
+- ``Permanent`` is about the message (a bad address), and another provider would
+  refuse it too.
+
+Each provider has a circuit (``Circuit``): closed, it takes sends; ``failures_to_open``
+proofs of non-acceptance within ``window_s`` open it, and for ``open_s`` no send is
+tried on it (sends go straight to the next provider); then it is half-open: one send
+at a time probes it, and a probe's acceptance closes it (traffic returns to it), a
+probe's failure opens it for another ``open_s``. A send tries each provider at most
+once, in order, so a flapping provider never bounces one send back and forth.
+
+The arithmetic is here, with time passed in; ``tidings.delivery.failover`` applies it
+around the providers' calls.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from enum import StrEnum
+
+from tidings.core.outcomes import Outcome, Transient
+
+
+class CircuitState(StrEnum):
+    CLOSED = "closed"
+    """Takes sends."""
+    OPEN = "open"
+    """Out: no send is tried on it until ``open_s`` has passed."""
+    HALF_OPEN = "half_open"
+    """One send at a time probes it."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CircuitRule:
+    """When a provider is taken out, and for how long."""
+
+    failures_to_open: int = 3
+    """Proofs of non-acceptance within ``window_s`` that open the circuit."""
+    window_s: float = 10.0
+    open_s: float = 15.0
+    """How long an open circuit tries nothing before a probe (the bound on how late
+    traffic returns to a provider that is back)."""
+
+
+def proves_not_accepted(outcome: Outcome) -> bool:
+    """Whether ``outcome`` proves the provider did not accept the message, so that
+    another provider may carry it without a chance of sending it twice."""
+    return isinstance(outcome, Transient)
+
+
+class Circuit:
+    """One provider's circuit in one process (see the module)."""
+
+    def __init__(self, rule: CircuitRule) -> None:
+        self.rule = rule
+        self._failures: deque[float] = deque()
+        self._open_until: float | None = None
+        self._probing = False
+        self.opened = 0
+        """Times the circuit opened (a failed probe included)."""
+
+    def state(self, now: float) -> CircuitState:
+        if self._open_until is None:
+            return CircuitState.CLOSED
+        return CircuitState.OPEN if now < self._open_until else CircuitState.HALF_OPEN
+
+    def take(self, now: float) -> bool:
+        """Whether a send may be tried on the provider now. In the half-open state the
+        first caller takes the probe (and must report its outcome); the others go on to
+        the next provider until it ends."""
+        state = self.state(now)
+        if state is CircuitState.CLOSED:
+            return True
+        if state is CircuitState.OPEN or self._probing:
+            return False
+        self._probing = True
+        return True
+
+    def failed(self, now: float) -> None:
+        """A proof of non-acceptance: counted; a failed probe opens the circuit again."""
+        if self._open_until is not None:
+            self._open(now)
+            return
+        self._failures.append(now)
+        while self._failures and self._failures[0] <= now - self.rule.window_s:
+            self._failures.popleft()
+        if len(self._failures) >= self.rule.failures_to_open:
+            self._open(now)
+
+    def answered(self, now: float) -> None:
+        """The provider answered for the message itself (accepted it, refused the
+        message, paced us, or the answer was lost after the request left): it is up. A
+        probe's answer closes the circuit."""
+        if self._open_until is not None and self._probing:
+            self._open_until = None
+            self._failures.clear()
+        self._probing = False
+
+    def gave_up(self) -> None:
+        """A probe taken and not tried (the send was cancelled first): free for another."""
+        self._probing = False
+
+    def _open(self, now: float) -> None:
+        self._open_until = now + self.rule.open_s
+        self._failures.clear()
+        self._probing = False
+        self.opened += 1

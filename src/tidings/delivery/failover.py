@@ -1,0 +1,194 @@
+"""A channel's providers in order, as one provider: a send moves on only when the
+provider before proves it did not accept it (``tidings.core.failover``).
+
+``FailoverProvider`` is what the worker and the reconciler of a channel with
+``fallbacks`` talk to. A send goes to the first provider whose circuit takes it; an
+answer that proves non-acceptance counts against that provider's circuit and the same
+send goes on to the next, at once, under the same key (nothing left the first). Any
+other answer is the send's outcome, wherever it came from, and the provider that gave
+it is recorded with it (``Failover.carried``, and in the outcome's reason where it is
+not the first provider), so an operator sees which one carried each send.
+
+Lookups ask every provider by key, first to last, and only a "not found" from every
+one of them is "not found": whichever provider a send went to (a crash can cut a worker
+off between its choice and its record), the key is found where it is, and a send one
+provider may have accepted is never sent again on another. A provider whose lookup
+fails leaves the answer "unknown", asked again later, as without fallbacks.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tidings.core.clock import Clock
+from tidings.core.failover import Circuit, CircuitRule, CircuitState, proves_not_accepted
+from tidings.core.model import SendRequest
+from tidings.core.outcomes import (
+    Accepted,
+    Lookup,
+    LookupHint,
+    LookupStatus,
+    Outcome,
+    Permanent,
+    RateLimited,
+    Transient,
+    Uncertain,
+)
+from tidings.providers.base import Provider, concurrent_sends
+
+log = logging.getLogger("tidings.worker")
+
+
+@dataclass
+class Route:
+    """One provider of the channel, under the name its settings give it."""
+
+    name: str
+    provider: Provider
+    circuit: Circuit
+    carried: int = 0
+    """Sends this provider answered for in this process."""
+    refused: int = 0
+    """Sends it proved it did not accept (each went on to the next provider)."""
+
+
+@dataclass
+class Failover:
+    """What failover did in this process (for status and metrics)."""
+
+    routes: list[Route] = field(default_factory=list)
+    moved: int = 0
+    """Sends carried by a provider after the first that was tried for them."""
+
+    def circuits(self, now: float) -> dict[str, CircuitState]:
+        return {r.name: r.circuit.state(now) for r in self.routes}
+
+
+def _with_via(outcome: Outcome, via: str) -> Outcome:
+    """``outcome`` with the provider that gave it named in its reason (an acceptance
+    has no reason: its receipt is the provider's own)."""
+    note = f" (via {via})"
+    match outcome:
+        case Accepted():
+            return Accepted(receipt=outcome.receipt, request_id=outcome.request_id, via=via)
+        case Transient(reason=reason):
+            return Transient(reason=reason + note, request_id=outcome.request_id)
+        case Uncertain(reason=reason):
+            return Uncertain(reason=reason + note, request_id=outcome.request_id)
+        case Permanent(reason=reason):
+            return Permanent(reason=reason + note, request_id=outcome.request_id,
+                             code=outcome.code)
+        case RateLimited(reason=reason):
+            return RateLimited(retry_after_s=outcome.retry_after_s,
+                               request_id=outcome.request_id, reason=reason + note)
+    return outcome
+
+
+class FailoverProvider:
+    """The channel's providers in order, behind one Provider (see the module)."""
+
+    def __init__(self, routes: Sequence[tuple[str, Provider]], *, rule: CircuitRule,
+                 clock: Clock) -> None:
+        if len(routes) < 2:
+            raise ValueError("failover needs at least two providers")
+        self.failover = Failover([Route(name, provider, Circuit(rule))
+                                  for name, provider in routes])
+        self._clock = clock
+        providers = [p for _, p in routes]
+        self.name = "+".join(name for name, _ in routes)
+        # A lookup can say "not found" only if every provider can be asked.
+        self.supports_lookup = all(getattr(p, "supports_lookup", False) for p in providers)
+        self.lookup_needs_hint = any(getattr(p, "lookup_needs_hint", False)
+                                     for p in providers)
+        self.lookup_settle_s = max(float(getattr(p, "lookup_settle_s", 0.0) or 0.0)
+                                   for p in providers)
+        # A resend under the same key may reach another provider, which has never seen
+        # the key: no provider's deduplication covers it.
+        self.deduplicates = False
+        limits = [n for n in (concurrent_sends(p) for p in providers) if n is not None]
+        if limits:
+            self.max_concurrent_sends = min(limits)
+
+    @property
+    def routes(self) -> list[Route]:
+        return self.failover.routes
+
+    async def send(self, request: SendRequest) -> Outcome:
+        refusals: list[str] = []
+        now = self._clock.now()
+        for route in self.routes:
+            if not route.circuit.take(now):
+                continue
+            try:
+                outcome = await route.provider.send(request)
+            except BaseException:
+                # Raised, not answered: the worker decides what it means (it may have
+                # left); the circuit learns nothing from it.
+                route.circuit.gave_up()
+                raise
+            now = self._clock.now()
+            if proves_not_accepted(outcome):
+                route.refused += 1
+                opened = route.circuit.opened
+                route.circuit.failed(now)
+                reason = getattr(outcome, "reason", outcome)
+                refusals.append(f"{route.name}: {reason}")
+                if route.circuit.opened > opened:
+                    log.warning("provider %s is out: no send is tried on it for %g s, then "
+                                "one at a time probes it (last refusal: %s)", route.name,
+                                route.circuit.rule.open_s, reason)
+                continue
+            if isinstance(outcome, Uncertain):
+                route.circuit.gave_up()  # neither up nor down: the answer was lost
+            else:
+                was = route.circuit.state(now)
+                route.circuit.answered(now)
+                if was is CircuitState.HALF_OPEN:
+                    log.warning("provider %s is back: it answered a probe, and takes "
+                                "sends again", route.name)
+            route.carried += 1
+            if route is self.routes[0]:
+                return outcome
+            self.failover.moved += 1
+            return _with_via(outcome, route.name)
+        if not refusals:
+            return Transient(reason="every provider of the channel is out (circuits open: "
+                                    + ", ".join(r.name for r in self.routes) + ")")
+        return Transient(reason="; ".join(refusals))
+
+    async def lookup(self, key: str, hint: LookupHint | None = None) -> Lookup:
+        unknown: list[str] = []
+        for route in self.routes:
+            provider: Any = route.provider
+            try:
+                if getattr(provider, "lookup_needs_hint", False):
+                    if hint is None:
+                        unknown.append(f"{route.name}: its lookup needs the recipient")
+                        continue
+                    found = await provider.lookup(key, hint)
+                else:
+                    found = await provider.lookup(key)
+            except Exception as exc:  # a lookup that fails is unknown, never not-found
+                unknown.append(f"{route.name}: {type(exc).__name__}: {exc}")
+                continue
+            if not isinstance(found, Lookup):
+                unknown.append(f"{route.name}: answered {type(found).__name__}")
+                continue
+            if found.status in (LookupStatus.ACCEPTED, LookupStatus.FAILED):
+                detail = f"{found.detail} (via {route.name})" if found.detail else \
+                    f"via {route.name}"
+                return Lookup(found=True, receipt=found.receipt, failed=found.failed,
+                              detail=detail)
+            if found.status is LookupStatus.UNKNOWN:
+                unknown.append(f"{route.name}: {found.detail}")
+        if unknown:
+            return Lookup.of_unknown("; ".join(unknown))
+        return Lookup.of_not_found(f"not found on {self.name}")
+
+    async def close(self) -> None:
+        for route in self.routes:
+            await route.provider.close()
+

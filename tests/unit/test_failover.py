@@ -1,0 +1,228 @@
+"""Failover (``tidings.core.failover``, ``tidings.delivery.failover``): a send moves to
+the next provider only on proof that the one before did not accept it; each provider
+is tried at most once per send; a provider taken out comes back through one probe at a
+time; a lookup finds a key on whichever provider has it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tidings.config.settings import Settings
+from tidings.core.clock import FakeClock
+from tidings.core.errors import ConfigurationError
+from tidings.core.failover import Circuit, CircuitRule, CircuitState, proves_not_accepted
+from tidings.core.model import SendRequest
+from tidings.core.outcomes import (
+    Accepted,
+    Lookup,
+    Outcome,
+    Permanent,
+    RateLimited,
+    Transient,
+    Uncertain,
+)
+from tidings.core.policy import RetryPolicy
+from tidings.core.states import State, decide
+from tidings.delivery.failover import FailoverProvider
+
+RULE = CircuitRule(failures_to_open=3, window_s=10.0, open_s=15.0)
+
+
+class Scripted:
+    """A provider that answers from a script (the last answer repeats) and counts."""
+
+    supports_lookup = True
+
+    def __init__(self, name: str, answers: Sequence[Outcome],
+                 found: Lookup | None = None) -> None:
+        self.name = name
+        self.answers = list(answers)
+        self.sent: list[str] = []
+        self.found = found or Lookup.of_not_found()
+        self.asked: list[str] = []
+
+    async def send(self, request: SendRequest) -> Outcome:
+        self.sent.append(request.key)
+        return self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+
+    async def lookup(self, key: str) -> Lookup:
+        self.asked.append(key)
+        return self.found
+
+    async def close(self) -> None:
+        return None
+
+
+def request(n: int = 0) -> SendRequest:
+    return SendRequest(key=f"k{n}", channel="email", to=f"r{n}@example.com", recipient_id=f"r{n}",
+                       template="t/v1", data={})
+
+
+REFUSED = Transient(reason="request not sent: ConnectError")
+OK = Accepted(receipt="r-1")
+
+
+def failover(*providers: Scripted, clock: FakeClock | None = None) -> FailoverProvider:
+    return FailoverProvider([(p.name, p) for p in providers], rule=RULE,
+                            clock=clock or FakeClock(start=1000.0))
+
+
+def test_only_a_transient_answer_proves_non_acceptance() -> None:
+    assert proves_not_accepted(REFUSED)
+    for outcome in (OK, Uncertain(reason="read timeout"), RateLimited(retry_after_s=1.0),
+                    Permanent(reason="HTTP 422")):
+        assert not proves_not_accepted(outcome)
+
+
+def test_the_circuit_opens_on_failures_within_its_window_and_not_on_spread_ones() -> None:
+    spread = Circuit(RULE)
+    for t in (0.0, 11.0, 22.0, 33.0):  # never three within 10 s
+        spread.failed(t)
+    assert spread.state(33.0) is CircuitState.CLOSED
+
+    burst = Circuit(RULE)
+    for t in (0.0, 1.0, 2.0):
+        burst.failed(t)
+    assert burst.state(2.0) is CircuitState.OPEN and not burst.take(16.9)
+    # after open_s, one probe at a time
+    assert burst.state(17.0) is CircuitState.HALF_OPEN
+    assert burst.take(17.0) and not burst.take(17.0)
+    burst.failed(17.5)  # the probe failed: out for another open_s
+    assert burst.state(18.0) is CircuitState.OPEN and burst.opened == 2
+    assert burst.take(32.5)
+    burst.answered(32.6)  # the probe's answer brings it back
+    assert burst.state(32.6) is CircuitState.CLOSED and burst.take(32.6) and burst.take(32.6)
+
+
+def test_a_probe_whose_answer_was_lost_leaves_the_circuit_half_open_for_another() -> None:
+    circuit = Circuit(RULE)
+    for t in (0.0, 0.1, 0.2):
+        circuit.failed(t)
+    assert circuit.take(20.0)
+    circuit.gave_up()
+    assert circuit.state(20.0) is CircuitState.HALF_OPEN and circuit.take(20.1)
+
+
+async def test_a_refused_send_goes_on_at_once_and_the_fallback_is_named() -> None:
+    a, b = Scripted("a", [REFUSED]), Scripted("b", [OK])
+    outcome = await failover(a, b).send(request())
+    assert a.sent == ["k0"] and b.sent == ["k0"]
+    assert outcome == Accepted(receipt="r-1", via="b")
+    decision = decide(outcome, failures=0, policy=RetryPolicy(), now=0.0,
+                      rng=__import__("random").Random(0))
+    assert decision.to is State.ACCEPTED and decision.reason == "sent via b"
+
+
+@pytest.mark.parametrize("answer", [Uncertain(reason="read timeout"),
+                                    RateLimited(retry_after_s=2.0),
+                                    Permanent(reason="HTTP 422: bad address")])
+async def test_an_answer_that_is_no_proof_never_moves_the_send(answer: Outcome) -> None:
+    a, b = Scripted("a", [answer]), Scripted("b", [OK])
+    outcome = await failover(a, b).send(request())
+    assert outcome == answer and b.sent == []
+
+
+async def test_a_provider_taken_out_is_skipped_then_probed_and_brought_back(
+        caplog: pytest.LogCaptureFixture) -> None:
+    clock = FakeClock(start=1000.0)
+    a, b = Scripted("a", [REFUSED, REFUSED, REFUSED, OK]), Scripted("b", [OK])
+    provider = failover(a, b, clock=clock)
+    for n in range(3):
+        await provider.send(request(n))
+    assert provider.failover.circuits(clock.now())["a"] is CircuitState.OPEN
+    await provider.send(request(3))
+    assert a.sent == ["k0", "k1", "k2"] and b.sent == ["k0", "k1", "k2", "k3"]
+    clock.advance(15.0)
+    assert (await provider.send(request(4))) == OK  # the probe, accepted by a
+    assert a.sent[-1] == "k4" and provider.failover.circuits(clock.now())["a"] is \
+        CircuitState.CLOSED
+    assert provider.failover.moved == 4
+    said = [r.getMessage() for r in caplog.records]
+    assert any(m.startswith("provider a is out: no send is tried on it for 15 s") and
+               "ConnectError" in m for m in said), said
+    assert any(m.startswith("provider a is back") for m in said), said
+
+
+async def test_every_provider_refusing_is_one_transient_answer_naming_each() -> None:
+    a, b = Scripted("a", [REFUSED]), Scripted("b", [Transient(reason="HTTP 503")])
+    outcome = await failover(a, b).send(request())
+    assert isinstance(outcome, Transient)
+    assert "a: request not sent" in outcome.reason and "b: HTTP 503" in outcome.reason
+
+
+async def test_every_circuit_open_answers_transient_without_a_call() -> None:
+    clock = FakeClock(start=0.0)
+    a, b = Scripted("a", [REFUSED]), Scripted("b", [REFUSED])
+    provider = failover(a, b, clock=clock)
+    for n in range(3):
+        await provider.send(request(n))
+    sent = len(a.sent) + len(b.sent)
+    outcome = await provider.send(request(9))
+    assert isinstance(outcome, Transient) and "circuits open" in outcome.reason
+    assert len(a.sent) + len(b.sent) == sent
+
+
+async def test_a_lookup_finds_the_key_wherever_it_went_and_not_found_needs_every_one() -> None:
+    found = Lookup.of_accepted("b-9")
+    a, b = Scripted("a", [OK]), Scripted("b", [OK], found=found)
+    answer = await failover(a, b).lookup("k1")
+    assert answer.found and answer.receipt == "b-9" and a.asked == ["k1"]
+
+    down = Scripted("a", [OK], found=Lookup.of_unknown("connection refused"))
+    assert (await failover(down, Scripted("b", [OK])).lookup("k1")).unknown
+    nowhere = await failover(Scripted("a", [OK]), Scripted("b", [OK])).lookup("k1")
+    assert not nowhere.found and not nowhere.unknown
+
+
+OUTCOMES = st.sampled_from([REFUSED, OK, Uncertain(reason="lost"),
+                            RateLimited(retry_after_s=1.0), Permanent(reason="no")])
+
+
+@given(st.lists(st.lists(OUTCOMES, min_size=1, max_size=6), min_size=2, max_size=4),
+       st.integers(min_value=1, max_value=12), st.floats(min_value=0.0, max_value=20.0))
+async def test_no_send_reaches_a_provider_after_one_that_may_have_accepted_it(
+        scripts: list[list[Outcome]], sends: int, step_s: float) -> None:
+    clock = FakeClock(start=0.0)
+    given_out: list[tuple[str, str, Outcome]] = []
+
+    class Logged(Scripted):
+        async def send(self, request: SendRequest) -> Outcome:
+            outcome = await super().send(request)
+            given_out.append((request.key, self.name, outcome))
+            return outcome
+
+    providers = [Logged(f"p{i}", script) for i, script in enumerate(scripts)]
+    order = [p.name for p in providers]
+    provider = failover(*providers, clock=clock)
+    for n in range(sends):
+        outcome = await provider.send(request(n))
+        tried = [(name, answer) for key, name, answer in given_out if key == f"k{n}"]
+        names = [name for name, _ in tried]
+        # in the channel's order, each provider at most once
+        assert names == sorted(set(names), key=order.index)
+        # every provider before the last one tried proved it did not accept the send
+        assert all(proves_not_accepted(answer) for _, answer in tried[:-1])
+        if tried and not proves_not_accepted(tried[-1][1]):
+            # the send's outcome is the answer of the provider that may have it
+            assert type(outcome) is type(tried[-1][1])
+        else:
+            assert isinstance(outcome, Transient)
+        clock.advance(step_s)
+
+
+def test_settings_name_what_a_channel_with_fallbacks_may_not_combine() -> None:
+    base = {"provider": {"kind": "sandbox", "url": "http://a.test"},
+            "fallbacks": [{"kind": "sandbox", "url": "http://b.test"}]}
+    with pytest.raises(ConfigurationError) as batch:
+        Settings.parse({"channels": {"email": {**base, "batch": {"max_messages": 10}}}})
+    assert batch.value.field == "channels.email.fallbacks"
+    with pytest.raises(ConfigurationError) as resend:
+        Settings.parse({"channels": {"email": {**base, "uncertain": "resend"}}})
+    assert resend.value.field == "channels.email.fallbacks"
+    with pytest.raises(ConfigurationError) as kind:
+        Settings.parse({"channels": {"email": {**base, "fallbacks": [{"kind": "pigeon"}]}}})
+    assert kind.value.field == "channels.email.fallbacks.0.kind"
