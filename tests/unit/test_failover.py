@@ -147,6 +147,20 @@ async def test_a_provider_taken_out_is_skipped_then_probed_and_brought_back(
     assert any(m.startswith("provider a is back") for m in said), said
 
 
+async def test_a_workers_progress_counts_what_each_provider_carried_and_refused() -> None:
+    from tidings.delivery.worker import WorkerStats
+    from tidings.processes.progress import worker_totals
+
+    a, b = Scripted("a", [REFUSED, OK]), Scripted("b", [OK])
+    provider = failover(a, b)
+    for n in range(3):
+        await provider.send(request(n))
+    totals = worker_totals(WorkerStats(), provider)
+    assert (totals["moved"], totals["via_a"], totals["via_b"], totals["refused_by_a"]) == \
+        (1, 2, 1, 1)
+    assert "moved" not in worker_totals(WorkerStats(), a)
+
+
 async def test_every_provider_refusing_is_one_transient_answer_naming_each() -> None:
     a, b = Scripted("a", [REFUSED]), Scripted("b", [Transient(reason="HTTP 503")])
     outcome = await failover(a, b).send(request())

@@ -13,6 +13,7 @@ from typing import Any
 from tidings.admission.campaign import Campaign
 from tidings.config.settings import ChannelProvider, ChannelSettings, ProviderSettings
 from tidings.core.logs import log_time, scrub_text
+from tidings.delivery.failover import Failover
 from tidings.delivery.worker import WorkerStats
 from tidings.runtime import Runtime
 
@@ -109,6 +110,16 @@ _WORKER_COUNTS = ("received", "accepted", "rate_limited", "transient", "rejected
                   "uncertain", "duplicates", "skipped", "released", "lease_lost")
 
 
-def worker_totals(stats: WorkerStats) -> dict[str, int]:
+def worker_totals(stats: WorkerStats, provider: object = None) -> dict[str, int]:
+    """A worker's running totals; with fallbacks (``tidings.delivery.failover``), also
+    the sends each provider answered for (``via_<provider>``), those refused by one and
+    moved on (``refused_by_<provider>``), and those carried past the first (``moved``)."""
     counts = asdict(stats)
-    return {k: int(counts[k]) for k in _WORKER_COUNTS}
+    totals = {k: int(counts[k]) for k in _WORKER_COUNTS}
+    failover = getattr(provider, "failover", None)
+    if isinstance(failover, Failover):
+        totals["moved"] = failover.moved
+        for route in failover.routes:
+            totals[f"via_{route.name}"] = route.carried
+            totals[f"refused_by_{route.name}"] = route.refused
+    return totals

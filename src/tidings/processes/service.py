@@ -214,8 +214,8 @@ async def _serve_worker(runtime: Runtime, channel: str, *, worker_id: str | None
                if reconcile else None)
     beater = (asyncio.create_task(liveness_loop(runtime, marker, stopping, wake))
               if marker is not None else None)
-    reporter = asyncio.create_task(report_loop(lambda: progress.worker_totals(worker.stats),
-                                               stopping, extra=backlog))
+    reporter = asyncio.create_task(report_loop(
+        lambda: progress.worker_totals(worker.stats, worker.provider), stopping, extra=backlog))
     try:
         await worker.run()
     finally:
@@ -229,7 +229,7 @@ async def _serve_worker(runtime: Runtime, channel: str, *, worker_id: str | None
             await marker.stop()
         await reporter
         log.info("stopped", extra={"role": "worker", "channel": channel,
-                                   **progress.worker_totals(worker.stats)})
+                                   **progress.worker_totals(worker.stats, worker.provider)})
 
 
 async def start_marker(runtime: Runtime, worker: Worker) -> Marker | None:
