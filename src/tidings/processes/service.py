@@ -19,6 +19,7 @@ from tidings.operate.guardrails import enforce
 from tidings.operate.holds import sweep as holds_sweep
 from tidings.processes import progress
 from tidings.processes.gc_tuning import serving_gc
+from tidings.processes.heap import trim_loop
 from tidings.recovery.retention import RetentionConfig, prune, prune_due
 from tidings.runtime import Runtime, check_campaign_data
 from tidings.transports.base import RecordsReceiver
@@ -216,6 +217,7 @@ async def _serve_worker(runtime: Runtime, channel: str, *, worker_id: str | None
               if marker is not None else None)
     reporter = asyncio.create_task(report_loop(
         lambda: progress.worker_totals(worker.stats, worker.provider), stopping, extra=backlog))
+    trimmer = asyncio.create_task(trim_loop(stopping))
     try:
         await worker.run()
     finally:
@@ -228,6 +230,7 @@ async def _serve_worker(runtime: Runtime, channel: str, *, worker_id: str | None
         if marker is not None:
             await marker.stop()
         await reporter
+        await trimmer
         log.info("stopped", extra={"role": "worker", "channel": channel,
                                    **progress.worker_totals(worker.stats, worker.provider)})
 
@@ -264,6 +267,7 @@ async def serve_scheduler(runtime: Runtime, *, once: bool = False,
     progress.log_lines(progress.startup(runtime, "scheduler"))
     totals = {"passes": 0, "members": 0, "admitted": 0, "published": 0, "digests": 0}
     reporter = asyncio.create_task(report_loop(lambda: dict(totals), stopping))
+    trimmer = asyncio.create_task(trim_loop(stopping))
     relay: asyncio.Task[None] | None = None
     if beside:
         async def paused() -> list[str]:
@@ -293,6 +297,7 @@ async def serve_scheduler(runtime: Runtime, *, once: bool = False,
         if relay is not None:
             await relay
         await reporter
+        await trimmer
         log.info("stopped", extra={"role": "scheduler", **totals})
 
 
