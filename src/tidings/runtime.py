@@ -14,7 +14,7 @@ import math
 import os
 import random
 import socket
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -53,6 +53,7 @@ from tidings.core.clock import Clock, ReferenceClock
 from tidings.core.cron import Schedule
 from tidings.core.digest import Digest
 from tidings.core.errors import ConfigurationError, InvalidInput, unknown_name
+from tidings.core.failover import route_names
 from tidings.core.keys import check_text, template_ref
 from tidings.core.lanes import DEFAULT_LANES, DEFAULT_MIN_SHARE, ChannelLanes
 from tidings.core.liveness import LivenessConfig, Marker, Registry
@@ -197,9 +198,11 @@ def open_registry(store: Store) -> Registry | None:
     return None
 
 
-def build_provider(channel: str, spec: ChannelSettings, clock: Clock) -> Provider:
+def build_provider(channel: str, spec: ChannelSettings, clock: Clock, *,
+                   pacer_for: Callable[[str, PaceLimits], Pacer] | None = None) -> Provider:
     """Make the provider a channel's settings name; with ``fallbacks``, the providers in
-    order behind one (``tidings.delivery.failover``)."""
+    order behind one (``tidings.delivery.failover``), a provider named in
+    ``failover.quotas`` paced by the pacer ``pacer_for(name, limits)`` makes."""
     if spec.provider is None:
         raise ConfigurationError(f"channels.{channel}.provider", NO_PROVIDER)
     first = _one_provider(channel, spec.provider, clock, f"channels.{channel}.provider")
@@ -209,20 +212,17 @@ def build_provider(channel: str, spec: ChannelSettings, clock: Clock) -> Provide
 
     # Adapters open no connection when built: one that fails to build leaves nothing
     # of the others to close.
-    routes: list[tuple[str, Provider]] = [(_route_name(spec.provider, set()), first)]
-    for i, fallback in enumerate(spec.fallbacks):
-        made = _one_provider(channel, fallback, clock, f"channels.{channel}.fallbacks.{i}")
-        routes.append((_route_name(fallback, {n for n, _ in routes}), made))
-    return FailoverProvider(routes, rule=spec.failover.rule(), clock=clock)
-
-
-def _route_name(settings: ChannelProvider, taken: set[str]) -> str:
-    """A provider's name in a channel's failover: its kind (``sendgrid``), numbered
-    where the kind is already taken (``sandbox-2``)."""
-    kind = str(settings.kind)
-    if kind not in taken:
-        return kind
-    return next(f"{kind}-{n}" for n in range(2, 100) if f"{kind}-{n}" not in taken)
+    made = [first] + [_one_provider(channel, fallback, clock, f"channels.{channel}.fallbacks.{i}")
+                      for i, fallback in enumerate(spec.fallbacks)]
+    names = route_names([str(p.kind) for p in (spec.provider, *spec.fallbacks)])
+    pacers = {} if pacer_for is None else {
+        name: pacer_for(name, PaceLimits(
+            max_in_flight=spec.max_in_flight,
+            quota_per_s=parse_quota(quota, f"channels.{channel}.failover.quotas.{name}"),
+            safety=spec.quota_safety))
+        for name, quota in spec.failover.quotas.items()}
+    return FailoverProvider(list(zip(names, made, strict=True)), rule=spec.failover.rule(),
+                            clock=clock, pacers=pacers)
 
 
 def _one_provider(channel: str, provider: ChannelProvider, clock: Clock,
@@ -415,7 +415,9 @@ class Runtime:
                 raise ConfigurationError(
                     "channel", unknown_name("channel", channel, self.channels))
             # Kept before its policy is checked, so close() closes it either way.
-            made = self.providers[channel] = build_provider(channel, spec, self.clock)
+            made = self.providers[channel] = build_provider(
+                channel, spec, self.clock,
+                pacer_for=lambda name, limits: self.route_pacer(channel, name, limits))
         checked = self._policies.get(channel)
         if checked is None or checked[0] is not made:
             spec = self.settings.channels.get(channel) or ChannelSettings()
@@ -430,6 +432,14 @@ class Runtime:
         for channel in sorted(set(self.settings.channels) | set(self.providers)):
             self.provider(channel)
         return self.providers
+
+    def route_pacer(self, channel: str, route: str, limits: PaceLimits) -> Pacer:
+        """The pacer of one provider of a channel with fallbacks (its own quota, shared by
+        every process through the store as the channel's is)."""
+        timeout = provider_timeout_s(self.settings.channels.get(channel))
+        return Pacer(channel=f"{channel}@{route}", limits=limits, backend=self.store,
+                     clock=self.clock, worker=default_worker_id(f"{channel}@{route}"),
+                     stale_s=max(10.0, 3 * timeout))
 
     def pacer(self, channel: str, worker_id: str) -> Pacer:
         # Every Store is a pacer backend: processes that share the store share the budget.

@@ -3,8 +3,9 @@ lost, and no key is accepted by both providers, judged by the two sandboxes' own
 
 Two sandbox servers are the channel's providers: ``primary`` (drops 5 % of its answers
 after accepting the message) and ``fallback``, both with deduplication off (so a key
-sent twice is counted twice). Two ``tidings worker`` processes drain 3,000 intents at
-300/s; a worker is SIGKILLed every 2 s and started again (four times). A quarter of
+sent twice is counted twice); the fallback allows 150/s, half the channel's quota, and
+the channel says so (``failover.quotas``). Two ``tidings worker`` processes drain 3,000
+intents at 300/s; a worker is SIGKILLed every 2 s and started again (four times). A quarter of
 the way in the primary stops (its port refuses connections) for 6 s, then starts again
 on the same port with the same ledger. Every intent must end accepted; each key is
 accepted by exactly one sandbox; the fallback takes over within 2 s of the primary
@@ -36,6 +37,7 @@ pytestmark = pytest.mark.slow
 N = 3000
 WORKERS = 2
 QUOTA = 300
+FALLBACK_QUOTA = 150  # the fallback allows less than the channel's first provider
 OPEN_S = 4.0
 DOWN_S = 6.0
 KILL_EVERY_S = 2.0
@@ -66,7 +68,11 @@ max_in_flight = 100
 lookup_settle_s = 0.0
 provider = {{ kind = "sandbox", url = "{primary}", timeout_s = 2.0 }}
 fallbacks = [{{ kind = "sandbox", url = "{fallback}", timeout_s = 2.0 }}]
-failover = {{ failures_to_open = 3, window_s = 10.0, open_s = {OPEN_S} }}
+[channels.email.failover]
+failures_to_open = 3
+window_s = 10.0
+open_s = {OPEN_S}
+quotas = {{ sandbox-2 = "{FALLBACK_QUOTA}/s" }}
 ''')
     return config
 
@@ -87,7 +93,8 @@ async def test_the_primary_down_and_back_under_kills_loses_nothing_and_sends_not
         tmp_path: Path, store_url: str) -> None:
     primary = await serve(SandboxConfig(dedupe=False, lost_response=0.05,
                                         quotas={"email": 100_000}))
-    fallback = await serve(SandboxConfig(dedupe=False, quotas={"email": 100_000}), seed=1)
+    fallback = await serve(SandboxConfig(dedupe=False, quotas={"email": FALLBACK_QUOTA}),
+                           seed=1)
     config = write_settings(tmp_path, store_url, primary.url, fallback.url)
     runtime = await build_runtime(Settings.load(config))
     logs = [tmp_path / f"worker-{i}.log" for i in range(WORKERS)]
@@ -164,8 +171,9 @@ async def test_the_primary_down_and_back_under_kills_loses_nothing_and_sends_not
         on_a, on_b = where[intent.key]
         assert (on_a is None) != (on_b is None), f"{intent.key}: {on_a}, {on_b}"
         assert (on_a or on_b) == ("email", intent.receipt)
-    # 0 twice, by the sandboxes' own counts
+    # 0 twice, by the sandboxes' own counts, and the fallback never over its own quota
     assert stats["primary"]["accepted_keys"] + stats["fallback"]["accepted_keys"] == N
+    assert stats["fallback"]["quota_violations"] == 0, stats["fallback"]
     assert stats["primary"]["keys_accepted_twice"] == 0
     assert stats["fallback"]["keys_accepted_twice"] == 0
     # the fallback took over at once, and the traffic came back within the circuit's bound

@@ -5,6 +5,8 @@ time; a lookup finds a key on whichever provider has it."""
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 from collections.abc import Sequence
 
 import pytest
@@ -28,6 +30,7 @@ from tidings.core.outcomes import (
 from tidings.core.policy import RetryPolicy
 from tidings.core.states import State, decide
 from tidings.delivery.failover import FailoverProvider
+from tidings.delivery.pacing import MemoryPacerBackend, PaceLimits, Pacer
 
 RULE = CircuitRule(failures_to_open=3, window_s=10.0, open_s=15.0)
 
@@ -228,6 +231,38 @@ async def test_no_send_reaches_a_provider_after_one_that_may_have_accepted_it(
         clock.advance(step_s)
 
 
+async def test_a_provider_with_a_quota_of_its_own_carries_no_more_than_it() -> None:
+    # given a fallback paced at 10/s on its own, and a first provider that is down
+    clock = FakeClock(start=100.0)
+    pacer = Pacer(channel="email@b", limits=PaceLimits(quota_per_s=10.0, safety=1.0),
+                  backend=MemoryPacerBackend(), clock=clock, worker="w")
+    a, b = Scripted("a", [REFUSED]), Scripted("b", [OK])
+    provider = FailoverProvider([("a", a), ("b", b)], rule=RULE, clock=clock,
+                                pacers={"b": pacer})
+    times: list[float] = []
+    original = b.send
+
+    async def timed(request: SendRequest) -> Outcome:
+        times.append(clock.now())
+        return await original(request)
+
+    b.send = timed  # type: ignore[method-assign]
+    # when 30 sends go through it together
+    sending = asyncio.gather(*(provider.send(request(n)) for n in range(30)))
+    for _ in range(20_000):
+        if sending.done():
+            break
+        await asyncio.sleep(0)
+        clock.advance(0.001)
+    outcomes = await sending
+    # then all are accepted there, started a tenth of a second apart (each request
+    # leaves at most the pacer's late tolerance, 10 ms, after its slot)
+    assert all(o == Accepted(receipt="r-1", via="b") for o in outcomes)
+    times.sort()
+    assert all(b - a >= 0.09 for a, b in itertools.pairwise(times))
+    assert times[-1] - times[0] >= 2.89
+
+
 def test_settings_name_what_a_channel_with_fallbacks_may_not_combine() -> None:
     base = {"provider": {"kind": "sandbox", "url": "http://a.test"},
             "fallbacks": [{"kind": "sandbox", "url": "http://b.test"}]}
@@ -237,6 +272,18 @@ def test_settings_name_what_a_channel_with_fallbacks_may_not_combine() -> None:
     with pytest.raises(ConfigurationError) as resend:
         Settings.parse({"channels": {"email": {**base, "uncertain": "resend"}}})
     assert resend.value.field == "channels.email.fallbacks"
+    with pytest.raises(ConfigurationError) as named:
+        Settings.parse({"channels": {"email": {
+            **base, "failover": {"quotas": {"postmark": "10/s"}}}}})
+    assert named.value.field == "channels.email.failover.quotas.postmark"
+    assert "sandbox, sandbox-2" in named.value.message
+    with pytest.raises(ConfigurationError) as quota:
+        Settings.parse({"channels": {"email": {
+            **base, "failover": {"quotas": {"sandbox-2": "lots"}}}}})
+    assert quota.value.field.startswith("channels.email.failover.quotas")
+    assert Settings.parse({"channels": {"email": {
+        **base, "failover": {"quotas": {"sandbox-2": "10/s"}}}}}).channels[
+            "email"].failover.quotas == {"sandbox-2": "10/s"}
     with pytest.raises(ConfigurationError) as kind:
         Settings.parse({"channels": {"email": {**base, "fallbacks": [{"kind": "pigeon"}]}}})
     assert kind.value.field == "channels.email.fallbacks.0.kind"

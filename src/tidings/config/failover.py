@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from tidings.core.durations import Seconds
 from tidings.core.errors import ConfigurationError
-from tidings.core.failover import CircuitRule
+from tidings.core.failover import CircuitRule, route_names
+from tidings.core.pacing import parse_quota
 
 
 class FailoverSettings(BaseModel):
@@ -26,15 +27,37 @@ class FailoverSettings(BaseModel):
     """How long a provider taken out is tried for nothing; then one send at a time
     probes it, and the first it accepts brings the traffic back."""
 
+    quotas: dict[str, str] = Field(default_factory=dict)
+    """A provider's own quota, by its name (its kind, numbered where a kind repeats:
+    ``{ sendgrid = "50/s" }``), pacing the sends it carries besides the channel's
+    ``quota``, across every worker: a fallback with a smaller quota than the first."""
+
+    @field_validator("quotas")
+    @classmethod
+    def _quotas(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, quota in value.items():
+            try:
+                parse_quota(quota)
+            except ConfigurationError as exc:
+                raise ValueError(f"{name}: {exc.message}") from None
+        return value
+
     def rule(self) -> CircuitRule:
         return CircuitRule(failures_to_open=self.failures_to_open, window_s=self.window_s,
                            open_s=self.open_s)
 
 
-def check_fallbacks(channel: str, fallbacks: Sequence[object], *, batch: bool,
-                    uncertain: str | None) -> None:
-    """What a channel with fallbacks may not combine with them, naming the field."""
-    if not fallbacks:
+def check_fallbacks(channel: str, kinds: Sequence[str], failover: FailoverSettings, *,
+                    batch: bool, uncertain: str | None) -> None:
+    """What a channel with fallbacks (``kinds``: its providers' kinds, first to last)
+    may not combine with them, naming the field."""
+    names = route_names(kinds)
+    for name in failover.quotas:
+        if name not in names:
+            raise ConfigurationError(f"channels.{channel}.failover.quotas.{name}",
+                                     f"no provider of the channel is named {name!r}; "
+                                     f"its providers: {', '.join(names)}")
+    if len(kinds) < 2:
         return
     field = f"channels.{channel}.fallbacks"
     if batch:

@@ -457,7 +457,8 @@ class Settings(_Model):
             if spec.templates is not None and spec.kind is None:
                 raise ConfigurationError(f"channels.{name}.kind",
                                          "a channel with templates needs a kind (email or sms)")
-            check_fallbacks(name, spec.fallbacks, batch=spec.batch is not None,
+            kinds = [str(p.kind) for p in (spec.provider, *spec.fallbacks) if p is not None]
+            check_fallbacks(name, kinds, spec.failover, batch=spec.batch is not None,
                             uncertain=spec.uncertain)
         for scope, declared in (("channels", settings.channels),
                                 ("campaigns", settings.campaigns)):

@@ -29,6 +29,7 @@ around the providers' calls.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -54,6 +55,20 @@ class CircuitRule:
     open_s: float = 15.0
     """How long an open circuit tries nothing before a probe (the bound on how late
     traffic returns to a provider that is back)."""
+
+
+def route_names(kinds: Sequence[str]) -> list[str]:
+    """The names of a channel's providers, first to last: each its kind (``sendgrid``),
+    numbered where the kind came before (``sandbox``, ``sandbox-2``)."""
+    names: list[str] = []
+    for kind in kinds:
+        name = kind
+        n = 1
+        while name in names:
+            n += 1
+            name = f"{kind}-{n}"
+        names.append(name)
+    return names
 
 
 def proves_not_accepted(outcome: Outcome) -> bool:

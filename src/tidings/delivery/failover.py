@@ -19,7 +19,7 @@ fails leaves the answer "unknown", asked again later, as without fallbacks.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +37,7 @@ from tidings.core.outcomes import (
     Transient,
     Uncertain,
 )
+from tidings.delivery.pacing import Pacer
 from tidings.providers.base import Provider, concurrent_sends
 
 log = logging.getLogger("tidings.worker")
@@ -91,9 +92,13 @@ class FailoverProvider:
     """The channel's providers in order, behind one Provider (see the module)."""
 
     def __init__(self, routes: Sequence[tuple[str, Provider]], *, rule: CircuitRule,
-                 clock: Clock) -> None:
+                 clock: Clock, pacers: Mapping[str, Pacer] | None = None) -> None:
         if len(routes) < 2:
             raise ValueError("failover needs at least two providers")
+        # A provider with a quota of its own (``failover.quotas``) is paced by its own
+        # pacer too, inside the channel's slot: the channel's quota is the first
+        # provider's, and a fallback may allow less.
+        self._pacers = dict(pacers or {})
         self.failover = Failover([Route(name, provider, Circuit(rule))
                                   for name, provider in routes])
         self._clock = clock
@@ -123,7 +128,7 @@ class FailoverProvider:
             if not route.circuit.take(now):
                 continue
             try:
-                outcome = await route.provider.send(request)
+                outcome = await self._send_on(route, request)
             except BaseException:
                 # Raised, not answered: the worker decides what it means (it may have
                 # left); the circuit learns nothing from it.
@@ -158,6 +163,16 @@ class FailoverProvider:
             return Transient(reason="every provider of the channel is out (circuits open: "
                                     + ", ".join(r.name for r in self.routes) + ")")
         return Transient(reason="; ".join(refusals))
+
+    async def _send_on(self, route: Route, request: SendRequest) -> Outcome:
+        pacer = self._pacers.get(route.name)
+        if pacer is None:
+            return await route.provider.send(request)
+        await pacer.acquire()  # raises with no slot held
+        try:
+            return await route.provider.send(request)
+        finally:
+            await pacer.release()
 
     async def lookup(self, key: str, hint: LookupHint | None = None) -> Lookup:
         unknown: list[str] = []
