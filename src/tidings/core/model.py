@@ -301,6 +301,10 @@ class OutgoingMessage:
     message_id: str
     body: str
     delay_s: float = 0.0
+    lane: int = 0
+    """The intent's lane (``tidings.core.lanes``). A broker keeps it as given; the
+    store's own queue takes the lane of the message's intent where it has one, and this
+    for a message of no intent."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -383,9 +383,11 @@ class PostgresDatabase(SharedDatabase):
 
 async def insert_messages(conn: Conn, sql: Mapping[str, str], queue: str,
                           rows: Sequence[tuple[str, str, float]], *, now: float,
-                          lanes: Sequence[int | None] | None = None) -> None:
+                          lanes: Sequence[int | None] | None = None,
+                          own_lanes: Sequence[int] | None = None) -> None:
     """Insert ``(message_id, body, delay_s)`` rows inside the caller's transaction,
-    each in the paired lane of ``lanes``, or (``None``) in its intent's lane.
+    each in the paired lane of ``lanes``, or (``None``) in its intent's lane, or for a
+    message of no intent, the paired lane of ``own_lanes`` (default 0).
 
     One statement for the whole batch (arrays unnested server-side). The store uses
     this too, to admit intents and their messages in one transaction.
@@ -398,5 +400,6 @@ async def insert_messages(conn: Conn, sql: Mapping[str, str], queue: str,
         "bodies": [body for _, body, _ in rows],
         "available": [now + max(0.0, delay_s) for _, _, delay_s in rows],
         "lanes": list(lanes) if lanes is not None else [None] * len(rows),
+        "own_lanes": list(own_lanes) if own_lanes is not None else [0] * len(rows),
     }
     await conn.execute(sql["message_insert_many"], params)

@@ -114,7 +114,8 @@ class PostgresTransport:
         rows = [(m.message_id, m.body, m.delay_s) for m in messages]
 
         async def fn(conn: Conn) -> None:
-            await insert_messages(conn, self._sql, queue, rows, now=now)
+            await insert_messages(conn, self._sql, queue, rows, now=now,
+                                  own_lanes=[m.lane for m in messages])
 
         await self._run(fn, single=True)
         self._wakeups.wake(queue)

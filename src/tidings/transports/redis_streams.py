@@ -1,8 +1,19 @@
 """The Transport port on Redis Streams (``transport = "redis://host:6379/0"``).
 
-Each channel queue is one stream read through one consumer group; the keys of a queue
-share a hash tag (``<prefix>:{<queue>}:…``) and every operation is one Lua script
-(``streams_lua/``), so a crash never leaves a message half moved:
+Each channel queue is a stream per lane (``tidings.core.lanes``), each read through
+one consumer group; the keys of a queue share a hash tag (``<prefix>:{<queue>}:…``)
+and every operation is one Lua script (``streams_lua/``), so a crash never leaves a
+message half moved:
+
+- **lanes**: lane 0 keeps the keys a queue had before lanes (``…:stream``, ``…:vis``,
+  ``…:delayed``, ``…:ages``), so what a deployment held then is received as lane 0's;
+  lanes 1 to 3 have the same four with the lane's number after them (``…:stream:1``),
+  made on a lane's first message. A message keeps its lane through nacks, delays, dead
+  letters (a field of the dead entry) and redrives. A receive walks the lanes it is
+  asked in their order, in one script call, until it has ``max_messages``; every
+  lane's expired visibility timeouts and due delayed messages are its to take back.
+  One group per lane (``fair`` is not kept on this broker: a lane's messages come in
+  its own order whatever their group).
 
 - **ready and in flight**: entries of the stream. A receive reads new entries for the
   group (``XREADGROUP``) and takes back, with ``XCLAIM``, pending entries whose
@@ -11,7 +22,8 @@ share a hash tag (``<prefix>:{<queue>}:…``) and every operation is one Lua scr
   simulated clock, the tests' fixed times), which Redis's own idle times cannot follow.
 - **receive count and fencing**: the group's delivery counter of the entry plus the
   receives of earlier entries of the same message (a nack puts a new entry back and
-  carries its count). A receipt is ``"<entry id>/<delivery count>/<message uid>"``: it
+  carries its count). A receipt is ``"<entry ref>/<delivery count>/<message uid>"``,
+  the ref being the entry id in lane 0 and ``<entry id>@<lane>`` in the others: it
   holds no connection state, so ack, extend and nack work from any connection after a
   reconnect; a receipt whose entry was claimed again since is stale for nack, extend
   and dead-letter (ignored), while ack removes the message by its uid wherever it is
@@ -33,7 +45,7 @@ share a hash tag (``<prefix>:{<queue>}:…``) and every operation is one Lua scr
 - **contains**: a hash of message id -> copies on the queue; **oldest age**: a sorted
   set of message uids by enqueued time.
 
-``wait`` blocks on the stream (``XREAD BLOCK`` from its last entry), so a publish, a
+``wait`` blocks on the lanes' streams (``XREAD BLOCK`` from their last entries), so a publish, a
 redrive or an immediate nack from any process on any machine wakes it: ``notifies``.
 A dropped connection (a Redis restart) is retried for ``reconnect_s`` before it
 becomes a ``TransportError``; a script lost with the server's memory is loaded again.
@@ -57,8 +69,8 @@ from redis.commands.core import AsyncScript
 from tidings.config.transport_urls import redact_url, split_prefix
 from tidings.core.errors import TransportError
 from tidings.core.fair import FairShare
-from tidings.core.lanes import EVERY_LANE
-from tidings.core.model import DeadLetter, OutgoingMessage, QueueDepth, Received
+from tidings.core.lanes import EVERY_LANE, MAX_LANES
+from tidings.core.model import DeadLetter, LaneDepth, OutgoingMessage, QueueDepth, Received
 
 log = logging.getLogger("tidings.transports.redis")
 
@@ -76,6 +88,17 @@ SAY_EVERY_S = 10.0
 SOCKET_TIMEOUT_S = 20.0
 #: The longest single block of ``wait``: well inside the socket timeout.
 MAX_BLOCK_S = 5.0
+
+#: A queue's keys, in the order ``streams_lua/common.lua`` names them: the ten a queue
+#: had before lanes (lane 0's among them), then each of lanes 1 to 3's stream, vis,
+#: delayed and ages, in that order.
+_PARTS = ("stream", "vis", "delayed", "parked", "failures", "ids", "ages", "dead", "seq",
+          "where")
+_LANE_PARTS = ("stream", "vis", "delayed", "ages")
+#: A lane's number as a publish argument (written once, not per message).
+_LANE_ARG = tuple(b"$1\r\n%d\r\n" % lane for lane in range(MAX_LANES))
+#: A lane's number as ``receive.lua`` answers it.
+_LANE_READ = {b"%d" % lane: lane for lane in range(MAX_LANES)}
 
 _SCRIPTS = ("publish", "receive", "ack", "nack", "extend", "dead_letter", "redrive", "depth")
 _RETRIED = (redis_errors.ConnectionError, redis_errors.TimeoutError,
@@ -131,12 +154,21 @@ def _bulk(value: bytes) -> bytes:
 
 
 def parse_receipt(receipt: str) -> tuple[str, str, str] | None:
-    """``(entry id, delivery count, message uid)``, or None for a receipt this
-    transport never made."""
+    """``(entry ref, delivery count, message uid)``, or None for a receipt this
+    transport never made (the ref: ``<entry id>`` in lane 0, ``<entry id>@<lane>``)."""
     parts = receipt.split("/")
     if len(parts) != 3 or "-" not in parts[0] or not (parts[1].isdigit() and parts[2].isdigit()):
         return None
+    eid, at, lane = parts[0].partition("@")
+    if "-" not in eid or (at and not (lane.isdigit() and 0 < int(lane) < MAX_LANES)):
+        return None
     return parts[0], parts[1], parts[2]
+
+
+def _lane_rows(state: list[Any]) -> list[list[Any]]:
+    """The per-lane part of ``depth.lua``'s answer: ``[last entry, ready, total,
+    oldest]`` for each lane from 0."""
+    return [state[6 + 4 * lane:10 + 4 * lane] for lane in range(MAX_LANES)]
 
 
 class RedisStreamsTransport:
@@ -152,6 +184,7 @@ class RedisStreamsTransport:
         self.safe_url = safe_url
         self.reconnect_s = reconnect_s
         self._run_id: str | None = None  # the server's, to tell a restart after an outage
+        self._keys: dict[str, list[str]] = {}
         self._scripts: dict[str, AsyncScript] = {
             name: client.register_script(source) for name, source in _load_scripts().items()}
 
@@ -183,11 +216,20 @@ class RedisStreamsTransport:
     # ------------------------------------------------------------------ keys and calls
 
     def keys(self, queue: str) -> list[str]:
-        """The keys of ``queue``, in the order ``streams_lua/common.lua`` names them."""
-        base = f"{self.prefix}:{{{queue}}}"
-        return [f"{base}:{part}" for part in (
-            "stream", "vis", "delayed", "parked", "failures", "ids", "ages", "dead", "seq",
-            "where")]
+        """The keys of ``queue``, in the order ``streams_lua/common.lua`` names them
+        (``_PARTS``, then lanes 1 to 3's); remembered, as every call names them all."""
+        found = self._keys.get(queue)
+        if found is None:
+            base = f"{self.prefix}:{{{queue}}}"
+            found = [f"{base}:{part}" for part in _PARTS] + [
+                f"{base}:{part}:{lane}" for part in _LANE_PARTS for lane in range(1, MAX_LANES)]
+            self._keys[queue] = found
+        return found
+
+    def streams(self, queue: str) -> list[str]:
+        """The stream of each lane of ``queue``, lane 0's first."""
+        keys = self.keys(queue)
+        return [keys[0], *keys[len(_PARTS):len(_PARTS) + MAX_LANES - 1]]
 
     async def _call(self, fn: Callable[[], Awaitable[T]], *,
                     patience_s: float | None = None) -> T:
@@ -288,37 +330,40 @@ class RedisStreamsTransport:
     # ------------------------------------------------------------------ the port
 
     async def publish(self, queue: str, messages: Sequence[OutgoingMessage], *, now: float) -> None:
-        """Publish messages, each visible after its ``delay_s``."""
+        """Publish messages, each visible after its ``delay_s``, in its lane."""
         now_arg = _bulk(_num(now).encode())
+        last = MAX_LANES - 1
         for start in range(0, len(messages), PUBLISH_CHUNK):
             chunk = messages[start:start + PUBLISH_CHUNK]
             argv = now_arg + b"".join(
                 _bulk(m.message_id.encode()) + _bulk(m.body.encode())
                 + (now_arg if m.delay_s <= 0 else _bulk(_num(now + m.delay_s).encode()))
+                + _LANE_ARG[min(max(m.lane, 0), last)]
                 for m in chunk)
-            await self._script_packed("publish", queue, 1 + 3 * len(chunk), argv)
+            await self._script_packed("publish", queue, 1 + 4 * len(chunk), argv)
 
     async def receive(
         self, queue: str, *, max_messages: int, visibility_s: float, now: float,
         lanes: Sequence[int] = EVERY_LANE, fair: FairShare | None = None,
     ) -> list[Received]:
-        """Take up to ``max_messages`` visible messages, oldest first, hiding them.
-        One lane and one group here (``lanes`` and ``fair`` are not yet kept on this
-        broker: every message is lane 0 and comes in publish order)."""
-        if 0 not in lanes:
-            return []
-        if max_messages <= 0:
+        """Take up to ``max_messages`` visible messages, hiding them: lane by lane in
+        the order of ``lanes``, in each the expired first (oldest first), then the new in
+        the order they joined the lane's stream. One group a lane here (``fair`` is not
+        kept on this broker)."""
+        asked = [lane for lane in dict.fromkeys(lanes) if 0 <= lane < MAX_LANES]
+        if max_messages <= 0 or not asked:
             return []
         flat = await self._script("receive", queue, [
-            _num(now), _num(now + visibility_s), max_messages, MOVES_PER_RECEIVE])
+            _num(now), _num(now + visibility_s), max_messages, MOVES_PER_RECEIVE, *asked])
         out = []
-        for i in range(0, len(flat), 8):
-            entry, message_id, body, enqueued, count, failures, token, uid = flat[i:i + 8]
+        for i in range(0, len(flat), 9):
+            entry, message_id, body, enqueued, count, failures, token, uid, lane = \
+                flat[i:i + 9]
             out.append(Received(
                 queue=queue, message_id=_text(message_id), body=_body(body),
                 receipt=f"{_text(entry)}/{_text(token)}/{_text(uid)}",
                 receive_count=_read_int(count, 1), enqueued_at=_read_float(enqueued, now),
-                failures=_read_int(failures, 0)))
+                failures=_read_int(failures, 0), lane=_LANE_READ.get(lane, 0)))
         return out
 
     async def ack(self, queue: str, receipts: Sequence[str]) -> None:
@@ -394,11 +439,20 @@ class RedisStreamsTransport:
         return state
 
     async def depth(self, queue: str, *, now: float) -> QueueDepth:
-        """Ready, delayed, in-flight and dead counts, and the age of the oldest message."""
-        ready, delayed, in_flight, dead, oldest, _, _ = await self._state(queue, now)
-        age = 0.0 if not oldest else max(0.0, now - _read_float(oldest, now))
+        """Ready, delayed, in-flight and dead counts, and the age of the oldest message;
+        the same lane by lane for each lane holding messages."""
+        state = await self._state(queue, now)
+        ready, delayed, in_flight, dead, oldest = state[:5]
+
+        def age(first: Any) -> float:
+            return 0.0 if not first else max(0.0, now - _read_float(first, now))
+
+        lanes = tuple(
+            LaneDepth(lane=lane, ready=int(lane_ready), total=int(total), oldest_age_s=age(first))
+            for lane, (_, lane_ready, total, first) in enumerate(_lane_rows(state))
+            if int(total) > 0)
         return QueueDepth(ready=int(ready), delayed=int(delayed), in_flight=int(in_flight),
-                          dead=int(dead), oldest_age_s=age)
+                          dead=int(dead), oldest_age_s=age(oldest), lanes=lanes)
 
     async def contains(self, queue: str, message_ids: Sequence[str]) -> set[str]:
         """Which of ``message_ids`` still have a message on the queue (any visibility)."""
@@ -414,7 +468,8 @@ class RedisStreamsTransport:
         """Return at once if a message is ready; else block on the stream until an entry
         is added (from anywhere), the next hidden or delayed message is due, or
         ``timeout_s``."""
-        ready, _, _, _, _, next_at, last = await self._state(queue, now)
+        state = await self._state(queue, now)
+        ready, next_at = state[0], state[5]
         if int(ready) > 0:
             return
         if next_at:
@@ -422,8 +477,11 @@ class RedisStreamsTransport:
         if timeout_s <= 0:
             return
         block_ms = max(1, int(min(timeout_s, MAX_BLOCK_S) * 1000))
-        stream = self.keys(queue)[0]
-        await self._call(lambda: self.client.xread({stream: last}, count=1, block=block_ms))
+        # Every lane's stream from its last entry: one not made yet wakes with its first.
+        streams: dict[Any, Any] = {
+            stream: _text(row[0])
+            for stream, row in zip(self.streams(queue), _lane_rows(state), strict=True)}
+        await self._call(lambda: self.client.xread(streams, count=1, block=block_ms))
 
     async def drop_all(self) -> int:
         """Delete every key under this transport's prefix (SCAN + UNLINK, never a whole

@@ -118,7 +118,8 @@ class SqliteTransport:
 
         def fn(conn: sqlite3.Connection) -> None:
             publish_messages(conn, sql, queue,
-                             [(m.message_id, m.body, m.delay_s) for m in messages], now=now)
+                             [(m.message_id, m.body, m.delay_s, m.lane) for m in messages],
+                             now=now)
 
         await self._write(fn)
         self._wakeups.wake(queue)

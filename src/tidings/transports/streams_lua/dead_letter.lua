@@ -1,13 +1,15 @@
--- ARGV: now, then (entry id, token, reason) per message.
+-- ARGV: now, then (entry ref, token, reason) per message. A dead letter keeps its lane,
+-- which a redrive puts it back in.
 local now = ARGV[1]
 local count = 0
 for i = 2, #ARGV, 3 do
-  local eid, token, reason = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-  local m = held(eid, token)
+  local ref, token, reason = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  local m = held(ref, token)
   if m ~= nil then
     redis.call('XADD', DL, '*', 'id', m.id, 'body', m.body, 'reason', reason,
-               'rc', tostring(tonumber(m.rc) + m.deliveries), 'dead_at', now, 'enq', m.enq)
-    drop(eid)
+               'rc', tostring(tonumber(m.rc) + m.deliveries), 'dead_at', now, 'enq', m.enq,
+               'lane', tostring(m.lane))
+    drop(m.lane, m.eid)
     forget(m)
     count = count + 1
   end

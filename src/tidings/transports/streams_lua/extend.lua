@@ -1,8 +1,9 @@
--- ARGV: visible until, then (entry id, token) per message.
+-- ARGV: visible until, then (entry ref, token) per message.
 local count = 0
 for i = 2, #ARGV, 2 do
-  if held(ARGV[i], ARGV[i + 1]) ~= nil then
-    redis.call('ZADD', V, 'XX', ARGV[1], ARGV[i])
+  local m = held(ARGV[i], ARGV[i + 1])
+  if m ~= nil then
+    redis.call('ZADD', VL[m.lane + 1], 'XX', ARGV[1], m.eid)
     count = count + 1
   end
 end

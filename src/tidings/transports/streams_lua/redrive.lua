@@ -1,14 +1,16 @@
--- ARGV: now, then dead letter ids. Each goes back as a fresh message, visible now.
-ensure_group()
+-- ARGV: now, then dead letter ids. Each goes back as a fresh message, visible now, in
+-- the lane it was dead-lettered from (lane 0 for one written before lanes).
 local now = ARGV[1]
 local count = 0
 for i = 2, #ARGV do
   local found = redis.call('XRANGE', DL, ARGV[i], ARGV[i])
   if #found > 0 then
     local d = fields_of(found[1][2])
+    local lane = lane_of(d.lane)
     local uid = tostring(redis.call('INCR', SEQ))
+    ensure_group(lane)
     redis.call('HINCRBY', I, d.id, 1)
-    append({id = d.id, body = d.body, enq = now}, uid, '0', false)
+    append({id = d.id, body = d.body, enq = now, lane = lane}, uid, '0', false)
     redis.call('XDEL', DL, ARGV[i])
     count = count + 1
   end
