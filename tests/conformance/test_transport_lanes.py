@@ -18,12 +18,6 @@ T0 = 1_000_000.0
 VIS = 30.0
 
 
-@pytest.fixture(autouse=True)
-def _lanes_kept(request: pytest.FixtureRequest) -> None:
-    if request.getfixturevalue("transport_backend").name == "rabbitmq":
-        pytest.xfail("lanes are not yet kept on RabbitMQ")
-
-
 def msg(message_id: str, lane: int, delay_s: float = 0.0) -> OutgoingMessage:
     return OutgoingMessage(message_id=message_id, body=f'{{"key":"{message_id}"}}',
                            delay_s=delay_s, lane=lane)

@@ -177,8 +177,9 @@ async def test_drop_all_deletes_the_queues_it_used(
     await transport.publish("email", [msg("a"), msg("later", delay_s=100)], now=now)
     await transport.publish("sms", [msg("b")], now=now)
 
-    # the queue, dead letters and one delay queue of email; the queue and dead letters of sms
-    assert await transport.drop_all() == 5
+    # each lane's queue, the dead letters and one delay queue of email; each lane's
+    # queue and the dead letters of sms
+    assert await transport.drop_all() == 11
 
     other = await open_one(amqp_url, transports)
     assert await other.receive("email", max_messages=10, visibility_s=VIS, now=now) == []

@@ -12,6 +12,11 @@ Topology, per channel ``q`` (every name under a prefix, ``tidings`` by default):
 - ``<prefix>.q.delay.<ms>``: delay queues, made on first use. Every message of one has the
   same queue-wide TTL (``x-message-ttl``) and dead-letters back into the queue when it
   expires.
+- ``<prefix>.q.lane.<n>`` (and its ``….delay.<ms>``): lane n's queue, as the queue above
+  is lane 0's (``tidings.core.lanes``; ``rabbitmq_topology``). A receive takes from the
+  lanes it is asked in their order until it has ``max_messages``; a message keeps its
+  lane (``x-tidings-lane``) through nacks, delays, dead letters and redrives. One group
+  a lane (``fair`` is not kept on this broker).
 
 **Delays without plugins.** RabbitMQ expires messages only at the head of a queue, so a
 single delay queue with a per-message expiration blocks a short delay behind a long one
@@ -92,8 +97,8 @@ import aiormq
 from aio_pika.abc import AbstractIncomingMessage, AbstractQueue
 
 from tidings.core.fair import FairShare
-from tidings.core.lanes import EVERY_LANE
-from tidings.core.model import DeadLetter, OutgoingMessage, QueueDepth, Received
+from tidings.core.lanes import EVERY_LANE, MAX_LANES
+from tidings.core.model import DeadLetter, LaneDepth, OutgoingMessage, QueueDepth, Received
 from tidings.transports.rabbitmq_connection import (
     AMQP_ERRORS,
     LOST,
@@ -113,6 +118,7 @@ from tidings.transports.rabbitmq_messages import (
     Held,
     QueueView,
     header_count,
+    header_lane,
     header_number,
     header_text,
     message_id_of,
@@ -181,7 +187,8 @@ class RabbitTransport(RabbitTopology):
             await self._main(queue)
             await self._put(queue, [
                 (Copy(message_id=m.message_id, body=m.body.encode("utf-8", "surrogatepass"),
-                       enqueued_at=now, receives=0, failures=0, order=self._next_order(now)),
+                       enqueued_at=now, receives=0, failures=0, order=self._next_order(now),
+                       lane=min(max(m.lane, 0), MAX_LANES - 1)),
                  now + max(0.0, m.delay_s)) for m in messages], now=now)
         self._wakeups.wake(queue)
 
@@ -190,41 +197,42 @@ class RabbitTransport(RabbitTopology):
         self, queue: str, *, max_messages: int, visibility_s: float, now: float,
         lanes: Sequence[int] = EVERY_LANE, fair: FairShare | None = None,
     ) -> list[Received]:
-        """Take up to ``max_messages`` visible messages, oldest first, hiding them.
-        One lane and one group here (``lanes`` and ``fair`` are not yet kept on this
-        broker: every message is lane 0 and comes in publish order)."""
-        if 0 not in lanes:
-            return []
-        if max_messages <= 0:
+        """Take up to ``max_messages`` visible messages, hiding them: lane by lane in
+        the order of ``lanes``, each in publish order (returns first). One group a lane
+        here (``fair`` is not kept on this broker)."""
+        asked = [lane for lane in dict.fromkeys(lanes) if 0 <= lane < MAX_LANES]
+        if max_messages <= 0 or not asked:
             return []
         async with self._lock, self._io(f"receive from {queue}"):
-            main = await self._main(queue)
+            await self._main(queue)
             view = self._view(queue)
             view.consumer = True
             await self._expire(view, now)
             await self._promote(queue, view, now)
-            del main
             out: list[Received] = []
-            while len(out) < max_messages:
-                wanted = max_messages - len(out)
-                batch = await self._take_batch(queue, view, wanted)
-                out += await self._hand_out(queue, view, batch, visibility_s=visibility_s,
-                                            now=now)
-                if len(batch) < min(wanted, GET_CHANNELS):
-                    break  # the queue has no more
+            for lane in asked:
+                while len(out) < max_messages:
+                    wanted = max_messages - len(out)
+                    batch = await self._take_batch(queue, view, lane, wanted)
+                    out += await self._hand_out(queue, view, batch,
+                                                visibility_s=visibility_s, now=now)
+                    if len(batch) < min(wanted, GET_CHANNELS):
+                        break  # the lane has no more
             return out
 
-    async def _take_batch(self, queue: str, view: QueueView, wanted: int) -> list[Held]:
-        """Up to ``wanted`` messages from the head: the stashed one first, then gets on
-        the get channels side by side (a quorum queue answers one ``basic.get`` per
-        channel at a time), in publish order."""
+    async def _take_batch(self, queue: str, view: QueueView, lane: int,
+                          wanted: int) -> list[Held]:
+        """Up to ``wanted`` messages from the head of ``lane``: its stashed one first,
+        then gets on the get channels side by side (a quorum queue answers one
+        ``basic.get`` per channel at a time), in publish order."""
         taken: list[Held] = []
-        while view.stash and len(taken) < wanted:
-            taken.append(view.stash.popleft())
+        for held in [h for h in view.stash if h.copy.lane == lane][:wanted]:
+            view.stash.remove(held)
+            taken.append(held)
         if len(taken) < wanted:
-            queues = await self._get_queues(queue)
+            queues = await self._get_queues(queue, lane)
             width = min(wanted - len(taken), len(queues))
-            got = await asyncio.gather(*(self._get(queue, q) for q in queues[:width]))
+            got = await asyncio.gather(*(self._get(queue, q, lane) for q in queues[:width]))
             taken += [h for h in got if h is not None]
         return sorted(taken, key=lambda h: h.copy.order)
 
@@ -245,13 +253,14 @@ class RabbitTransport(RabbitTopology):
             out.append(Received(
                 queue=queue, message_id=held.copy.message_id, body=body_of(held.copy.body),
                 receipt=receipt, receive_count=held.receive_count,
-                enqueued_at=held.copy.enqueued_at, failures=held.copy.failures))
+                enqueued_at=held.copy.enqueued_at, failures=held.copy.failures,
+                lane=held.copy.lane))
         return out
 
-    async def _get_queues(self, queue: str) -> list[AbstractQueue]:
-        """The queue as seen from each get channel (opened once per connection)."""
+    async def _get_queues(self, queue: str, lane: int = 0) -> list[AbstractQueue]:
+        """The lane's queue as seen from each get channel (opened once per connection)."""
         await self._main(queue)
-        name = self._name(queue)
+        name = self._lane_name(queue, lane)
         if not self._get_channels:
             assert self._connection is not None
             for _ in range(GET_CHANNELS):
@@ -263,11 +272,11 @@ class RabbitTransport(RabbitTopology):
             self._get_views[name] = found
         return found
 
-    async def _get(self, queue: str, main: AbstractQueue) -> Held | None:
+    async def _get(self, queue: str, main: AbstractQueue, lane: int = 0) -> Held | None:
         delivery = await main.get(no_ack=False, fail=False, timeout=OP_TIMEOUT_S)
         if delivery is None:
             return None
-        copy = Copy.of(delivery)
+        copy = Copy.of(delivery, lane)
         view = self._view(queue)
         if view.known.get(copy.message_id):
             view.known[copy.message_id] -= 1
@@ -323,7 +332,7 @@ class RabbitTransport(RabbitTopology):
                 copy = Copy(message_id=held.copy.message_id, body=held.copy.body,
                              enqueued_at=held.copy.enqueued_at, receives=held.receive_count,
                              failures=held.copy.failures + (1 if failed else 0),
-                             order=held.copy.order)
+                             order=held.copy.order, lane=held.copy.lane)
                 copies.append((held, copy, now + delay))
             if copies:
                 await self._put(queue, [(c, at) for _, c, at in copies], now=now)
@@ -352,7 +361,8 @@ class RabbitTransport(RabbitTopology):
             for receipt, held in self._take(queue, reasons):
                 copy = Copy(message_id=held.copy.message_id, body=held.copy.body,
                              enqueued_at=held.copy.enqueued_at, receives=held.receive_count,
-                             failures=held.copy.failures, order=held.copy.order)
+                             failures=held.copy.failures, order=held.copy.order,
+                             lane=held.copy.lane)
                 await self._put(queue, [(copy, now)], now=now, dead={
                     H_REASON: reasons[receipt], H_DEAD_AT: repr(now)})
                 await held.delivery.ack()
@@ -413,7 +423,8 @@ class RabbitTransport(RabbitTopology):
                 if chosen:
                     await self._put(queue, [
                         (Copy(message_id=message_id_of(d), body=d.body, enqueued_at=now,
-                               receives=0, failures=0, order=self._next_order(now)), now)
+                               receives=0, failures=0, order=self._next_order(now),
+                               lane=header_lane(dict(d.headers or {}))), now)
                         for d in chosen], now=now)
                     for delivery in chosen:
                         await delivery.ack()
@@ -428,26 +439,36 @@ class RabbitTransport(RabbitTopology):
 
     @retrying
     async def depth(self, queue: str, *, now: float) -> QueueDepth:
-        """Ready, delayed, in-flight (held here) and dead counts, and the oldest age."""
+        """Ready, delayed, in-flight (held here) and dead counts, and the oldest age;
+        the same lane by lane for each lane holding messages."""
         async with self._lock, self._io(f"depth of {queue}"):
-            ready, delayed, dead = await self._counts(queue)
+            readies, delays, dead = await self._lane_counts(queue)
             view = self._view(queue)
-            head = None
-            if ready and not view.stash:
-                head, ready = await self._head(queue, view, now, ready)
-            expired = sum(1 for h in view.held.values() if h.deadline <= now)
-            enqueued = [h.copy.enqueued_at for h in (*view.held.values(), *view.stash)]
-            enqueued += [entry[4] for entry in view.delayed]
-            enqueued += [] if head is None else [head]
-            oldest = min(enqueued, default=None)
+            lanes = []
+            for lane in range(MAX_LANES):
+                ready = readies[lane]
+                if ready and not any(h.copy.lane == lane for h in view.stash):
+                    ready = await self._head(queue, view, lane, ready)
+                held = [h for h in view.held.values() if h.copy.lane == lane]
+                expired = sum(1 for h in held if h.deadline <= now)
+                stash = [h for h in view.stash if h.copy.lane == lane]
+                enqueued = [h.copy.enqueued_at for h in (*held, *stash)]
+                enqueued += [entry[4] for entry in view.delayed if entry[5] == lane]
+                oldest = min(enqueued, default=None)
+                lanes.append((LaneDepth(
+                    lane=lane, ready=ready + len(stash) + expired,
+                    total=ready + len(stash) + len(held) + delays[lane],
+                    oldest_age_s=0.0 if oldest is None else max(0.0, now - oldest)),
+                    len(held) - expired))
+            shown_lanes = tuple(d for d, _ in lanes if d.total > 0)
             return QueueDepth(
-                ready=ready + len(view.stash) + expired, delayed=delayed,
-                in_flight=len(view.held) - expired, dead=dead,
-                oldest_age_s=0.0 if oldest is None else max(0.0, now - oldest))
+                ready=sum(d.ready for d, _ in lanes), delayed=sum(delays),
+                in_flight=sum(n for _, n in lanes), dead=dead,
+                oldest_age_s=max((d.oldest_age_s for d in shown_lanes), default=0.0),
+                lanes=shown_lanes)
 
-    async def _head(self, queue: str, view: QueueView, now: float, ready: int
-                    ) -> tuple[float | None, int]:
-        """The enqueued time of the head of the queue, and the ready count left.
+    async def _head(self, queue: str, view: QueueView, lane: int, ready: int) -> int:
+        """The ready count of ``lane``'s queue left once its head is stashed.
 
         A consumer of the queue takes the head and keeps it for its next receive (no
         return counted). Any other process (the CLI's status, another channel's worker)
@@ -456,12 +477,13 @@ class RabbitTransport(RabbitTopology):
         messages. It reports the oldest message it holds; the ledger's oldest intent
         (``tidings status``) is the measure that needs no consumer."""
         if not view.consumer:
-            return None, ready
-        held = await self._get(queue, await self._main(queue))
+            return ready
+        await self._main(queue)
+        held = await self._get(queue, self._queues[self._lane_name(queue, lane)], lane)
         if held is None:
-            return None, ready
+            return ready
         view.stash.append(held)
-        return None, ready - 1
+        return ready - 1
 
     @retrying
     async def contains(self, queue: str, message_ids: Sequence[str]) -> set[str]:
@@ -493,7 +515,9 @@ class RabbitTransport(RabbitTopology):
                 dues.append(view.delayed[0][0])
             async with self._io(f"wait on {queue}"):
                 await self._main(queue)
-                ready = await self._count(self._name(queue))
+                ready = 0
+                for lane in range(MAX_LANES):
+                    ready += await self._count(self._lane_name(queue, lane))
             if ready:
                 return 0.0
             return max(0.0, min(dues) - now) if dues else None
@@ -512,8 +536,9 @@ class RabbitTransport(RabbitTopology):
         """Delete the broker queues of ``queues`` (their delay and dead-letter queues
         too); return how many there were."""
         names = [name for queue in queues for name in (
-            self._name(queue), self._dead_name(queue),
-            *(self._bucket_name(queue, b) for b in BUCKETS_S))]
+            self._dead_name(queue), *(self._lane_name(queue, lane) for lane in range(MAX_LANES)),
+            *(self._bucket_name(queue, b, lane) for b in BUCKETS_S
+              for lane in range(MAX_LANES)))]
         deleted = 0
         async with self._lock, self._io("delete queues"):
             for name in names:

@@ -16,6 +16,7 @@ from typing import Any
 import aio_pika
 from aio_pika.abc import AbstractIncomingMessage
 
+from tidings.core.lanes import MAX_LANES
 from tidings.transports.sqlite import shown
 
 H_ID = "x-tidings-id"
@@ -27,6 +28,8 @@ H_ORDER = "x-tidings-order"
 H_COPY = "x-tidings-copy"
 H_REASON = "x-tidings-reason"
 H_DEAD_AT = "x-tidings-dead-at"
+#: The message's lane: where a delay bucket or a redrive puts it back.
+H_LANE = "x-tidings-lane"
 
 
 def header_number(headers: dict[str, Any], name: str, default: float = 0.0) -> float:
@@ -55,6 +58,12 @@ def header_text(headers: dict[str, Any], name: str) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def header_lane(headers: dict[str, Any]) -> int:
+    """The lane a copy names, 0 where it names none or one past ``MAX_LANES``."""
+    lane = header_count(headers, H_LANE)
+    return lane if lane < MAX_LANES else 0
+
+
 def message_id_of(delivery: AbstractIncomingMessage) -> str:
     """The intent key: a header (AMQP's ``message-id`` property holds 255 bytes at most,
     a key up to 512 characters)."""
@@ -71,16 +80,20 @@ class Copy:
     receives: int
     failures: int
     order: str
+    lane: int = 0
 
     @classmethod
-    def of(cls, delivery: AbstractIncomingMessage) -> Copy:
+    def of(cls, delivery: AbstractIncomingMessage, lane: int | None = None) -> Copy:
+        """The copy a delivery carries; in ``lane`` where it was taken from a lane's
+        queue, else in the lane its header names (0 for a foreign message)."""
         headers = dict(delivery.headers or {})
         returns = header_count(headers, "x-delivery-count")
         return cls(message_id=message_id_of(delivery), body=delivery.body,
                    enqueued_at=header_number(headers, H_ENQUEUED),
                    receives=header_count(headers, H_RECEIVES) + returns,
                    failures=header_count(headers, H_FAILURES),
-                   order=header_text(headers, H_ORDER) or "")
+                   order=header_text(headers, H_ORDER) or "",
+                   lane=lane if lane is not None else header_lane(headers))
 
     def message(self, *, visible_at: float | None, extra: dict[str, Any] | None = None
                 ) -> aio_pika.Message:
@@ -90,7 +103,7 @@ class Copy:
         headers: dict[str, Any] = {
             H_ID: self.message_id, H_ENQUEUED: repr(self.enqueued_at),
             H_RECEIVES: self.receives, H_FAILURES: self.failures, H_ORDER: self.order,
-            H_COPY: uuid.uuid4().hex}
+            H_COPY: uuid.uuid4().hex, H_LANE: self.lane}
         if visible_at is not None:
             headers[H_VISIBLE] = repr(visible_at)
         headers.update(extra or {})
@@ -116,15 +129,16 @@ class Held:
 
 @dataclass
 class QueueView:
-    """What this instance knows of one queue."""
+    """What this instance knows of one channel's queues (every lane's)."""
 
     held: dict[str, Held] = field(default_factory=dict)
     stash: deque[Held] = field(default_factory=deque)
     #: Ids this instance put on the queue, ready, and has not received since.
     known: Counter[str] = field(default_factory=Counter)
     overflow: bool = False
-    #: Delayed messages this instance put in a bucket: (due, order, bucket, id, enqueued).
-    delayed: list[tuple[float, str, float, str, float]] = field(default_factory=list)
+    #: Delayed messages this instance put in a bucket: (due, order, bucket, id, enqueued,
+    #: lane).
+    delayed: list[tuple[float, str, float, str, float, int]] = field(default_factory=list)
     #: True once this instance received from the queue (it hands out what it takes).
     consumer: bool = False
     #: (when, enqueued_at) of the head last read by a process that does not consume.

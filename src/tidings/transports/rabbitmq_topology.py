@@ -1,8 +1,16 @@
-"""The RabbitMQ transport's queues: each channel's quorum queue, its dead-letter queue
-and its delay buckets (declared once per connection), and putting copies on them
-(a delayed copy into its bucket, with a hint of its due time; a dead one into the
-dead-letter queue), moving what is due out of the buckets by the caller's clock, and
-counting what the broker holds.
+"""The RabbitMQ transport's queues: each channel's quorum queue per lane, its
+dead-letter queue and each lane's delay buckets (declared once per connection), and
+putting copies on them (a delayed copy into its lane's bucket, with a hint of its due
+time; a dead one into the dead-letter queue), moving what is due out of the buckets by
+the caller's clock, and counting what the broker holds.
+
+**Lanes** (``tidings.core.lanes``): lane 0 is the queue a channel had before lanes
+(``<prefix>.q``, its buckets ``<prefix>.q.delay.<ms>``), so what a deployment held then
+is lane 0's; lane n is ``<prefix>.q.lane.<n>`` (buckets ``<prefix>.q.lane.<n>.delay.<ms>``),
+each bucket dead-lettering back into its own lane's queue. Every lane's queue is
+declared with the channel's (a receive asks every lane, and a get on a queue that does
+not exist closes the channel); the buckets are made on first use. The dead letters of
+every lane share one queue, each copy naming its lane (``x-tidings-lane``).
 
 **Delays without plugins**: the buckets are powers of four from a quarter of a second
 to three days, each one queue-wide TTL that dead-letters back into the queue, so the
@@ -21,6 +29,7 @@ import aiormq
 from aio_pika.abc import AbstractChannel, AbstractQueue
 
 from tidings.core.errors import TransportError
+from tidings.core.lanes import MAX_LANES
 from tidings.transports.rabbitmq_connection import OP_TIMEOUT_S, RabbitConnection
 from tidings.transports.rabbitmq_messages import (
     H_COPY,
@@ -61,8 +70,12 @@ class RabbitTopology(RabbitConnection):
     def _dead_name(self, queue: str) -> str:
         return self._name(queue, ".dead")
 
-    def _bucket_name(self, queue: str, bucket_s: float) -> str:
-        return self._name(queue, f".delay.{round(bucket_s * 1000)}")
+    def _lane_name(self, queue: str, lane: int) -> str:
+        return self._name(queue, f".lane.{lane}" if lane else "")
+
+    def _bucket_name(self, queue: str, bucket_s: float, lane: int = 0) -> str:
+        return self._name(queue, f"{f'.lane.{lane}' if lane else ''}"
+                                 f".delay.{round(bucket_s * 1000)}")
 
     def _view(self, queue: str) -> QueueView:
         return self._views.setdefault(queue, QueueView())
@@ -76,27 +89,32 @@ class RabbitTopology(RabbitConnection):
         return queue
 
     async def _main(self, queue: str) -> AbstractQueue:
-        """The queue (and its dead-letter queue), declared once per connection."""
+        """Lane 0's queue; every lane's queue and the dead-letter queue are declared with
+        it, once per connection."""
         name = self._name(queue)
         await self._chan()
         if name in self._queues:
             return self._queues[name]
         await self._declare(self._dead_name(queue), {})
-        return await self._declare(name, {
-            "x-delivery-limit": DELIVERY_LIMIT,
-            "x-dead-letter-exchange": "",
-            "x-dead-letter-routing-key": self._dead_name(queue),
-            "x-dead-letter-strategy": "at-least-once",
-            "x-overflow": "reject-publish",
-        })
+        # Lane 0's last: the mark that the channel's queues are declared.
+        for lane in reversed(range(MAX_LANES)):
+            declared = await self._declare(self._lane_name(queue, lane), {
+                "x-delivery-limit": DELIVERY_LIMIT,
+                "x-dead-letter-exchange": "",
+                "x-dead-letter-routing-key": self._dead_name(queue),
+                "x-dead-letter-strategy": "at-least-once",
+                "x-overflow": "reject-publish",
+            })
+        return declared
 
-    async def _bucket(self, queue: str, bucket_s: float) -> str:
-        name = self._bucket_name(queue, bucket_s)
+    async def _bucket(self, queue: str, bucket_s: float, lane: int = 0) -> str:
+        name = self._bucket_name(queue, bucket_s, lane)
         if name not in self._queues:
+            await self._main(queue)  # a bucket dead-letters into its lane's queue
             await self._declare(name, {
                 "x-message-ttl": round(bucket_s * 1000),
                 "x-dead-letter-exchange": "",
-                "x-dead-letter-routing-key": self._name(queue),
+                "x-dead-letter-routing-key": self._lane_name(queue, lane),
                 "x-dead-letter-strategy": "at-least-once",
                 "x-overflow": "reject-publish",
             })
@@ -128,12 +146,12 @@ class RabbitTopology(RabbitConnection):
             elif visible_at > now:
                 due = visible_at
                 bucket = bucket_for(visible_at - now)
-                target = await self._bucket(queue, bucket)
+                target = await self._bucket(queue, bucket, copy.lane)
                 heapq.heappush(view.delayed, (visible_at, copy.order, bucket, copy.message_id,
-                                              copy.enqueued_at))
+                                              copy.enqueued_at, copy.lane))
                 extra = None
             else:
-                target = self._name(queue)
+                target = self._lane_name(queue, copy.lane)
                 self._know(view, copy.message_id)
                 extra = None
             sends.append(channel.default_exchange.publish(
@@ -165,13 +183,14 @@ class RabbitTopology(RabbitConnection):
     async def _promote(self, queue: str, view: QueueView, now: float) -> None:
         """Move the delayed messages this instance knows are due (by the caller's clock)
         from the head of their bucket to the queue."""
-        buckets: set[float] = set()
+        buckets: set[tuple[int, float]] = set()
         while view.delayed and view.delayed[0][0] <= now:
-            buckets.add(heapq.heappop(view.delayed)[2])
+            hint = heapq.heappop(view.delayed)
+            buckets.add((hint[5], hint[2]))
         if not buckets:
             return
-        for bucket in sorted(buckets):
-            source = self._queues[await self._bucket(queue, bucket)]
+        for lane, bucket in sorted(buckets):
+            source = self._queues[await self._bucket(queue, bucket, lane)]
             while True:
                 delivery = await source.get(no_ack=False, fail=False, timeout=OP_TIMEOUT_S)
                 if delivery is None:
@@ -180,7 +199,7 @@ class RabbitTopology(RabbitConnection):
                 if visible_at > now:
                     await delivery.nack(requeue=True)  # back to the head of its bucket
                     break
-                copy = Copy.of(delivery)
+                copy = Copy.of(delivery, lane)
                 copy.receives -= header_count(dict(delivery.headers or {}), "x-delivery-count")
                 await self._put(queue, [(copy, now)], now=now)
                 await delivery.ack()
@@ -197,17 +216,23 @@ class RabbitTopology(RabbitConnection):
     # ------------------------------------------------------------ counts and dead letters
 
     async def _counts(self, queue: str) -> tuple[int, int, int]:
-        """Ready (on the broker), delayed and dead counts."""
+        """Ready (on the broker), delayed and dead counts, every lane's."""
+        ready, delayed, dead = await self._lane_counts(queue)
+        return sum(ready), sum(delayed), dead
+
+    async def _lane_counts(self, queue: str) -> tuple[list[int], list[int], int]:
+        """Ready (on the broker) and delayed counts of each lane, and the dead count."""
         await self._main(queue)
-        ready = await self._count(self._name(queue))
-        delayed = 0
-        for bucket in BUCKETS_S:
-            delayed += await self._count(self._bucket_name(queue, bucket))
+        ready = [await self._count(self._lane_name(queue, lane)) for lane in range(MAX_LANES)]
+        delayed = [0] * MAX_LANES
+        for lane in range(MAX_LANES):
+            for bucket in BUCKETS_S:
+                delayed[lane] += await self._count(self._bucket_name(queue, bucket, lane))
         dead = await self._count(self._dead_name(queue))
         view = self._view(queue)
-        if delayed == 0:
+        if not any(delayed):
             view.delayed.clear()
-        if ready == 0:
+        if not any(ready):
             view.known.clear()
             view.overflow = False
         return ready, delayed, dead
