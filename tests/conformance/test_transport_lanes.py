@@ -1,17 +1,22 @@
 """Lanes on every transport (``tidings.core.lanes``), one suite for the store's own
 queue and the brokers alike: a message is published in its lane and keeps it through
 receives, nacks, delays, visibility timeouts, dead letters and redrives; a receive walks
-the lanes in the order it is given (oldest first in each); and depth counts each lane.
+the lanes in the order it is given (oldest first in each); depth counts each lane; and
+the outbox relay publishes each intent in its lane.
 
 Given / when / then; every ``now`` is explicit.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from tidings.admission.relay import RelayConfig, relay_pass
 from tidings.core.lanes import EVERY_LANE
-from tidings.core.model import LaneDepth, OutgoingMessage, Received
+from tidings.core.model import IntentDraft, LaneDepth, OutgoingMessage, Received
+from tidings.stores.sqlite import SqliteStore
 from tidings.transports.base import Transport
 
 T0 = 1_000_000.0
@@ -133,3 +138,24 @@ async def test_depth_counts_each_lane_holding_messages(transport: Transport) -> 
     assert depth.oldest_age_s == 10.0
     assert depth.lanes == (LaneDepth(lane=0, ready=1, total=2, oldest_age_s=5.0),
                            LaneDepth(lane=1, ready=1, total=2, oldest_age_s=10.0))
+
+
+async def test_the_relay_publishes_each_intent_in_its_lane(
+    transport: Transport, tmp_path: Path,
+) -> None:
+    # Given intents admitted to the outbox (selected) in two lanes
+    store = await SqliteStore.open(f"sqlite:///{tmp_path / 'outbox.db'}")
+    try:
+        await store.migrate(now=T0)
+        await store.intent_admit([
+            IntentDraft(key=key, channel="email", recipient_id=f"r-{key}",
+                        address=f"{key}@example.com", template="t@v1", due_at=T0, lane=lane)
+            for key, lane in (("b1", 1), ("b2", 1), ("t1", 0))], now=T0)
+
+        # When the relay publishes them to the transport
+        assert await relay_pass(store, transport, now=T0 + 1, config=RelayConfig()) == 3
+    finally:
+        await store.close()
+
+    # Then each is in its intent's lane
+    assert named(await take(transport, T0 + 2)) == [("t1", 0), ("b1", 1), ("b2", 1)]

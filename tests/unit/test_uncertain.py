@@ -516,7 +516,7 @@ async def test_a_message_for_a_held_intent_is_acked_without_a_send(world: World)
     # a stray copy of its message (a duplicate publication, a redelivery)
     from tidings.admission.relay import publish
 
-    await publish(world.rt.transport, [("m:email", "email", world.clock.now())],
+    await publish(world.rt.transport, [("m:email", "email", world.clock.now(), 0)],
                   now=world.clock.now())
     worker = world.rt.worker("email", "w3")
     while await worker.run_once():

@@ -48,13 +48,15 @@ class RelayConfig:
 
 
 async def publish(
-    transport: Transport, items: Iterable[tuple[str, str, float]], *, now: float
+    transport: Transport, items: Iterable[tuple[str, str, float, int]], *, now: float
 ) -> int:
-    """Publish ``(key, channel, due_at)`` items, delayed until due; return the count."""
+    """Publish ``(key, channel, due_at, lane)`` items, delayed until due, each in its
+    intent's lane (a broker keeps the lane it is given); return the count."""
     by_channel: dict[str, list[OutgoingMessage]] = defaultdict(list)
-    for key, channel, due_at in items:
+    for key, channel, due_at, lane in items:
         by_channel[channel].append(OutgoingMessage(
-            message_id=key, body=message_body(key), delay_s=max(0.0, due_at - now)))
+            message_id=key, body=message_body(key), delay_s=max(0.0, due_at - now),
+            lane=lane))
     for channel, messages in by_channel.items():
         await transport.publish(channel, messages, now=now)
     return sum(len(m) for m in by_channel.values())
@@ -74,7 +76,8 @@ async def publish_leased(transport: Transport, items: Sequence[PublishItem], *,
     publishes it."""
     for attempt in range(1, PUBLISH_ATTEMPTS + 1):
         try:
-            await publish(transport, ((i.key, i.channel, i.due_at) for i in items), now=now)
+            await publish(transport, ((i.key, i.channel, i.due_at, i.lane) for i in items),
+                          now=now)
             return
         except Exception as exc:
             if attempt == PUBLISH_ATTEMPTS:

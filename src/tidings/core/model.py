@@ -193,6 +193,9 @@ class Intent:
     disposition: str | None
     reason: str | None
     cancel_requested: bool
+    lane: int = 0
+    """The intent's lane on its channel's queue (``tidings.core.lanes``): a message
+    published for it again goes there."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -179,9 +179,9 @@ async def run(store: BulkStore, request: BulkRequest, *, now: float, dry_run: bo
             applied = await store.intent_apply_many(changes, now=now)
             changed += len(applied)
             if request.action == "reopen" and applied and transport is not None:
-                channels = {i.key: i.channel for i in page}
-                await publish(transport, [(key, channels[key], now) for key in applied],
-                              now=now)
+                by_key = {i.key: i for i in page}
+                await publish(transport, [(key, by_key[key].channel, now, by_key[key].lane)
+                                          for key in applied], now=now)
         for intent in page:
             if intent.state is State.CLAIMED:
                 reason = request.reason or f"bulk cancel by {request.by}"

@@ -299,6 +299,7 @@ class IntentView:
     disposition: str | None
     reason: str | None
     cancel_requested: bool
+    lane: int
     recipient_surrogate: str
 
 

@@ -47,6 +47,8 @@ class PublishItem(NamedTuple):
     channel: str
     due_at: float
     state: State
+    lane: int = 0
+    """The intent's lane: the relay publishes its message there."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -26,7 +26,8 @@ RETURNING scope, name, paused, changed_at, reason
 SELECT key, channel, recipient_id, address, template, data, campaign, occurrence, state,
        due_at, expires_at, created_at, updated_at, selected_at, enqueued_at, accepted_at,
        finished_at, attempts, failures, lease_owner, lease_token, lease_expires_at,
-       next_attempt_at, receipt, provider_request_id, disposition, reason, cancel_requested
+       next_attempt_at, receipt, provider_request_id, disposition, reason, cancel_requested,
+       lane
 FROM intents
 WHERE state = ANY(%(states)s::text[])
   AND (%(campaign)s::text IS NULL OR campaign = %(campaign)s::text)

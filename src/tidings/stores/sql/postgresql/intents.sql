@@ -234,7 +234,7 @@ SELECT set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin'
 WITH lapsed AS (
     DELETE FROM publish_leases WHERE until <= %(now)s
 ), page AS (
-    SELECT key, channel, due_at, state FROM intents
+    SELECT key, channel, due_at, state, lane FROM intents
     WHERE state = 'selected' AND due_at <= %(due_by)s
       AND (publish_lease_until IS NULL OR publish_lease_until <= %(now)s)
       AND key NOT IN (SELECT unnest(keys) FROM publish_leases WHERE until > %(now)s)
@@ -244,7 +244,7 @@ WITH lapsed AS (
     INSERT INTO publish_leases (until, keys)
     SELECT %(lease_until)s, array_agg(key) FROM page HAVING count(*) > 0
 )
-SELECT key, channel, due_at, state FROM page
+SELECT key, channel, due_at, state, lane FROM page
 
 -- name: intent_extend_publish
 -- A relay still publishing a page moves the lease of its unpublished rest forward, but
@@ -319,7 +319,8 @@ SELECT key, channel, 'enqueued', %(now)s, 'enqueued', attempts FROM moved ORDER 
 SELECT key, channel, recipient_id, address, template, data, campaign, occurrence, state,
        due_at, expires_at, created_at, updated_at, selected_at, enqueued_at, accepted_at,
        finished_at, attempts, failures, lease_owner, lease_token, lease_expires_at,
-       next_attempt_at, receipt, provider_request_id, disposition, reason, cancel_requested
+       next_attempt_at, receipt, provider_request_id, disposition, reason, cancel_requested,
+       lane
 FROM intents
 WHERE key = ANY(%(keys)s::text[])
 ORDER BY key
@@ -471,7 +472,8 @@ WHERE key = %s AND state = 'claimed'
 SELECT key, channel, recipient_id, address, template, data, campaign, occurrence, state,
        due_at, expires_at, created_at, updated_at, selected_at, enqueued_at, accepted_at,
        finished_at, attempts, failures, lease_owner, lease_token, lease_expires_at,
-       next_attempt_at, receipt, provider_request_id, disposition, reason, cancel_requested
+       next_attempt_at, receipt, provider_request_id, disposition, reason, cancel_requested,
+       lane
 FROM intents
 WHERE key = %s
 
@@ -482,7 +484,8 @@ WHERE key = %s
 SELECT key, channel, recipient_id, address, template, data, campaign, occurrence, state,
        due_at, expires_at, created_at, updated_at, selected_at, enqueued_at, accepted_at,
        finished_at, attempts, failures, lease_owner, lease_token, lease_expires_at,
-       next_attempt_at, receipt, provider_request_id, disposition, reason, cancel_requested
+       next_attempt_at, receipt, provider_request_id, disposition, reason, cancel_requested,
+       lane
 FROM intents
 WHERE state = ANY(%(states)s::text[])
   AND (%(channel)s::text IS NULL OR channel = %(channel)s::text)

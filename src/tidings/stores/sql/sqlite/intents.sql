@@ -76,7 +76,7 @@ WHERE key IN (
     ORDER BY due_at
     LIMIT :limit
 )
-RETURNING key, channel, due_at, state
+RETURNING key, channel, due_at, state, lane
 
 -- name: intent_extend_publish
 -- A relay still publishing a page moves the lease of its unpublished rest forward, but
@@ -112,7 +112,8 @@ WHERE key IN (SELECT value FROM json_each(:keys))
 SELECT key, channel, recipient_id, address, template, data, campaign, occurrence, state,
        due_at, expires_at, created_at, updated_at, selected_at, enqueued_at, accepted_at,
        finished_at, attempts, failures, lease_owner, lease_token, lease_expires_at,
-       next_attempt_at, receipt, provider_request_id, disposition, reason, cancel_requested
+       next_attempt_at, receipt, provider_request_id, disposition, reason, cancel_requested,
+       lane
 FROM intents
 WHERE key IN (SELECT value FROM json_each(:keys))
 
@@ -198,7 +199,8 @@ UPDATE intents SET cancel_requested = 1, updated_at = ? WHERE key = ? AND state 
 SELECT key, channel, recipient_id, address, template, data, campaign, occurrence, state,
        due_at, expires_at, created_at, updated_at, selected_at, enqueued_at, accepted_at,
        finished_at, attempts, failures, lease_owner, lease_token, lease_expires_at,
-       next_attempt_at, receipt, provider_request_id, disposition, reason, cancel_requested
+       next_attempt_at, receipt, provider_request_id, disposition, reason, cancel_requested,
+       lane
 FROM intents
 WHERE key = ?
 
@@ -209,7 +211,8 @@ WHERE key = ?
 SELECT key, channel, recipient_id, address, template, data, campaign, occurrence, state,
        due_at, expires_at, created_at, updated_at, selected_at, enqueued_at, accepted_at,
        finished_at, attempts, failures, lease_owner, lease_token, lease_expires_at,
-       next_attempt_at, receipt, provider_request_id, disposition, reason, cancel_requested
+       next_attempt_at, receipt, provider_request_id, disposition, reason, cancel_requested,
+       lane
 FROM intents
 WHERE state IN (SELECT value FROM json_each(:states))
   AND (:channel IS NULL OR channel = :channel)
