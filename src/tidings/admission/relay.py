@@ -47,16 +47,19 @@ class RelayConfig:
     lease of the page's rest is extended."""
 
 
-async def publish(
-    transport: Transport, items: Iterable[tuple[str, str, float, int]], *, now: float
-) -> int:
-    """Publish ``(key, channel, due_at, lane)`` items, delayed until due, each in its
-    intent's lane (a broker keeps the lane it is given); return the count."""
+#: What ``publish`` takes: ``(key, channel, due_at, lane)``, or with the intent's group.
+Publishable = tuple[str, str, float, int] | tuple[str, str, float, int, str]
+
+
+async def publish(transport: Transport, items: Iterable[Publishable], *, now: float) -> int:
+    """Publish ``(key, channel, due_at, lane[, group])`` items, delayed until due, each
+    in its intent's lane and group (a broker keeps those it is given; no group when
+    none is given); return the count."""
     by_channel: dict[str, list[OutgoingMessage]] = defaultdict(list)
-    for key, channel, due_at, lane in items:
+    for key, channel, due_at, lane, *group in items:
         by_channel[channel].append(OutgoingMessage(
             message_id=key, body=message_body(key), delay_s=max(0.0, due_at - now),
-            lane=lane))
+            lane=lane, group=group[0] if group else ""))
     for channel, messages in by_channel.items():
         await transport.publish(channel, messages, now=now)
     return sum(len(m) for m in by_channel.values())
@@ -76,8 +79,8 @@ async def publish_leased(transport: Transport, items: Sequence[PublishItem], *,
     publishes it."""
     for attempt in range(1, PUBLISH_ATTEMPTS + 1):
         try:
-            await publish(transport, ((i.key, i.channel, i.due_at, i.lane) for i in items),
-                          now=now)
+            await publish(transport, ((i.key, i.channel, i.due_at, i.lane, i.group)
+                                      for i in items), now=now)
             return
         except Exception as exc:
             if attempt == PUBLISH_ATTEMPTS:

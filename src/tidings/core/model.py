@@ -308,6 +308,10 @@ class OutgoingMessage:
     """The intent's lane (``tidings.core.lanes``). A broker keeps it as given; the
     store's own queue takes the lane of the message's intent where it has one, and this
     for a message of no intent."""
+    group: str = ""
+    """The intent's group inside its lane (``tidings.core.fair``; ``''``: none). Kept
+    as the lane is: as given on Redis Streams, the intent's on the store's own queue
+    (this for a message of no intent); RabbitMQ keeps one group a lane."""
 
 
 @dataclass(frozen=True, kw_only=True)

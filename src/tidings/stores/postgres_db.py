@@ -384,10 +384,12 @@ class PostgresDatabase(SharedDatabase):
 async def insert_messages(conn: Conn, sql: Mapping[str, str], queue: str,
                           rows: Sequence[tuple[str, str, float]], *, now: float,
                           lanes: Sequence[int | None] | None = None,
-                          own_lanes: Sequence[int] | None = None) -> None:
+                          own_lanes: Sequence[int] | None = None,
+                          own_groups: Sequence[str] | None = None) -> None:
     """Insert ``(message_id, body, delay_s)`` rows inside the caller's transaction,
-    each in the paired lane of ``lanes``, or (``None``) in its intent's lane, or for a
-    message of no intent, the paired lane of ``own_lanes`` (default 0).
+    each in the paired lane of ``lanes``, or (``None``) in its intent's lane and group,
+    or for a message of no intent, the paired lane of ``own_lanes`` (default 0) and
+    group of ``own_groups`` (default none).
 
     One statement for the whole batch (arrays unnested server-side). The store uses
     this too, to admit intents and their messages in one transaction.
@@ -401,5 +403,6 @@ async def insert_messages(conn: Conn, sql: Mapping[str, str], queue: str,
         "available": [now + max(0.0, delay_s) for _, _, delay_s in rows],
         "lanes": list(lanes) if lanes is not None else [None] * len(rows),
         "own_lanes": list(own_lanes) if own_lanes is not None else [0] * len(rows),
+        "own_groups": list(own_groups) if own_groups is not None else [""] * len(rows),
     }
     await conn.execute(sql["message_insert_many"], params)

@@ -49,6 +49,8 @@ class PublishItem(NamedTuple):
     state: State
     lane: int = 0
     """The intent's lane: the relay publishes its message there."""
+    group: str = ""
+    """The intent's group in its lane (``tidings.core.fair``), published with it."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -350,14 +350,15 @@ def insert_messages(conn: sqlite3.Connection, sql: Mapping[str, str], queue: str
 
 
 def publish_messages(conn: sqlite3.Connection, sql: Mapping[str, str], queue: str,
-                     rows: Sequence[tuple[str, str, float, int]], *, now: float) -> None:
-    """Insert ``(message_id, body, delay_s, lane)`` rows, each in its intent's lane, or
-    ``lane`` for a message of no intent (``message_publish_many``): the transport's
-    publish, inside the caller's transaction."""
+                     rows: Sequence[tuple[str, str, float, int, str]], *, now: float) -> None:
+    """Insert ``(message_id, body, delay_s, lane, group)`` rows, each in its intent's
+    lane and group, or ``lane`` and ``group`` for a message of no intent
+    (``message_publish_many``): the transport's publish, inside the caller's
+    transaction."""
     for start, size in row_runs(len(rows), PUBLISH_CHUNK):
         chunk = rows[start:start + size]
         params: list[object] = [queue, now]
-        for message_id, body, delay_s, lane in chunk:
-            params += (message_id, body, now + max(0.0, delay_s), lane)
-        groups = ",".join(["(?,?,?,?)"] * len(chunk))
+        for message_id, body, delay_s, lane, group in chunk:
+            params += (message_id, body, now + max(0.0, delay_s), lane, group)
+        groups = ",".join(["(?,?,?,?,?)"] * len(chunk))
         conn.execute(sql["message_publish_many"].replace("{rows}", groups), params)

@@ -115,7 +115,8 @@ class PostgresTransport:
 
         async def fn(conn: Conn) -> None:
             await insert_messages(conn, self._sql, queue, rows, now=now,
-                                  own_lanes=[m.lane for m in messages])
+                                  own_lanes=[m.lane for m in messages],
+                                  own_groups=[m.group for m in messages])
 
         await self._run(fn, single=True)
         self._wakeups.wake(queue)

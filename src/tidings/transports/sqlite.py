@@ -118,7 +118,8 @@ class SqliteTransport:
 
         def fn(conn: sqlite3.Connection) -> None:
             publish_messages(conn, sql, queue,
-                             [(m.message_id, m.body, m.delay_s, m.lane) for m in messages],
+                             [(m.message_id, m.body, m.delay_s, m.lane, m.group)
+                              for m in messages],
                              now=now)
 
         await self._write(fn)

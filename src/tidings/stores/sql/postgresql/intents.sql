@@ -234,7 +234,7 @@ SELECT set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin'
 WITH lapsed AS (
     DELETE FROM publish_leases WHERE until <= %(now)s
 ), page AS (
-    SELECT key, channel, due_at, state, lane FROM intents
+    SELECT key, channel, due_at, state, lane, group_key FROM intents
     WHERE state = 'selected' AND due_at <= %(due_by)s
       AND (publish_lease_until IS NULL OR publish_lease_until <= %(now)s)
       AND key NOT IN (SELECT unnest(keys) FROM publish_leases WHERE until > %(now)s)
@@ -244,7 +244,7 @@ WITH lapsed AS (
     INSERT INTO publish_leases (until, keys)
     SELECT %(lease_until)s, array_agg(key) FROM page HAVING count(*) > 0
 )
-SELECT key, channel, due_at, state, lane FROM page
+SELECT key, channel, due_at, state, lane, group_key AS "group" FROM page
 
 -- name: intent_extend_publish
 -- A relay still publishing a page moves the lease of its unpublished rest forward, but

@@ -6,15 +6,16 @@
 -- notification wakes idle consumers of the queue in every process once the
 -- transaction commits (never before; none on rollback). %(lanes)s: each message's
 -- lane; NULL for a message to go to its intent's lane and group (a republish; a
--- message that is no intent's: its lane of %(own_lanes)s, no group).
+-- message that is no intent's: its lane of %(own_lanes)s, its group of
+-- %(own_groups)s).
 WITH inserted AS (
     INSERT INTO messages (queue, enqueued_at, message_id, body, available_at, lane,
                           group_key)
     SELECT %(queue)s, %(now)s::float8, m.message_id, m.body, m.available_at,
-           coalesce(m.lane, i.lane, m.own_lane, 0), coalesce(i.group_key, '')
+           coalesce(m.lane, i.lane, m.own_lane, 0), coalesce(i.group_key, m.own_group, '')
     FROM unnest(%(message_ids)s::text[], %(bodies)s::text[], %(available)s::float8[],
-                %(lanes)s::smallint[], %(own_lanes)s::smallint[])
-         WITH ORDINALITY AS m(message_id, body, available_at, lane, own_lane, n)
+                %(lanes)s::smallint[], %(own_lanes)s::smallint[], %(own_groups)s::text[])
+         WITH ORDINALITY AS m(message_id, body, available_at, lane, own_lane, own_group, n)
     LEFT JOIN intents i ON m.lane IS NULL AND i.key = m.message_id
     ORDER BY m.n
     RETURNING 1

@@ -76,7 +76,7 @@ WHERE key IN (
     ORDER BY due_at
     LIMIT :limit
 )
-RETURNING key, channel, due_at, state, lane
+RETURNING key, channel, due_at, state, lane, group_key AS "group"
 
 -- name: intent_extend_publish
 -- A relay still publishing a page moves the lease of its unpublished rest forward, but

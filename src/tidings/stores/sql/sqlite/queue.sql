@@ -10,13 +10,13 @@ SELECT ?, ?, v.* FROM (VALUES {rows}) AS v
 
 -- name: message_publish_many
 -- message_insert_many for a publish from outside admission (a republish, a redrive of
--- an intent's message): each message goes to its intent's lane and group (the lane it
--- was published with, and no group, where the message is not an intent's). The caller
--- replaces {rows} with one "(?, ?, ?, ?)" group per message (message_id, body,
--- available_at, lane).
+-- an intent's message): each message goes to its intent's lane and group (the lane and
+-- group it was published with where the message is not an intent's). The caller
+-- replaces {rows} with one "(?, ?, ?, ?, ?)" group per message (message_id, body,
+-- available_at, lane, group_key).
 INSERT INTO messages (queue, enqueued_at, message_id, body, available_at, lane, group_key)
 SELECT ?, ?, v.column1, v.column2, v.column3, coalesce(i.lane, v.column4),
-    coalesce(i.group_key, '')
+    coalesce(i.group_key, v.column5)
 FROM (VALUES {rows}) AS v LEFT JOIN intents i ON i.key = v.column1
 
 -- name: message_insert_keys
