@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from support.redis_server import RedisServer
 from tidings.core.errors import TransportError
+from tidings.core.fair import FairShare
 from tidings.core.model import OutgoingMessage, Received
 from tidings.stores.sqlite_db import SqliteDatabase
 from tidings.transports.base import Transport
@@ -323,3 +324,61 @@ async def test_entries_another_publisher_wrote_into_the_stream_are_dead_letters_
     await t.client.xadd(t.keys("email")[7], {"hello": "world"})  # type: ignore[arg-type]
     listed = await t.dead_letters("email", limit=20)
     assert listed[-1].reason == "not a tidings dead letter" and len(listed) == len(foreign) + 1
+
+
+async def test_groups_are_kept_while_they_hold_messages_under_concurrent_work(
+    redis_transport: RedisStreamsTransport,
+) -> None:
+    # given groups named with what a key or a receipt might trip on, published from
+    # several tasks while others receive with fair share, nack some, and ack the rest
+    groups = ["a", "b/c", "d@1", "e#f", "g h", "ünï"]
+    published = [f"{g}|{n}" for g in groups for n in range(40)]
+
+    async def publish(group: str) -> None:
+        for n in range(0, 40, 5):
+            await redis_transport.publish("email", [
+                OutgoingMessage(message_id=f"{group}|{k}", body="{}", lane=1, group=group)
+                for k in range(n, n + 5)], now=T0)
+            await asyncio.sleep(0)
+
+    done: list[str] = []
+
+    async def work(worker: int) -> None:
+        share = FairShare()
+        idle = 0
+        while idle < 20:
+            got = await redis_transport.receive("email", max_messages=7, visibility_s=VIS,
+                                                now=T0, fair=share)
+            idle = 0 if got else idle + 1
+            nacked = [m for m in got if m.receive_count == 1 and hash(m.message_id) % 3 == 0]
+            await redis_transport.nack("email", [(m.receipt, 0.0) for m in nacked], now=T0)
+            await redis_transport.ack("email", [m.receipt for m in got if m not in nacked])
+            done.extend(m.message_id for m in got if m not in nacked)
+            await asyncio.sleep(0)
+
+    await asyncio.gather(*(publish(g) for g in groups), *(work(w) for w in range(3)))
+
+    # then every message was received and acked once, and no group's keys are left
+    assert sorted(done) == sorted(published)
+    depth = await redis_transport.depth("email", now=T0)
+    assert (depth.ready, depth.in_flight, depth.delayed) == (0, 0, 0)
+    client = redis_transport.client
+    left = [k async for k in client.scan_iter(match=f"{redis_transport.prefix}:{{email}}:g*")]
+    assert left == []
+
+
+async def test_a_publish_into_a_group_wakes_a_waiting_consumer(
+    redis_transport: RedisStreamsTransport, redis_url: str,
+) -> None:
+    other = await RedisStreamsTransport.open(redis_url)
+    try:
+        waiting = asyncio.create_task(redis_transport.wait("email", timeout_s=4.0, now=T0))
+        await asyncio.sleep(0.2)
+        await other.publish("email", [OutgoingMessage(message_id="x", body="{}",
+                                                      group="tenant")], now=T0)
+        await asyncio.wait_for(waiting, 2.0)
+        [got] = await redis_transport.receive("email", max_messages=5, visibility_s=VIS,
+                                              now=T0)
+        assert (got.message_id, got.lane) == ("x", 0)
+    finally:
+        await other.close()

@@ -166,8 +166,8 @@ class ChannelSettings(_Model):
     fair_share: bool = False
     """Share each lane among the groups its intents name (``notify(group=)``, a campaign's
     or a publish queue's ``group``; ``tidings.core.fair``, docs/lanes.md): one tenant's
-    campaign never takes the whole pace. Off: groups are not written. The store's own
-    queue only: Redis Streams and RabbitMQ keep one group a lane."""
+    campaign never takes the whole pace. Off: groups are not written. On the store's
+    own queue and Redis Streams; RabbitMQ keeps one group a lane."""
     group_weights: dict[str, Annotated[float, Field(gt=0, le=1000)]] = Field(
         default_factory=dict)
     """A group's weight in the share (default 1 each): ``{ premium = 2 }``."""

@@ -16,7 +16,8 @@ Topology, per channel ``q`` (every name under a prefix, ``tidings`` by default):
   is lane 0's (``tidings.core.lanes``; ``rabbitmq_topology``). A receive takes from the
   lanes it is asked in their order until it has ``max_messages``; a message keeps its
   lane (``x-tidings-lane``) through nacks, delays, dead letters and redrives. One group
-  a lane (``fair`` is not kept on this broker).
+  a lane: a message's ``group`` and ``fair`` are not kept on this broker (a lane's
+  queue hands its messages out in their own order; docs/lanes.md).
 
 **Delays without plugins.** RabbitMQ expires messages only at the head of a queue, so a
 single delay queue with a per-message expiration blocks a short delay behind a long one

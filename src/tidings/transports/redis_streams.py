@@ -12,8 +12,15 @@ message half moved:
   letters (a field of the dead entry) and redrives. A receive walks the lanes it is
   asked in their order, in one script call, until it has ``max_messages``; every
   lane's expired visibility timeouts and due delayed messages are its to take back.
-  One group per lane (``fair`` is not kept on this broker: a lane's messages come in
-  its own order whatever their group).
+- **groups** (``tidings.core.fair``): a message naming a group is kept in a stream of
+  its lane and group (``…:gstream:<lane>:<group>``, its timeouts in ``…:gvis:…``); one
+  naming none stays in its lane's stream. Each lane has a sorted set of the groups
+  whose stream holds entries (``…:groups``, ``…:groups:<n>``), which a group joins with
+  its stream's first entry and leaves (its keys deleted) with its last, in the script
+  that adds or removes it: never missing while it holds a message. A fair receive
+  lists a lane's groups and takes each one's share (``Passes``), a script call a
+  pass; without ``fair`` a lane's own stream comes first, then its groups in turn.
+  Receipts name the group (``<entry id>@<lane>#<group>``); dead letters keep it.
 
 - **ready and in flight**: entries of the stream. A receive reads new entries for the
   group (``XREADGROUP``) and takes back, with ``XCLAIM``, pending entries whose
@@ -45,8 +52,9 @@ message half moved:
 - **contains**: a hash of message id -> copies on the queue; **oldest age**: a sorted
   set of message uids by enqueued time.
 
-``wait`` blocks on the lanes' streams (``XREAD BLOCK`` from their last entries), so a publish, a
-redrive or an immediate nack from any process on any machine wakes it: ``notifies``.
+``wait`` blocks on the lanes' streams (``XREAD BLOCK`` from their last entries) and on
+``…:bell``, which a publish into a group's stream adds to, so a publish, a redrive or an
+immediate nack from any process on any machine wakes it: ``notifies``.
 A dropped connection (a Redis restart) is retried for ``reconnect_s`` before it
 becomes a ``TransportError``; a script lost with the server's memory is loaded again.
 """
@@ -58,6 +66,7 @@ import contextlib
 import logging
 import math
 import time
+from collections import defaultdict
 from collections.abc import Awaitable, Callable, Sequence
 from importlib import resources
 from typing import Any, TypeVar
@@ -68,7 +77,7 @@ from redis.commands.core import AsyncScript
 
 from tidings.config.transport_urls import redact_url, split_prefix
 from tidings.core.errors import TransportError
-from tidings.core.fair import FairShare
+from tidings.core.fair import FairShare, Passes
 from tidings.core.lanes import EVERY_LANE, MAX_LANES
 from tidings.core.model import DeadLetter, LaneDepth, OutgoingMessage, QueueDepth, Received
 
@@ -91,7 +100,8 @@ MAX_BLOCK_S = 5.0
 
 #: A queue's keys, in the order ``streams_lua/common.lua`` names them: the ten a queue
 #: had before lanes (lane 0's among them), then each of lanes 1 to 3's stream, vis,
-#: delayed and ages, in that order.
+#: delayed and ages, in that order, then each lane's set of groups (lane 0's
+#: ``…:groups``, the others' ``…:groups:<n>``) and the bell.
 _PARTS = ("stream", "vis", "delayed", "parked", "failures", "ids", "ages", "dead", "seq",
           "where")
 _LANE_PARTS = ("stream", "vis", "delayed", "ages")
@@ -99,8 +109,11 @@ _LANE_PARTS = ("stream", "vis", "delayed", "ages")
 _LANE_ARG = tuple(b"$1\r\n%d\r\n" % lane for lane in range(MAX_LANES))
 #: A lane's number as ``receive.lua`` answers it.
 _LANE_READ = {b"%d" % lane: lane for lane in range(MAX_LANES)}
+#: No group, as a publish argument.
+_NO_GROUP_ARG = b"$0\r\n\r\n"
 
-_SCRIPTS = ("publish", "receive", "ack", "nack", "extend", "dead_letter", "redrive", "depth")
+_SCRIPTS = ("publish", "receive", "take", "groups", "ack", "nack", "extend", "dead_letter",
+            "redrive", "depth")
 _RETRIED = (redis_errors.ConnectionError, redis_errors.TimeoutError,
             redis_errors.BusyLoadingError, OSError)
 
@@ -155,14 +168,27 @@ def _bulk(value: bytes) -> bytes:
 
 def parse_receipt(receipt: str) -> tuple[str, str, str] | None:
     """``(entry ref, delivery count, message uid)``, or None for a receipt this
-    transport never made (the ref: ``<entry id>`` in lane 0, ``<entry id>@<lane>``)."""
-    parts = receipt.split("/")
-    if len(parts) != 3 or "-" not in parts[0] or not (parts[1].isdigit() and parts[2].isdigit()):
+    transport never made (the ref: ``<entry id>`` in lane 0, ``<entry id>@<lane>``, and
+    ``<entry id>@<lane>#<group>`` in a group's stream, the group verbatim: it may hold a
+    ``/``, so the count and uid are read from the right)."""
+    parts = receipt.rsplit("/", 2)
+    if len(parts) != 3 or not (parts[1].isdigit() and parts[2].isdigit()):
         return None
-    eid, at, lane = parts[0].partition("@")
-    if "-" not in eid or (at and not (lane.isdigit() and 0 < int(lane) < MAX_LANES)):
+    eid, at, rest = parts[0].partition("@")
+    lane, hashed, group = rest.partition("#")
+    if not eid.replace("-", "").isdigit() or eid.count("-") != 1:
+        return None
+    if at and not (lane.isdigit() and 0 <= int(lane) < MAX_LANES
+                   and (int(lane) > 0 or (hashed and group))):
+        return None
+    if hashed and not group:
         return None
     return parts[0], parts[1], parts[2]
+
+
+def group_of(ref: str) -> str:
+    """The group an entry ref names (``''``: the lane's own stream)."""
+    return ref.partition("@")[2].partition("#")[2]
 
 
 def _lane_rows(state: list[Any]) -> list[list[Any]]:
@@ -185,6 +211,8 @@ class RedisStreamsTransport:
         self.reconnect_s = reconnect_s
         self._run_id: str | None = None  # the server's, to tell a restart after an outage
         self._keys: dict[str, list[str]] = {}
+        # Where a receive without fair share last took grouped messages (see receive).
+        self._leftover = FairShare()
         self._scripts: dict[str, AsyncScript] = {
             name: client.register_script(source) for name, source in _load_scripts().items()}
 
@@ -222,7 +250,9 @@ class RedisStreamsTransport:
         if found is None:
             base = f"{self.prefix}:{{{queue}}}"
             found = [f"{base}:{part}" for part in _PARTS] + [
-                f"{base}:{part}:{lane}" for part in _LANE_PARTS for lane in range(1, MAX_LANES)]
+                f"{base}:{part}:{lane}" for part in _LANE_PARTS for lane in range(1, MAX_LANES)
+            ] + [f"{base}:groups", *(f"{base}:groups:{lane}" for lane in range(1, MAX_LANES)),
+                 f"{base}:bell"]
             self._keys[queue] = found
         return found
 
@@ -330,7 +360,8 @@ class RedisStreamsTransport:
     # ------------------------------------------------------------------ the port
 
     async def publish(self, queue: str, messages: Sequence[OutgoingMessage], *, now: float) -> None:
-        """Publish messages, each visible after its ``delay_s``, in its lane."""
+        """Publish messages, each visible after its ``delay_s``, in its lane (and its
+        group's stream there, for one that names a group)."""
         now_arg = _bulk(_num(now).encode())
         last = MAX_LANES - 1
         for start in range(0, len(messages), PUBLISH_CHUNK):
@@ -339,8 +370,9 @@ class RedisStreamsTransport:
                 _bulk(m.message_id.encode()) + _bulk(m.body.encode())
                 + (now_arg if m.delay_s <= 0 else _bulk(_num(now + m.delay_s).encode()))
                 + _LANE_ARG[min(max(m.lane, 0), last)]
+                + (_bulk(m.group.encode()) if m.group else _NO_GROUP_ARG)
                 for m in chunk)
-            await self._script_packed("publish", queue, 1 + 4 * len(chunk), argv)
+            await self._script_packed("publish", queue, 1 + 5 * len(chunk), argv)
 
     async def receive(
         self, queue: str, *, max_messages: int, visibility_s: float, now: float,
@@ -348,15 +380,64 @@ class RedisStreamsTransport:
     ) -> list[Received]:
         """Take up to ``max_messages`` visible messages, hiding them: lane by lane in
         the order of ``lanes``, in each the expired first (oldest first), then the new in
-        the order they joined the lane's stream. One group a lane here (``fair`` is not
-        kept on this broker)."""
+        the order they joined their stream. With ``fair``, each lane's room is shared
+        among its groups (``tidings.core.fair``: the lane's own stream is the group
+        ``''``); without, a lane's messages that name no group come first, then its
+        groups' in turn (never stranded when a channel stops sharing its lanes)."""
         asked = [lane for lane in dict.fromkeys(lanes) if 0 <= lane < MAX_LANES]
         if max_messages <= 0 or not asked:
             return []
-        flat = await self._script("receive", queue, [
-            _num(now), _num(now + visibility_s), max_messages, MOVES_PER_RECEIVE, *asked])
+        out: list[Received] = []
+        if fair is not None:
+            for lane in asked:
+                if len(out) >= max_messages:
+                    break
+                out += await self._shared(queue, lane, max_messages - len(out),
+                                          visibility_s, now, fair)
+            return out
+        while asked and len(out) < max_messages:
+            flat = await self._script("receive", queue, [
+                _num(now), _num(now + visibility_s), max_messages - len(out),
+                MOVES_PER_RECEIVE, *asked])
+            out += self._read_rows(queue, flat, now)
+            stopped = int(flat[0])
+            if not stopped:
+                break
+            # The lane at ``stopped`` has room left and groups with messages.
+            out += await self._shared(queue, asked[stopped - 1], max_messages - len(out),
+                                      visibility_s, now, self._leftover, named_only=True)
+            asked = asked[stopped:]
+        return out
+
+    async def _shared(self, queue: str, lane: int, room: int, visibility_s: float,
+                      now: float, share: FairShare, *, named_only: bool = False
+                      ) -> list[Received]:
+        """Up to ``room`` messages of ``lane`` shared among its groups with messages
+        (the next after where ``share`` stopped last), pass by pass as
+        ``tidings.core.fair.Passes`` asks; one script call a pass."""
+        found = await self._script("groups", queue, [
+            _num(now), MOVES_PER_RECEIVE, lane, share.after(lane), room,
+            "1" if named_only else "0"])
+        groups = [_text(g) for g in found]
+        if groups:
+            share.visited(lane, groups[-1])
+        passes: Passes[Received] = Passes(groups, room, share.weights)
+        while asks := passes.asks():
+            flat = await self._script("take", queue, [
+                _num(now), _num(now + visibility_s), lane,
+                *(part for group, most in asks for part in (group, most))])
+            given: dict[str, list[Received]] = defaultdict(list)
+            for message in self._read_rows(queue, flat, now):
+                given[group_of(message.receipt.rsplit("/", 2)[0])].append(message)
+            passes.took(given)
+        return passes.rows()
+
+    @staticmethod
+    def _read_rows(queue: str, flat: list[Any], now: float) -> list[Received]:
+        """The messages of a ``hand_out`` answer (``streams_lua/common.lua``), after
+        its first item."""
         out = []
-        for i in range(0, len(flat), 9):
+        for i in range(1, len(flat), 9):
             entry, message_id, body, enqueued, count, failures, token, uid, lane = \
                 flat[i:i + 9]
             out.append(Received(
@@ -382,7 +463,7 @@ class RedisStreamsTransport:
         for receipt, delay in receipts:
             parsed = parse_receipt(receipt)
             if parsed is not None:
-                args += [parsed[0], parsed[1], _num(now + max(0.0, delay))]
+                args += [*parsed, _num(now + max(0.0, delay))]
         if len(args) > 2:
             await self._script("nack", queue, args)
 
@@ -391,8 +472,8 @@ class RedisStreamsTransport:
     ) -> None:
         """Hide in-flight messages until ``now + visibility_s``; stale receipts are ignored."""
         args: list[str] = [_num(now + visibility_s)]
-        for entry, token, _ in self._parsed(receipts):
-            args += [entry, token]
+        for parsed in self._parsed(receipts):
+            args += parsed
         if len(args) > 1:
             await self._script("extend", queue, args)
 
@@ -405,7 +486,7 @@ class RedisStreamsTransport:
         for receipt, reason in receipts:
             parsed = parse_receipt(receipt)
             if parsed is not None:
-                args += [parsed[0], parsed[1], reason]
+                args += [*parsed, reason]
         if len(args) > 1:
             await self._script("dead_letter", queue, args)
 
@@ -477,10 +558,12 @@ class RedisStreamsTransport:
         if timeout_s <= 0:
             return
         block_ms = max(1, int(min(timeout_s, MAX_BLOCK_S) * 1000))
-        # Every lane's stream from its last entry: one not made yet wakes with its first.
+        # Every lane's stream from its last entry (one not made yet wakes with its
+        # first), and the bell a publish into a group's stream rings.
         streams: dict[Any, Any] = {
             stream: _text(row[0])
             for stream, row in zip(self.streams(queue), _lane_rows(state), strict=True)}
+        streams[self.keys(queue)[-1]] = _text(state[6 + 4 * MAX_LANES])
         await self._call(lambda: self.client.xread(streams, count=1, block=block_ms))
 
     async def drop_all(self) -> int:

@@ -2,7 +2,7 @@
 -- (its entry, another entry after a nack, parked): whoever acks has recorded the
 -- outcome. A message already gone is a no-op. A message the where-hash does not name
 -- never moved: it is at the receipt's entry, if that is still there. The batch's
--- removals go out as one command a lane each (XACK, XDEL, ZREM, HDEL of many), so a
+-- removals go out as one command a stream each (XACK, XDEL, ZREM, HDEL of many), so a
 -- batch costs about one entry read and one counter step a message.
 local count = 0
 local refs, uids = {}, {}
@@ -15,9 +15,18 @@ for first = 1, #uids, UNPACK do
   local part = redis.call('HMGET', W, unpack(uids, first, math.min(#uids, first + UNPACK - 1)))
   for _, v in ipairs(part) do where[#where + 1] = v end
 end
--- By lane + 1: entries to drop, stale entries to settle, uids whose age goes.
-local dropped, stale, aged = {}, {}, {}
-for n = 1, LANES do dropped[n], stale[n], aged[n] = {}, {}, {} end
+-- By stream (a lane's, or a lane's group's): entries to drop, stale entries to settle,
+-- in the order first met; by lane + 1: uids whose age goes.
+local streams, dropped, stale, aged = {}, {}, {}, {}
+for n = 1, LANES do aged[n] = {} end
+local function at(lane, grp)
+  local s = stream_of(lane, grp)
+  if dropped[s] == nil then
+    dropped[s], stale[s] = {}, {}
+    streams[#streams + 1] = {s, lane, grp}
+  end
+  return s
+end
 local gone, seen = {}, {}
 for n, uid in ipairs(uids) do
   local ref, now_at = refs[n], where[n]
@@ -33,11 +42,11 @@ for n, uid in ipairs(uids) do
       redis.call('HDEL', P, uid)
       redis.call('ZREM', DLY[lane + 1], uid)
     else
-      local eid
-      lane, eid = split_ref(now_at or ref)
-      m = entry(lane, eid)
+      local eid, grp
+      lane, eid, grp = split_ref(now_at or ref)
+      m = entry(lane, eid, grp)
       if m == nil or m.uid == uid then
-        table.insert(dropped[lane + 1], eid)
+        table.insert(dropped[at(lane, grp)], eid)
       else
         m = nil
       end
@@ -50,21 +59,26 @@ for n, uid in ipairs(uids) do
     end
   end
   if now_at and now_at ~= ref then
-    local lane, eid = split_ref(ref)
-    table.insert(stale[lane + 1], eid)
+    local lane, eid, grp = split_ref(ref)
+    table.insert(stale[at(lane, grp)], eid)
   end
 end
 -- drop() and forget() of common.lua, for the whole batch.
+for _, key in ipairs(streams) do
+  local s, lane, grp = key[1], key[2], key[3]
+  local _, v = stream_of(lane, grp)
+  if #dropped[s] > 0 then
+    call_many('XACK', s, dropped[s], GROUP)
+    call_many('XDEL', s, dropped[s])
+    call_many('ZREM', v, dropped[s])
+  end
+  if #stale[s] > 0 then
+    call_many('XACK', s, stale[s], GROUP)
+    call_many('ZREM', v, stale[s])
+  end
+  settle_group(lane, grp)
+end
 for n = 1, LANES do
-  if #dropped[n] > 0 then
-    call_many('XACK', SL[n], dropped[n], GROUP)
-    call_many('XDEL', SL[n], dropped[n])
-    call_many('ZREM', VL[n], dropped[n])
-  end
-  if #stale[n] > 0 then
-    call_many('XACK', SL[n], stale[n], GROUP)
-    call_many('ZREM', VL[n], stale[n])
-  end
   if #aged[n] > 0 then call_many('ZREM', AL[n], aged[n]) end
 end
 if #gone > 0 then

@@ -1,9 +1,10 @@
--- ARGV: visible until, then (entry ref, token) per message.
+-- ARGV: visible until, then (entry ref, token, uid) per message.
 local count = 0
-for i = 2, #ARGV, 2 do
-  local m = held(ARGV[i], ARGV[i + 1])
+for i = 2, #ARGV, 3 do
+  local m = held(ARGV[i], ARGV[i + 1], ARGV[i + 2])
   if m ~= nil then
-    redis.call('ZADD', VL[m.lane + 1], 'XX', ARGV[1], m.eid)
+    local _, v = stream_of(m.lane, m.grp)
+    redis.call('ZADD', v, 'XX', ARGV[1], m.eid)
     count = count + 1
   end
 end
