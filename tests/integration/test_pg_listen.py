@@ -83,7 +83,7 @@ async def test_a_rolled_back_publish_wakes_no_one(consumer: PostgresTransport, p
     async with await psycopg.AsyncConnection.connect(pg_url) as conn:
         await conn.execute(consumer.db.sql["message_insert_many"], {
             "queue": "email", "now": T0, "message_ids": ["m"], "bodies": ["{}"],
-            "available": [T0], "lanes": [0], "own_lanes": [0]})
+            "available": [T0], "lanes": [0], "own_lanes": [0], "own_groups": [""]})
         await conn.rollback()
     await asyncio.sleep(0.2)
     assert not task.done()
