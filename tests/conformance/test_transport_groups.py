@@ -19,8 +19,10 @@ from tidings.admission.relay import RelayConfig, relay_pass
 from tidings.core.fair import FairShare
 from tidings.core.lanes import EVERY_LANE
 from tidings.core.model import IntentDraft, LaneDepth, OutgoingMessage, Received
+from tidings.recovery.reconciler import Reconciler, ReconcilerConfig
 from tidings.stores.sqlite import SqliteStore
 from tidings.transports.base import Transport
+from tidings.transports.sqlite import SqliteTransport
 
 T0 = 1_000_000.0
 VIS = 30.0
@@ -198,4 +200,33 @@ async def test_the_relay_publishes_each_intent_in_its_group(
 
     # Then a fair receive of two takes one of each group
     got = await take(transport, T0 + 2, limit=2, fair=FairShare())
+    assert sorted(m.message_id for m in got) == ["big-1", "small-1"]
+
+
+async def test_a_lost_message_is_published_again_in_its_intents_group(
+    transport: Transport, tmp_path: Path,
+) -> None:
+    # Given intents of two groups published to another queue than this transport (from
+    # here, their messages are lost), the big group first
+    store = await SqliteStore.open(f"sqlite:///{tmp_path / 'ledger.db'}")
+    try:
+        await store.migrate(now=T0)
+        await store.intent_admit([
+            IntentDraft(key=key, channel="email", recipient_id=f"r-{key}",
+                        address=f"{key}@example.com", template="t@v1", due_at=T0, lane=1,
+                        group=key.split("-")[0])
+            for key in ("big-1", "big-2", "big-3", "small-1")], now=T0)
+        assert await relay_pass(store, SqliteTransport(store.db), now=T0,
+                                config=RelayConfig()) == 4
+
+        # When the reconciler finds them missing from this transport
+        result = await Reconciler(store=store, transport=transport, providers={},
+                                  config=ReconcilerConfig(lost_after_s=0.0)
+                                  ).run_pass(now=T0 + 10)
+        assert result.republished_lost == 4
+    finally:
+        await store.close()
+
+    # Then each went back to its group: a fair receive of two takes one of each
+    got = await take(transport, T0 + 11, limit=2, fair=FairShare())
     assert sorted(m.message_id for m in got) == ["big-1", "small-1"]

@@ -21,7 +21,7 @@ INTENT_ROW = {
     "attempts": 3, "failures": 1, "lease_owner": "w1", "lease_token": 7,
     "lease_expires_at": 40.0, "next_attempt_at": None, "receipt": None,
     "provider_request_id": None, "disposition": None, "reason": None, "cancel_requested": 1,
-    "lane": 1,
+    "lane": 1, "group_key": "tenant-a",
 }
 
 

@@ -196,6 +196,9 @@ class Intent:
     lane: int = 0
     """The intent's lane on its channel's queue (``tidings.core.lanes``): a message
     published for it again goes there."""
+    group_key: str = ""
+    """The intent's group within its lane where the channel shares lanes among groups
+    (``tidings.core.fair``; empty: none): a message published for it again joins it."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -180,7 +180,8 @@ async def run(store: BulkStore, request: BulkRequest, *, now: float, dry_run: bo
             changed += len(applied)
             if request.action == "reopen" and applied and transport is not None:
                 by_key = {i.key: i for i in page}
-                await publish(transport, [(key, by_key[key].channel, now, by_key[key].lane)
+                await publish(transport, [(key, by_key[key].channel, now, by_key[key].lane,
+                                           by_key[key].group_key)
                                           for key in applied], now=now)
         for intent in page:
             if intent.state is State.CLAIMED:

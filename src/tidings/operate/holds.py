@@ -147,7 +147,8 @@ async def release(store: HoldStore, transport: Transport, *, scope: str, name: s
         applied = set(await store.intent_apply_many(changes, now=now))
         # Enqueued first, then published: a crash between leaves an enqueued intent
         # without its message, which the reconciler's lost-message sweep republishes.
-        again = [(c.key, i.channel, now, i.lane) for c, i in zip(changes, page, strict=True)
+        again = [(c.key, i.channel, now, i.lane, i.group_key)
+                 for c, i in zip(changes, page, strict=True)
                  if c.key in applied and c.to_state is State.ENQUEUED]
         if again:
             republished += await publish(transport, again, now=now)
@@ -218,7 +219,8 @@ async def resume_orphans(store: HoldStore, transport: Transport, *, now: float,
                       reason="parked as its hold was released") for i in page
                if covering(active, i) is None]
     applied = set(await store.intent_apply_many(changes, now=now)) if changes else set()
-    again = [(i.key, i.channel, now, i.lane) for i in page if i.key in applied]
+    again = [(i.key, i.channel, now, i.lane, i.group_key) for i in page
+             if i.key in applied]
     if again:
         await publish(transport, again, now=now)
         log.warning("parked intents resumed", extra={"count": len(again), "worker": worker})

@@ -300,6 +300,7 @@ class IntentView:
     reason: str | None
     cancel_requested: bool
     lane: int
+    group_key: str
     recipient_surrogate: str
 
 

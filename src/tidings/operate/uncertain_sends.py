@@ -138,7 +138,7 @@ async def uncertain_resolve(store: Store, transport: Transport, *,
                       next_attempt_at=now if resend else None, reset_failures=resend)
                for i in intents]
     applied = set(await store.intent_apply_many(changes, now=now)) if changes else set()
-    again = [(i.key, i.channel, now, i.lane) for i in intents
+    again = [(i.key, i.channel, now, i.lane, i.group_key) for i in intents
              if i.key in applied and resend]
     if again:
         await publish(transport, again, now=now)

@@ -287,21 +287,23 @@ class Reconciler:
         stale = await self.store.intent_find(
             states=[State.ENQUEUED, State.RETRYABLE], updated_before=now - self.config.lost_after_s,
             due_before=now, limit=self.config.limit)
-        by_channel: dict[str, list[tuple[str, float, int]]] = defaultdict(list)
+        by_channel: dict[str, list[tuple[str, float, int, str]]] = defaultdict(list)
         for intent in stale:
             due = intent.next_attempt_at if intent.state == State.RETRYABLE else intent.due_at
-            by_channel[intent.channel].append((intent.key, due or now, intent.lane))
+            by_channel[intent.channel].append((intent.key, due or now, intent.lane,
+                                               intent.group_key))
         count = 0
         events: list[Event] = []
         for channel, items in by_channel.items():
-            present = await self.transport.contains(channel, [k for k, _, _ in items])
-            lost = [(k, channel, due, lane) for k, due, lane in items if k not in present]
+            present = await self.transport.contains(channel, [k for k, _, _, _ in items])
+            lost = [(k, channel, due, lane, group) for k, due, lane, group in items
+                    if k not in present]
             if not lost:
                 continue
             count += await publish(self.transport, lost, now=now)
             events.extend(Event(key=k, channel=channel, type="republished", at=now,
                                 worker=self.worker_id, detail="message missing from the queue")
-                          for k, _, _, _ in lost)
+                          for k, _, _, _, _ in lost)
         if events:
             await self.store.event_append_many(events)
         return count
@@ -354,7 +356,7 @@ class Reconciler:
                 next_attempt_at=self._resend_at(intent, now)
                 if verdict.to is State.RETRYABLE else None))
         applied = set(await self.store.intent_apply_many(changes, now=now)) if changes else set()
-        retry: list[tuple[str, str, float, int]] = []
+        retry: list[tuple[str, str, float, int, str]] = []
         by_key = {i.key: i for i in pending}
         for change in changes:
             if change.key not in applied:
@@ -368,7 +370,8 @@ class Reconciler:
                     result.uncertain_held += 1
                 case State.RETRYABLE:
                     retry.append((change.key, by_key[change.key].channel,
-                                  change.next_attempt_at or now, by_key[change.key].lane))
+                                  change.next_attempt_at or now, by_key[change.key].lane,
+                                  by_key[change.key].group_key))
         if retry:
             await publish(self.transport, retry, now=now)
         result.uncertain_retried = len(retry)

@@ -135,7 +135,7 @@ SELECT key, channel, recipient_id, address, template, data, campaign, occurrence
        due_at, expires_at, created_at, updated_at, selected_at, enqueued_at, accepted_at,
        finished_at, attempts, failures, lease_owner, lease_token, lease_expires_at,
        next_attempt_at, receipt, provider_request_id, disposition, reason, cancel_requested,
-       lane
+       lane, group_key
 FROM intents
 WHERE recipient_id = :recipient_id
 ORDER BY due_at DESC, key

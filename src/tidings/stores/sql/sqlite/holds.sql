@@ -27,7 +27,7 @@ SELECT key, channel, recipient_id, address, template, data, campaign, occurrence
        due_at, expires_at, created_at, updated_at, selected_at, enqueued_at, accepted_at,
        finished_at, attempts, failures, lease_owner, lease_token, lease_expires_at,
        next_attempt_at, receipt, provider_request_id, disposition, reason, cancel_requested,
-       lane
+       lane, group_key
 FROM intents
 WHERE state IN (SELECT value FROM json_each(:states))
   AND (:campaign IS NULL OR campaign = :campaign)
