@@ -16,7 +16,7 @@ import random
 import socket
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, overload
 
@@ -53,7 +53,7 @@ from tidings.core.clock import Clock, ReferenceClock
 from tidings.core.cron import Schedule
 from tidings.core.digest import Digest
 from tidings.core.errors import ConfigurationError, InvalidInput, unknown_name
-from tidings.core.failover import route_names
+from tidings.core.failover import provider_said, providers_key, route_names
 from tidings.core.keys import check_text, template_ref
 from tidings.core.lanes import DEFAULT_LANES, DEFAULT_MIN_SHARE, ChannelLanes
 from tidings.core.liveness import LivenessConfig, Marker, Registry
@@ -86,6 +86,9 @@ from tidings.transports.open import is_store_queue, open_transport
 if TYPE_CHECKING:
     # The caller's own connection type: psycopg is the optional extra "postgres".
     from psycopg import AsyncConnection
+
+    # Imported where a channel has fallbacks (the type of what it reports).
+    from tidings.delivery.failover import Report
 
     # Imported where a channel has templates: jinja2 is no import of the others.
     from tidings.delivery.templates import TemplateSet
@@ -199,10 +202,12 @@ def open_registry(store: Store) -> Registry | None:
 
 
 def build_provider(channel: str, spec: ChannelSettings, clock: Clock, *,
-                   pacer_for: Callable[[str, PaceLimits], Pacer] | None = None) -> Provider:
+                   pacer_for: Callable[[str, PaceLimits], Pacer] | None = None,
+                   report: Report | None = None) -> Provider:
     """Make the provider a channel's settings name; with ``fallbacks``, the providers in
     order behind one (``tidings.delivery.failover``), a provider named in
-    ``failover.quotas`` paced by the pacer ``pacer_for(name, limits)`` makes."""
+    ``failover.quotas`` paced by the pacer ``pacer_for(name, limits)`` makes, a provider
+    going out or coming back told to ``report``."""
     if spec.provider is None:
         raise ConfigurationError(f"channels.{channel}.provider", NO_PROVIDER)
     first = _one_provider(channel, spec.provider, clock, f"channels.{channel}.provider")
@@ -222,7 +227,7 @@ def build_provider(channel: str, spec: ChannelSettings, clock: Clock, *,
             safety=spec.quota_safety))
         for name, quota in spec.failover.quotas.items()}
     return FailoverProvider(list(zip(names, made, strict=True)), rule=spec.failover.rule(),
-                            clock=clock, pacers=pacers)
+                            clock=clock, pacers=pacers, report=report)
 
 
 def _one_provider(channel: str, provider: ChannelProvider, clock: Clock,
@@ -417,7 +422,8 @@ class Runtime:
             # Kept before its policy is checked, so close() closes it either way.
             made = self.providers[channel] = build_provider(
                 channel, spec, self.clock,
-                pacer_for=lambda name, limits: self.route_pacer(channel, name, limits))
+                pacer_for=lambda name, limits: self.route_pacer(channel, name, limits),
+                report=partial(self.provider_said, channel))
         checked = self._policies.get(channel)
         if checked is None or checked[0] is not made:
             spec = self.settings.channels.get(channel) or ChannelSettings()
@@ -432,6 +438,15 @@ class Runtime:
         for channel in sorted(set(self.settings.channels) | set(self.providers)):
             self.provider(channel)
         return self.providers
+
+    async def provider_said(self, channel: str, name: str, out: bool, at: float,
+                            reason: str) -> None:
+        """Keep in the store that a provider of ``channel`` went out or came back, as
+        this process saw it (``tidings status`` and ``/metrics`` show it)."""
+        worker = f"{socket.gethostname()}:{os.getpid()}"
+        await self.store.pacer_transact(providers_key(channel), lambda state: (
+            provider_said(state, name=name, out=out, at=at, worker=worker,
+                          reason=reason), None))
 
     def route_pacer(self, channel: str, route: str, limits: PaceLimits) -> Pacer:
         """The pacer of one provider of a channel with fallbacks (its own quota, shared by

@@ -301,6 +301,15 @@ async def test_metrics_expose_the_fleets_numbers_from_the_store(api: Api) -> Non
     assert 'tidings_queue_lane_oldest_age_seconds{channel="email",lane="bulk"}' in text
 
 
+async def test_metrics_say_which_provider_a_worker_said_is_out(api: Api) -> None:
+    # as a worker of a channel with fallbacks records it (tidings.runtime.provider_said)
+    await api.runtime.provider_said("email", "postmark", True, T0, "HTTP 503")
+    await api.runtime.provider_said("email", "sendgrid", False, T0, "answered a probe")
+    text = (await api.client.get("/metrics", headers=api.auth("viewer"))).text
+    assert 'tidings_provider_out{channel="email",provider="postmark"} 1.0' in text
+    assert 'tidings_provider_out{channel="email",provider="sendgrid"} 0.0' in text
+
+
 async def test_metrics_readings_are_cached_for_the_configured_interval(api: Api) -> None:
     async def admitted() -> str:
         text = (await api.client.get("/metrics", headers=api.auth("viewer"))).text

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -16,7 +17,14 @@ from hypothesis import strategies as st
 from tidings.config.settings import Settings
 from tidings.core.clock import FakeClock
 from tidings.core.errors import ConfigurationError
-from tidings.core.failover import Circuit, CircuitRule, CircuitState, proves_not_accepted
+from tidings.core.failover import (
+    Circuit,
+    CircuitRule,
+    CircuitState,
+    proves_not_accepted,
+    provider_said,
+    providers_key,
+)
 from tidings.core.model import SendRequest
 from tidings.core.outcomes import (
     Accepted,
@@ -31,6 +39,10 @@ from tidings.core.policy import RetryPolicy
 from tidings.core.states import State, decide
 from tidings.delivery.failover import FailoverProvider
 from tidings.delivery.pacing import MemoryPacerBackend, PaceLimits, Pacer
+from tidings.operate import operations
+from tidings.operate.snapshot import snapshot
+from tidings.stores.sqlite import SqliteStore
+from tidings.transports.sqlite import SqliteTransport
 
 RULE = CircuitRule(failures_to_open=3, window_s=10.0, open_s=15.0)
 
@@ -261,6 +273,45 @@ async def test_a_provider_with_a_quota_of_its_own_carries_no_more_than_it() -> N
     times.sort()
     assert all(b - a >= 0.09 for a, b in itertools.pairwise(times))
     assert times[-1] - times[0] >= 2.89
+
+
+async def test_a_provider_out_and_back_is_kept_in_the_store_and_shown_by_status(
+        tmp_path: Path) -> None:
+    # given a channel whose first provider refuses, reporting to a real store as the
+    # runtime wires it (tidings.runtime.Runtime.provider_said)
+    store = await SqliteStore.open(f"sqlite:///{tmp_path / 'tidings.db'}")
+    await store.migrate(now=1000.0)
+    try:
+        async def report(name: str, out: bool, at: float, reason: str) -> None:
+            await store.pacer_transact(providers_key("email"), lambda state: (provider_said(
+                state, name=name, out=out, at=at, worker="host:1", reason=reason), None))
+
+        clock = FakeClock(start=1000.0)
+        a, b = Scripted("a", [REFUSED, REFUSED, REFUSED, OK]), Scripted("b", [OK])
+        provider = FailoverProvider([("a", a), ("b", b)], rule=RULE, clock=clock,
+                                    report=report)
+        for n in range(3):
+            await provider.send(request(n))
+
+        # when status and metrics read the store
+        out = await snapshot(store, SqliteTransport(store.db), channels=["email"],
+                             now=1001.0, window_s=60.0)
+        state = operations.status(out, campaigns={}, channels=["email"])
+        # then the first provider is out, said by the worker, with the refusal
+        [shown] = state.channels["email"].providers
+        assert (shown.name, shown.out, shown.worker) == ("a", True, "host:1")
+        assert "ConnectError" in shown.reason and shown.since.startswith("1970-01-01T00:16")
+
+        # and once a probe is answered, it is back
+        clock.advance(15.0)
+        await provider.send(request(9))
+        out = await snapshot(store, SqliteTransport(store.db), channels=["email"],
+                             now=1016.0, window_s=60.0)
+        [shown] = operations.status(out, campaigns={}, channels=["email"]).channels[
+            "email"].providers
+        assert (shown.name, shown.out, shown.reason) == ("a", False, "answered a probe")
+    finally:
+        await store.close()
 
 
 def test_settings_name_what_a_channel_with_fallbacks_may_not_combine() -> None:

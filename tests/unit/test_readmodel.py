@@ -59,7 +59,7 @@ def test_a_status_row_is_its_counts_then_its_own_fields_in_order() -> None:
     email = out["channels"]["email"]
     assert list(email) == [
         *COUNTS, "paused", "paused_reason", "queue", "attempts", "rate_limited", "retries",
-        "duplicates_suppressed", "dead_letters", "drain", "uncertain_sends"]
+        "duplicates_suppressed", "dead_letters", "drain", "uncertain_sends", "providers"]
     # the row names its channel: its drain does not repeat it
     assert list(email["drain"]) == DRAIN
     assert list(out["campaigns"]["digest"]) == [

@@ -132,6 +132,14 @@ class _StoreCollector(Collector):
                 lane_age.add_metric([channel, lane_name(names, d.lane)], d.oldest_age_s)
         yield lane_ready
         yield lane_age
+        out = GaugeMetricFamily(
+            "tidings_provider_out",
+            "1 while a worker last said a provider of a channel with fallbacks is out (its "
+            "circuit open), 0 once one said it is back.", labels=["channel", "provider"])
+        for channel, providers in sorted(snap.providers.items()):
+            for name, said in sorted(providers.items()):
+                out.add_metric([channel, name], 1.0 if said.get("out") else 0.0)
+        yield out
 
         for name, event, doc in (
             ("tidings_attempts", "claimed", "Delivery attempts (claims) per channel."),

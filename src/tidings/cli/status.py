@@ -86,6 +86,12 @@ def status(config: ConfigOpt = None, store: StoreOpt = None, as_json: JsonOpt = 
     if lane_rows:
         out.print(textout.fitted(("channel", "lane", "ready", "queued", "oldest (s)"),
                                  lane_rows, width=out.width, title="lanes"))
+    provider_rows = [(name, p.name, "out" if p.out else "back", p.since, p.worker, p.reason)
+                     for name, ch in result.channels.items() for p in ch.providers]
+    if provider_rows:
+        out.print(textout.fitted(("channel", "provider", "state", "since", "said by",
+                                  "why"), provider_rows, width=out.width,
+                                 title="providers (failover)"))
     out.print(_uncertain_table({name: ch.uncertain_sends
                                 for name, ch in result.channels.items()
                                 if ch.uncertain_sends is not None}))

@@ -32,6 +32,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from tidings.core.outcomes import Outcome, Transient
 
@@ -69,6 +70,21 @@ def route_names(kinds: Sequence[str]) -> list[str]:
             name = f"{kind}-{n}"
         names.append(name)
     return names
+
+
+def providers_key(channel: str) -> str:
+    """Where the store keeps what the workers last said about each provider of
+    ``channel`` being out or back (beside the channel's pacer state)."""
+    return f"{channel}#providers"
+
+
+def provider_said(state: dict[str, Any] | None, *, name: str, out: bool, at: float,
+                  worker: str, reason: str) -> dict[str, Any]:
+    """``state`` (kept under ``providers_key``) with what ``worker`` said about the
+    provider ``name`` at ``at``: out (its circuit opened) or back (a probe answered)."""
+    providers = dict((state or {}).get("providers") or {})
+    providers[name] = {"out": out, "at": at, "worker": worker, "reason": reason}
+    return {"providers": providers}
 
 
 def proves_not_accepted(outcome: Outcome) -> bool:

@@ -19,7 +19,7 @@ fails leaves the answer "unknown", asked again later, as without fallbacks.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +41,10 @@ from tidings.delivery.pacing import Pacer
 from tidings.providers.base import Provider, concurrent_sends
 
 log = logging.getLogger("tidings.worker")
+
+#: ``report(provider, out, at, reason)``: a provider went out (its circuit opened) or
+#: came back (a probe answered).
+Report = Callable[[str, bool, float, str], Awaitable[None]]
 
 
 @dataclass
@@ -92,13 +96,16 @@ class FailoverProvider:
     """The channel's providers in order, behind one Provider (see the module)."""
 
     def __init__(self, routes: Sequence[tuple[str, Provider]], *, rule: CircuitRule,
-                 clock: Clock, pacers: Mapping[str, Pacer] | None = None) -> None:
+                 clock: Clock, pacers: Mapping[str, Pacer] | None = None,
+                 report: Report | None = None) -> None:
         if len(routes) < 2:
             raise ValueError("failover needs at least two providers")
         # A provider with a quota of its own (``failover.quotas``) is paced by its own
         # pacer too, inside the channel's slot: the channel's quota is the first
         # provider's, and a fallback may allow less.
         self._pacers = dict(pacers or {})
+        # Where a provider's going out and coming back is told, for status and metrics.
+        self._report = report
         self.failover = Failover([Route(name, provider, Circuit(rule))
                                   for name, provider in routes])
         self._clock = clock
@@ -145,6 +152,7 @@ class FailoverProvider:
                     log.warning("provider %s is out: no send is tried on it for %g s, then "
                                 "one at a time probes it (last refusal: %s)", route.name,
                                 route.circuit.rule.open_s, reason)
+                    await self._tell(route.name, True, now, str(reason))
                 continue
             if isinstance(outcome, Uncertain):
                 route.circuit.gave_up()  # neither up nor down: the answer was lost
@@ -154,6 +162,7 @@ class FailoverProvider:
                 if was is CircuitState.HALF_OPEN:
                     log.warning("provider %s is back: it answered a probe, and takes "
                                 "sends again", route.name)
+                    await self._tell(route.name, False, now, "answered a probe")
             route.carried += 1
             if route is self.routes[0]:
                 return outcome
@@ -163,6 +172,15 @@ class FailoverProvider:
             return Transient(reason="every provider of the channel is out (circuits open: "
                                     + ", ".join(r.name for r in self.routes) + ")")
         return Transient(reason="; ".join(refusals))
+
+    async def _tell(self, name: str, out: bool, at: float, reason: str) -> None:
+        if self._report is None:
+            return
+        try:
+            await self._report(name, out, at, reason)
+        except Exception:  # the send's outcome matters more than the status line
+            log.debug("could not record that provider %s is %s", name,
+                      "out" if out else "back", exc_info=True)
 
     async def _send_on(self, route: Route, request: SendRequest) -> Outcome:
         pacer = self._pacers.get(route.name)

@@ -121,6 +121,20 @@ class UncertainSends:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ProviderState:
+    """One provider of a channel with fallbacks, as a worker last said
+    (``tidings.core.failover``): out (its circuit opened) or back (a probe answered)."""
+
+    name: str
+    out: bool
+    since: str
+    """When it went out or came back (ISO 8601, UTC)."""
+    worker: str
+    """The worker process that said so (``host:pid``)."""
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class CampaignChannelStatus:
     """One channel of a campaign; ``drain`` when status was given the pace limits."""
 
@@ -143,6 +157,8 @@ class ChannelStatus:
     dead_letters: int
     drain: PlanLine | None = field(default=None, metadata=leave_out("channel", "campaign"))
     uncertain_sends: UncertainSends | None = None
+    providers: list[ProviderState] = field(default_factory=list)
+    """With fallbacks: each provider a worker has said is out or back (none yet: all in)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
+from tidings.core.failover import providers_key
 from tidings.core.model import QueueDepth
 from tidings.core.pacing import PaceLimits
 from tidings.operate import holds
@@ -34,6 +36,9 @@ class Snapshot:
     digests: DigestPending = field(default_factory=lambda: DigestPending(
         windows=0, items=0, oldest_opened_at=None))
     """Digest windows not yet admitted, and their items."""
+    providers: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """Per channel with fallbacks, what the workers last said about each provider being
+    out or back (``tidings.core.failover.provider_said``)."""
 
 
 async def snapshot(store: Store, transport: Transport, *, channels: Sequence[str], now: float,
@@ -43,12 +48,15 @@ async def snapshot(store: Store, transport: Transport, *, channels: Sequence[str
     known = sorted(set(channels) | {s.channel for s in summaries})
     queues = {channel: await transport.depth(channel, now=now) for channel in known}
     events = await store.event_counts()
+    said = {channel: await store.pacer_read(providers_key(channel)) for channel in known}
     return Snapshot(
         now=now, window_s=window_s, summaries=tuple(summaries), queues=queues,
         events=events, switches=tuple(await store.switch_all()),
         occurrences=tuple(await store.occurrence_list()) if occurrences else (),
         age_span=await store.intent_age_span(), holds=await holds.report(store, events),
-        digests=await store.digest_pending())
+        digests=await store.digest_pending(),
+        providers={channel: dict(state.get("providers") or {})
+                   for channel, state in said.items() if state})
 
 
 def sli(summary: IntentSummary | Totals) -> float | None:

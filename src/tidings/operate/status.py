@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from tidings.core.lanes import lane_name
+from tidings.core.logs import log_time
 from tidings.core.pacing import PaceLimits
 from tidings.operate.guardrails import tripped_by_guardrail
 from tidings.operate.plan import plan
@@ -20,6 +21,7 @@ from tidings.operate.readmodel import (
     LedgerStatus,
     OccurrenceStatus,
     PlanLine,
+    ProviderState,
     QueueStatus,
     Status,
     UncertainSends,
@@ -99,7 +101,12 @@ def status(snap: Snapshot, *, campaigns: Mapping[str, Sequence[str]],
             duplicates_suppressed=events.get("duplicate_observed", 0),
             dead_letters=0 if depth is None else depth.dead,
             drain=drains.get((None, channel)),
-            uncertain_sends=None if uncertain is None else uncertain.get(channel))
+            uncertain_sends=None if uncertain is None else uncertain.get(channel),
+            providers=[ProviderState(name=name, out=bool(said.get("out")),
+                                     since=log_time(float(said.get("at") or 0.0)),
+                                     worker=str(said.get("worker") or ""),
+                                     reason=str(said.get("reason") or ""))
+                       for name, said in sorted(snap.providers.get(channel, {}).items())])
     latest: dict[str, Occurrence] = {}
     for one in snap.occurrences:
         if one.campaign not in latest or one.logical_at > latest[one.campaign].logical_at:
