@@ -176,3 +176,33 @@ def test_a_scheduler_refuses_an_audience_it_cannot_read_before_admitting(
     assert "no such file" in result.stderr
     assert "occurrence opened" not in result.stderr
     assert not (tmp_path / "customers.db").exists()  # opened read-only, never created
+
+
+async def test_status_says_which_provider_of_a_channel_is_out(tmp_path: Path) -> None:
+    from tidings.config.settings import Settings
+    from tidings.runtime import build_runtime
+
+    # given a channel with a fallback, whose first provider a worker said is out
+    config = tmp_path / "tidings.toml"
+    config.write_text(f'''store = "sqlite:///{tmp_path / 'cli.db'}"
+[channels.email]
+provider = {{ kind = "sandbox", url = "http://127.0.0.1:9" }}
+fallbacks = [{{ kind = "sandbox", url = "http://127.0.0.1:10" }}]
+''')
+    runtime = await build_runtime(Settings.load(config))
+    try:
+        await runtime.provider_said("email", "sandbox", True, 1_800_000_000.0,
+                                    "request not sent: ConnectError")
+    finally:
+        await runtime.close()
+
+    # when an operator asks for status, as text and as JSON
+    text = run("status", "--config", str(config))
+    as_json = run("status", "--config", str(config), "--json")
+
+    # then both name the provider, that it is out, since when and why
+    assert text.returncode == 0, text.stderr
+    assert "providers (failover)" in text.stdout and "ConnectError" in text.stdout
+    [said] = json.loads(as_json.stdout)["channels"]["email"]["providers"]
+    assert (said["name"], said["out"], said["since"]) == (
+        "sandbox", True, "2027-01-15T08:00:00Z")
