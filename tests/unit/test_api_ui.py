@@ -402,6 +402,20 @@ async def test_the_overview_fragment_shows_channels_campaigns_and_switches(api: 
     assert "<html" not in html  # a fragment, not a page
 
 
+async def test_a_channel_card_says_when_a_provider_is_out(api: Api) -> None:
+    await session(api, "viewer")
+    # as a worker of a channel with fallbacks records it (tidings.runtime.provider_said)
+    await api.runtime.provider_said("email", "postmark", True, api.clock.now(), "HTTP 503")
+    await api.runtime.provider_said("email", "sendgrid", False, api.clock.now(), "back")
+
+    html = (await api.client.get("/ui/live/overview", headers=FRAGMENT)).text
+
+    email = section(html, 'data-channel="email"')
+    assert "Provider postmark out since" in email and 'title="HTTP 503"' in email
+    assert "sendgrid" not in email  # back: nothing to say
+    assert "Provider" not in section(html, 'data-channel="sms"')
+
+
 async def test_the_overview_keeps_a_short_history_for_the_sparklines(api: Api) -> None:
     await session(api, "viewer")
     first = (await api.client.get("/ui/live/overview", headers=FRAGMENT)).text

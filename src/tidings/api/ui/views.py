@@ -67,6 +67,8 @@ def channel_view(name: str, row: ChannelStatus, history: History) -> dict[str, A
         "held": 0 if row.uncertain_sends is None else row.uncertain_sends.held,
         # Each lane of the channel's queue holding messages (tidings.core.lanes).
         "lanes": [] if row.queue is None else row.queue.lanes,
+        # With fallbacks: a provider a worker said is out, the channel on its next one.
+        "providers_out": [p for p in row.providers if p.out],
     }
 
 
