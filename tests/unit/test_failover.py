@@ -138,7 +138,8 @@ async def test_a_refused_send_goes_on_at_once_and_the_fallback_is_named() -> Non
 async def test_an_answer_that_is_no_proof_never_moves_the_send(answer: Outcome) -> None:
     a, b = Scripted("a", [answer]), Scripted("b", [OK])
     outcome = await failover(a, b).send(request())
-    assert outcome == answer and b.sent == []
+    assert type(outcome) is type(answer) and b.sent == []
+    assert getattr(outcome, "reason", "").endswith(" (via a)")  # the provider named
 
 
 async def test_a_provider_taken_out_is_skipped_then_probed_and_brought_back(
@@ -152,7 +153,7 @@ async def test_a_provider_taken_out_is_skipped_then_probed_and_brought_back(
     await provider.send(request(3))
     assert a.sent == ["k0", "k1", "k2"] and b.sent == ["k0", "k1", "k2", "k3"]
     clock.advance(15.0)
-    assert (await provider.send(request(4))) == OK  # the probe, accepted by a
+    assert (await provider.send(request(4))) == Accepted(receipt="r-1", via="a")  # the probe
     assert a.sent[-1] == "k4" and provider.failover.circuits(clock.now())["a"] is \
         CircuitState.CLOSED
     assert provider.failover.moved == 4

@@ -15,8 +15,8 @@ class Accepted:
     receipt: str
     request_id: str | None = None
     via: str | None = None
-    """The provider that accepted it, where the channel has fallbacks and it was not
-    the first (``tidings.core.failover``); recorded as the acceptance's reason."""
+    """The provider that accepted it, where the channel has fallbacks
+    (``tidings.core.failover``); recorded as the acceptance's reason."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -164,9 +164,8 @@ class FailoverProvider:
                                 "sends again", route.name)
                     await self._tell(route.name, False, now, "answered a probe")
             route.carried += 1
-            if route is self.routes[0]:
-                return outcome
-            self.failover.moved += 1
+            if route is not self.routes[0]:
+                self.failover.moved += 1
             return _with_via(outcome, route.name)
         if not refusals:
             return Transient(reason="every provider of the channel is out (circuits open: "
