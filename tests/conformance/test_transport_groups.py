@@ -18,7 +18,7 @@ import pytest
 from tidings.admission.relay import RelayConfig, relay_pass
 from tidings.core.fair import FairShare
 from tidings.core.lanes import EVERY_LANE
-from tidings.core.model import IntentDraft, LaneDepth, OutgoingMessage, Received
+from tidings.core.model import GroupDepth, IntentDraft, LaneDepth, OutgoingMessage, Received
 from tidings.recovery.reconciler import Reconciler, ReconcilerConfig
 from tidings.stores.sqlite import SqliteStore
 from tidings.transports.base import Transport
@@ -178,6 +178,23 @@ async def test_depth_counts_grouped_messages_in_their_lane(transport: Transport)
     assert depth.oldest_age_s == 10.0
     assert depth.lanes == (LaneDepth(lane=0, ready=1, total=1, oldest_age_s=10.0),
                            LaneDepth(lane=1, ready=1, total=3, oldest_age_s=10.0))
+
+
+async def test_depth_names_the_groups_holding_the_most_messages(transport: Transport) -> None:
+    # Given three groups of lane 1 and an ungrouped message, the largest group holding
+    # one message taken (in flight)
+    await publish_groups(transport, {"big": 5})
+    [first] = await take(transport, T0 + 1, limit=1, lanes=(1,), fair=FairShare())
+    assert first.message_id.startswith("big-")
+    await publish_groups(transport, {"mid": 3, "small": 1, "": 1})
+
+    # When depth is read
+    depth = await transport.depth("email", now=T0 + 2)
+
+    # Then it names each group, the largest first, its ready messages and all of them
+    assert depth.groups == (GroupDepth(lane=1, group="big", ready=4, total=5),
+                            GroupDepth(lane=1, group="mid", ready=3, total=3),
+                            GroupDepth(lane=1, group="small", ready=1, total=1))
 
 
 async def test_the_relay_publishes_each_intent_in_its_group(

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from apikit import DAY, T0, Api, dumps, open_api, publish_body, publish_headers, walk
 
+from tidings.core.model import OutgoingMessage
 from tidings.core.pacing import PaceLimits
 from tidings.core.states import State
 from tidings.core.surrogate import surrogate
@@ -299,6 +300,24 @@ async def test_metrics_expose_the_fleets_numbers_from_the_store(api: Api) -> Non
     # The campaign's messages wait in the bulk lane, each lane named (tidings.core.lanes).
     assert 'tidings_queue_lane_ready{channel="email",lane="bulk"}' in text
     assert 'tidings_queue_lane_oldest_age_seconds{channel="email",lane="bulk"}' in text
+
+
+async def test_status_and_metrics_name_the_groups_holding_the_most_messages(api: Api) -> None:
+    # tenants' messages in the bulk lane of a channel that shares it (tidings.core.fair)
+    await api.runtime.transport.publish("email", [
+        OutgoingMessage(message_id=f"{tenant}-{n}", body="{}", lane=1, group=tenant)
+        for tenant, count in (("acme", 3), ("globex", 1)) for n in range(count)],
+        now=api.clock.now())
+
+    status = (await api.client.get("/v1/status", headers=api.auth("viewer"))).json()
+    text = (await api.client.get("/metrics", headers=api.auth("viewer"))).text
+
+    assert status["channels"]["email"]["queue"]["groups"] == [
+        {"lane": "bulk", "group": "acme", "ready": 3, "total": 3},
+        {"lane": "bulk", "group": "globex", "ready": 1, "total": 1}]
+    assert 'tidings_queue_group_ready{channel="email",group="acme",lane="bulk"} 3.0' in text
+    assert 'tidings_queue_group_messages{channel="email",group="globex",lane="bulk"} 1.0' \
+        in text
 
 
 async def test_metrics_say_which_provider_a_worker_said_is_out(api: Api) -> None:

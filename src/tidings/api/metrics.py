@@ -132,6 +132,22 @@ class _StoreCollector(Collector):
                 lane_age.add_metric([channel, lane_name(names, d.lane)], d.oldest_age_s)
         yield lane_ready
         yield lane_age
+        group_ready = GaugeMetricFamily(
+            "tidings_queue_group_ready",
+            "Messages ready now in a group of a lane (fair share), for the groups holding "
+            "the most messages.", labels=["channel", "lane", "group"])
+        group_total = GaugeMetricFamily(
+            "tidings_queue_group_messages",
+            "Messages in a group of a lane (fair share), ready or not, for the groups "
+            "holding the most messages.", labels=["channel", "lane", "group"])
+        for channel, q in sorted(snap.queues.items()):
+            names = r.lanes.get(channel, ())
+            for g in q.groups:
+                labels = [channel, lane_name(names, g.lane), g.group]
+                group_ready.add_metric(labels, g.ready)
+                group_total.add_metric(labels, g.total)
+        yield group_ready
+        yield group_total
         out = GaugeMetricFamily(
             "tidings_provider_out",
             "1 while a worker last said a provider of a channel with fallbacks is out (its "

@@ -86,6 +86,13 @@ def status(config: ConfigOpt = None, store: StoreOpt = None, as_json: JsonOpt = 
     if lane_rows:
         out.print(textout.fitted(("channel", "lane", "ready", "queued", "oldest (s)"),
                                  lane_rows, width=out.width, title="lanes"))
+    group_rows = [(name, g.lane, g.group, str(g.ready), str(g.total))
+                  for name, ch in result.channels.items() if ch.queue is not None
+                  for g in ch.queue.groups]
+    if group_rows:
+        out.print(textout.fitted(("channel", "lane", "group", "ready", "queued"),
+                                 group_rows, width=out.width,
+                                 title="groups (fair share; the largest)"))
     provider_rows = [(name, p.name, "out" if p.out else "back", p.since, p.worker, p.reason)
                      for name, ch in result.channels.items() for p in ch.providers]
     if provider_rows:

@@ -359,6 +359,21 @@ class LaneDepth:
 
 
 @dataclass(frozen=True, kw_only=True)
+class GroupDepth:
+    """One group of a lane (``tidings.core.fair``): its messages ready now, and all."""
+
+    lane: int
+    group: str
+    ready: int
+    total: int
+
+
+#: The most groups a depth names, the largest first: a platform may have thousands of
+#: tenants, and status and ``/metrics`` show the ones a backlog is made of.
+MAX_GROUPS_SHOWN = 20
+
+
+@dataclass(frozen=True, kw_only=True)
 class QueueDepth:
     ready: int
     delayed: int
@@ -367,6 +382,9 @@ class QueueDepth:
     oldest_age_s: float
     lanes: tuple[LaneDepth, ...] = ()
     """Each lane holding messages, by number (empty where the transport keeps no lanes)."""
+    groups: tuple[GroupDepth, ...] = ()
+    """The groups holding the most messages (at most ``MAX_GROUPS_SHOWN``, the largest
+    first; empty where no message has a group or the transport keeps none)."""
 
 
 # ---------------------------------------------------------------- provider side

@@ -97,9 +97,20 @@ class LaneStatus:
 
 
 @dataclass(frozen=True, kw_only=True)
+class GroupStatus:
+    """One group of a lane (``tidings.core.fair``): its messages ready now, and all."""
+
+    lane: str
+    group: str
+    ready: int
+    total: int
+
+
+@dataclass(frozen=True, kw_only=True)
 class QueueStatus:
     """A channel queue's depth and the age of its oldest message; each lane holding
-    messages (none where the transport keeps no lanes)."""
+    messages (none where the transport keeps no lanes); the groups holding the most
+    (none where no message has a group)."""
 
     ready: int
     delayed: int
@@ -107,6 +118,7 @@ class QueueStatus:
     dead_letters: int
     oldest_age_s: float
     lanes: list[LaneStatus] = field(default_factory=list)
+    groups: list[GroupStatus] = field(default_factory=list)
 
 
 @dataclass(frozen=True, kw_only=True)

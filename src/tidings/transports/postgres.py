@@ -21,7 +21,9 @@ from tidings.core.errors import StoreError, TransportError
 from tidings.core.fair import NO_GROUP, FairShare, Passes
 from tidings.core.lanes import EVERY_LANE
 from tidings.core.model import (
+    MAX_GROUPS_SHOWN,
     DeadLetter,
+    GroupDepth,
     LaneDepth,
     OutgoingMessage,
     QueueDepth,
@@ -259,8 +261,12 @@ class PostgresTransport:
                       oldest_age_s=max(0.0, now - first))
             for lane, lane_ready, total, first in await self._rows(
                 "queue_depth_lanes", {"queue": queue, "now": now}))
+        groups = tuple(
+            GroupDepth(lane=lane, group=group, ready=group_ready, total=total)
+            for lane, group, group_ready, total in await self._rows(
+                "queue_depth_groups", {"queue": queue, "now": now, "limit": MAX_GROUPS_SHOWN}))
         return QueueDepth(ready=ready, delayed=delayed, in_flight=in_flight, dead=dead,
-                          oldest_age_s=age, lanes=lanes)
+                          oldest_age_s=age, lanes=lanes, groups=groups)
 
     async def contains(self, queue: str, message_ids: Sequence[str]) -> set[str]:
         """Which of ``message_ids`` still have a message on the queue (any visibility)."""

@@ -79,7 +79,15 @@ from tidings.config.transport_urls import redact_url, split_prefix
 from tidings.core.errors import TransportError
 from tidings.core.fair import FairShare, Passes
 from tidings.core.lanes import EVERY_LANE, MAX_LANES
-from tidings.core.model import DeadLetter, LaneDepth, OutgoingMessage, QueueDepth, Received
+from tidings.core.model import (
+    MAX_GROUPS_SHOWN,
+    DeadLetter,
+    GroupDepth,
+    LaneDepth,
+    OutgoingMessage,
+    QueueDepth,
+    Received,
+)
 
 log = logging.getLogger("tidings.transports.redis")
 
@@ -532,8 +540,14 @@ class RedisStreamsTransport:
             LaneDepth(lane=lane, ready=int(lane_ready), total=int(total), oldest_age_s=age(first))
             for lane, (_, lane_ready, total, first) in enumerate(_lane_rows(state))
             if int(total) > 0)
+        rows = state[7 + 4 * MAX_LANES:]
+        groups = sorted((GroupDepth(lane=int(rows[i]), group=_text(rows[i + 1]),
+                                    ready=int(rows[i + 2]), total=int(rows[i + 3]))
+                         for i in range(0, len(rows) - 3, 4)),
+                        key=lambda g: (-g.total, g.lane, g.group))
         return QueueDepth(ready=int(ready), delayed=int(delayed), in_flight=int(in_flight),
-                          dead=int(dead), oldest_age_s=age(oldest), lanes=lanes)
+                          dead=int(dead), oldest_age_s=age(oldest), lanes=lanes,
+                          groups=tuple(g for g in groups if g.total > 0)[:MAX_GROUPS_SHOWN])
 
     async def contains(self, queue: str, message_ids: Sequence[str]) -> set[str]:
         """Which of ``message_ids`` still have a message on the queue (any visibility)."""

@@ -18,7 +18,9 @@ from tidings.core.errors import StoreError, TransportError
 from tidings.core.fair import NO_GROUP, FairShare, Passes
 from tidings.core.lanes import EVERY_LANE
 from tidings.core.model import (
+    MAX_GROUPS_SHOWN,
     DeadLetter,
+    GroupDepth,
     LaneDepth,
     OutgoingMessage,
     QueueDepth,
@@ -294,8 +296,13 @@ class SqliteTransport:
                           oldest_age_s=max(0.0, now - first))
                 for lane, lane_ready, total, first in conn.execute(
                     sql["queue_depth_lanes"], {"queue": queue, "now": now}))
+            groups = tuple(
+                GroupDepth(lane=lane, group=group, ready=group_ready, total=total)
+                for lane, group, group_ready, total in conn.execute(
+                    sql["queue_depth_groups"],
+                    {"queue": queue, "now": now, "limit": MAX_GROUPS_SHOWN}))
             return QueueDepth(ready=ready, delayed=delayed, in_flight=in_flight, dead=dead,
-                              oldest_age_s=age, lanes=lanes)
+                              oldest_age_s=age, lanes=lanes, groups=groups)
 
         return await self._read(fn)
 

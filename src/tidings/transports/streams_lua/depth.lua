@@ -1,10 +1,13 @@
 -- ARGV: now. Returns ready, delayed, in flight, dead, oldest enqueued at ('' if none),
 -- next visible at ('' if none), then per lane from 0: its stream's last entry id
 -- ('0-0' if none), its ready count, all its messages (its groups' too), its oldest
--- enqueued at ('' if none); then the bell's last entry id ('0-0' if none).
+-- enqueued at ('' if none); then the bell's last entry id ('0-0' if none); then for
+-- each group of each lane: its lane, its name, its ready count and its messages (those
+-- delayed are counted in their lane only: the lane's delayed set holds them).
 local now = ARGV[1]
 local ready, delayed, in_flight, oldest, next_at = 0, 0, 0, nil, nil
 local lanes = {}
+local groups = {}
 for n = 1, LANES do
   local s, v, d = SL[n], VL[n], DLY[n]
   -- The lane's own stream, then each of its groups' (in the lane's set of groups).
@@ -13,6 +16,11 @@ for n = 1, LANES do
   for _, grp in ipairs(redis.call('ZRANGE', REG[n], 0, -1)) do
     local gs, gv = stream_of(n - 1, grp)
     lane_streams[#lane_streams + 1] = {gs, gv}
+    local g_len, g_vis = redis.call('XLEN', gs), redis.call('ZCARD', gv)
+    for _, value in ipairs({n - 1, grp, g_len - g_vis + redis.call('ZCOUNT', gv, '-inf', now),
+                            g_len}) do
+      groups[#groups + 1] = value
+    end
   end
   for _, pair in ipairs(lane_streams) do
     in_stream = in_stream + redis.call('XLEN', pair[1])
@@ -53,4 +61,5 @@ local out = {ready, delayed, in_flight, redis.call('XLEN', DL), oldest or '', ne
 for _, value in ipairs(lanes) do out[#out + 1] = value end
 local bell = redis.call('XREVRANGE', BELL, '+', '-', 'COUNT', 1)
 out[#out + 1] = bell[1] and bell[1][1] or '0-0'
+for _, value in ipairs(groups) do out[#out + 1] = value end
 return out

@@ -206,6 +206,15 @@ WHERE queue = %(queue)s
 GROUP BY lane
 ORDER BY lane
 
+-- name: queue_depth_groups
+-- The groups holding the most messages, the largest first: ready now and all.
+SELECT lane, group_key, count(*) FILTER (WHERE available_at <= %(now)s)::int, count(*)::int
+FROM messages
+WHERE queue = %(queue)s AND group_key <> ''
+GROUP BY lane, group_key
+ORDER BY count(*) DESC, lane, group_key
+LIMIT %(limit)s
+
 -- name: message_contains
 SELECT DISTINCT message_id FROM messages
 WHERE queue = %(queue)s AND message_id = ANY(%(ids)s::text[])

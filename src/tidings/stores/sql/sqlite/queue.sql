@@ -167,6 +167,16 @@ WHERE queue = :queue
 GROUP BY lane
 ORDER BY lane
 
+-- name: queue_depth_groups
+-- The groups holding the most messages, the largest first: ready now and all (the ready
+-- index covers the lane, the group and the visibility).
+SELECT lane, group_key, coalesce(sum(available_at <= :now), 0), count(*)
+FROM messages
+WHERE queue = :queue AND group_key <> ''
+GROUP BY lane, group_key
+ORDER BY count(*) DESC, lane, group_key
+LIMIT :limit
+
 -- name: dead_letter_count
 SELECT count(*) FROM dead_letters WHERE queue = ?
 
