@@ -143,12 +143,7 @@ async def test_a_grouped_message_keeps_its_group_through_nacks_delays_and_timeou
     assert (depth.ready, depth.delayed, depth.in_flight, depth.lanes) == (0, 0, 0, ())
 
 
-async def test_a_redriven_dead_letter_goes_back_to_its_group(
-    transport: Transport, request: pytest.FixtureRequest,
-) -> None:
-    if request.getfixturevalue("transport_backend").name in ("sqlite", "postgres"):
-        pytest.skip("the store's own queue redrives a message into its intent's lane and "
-                    "group (test_store_lanes.py); a message of no intent goes to lane 0")
+async def test_a_redriven_dead_letter_goes_back_to_its_group(transport: Transport) -> None:
     await transport.publish("email", [msg("a-1", "a"), msg("b-1", "b")], now=T0)
     taken = await take(transport, T0, fair=FairShare())
     a1 = next(m for m in taken if m.message_id == "a-1")

@@ -106,12 +106,7 @@ async def test_a_nack_with_a_delay_and_a_failure_keeps_the_lane(transport: Trans
     assert await transport.contains("email", ["b1"]) == set()
 
 
-async def test_a_redriven_dead_letter_goes_back_to_its_lane(
-    transport: Transport, request: pytest.FixtureRequest,
-) -> None:
-    if request.getfixturevalue("transport_backend").name in ("sqlite", "postgres"):
-        pytest.skip("the store's own queue redrives a message into its intent's lane "
-                    "(test_store_lanes.py); a message of no intent goes to lane 0")
+async def test_a_redriven_dead_letter_goes_back_to_its_lane(transport: Transport) -> None:
     await transport.publish("email", [msg("b1", 1), msg("t1", 0)], now=T0)
     t1, b1 = await take(transport, T0)
     await transport.dead_letter("email", [(b1.receipt, "poison")], now=T0 + 1)

@@ -162,10 +162,12 @@ WITH moved AS (
     WHERE messages.queue = %(queue)s AND messages.id = r.id
       AND messages.receive_token = r.token
     RETURNING messages.id, messages.queue, messages.message_id, messages.body, r.reason,
-              messages.receive_count
+              messages.receive_count, messages.lane, messages.group_key
 )
-INSERT INTO dead_letters (queue, message_id, body, reason, receive_count, dead_at)
-SELECT queue, message_id, body, reason, receive_count, %(now)s FROM moved ORDER BY id
+INSERT INTO dead_letters (queue, message_id, body, reason, receive_count, dead_at, lane,
+                          group_key)
+SELECT queue, message_id, body, reason, receive_count, %(now)s, lane, group_key
+FROM moved ORDER BY id
 
 -- name: dead_letter_list
 SELECT id, queue, message_id, body, reason, receive_count, dead_at
@@ -176,15 +178,15 @@ LIMIT %s
 
 -- name: dead_letter_redrive
 -- Back on the queue as fresh messages: visible now, never received, each in its
--- intent's lane and group.
+-- intent's lane and group (a message that is no intent's: the lane and group it died in).
 WITH moved AS (
     DELETE FROM dead_letters
     WHERE queue = %(queue)s AND id = ANY(%(ids)s::bigint[])
-    RETURNING id, queue, message_id, body
+    RETURNING id, queue, message_id, body, lane, group_key
 )
 INSERT INTO messages (queue, message_id, body, available_at, enqueued_at, lane, group_key)
-SELECT moved.queue, moved.message_id, moved.body, %(now)s, %(now)s, coalesce(i.lane, 0),
-       coalesce(i.group_key, '')
+SELECT moved.queue, moved.message_id, moved.body, %(now)s, %(now)s,
+       coalesce(i.lane, moved.lane), coalesce(i.group_key, moved.group_key)
 FROM moved LEFT JOIN intents i ON i.key = moved.message_id ORDER BY moved.id
 
 -- name: queue_depth

@@ -118,8 +118,10 @@ UPDATE messages SET available_at = ?, leased = 1
 WHERE queue = ? AND id = ? AND receive_token = ?
 
 -- name: message_dead_letter_copy
-INSERT INTO dead_letters (queue, message_id, body, reason, receive_count, dead_at)
-SELECT queue, message_id, body, ?, receive_count, ?
+-- With its lane and group: a redrive of a message that is no intent's goes back there.
+INSERT INTO dead_letters (queue, message_id, body, reason, receive_count, dead_at, lane,
+                          group_key)
+SELECT queue, message_id, body, ?, receive_count, ?, lane, group_key
 FROM messages
 WHERE queue = ? AND id = ? AND receive_token = ?
 
@@ -137,11 +139,12 @@ LIMIT ?
 
 -- name: dead_letter_redrive_copy
 -- Back on the queue as a fresh message: visible now, never received, in its intent's
--- lane and group.
+-- lane and group (a message that is no intent's: the lane and group it died in).
 INSERT INTO messages (queue, message_id, body, available_at, enqueued_at, lane, group_key)
 SELECT queue, message_id, body, :now, :now,
-    coalesce((SELECT i.lane FROM intents i WHERE i.key = dead_letters.message_id), 0),
-    coalesce((SELECT i.group_key FROM intents i WHERE i.key = dead_letters.message_id), '')
+    coalesce((SELECT i.lane FROM intents i WHERE i.key = dead_letters.message_id), lane),
+    coalesce((SELECT i.group_key FROM intents i WHERE i.key = dead_letters.message_id),
+             group_key)
 FROM dead_letters
 WHERE +queue = :queue AND id IN (SELECT value FROM json_each(:ids))
 ORDER BY id
