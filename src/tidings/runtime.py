@@ -88,7 +88,7 @@ if TYPE_CHECKING:
     from psycopg import AsyncConnection
 
     # Imported where a channel has fallbacks (the type of what it reports).
-    from tidings.delivery.failover import Report
+    from tidings.delivery.failover import Hear, Report
 
     # Imported where a channel has templates: jinja2 is no import of the others.
     from tidings.delivery.templates import TemplateSet
@@ -203,11 +203,12 @@ def open_registry(store: Store) -> Registry | None:
 
 def build_provider(channel: str, spec: ChannelSettings, clock: Clock, *,
                    pacer_for: Callable[[str, PaceLimits], Pacer] | None = None,
-                   report: Report | None = None) -> Provider:
+                   report: Report | None = None, hear: Hear | None = None) -> Provider:
     """Make the provider a channel's settings name; with ``fallbacks``, the providers in
     order behind one (``tidings.delivery.failover``), a provider named in
     ``failover.quotas`` paced by the pacer ``pacer_for(name, limits)`` makes, a provider
-    going out or coming back told to ``report``."""
+    going out or coming back told to ``report``, and what the other processes told read
+    by ``hear``."""
     if spec.provider is None:
         raise ConfigurationError(f"channels.{channel}.provider", NO_PROVIDER)
     first = _one_provider(channel, spec.provider, clock, f"channels.{channel}.provider")
@@ -227,7 +228,7 @@ def build_provider(channel: str, spec: ChannelSettings, clock: Clock, *,
             safety=spec.quota_safety))
         for name, quota in spec.failover.quotas.items()}
     return FailoverProvider(list(zip(names, made, strict=True)), rule=spec.failover.rule(),
-                            clock=clock, pacers=pacers, report=report)
+                            clock=clock, pacers=pacers, report=report, hear=hear)
 
 
 def _one_provider(channel: str, provider: ChannelProvider, clock: Clock,
@@ -423,7 +424,8 @@ class Runtime:
             made = self.providers[channel] = build_provider(
                 channel, spec, self.clock,
                 pacer_for=lambda name, limits: self.route_pacer(channel, name, limits),
-                report=partial(self.provider_said, channel))
+                report=partial(self.provider_said, channel),
+                hear=partial(self.store.pacer_read, providers_key(channel)))
         checked = self._policies.get(channel)
         if checked is None or checked[0] is not made:
             spec = self.settings.channels.get(channel) or ChannelSettings()

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -313,6 +315,50 @@ async def test_a_provider_out_and_back_is_kept_in_the_store_and_shown_by_status(
         assert (shown.name, shown.out, shown.reason) == ("a", False, "answered a probe")
     finally:
         await store.close()
+
+
+def test_a_circuit_hears_what_another_process_said() -> None:
+    circuit = Circuit(RULE)
+    # out, said 5 s ago: out for the rest of open_s, then probed as its own would be
+    assert circuit.heard(out=True, at=95.0, now=100.0)
+    assert circuit.state(100.0) is CircuitState.OPEN and not circuit.take(109.9)
+    assert circuit.state(110.0) is CircuitState.HALF_OPEN
+    # back, said after it went out: closed at once
+    assert circuit.heard(out=False, at=101.0, now=102.0)
+    assert circuit.state(102.0) is CircuitState.CLOSED
+    # a word older than open_s, or older than this process's own opening, changes nothing
+    assert not Circuit(RULE).heard(out=True, at=80.0, now=100.0)
+    own = Circuit(RULE)
+    for t in (200.0, 200.1, 200.2):
+        own.failed(t)
+    assert not own.heard(out=False, at=150.0, now=201.0)
+    assert own.state(201.0) is CircuitState.OPEN
+
+
+async def test_a_process_spares_its_own_refusals_once_another_took_a_provider_out(
+        caplog: pytest.LogCaptureFixture) -> None:
+    # given what another worker said a second ago: provider a is out
+    caplog.set_level(logging.INFO, logger="tidings.worker")
+    clock = FakeClock(start=1000.0)
+    said: dict[str, Any] = provider_said(None, name="a", out=True, at=999.0,
+                                         worker="other:1", reason="HTTP 503")
+
+    async def hear() -> dict[str, Any]:
+        return said
+
+    a, b = Scripted("a", [OK]), Scripted("b", [OK])
+    provider = FailoverProvider([("a", a), ("b", b)], rule=RULE, clock=clock, hear=hear)
+    # when this process sends
+    assert (await provider.send(request(1))) == Accepted(receipt="r-1", via="b")
+    # then it never tried a, and says why
+    assert a.sent == [] and b.sent == ["k1"]
+    assert any("provider a is out, as worker other:1 said" in r.getMessage()
+               for r in caplog.records)
+    # and once another worker says a is back, the next look (a second on) sends there
+    said = provider_said(said, name="a", out=False, at=1000.5, worker="other:2",
+                         reason="answered a probe")
+    clock.advance(1.0)
+    assert (await provider.send(request(2))) == Accepted(receipt="r-1", via="a")
 
 
 def test_settings_name_what_a_channel_with_fallbacks_may_not_combine() -> None:

@@ -19,8 +19,11 @@ Each provider has a circuit (``Circuit``): closed, it takes sends; ``failures_to
 proofs of non-acceptance within ``window_s`` open it, and for ``open_s`` no send is
 tried on it (sends go straight to the next provider); then it is half-open: one send
 at a time probes it, and a probe's acceptance closes it (traffic returns to it), a
-probe's failure opens it for another ``open_s``. A send tries each provider at most
-once, in order, so a flapping provider never bounces one send back and forth.
+probe's failure opens it for another ``open_s``. A circuit is a process's, and a process
+also hears what the others said (``Circuit.heard``, through the store): a provider one
+process took out is out for the others too, and back once one of them says so. A send
+tries each provider at most once, in order, so a flapping provider never bounces one
+send back and forth.
 
 The arithmetic is here, with time passed in; ``tidings.delivery.failover`` applies it
 around the providers' calls.
@@ -100,6 +103,7 @@ class Circuit:
         self.rule = rule
         self._failures: deque[float] = deque()
         self._open_until: float | None = None
+        self._opened_at = float("-inf")
         self._probing = False
         self.opened = 0
         """Times the circuit opened (a failed probe included)."""
@@ -141,12 +145,34 @@ class Circuit:
             self._failures.clear()
         self._probing = False
 
+    def heard(self, *, out: bool, at: float, now: float) -> bool:
+        """Another process said at ``at`` that the provider went out (its circuit
+        opened) or came back (a probe answered): a closed circuit takes the provider out
+        until ``at + open_s`` (then probes it, as its own would), an open one closes
+        when the provider came back after it opened. Returns whether the state changed.
+        So one process's proof spares the others their own refusals."""
+        if out:
+            if self._open_until is not None or at + self.rule.open_s <= now:
+                return False
+            self._open_until = at + self.rule.open_s
+            self._opened_at = at
+            self._failures.clear()
+            self._probing = False
+            return True
+        if self._open_until is None or at <= self._opened_at:
+            return False
+        self._open_until = None
+        self._failures.clear()
+        self._probing = False
+        return True
+
     def gave_up(self) -> None:
         """A probe taken and not tried (the send was cancelled first): free for another."""
         self._probing = False
 
     def _open(self, now: float) -> None:
         self._open_until = now + self.rule.open_s
+        self._opened_at = now
         self._failures.clear()
         self._probing = False
         self.opened += 1

@@ -45,6 +45,10 @@ log = logging.getLogger("tidings.worker")
 #: ``report(provider, out, at, reason)``: a provider went out (its circuit opened) or
 #: came back (a probe answered).
 Report = Callable[[str, bool, float, str], Awaitable[None]]
+#: ``hear()``: what every process last reported (``tidings.core.failover.provider_said``).
+Hear = Callable[[], Awaitable["dict[str, Any] | None"]]
+#: How often a process reads what the others reported.
+HEAR_EVERY_S = 1.0
 
 
 @dataclass
@@ -97,15 +101,18 @@ class FailoverProvider:
 
     def __init__(self, routes: Sequence[tuple[str, Provider]], *, rule: CircuitRule,
                  clock: Clock, pacers: Mapping[str, Pacer] | None = None,
-                 report: Report | None = None) -> None:
+                 report: Report | None = None, hear: Hear | None = None) -> None:
         if len(routes) < 2:
             raise ValueError("failover needs at least two providers")
         # A provider with a quota of its own (``failover.quotas``) is paced by its own
         # pacer too, inside the channel's slot: the channel's quota is the first
         # provider's, and a fallback may allow less.
         self._pacers = dict(pacers or {})
-        # Where a provider's going out and coming back is told, for status and metrics.
+        # Where a provider's going out and coming back is told (for status and metrics,
+        # and for the other processes, which hear it at most a second later).
         self._report = report
+        self._hear = hear
+        self._next_hear = float("-inf")
         self.failover = Failover([Route(name, provider, Circuit(rule))
                                   for name, provider in routes])
         self._clock = clock
@@ -131,6 +138,9 @@ class FailoverProvider:
     async def send(self, request: SendRequest) -> Outcome:
         refusals: list[str] = []
         now = self._clock.now()
+        if self._hear is not None and now >= self._next_hear:
+            self._next_hear = now + HEAR_EVERY_S  # one look a second, whoever sends
+            await self._listen(now)
         for route in self.routes:
             if not route.circuit.take(now):
                 continue
@@ -171,6 +181,24 @@ class FailoverProvider:
             return Transient(reason="every provider of the channel is out (circuits open: "
                                     + ", ".join(r.name for r in self.routes) + ")")
         return Transient(reason="; ".join(refusals))
+
+    async def _listen(self, now: float) -> None:
+        assert self._hear is not None
+        try:
+            state = await self._hear()
+        except Exception:  # the send goes on with what this process knows
+            log.debug("could not read what the other workers said of the providers",
+                      exc_info=True)
+            return
+        said = (state or {}).get("providers") or {}
+        for route in self.routes:
+            word = said.get(route.name)
+            if not isinstance(word, dict):
+                continue
+            out = bool(word.get("out"))
+            if route.circuit.heard(out=out, at=float(word.get("at") or 0.0), now=now):
+                log.info("provider %s is %s, as worker %s said", route.name,
+                         "out" if out else "back", word.get("worker"))
 
     async def _tell(self, name: str, out: bool, at: float, reason: str) -> None:
         if self._report is None:
