@@ -361,6 +361,38 @@ async def test_a_process_spares_its_own_refusals_once_another_took_a_provider_ou
     assert (await provider.send(request(2))) == Accepted(receipt="r-1", via="a")
 
 
+async def test_a_long_pause_moves_the_send_on_only_where_the_channel_says_so() -> None:
+    clock = FakeClock(start=1000.0)
+    long_pause = RateLimited(retry_after_s=120.0, reason="HTTP 429")
+    # by default a 429 waits, whatever its pause
+    a, b = Scripted("a", [long_pause]), Scripted("b", [OK])
+    outcome = await failover(a, b, clock=clock).send(request(1))
+    assert isinstance(outcome, RateLimited) and b.sent == []
+
+    # with on_pause_over_s, a longer pause moves it on, and the provider is out until
+    # its pause ends
+    rule = CircuitRule(on_pause_over_s=30.0)
+    a, b = Scripted("a", [long_pause, OK]), Scripted("b", [OK])
+    provider = FailoverProvider([("a", a), ("b", b)], rule=rule, clock=clock)
+    assert (await provider.send(request(2))) == Accepted(receipt="r-1", via="b")
+    assert provider.failover.circuits(clock.now())["a"] is CircuitState.OPEN
+    clock.advance(119.0)
+    await provider.send(request(3))
+    assert a.sent == ["k2"]  # still paused
+    clock.advance(1.0)
+    assert (await provider.send(request(4))) == Accepted(receipt="r-1", via="a")
+
+    # a shorter pause, or no one else to carry it, still pauses the channel
+    short = RateLimited(retry_after_s=10.0, reason="HTTP 429")
+    a, b = Scripted("a", [short]), Scripted("b", [OK])
+    provider = FailoverProvider([("a", a), ("b", b)], rule=rule, clock=clock)
+    assert isinstance(await provider.send(request(5)), RateLimited) and b.sent == []
+    a, b = Scripted("a", [long_pause]), Scripted("b", [long_pause])
+    provider = FailoverProvider([("a", a), ("b", b)], rule=rule, clock=clock)
+    paused = await provider.send(request(6))
+    assert isinstance(paused, RateLimited) and paused.retry_after_s == 120.0
+
+
 def test_settings_name_what_a_channel_with_fallbacks_may_not_combine() -> None:
     base = {"provider": {"kind": "sandbox", "url": "http://a.test"},
             "fallbacks": [{"kind": "sandbox", "url": "http://b.test"}]}

@@ -27,6 +27,10 @@ class FailoverSettings(BaseModel):
     """How long a provider taken out is tried for nothing; then one send at a time
     probes it, and the first it accepts brings the traffic back."""
 
+    on_pause_over_s: Seconds | None = None
+    """Move a send on when its provider answers 429 asking for a longer pause than this
+    (the provider is then out until the pause ends); default never: the pause is the
+    provider's word, and the channel waits."""
     quotas: dict[str, str] = Field(default_factory=dict)
     """A provider's own quota, by its name (its kind, numbered where a kind repeats:
     ``{ sendgrid = "50/s" }``), pacing the sends it carries besides the channel's
@@ -44,7 +48,7 @@ class FailoverSettings(BaseModel):
 
     def rule(self) -> CircuitRule:
         return CircuitRule(failures_to_open=self.failures_to_open, window_s=self.window_s,
-                           open_s=self.open_s)
+                           open_s=self.open_s, on_pause_over_s=self.on_pause_over_s)
 
 
 def check_fallbacks(channel: str, kinds: Sequence[str], failover: FailoverSettings, *,

@@ -11,7 +11,9 @@ Nothing else moves a send:
   uncertain policy) and sent elsewhere only once that provider is proven not to have
   it. A timeout is never a reason to fail over; that is how a failover sends twice.
 - ``RateLimited`` pauses the channel, as without fallbacks: the quota is the
-  provider's own word about when to come back.
+  provider's own word about when to come back. Unless the channel says to fail over on
+  a pause longer than a bound (``CircuitRule.on_pause_over_s``): a 429 is a refusal too,
+  so the next provider may carry the send, and the provider is out until its pause ends.
 - ``Permanent`` is about the message (a bad address), and another provider would
   refuse it too.
 
@@ -59,6 +61,8 @@ class CircuitRule:
     open_s: float = 15.0
     """How long an open circuit tries nothing before a probe (the bound on how late
     traffic returns to a provider that is back)."""
+    on_pause_over_s: float | None = None
+    """A 429 asking for a longer pause than this moves the send on (None: never)."""
 
 
 def route_names(kinds: Sequence[str]) -> list[str]:
@@ -165,6 +169,15 @@ class Circuit:
         self._failures.clear()
         self._probing = False
         return True
+
+    def paused(self, now: float, for_s: float) -> None:
+        """The provider asked for a pause (a 429 with a Retry-After) longer than the
+        channel waits for: out until it ends, then probed."""
+        self._open_until = now + max(0.0, for_s)
+        self._opened_at = now
+        self._failures.clear()
+        self._probing = False
+        self.opened += 1
 
     def gave_up(self) -> None:
         """A probe taken and not tried (the send was cancelled first): free for another."""

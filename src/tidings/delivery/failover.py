@@ -137,6 +137,7 @@ class FailoverProvider:
 
     async def send(self, request: SendRequest) -> Outcome:
         refusals: list[str] = []
+        paced: Outcome | None = None  # a 429 moved on, answered if nobody else takes it
         now = self._clock.now()
         if self._hear is not None and now >= self._next_hear:
             self._next_hear = now + HEAR_EVERY_S  # one look a second, whoever sends
@@ -164,6 +165,20 @@ class FailoverProvider:
                                 route.circuit.rule.open_s, reason)
                     await self._tell(route.name, True, now, str(reason))
                 continue
+            bound = route.circuit.rule.on_pause_over_s
+            if (isinstance(outcome, RateLimited) and bound is not None
+                    and (outcome.retry_after_s or 0.0) > bound):
+                # A 429 is a refusal too: the next provider may carry it, and this one
+                # is out until its pause ends.
+                pause = outcome.retry_after_s or 0.0
+                route.circuit.paused(now, pause)
+                route.refused += 1
+                paced = paced or _with_via(outcome, route.name)
+                refusals.append(f"{route.name}: {outcome.reason}")
+                log.warning("provider %s is out: it asked for a pause of %g s, longer than "
+                            "failover.on_pause_over_s (%g s)", route.name, pause, bound)
+                await self._tell(route.name, True, now, f"{outcome.reason} for {pause:g} s")
+                continue
             if isinstance(outcome, Uncertain):
                 route.circuit.gave_up()  # neither up nor down: the answer was lost
             else:
@@ -177,6 +192,8 @@ class FailoverProvider:
             if route is not self.routes[0]:
                 self.failover.moved += 1
             return _with_via(outcome, route.name)
+        if paced is not None:
+            return paced  # nobody else took it: the channel pauses, as the provider asked
         if not refusals:
             return Transient(reason="every provider of the channel is out (circuits open: "
                                     + ", ".join(r.name for r in self.routes) + ")")
