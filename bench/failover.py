@@ -1,22 +1,27 @@
 """Failover, the long form: the primary provider down for a minute in a 20,000-intent run.
 
     python bench/failover.py [--store URL|sqlite] [--n 20000] [--quota 300] [--workers 2]
-        [--down-at 0.25] [--down-s 60] [--open-s 15] [--lost 0.05] [--kill-every-s 0]
-        [--json] [--out REPORT]
+        [--down-at 0.25] [--down-s 60] [--open-s 15] [--lost 0.05] [--fallback-quota 0]
+        [--kill-every-s 0] [--max-kills 0] [--store-as-is] [--json] [--out REPORT]
 
 Two sandbox HTTP servers in this process are one channel's providers, the ``primary``
 (dropping ``--lost`` of its answers after accepting) and its ``fallback``, both with
-deduplication off, so a key sent twice is counted twice. ``--n`` intents are admitted,
+deduplication off, so a key sent twice is counted twice; with ``--fallback-quota``, the
+fallback allows only that many a second and the channel says so (``failover.quotas``).
+``--n`` intents are admitted,
 then ``--workers`` ``tidings worker`` processes drain them at ``--quota``; once the
 primary has accepted ``--down-at`` of them, it stops (its port refuses connections)
 for ``--down-s`` and starts again on the same port with the same ledger. With
-``--kill-every-s``, a worker is SIGKILLed that often and started again.
+``--kill-every-s``, a worker is SIGKILLed that often and started again (``--max-kills``
+times at most, then the survivors finish).
 
 Printed, from the two sandboxes' own counts (the witnesses): how long after the primary
 stopped the fallback accepted its first send (target under 2 s), how long after the
 primary returned it accepted again (target under 30 s; bounded by ``--open-s``), keys
-accepted by both (target 0), intents not accepted at the end (target 0), and the rate
-before, during and after the outage beside the pacer's target.
+accepted by both (target 0), intents not accepted at the end (target 0), intents whose
+receipt is not the one the sandbox holding their key issued (target 0), seconds over the
+fallback's quota (target 0), and the rate before, during and after the outage beside the
+pacer's target. ``tests/acceptance/test_provider_failover.py`` runs its short form.
 """
 
 from __future__ import annotations
@@ -57,13 +62,19 @@ async def run(args: argparse.Namespace, folder: Path) -> Report:
 
     primary = await serve(SandboxConfig(dedupe=False, lost_response=args.lost,
                                         quotas={"email": 1_000_000}))
-    fallback = await serve(SandboxConfig(dedupe=False, quotas={"email": 1_000_000}), seed=1)
-    store = bench_store(args.store, folder, "failover")
+    fallback = await serve(SandboxConfig(dedupe=False, quotas={
+        "email": args.fallback_quota or 1_000_000}), seed=1)
+    quotas = (f'quotas = {{ sandbox-2 = "{args.fallback_quota}/s" }}'
+              if args.fallback_quota else "")
+    store = (args.store if args.store_as_is and args.store != "sqlite"
+             else bench_store(args.store, folder, "failover"))
     config = folder / "tidings.toml"
     config.write_text(f'''
 store = "{store}"
 [worker]
-reconcile_every_s = 1.0
+reconcile_every_s = 0.5
+heartbeat_s = 0.5
+gone_after_s = 2.0
 [reconciler]
 uncertain_after_s = 0.0
 [channels.email]
@@ -72,7 +83,9 @@ max_in_flight = 200
 lookup_settle_s = 0.0
 provider = {{ kind = "sandbox", url = "{primary.url}", timeout_s = 2.0 }}
 fallbacks = [{{ kind = "sandbox", url = "{fallback.url}", timeout_s = 2.0 }}]
-failover = {{ open_s = {args.open_s} }}
+[channels.email.failover]
+open_s = {args.open_s}
+{quotas}
 ''')
     runtime = await build_runtime(Settings.load(config))
     workers: list[asyncio.subprocess.Process] = []
@@ -94,7 +107,7 @@ failover = {{ open_s = {args.open_s} }}
         while True:
             now = time.monotonic()
             total = accepted(primary) + accepted(fallback)
-            if now >= next_kill:
+            if now >= next_kill and (args.max_kills == 0 or kills < args.max_kills):
                 index = kills % args.workers
                 workers[index].send_signal(signal.SIGKILL)
                 await workers[index].wait()
@@ -128,9 +141,15 @@ failover = {{ open_s = {args.open_s} }}
                 break
             await asyncio.sleep(0.05)
         await asyncio.sleep(1.0)  # a late duplicate would have landed by now
+        receipts = {i.key: i.receipt for i in await runtime.store.intent_find(
+            states=[State.ACCEPTED], limit=args.n + 1)}
         keys = [f"notice-{n}:email" for n in range(args.n)]
-        both = sum(1 for k in keys if primary.core.lookup(k, "email") is not None
-                   and fallback.core.lookup(k, "email") is not None)
+        where = {k: (primary.core.lookup(k, "email"), fallback.core.lookup(k, "email"))
+                 for k in keys}
+        both = sum(1 for a, b in where.values() if a is not None and b is not None)
+        neither = sum(1 for a, b in where.values() if a is None and b is None)
+        mismatched = sum(1 for k, receipt in receipts.items()
+                         if ("email", receipt) not in where.get(k, (None, None)))
         stats = {name: s.core.stats()["channels"].get("email", {})
                  for name, s in (("primary", primary), ("fallback", fallback))}
     finally:
@@ -157,12 +176,15 @@ failover = {{ open_s = {args.open_s} }}
         if "took_over" in marks else None,
         "back_s": rounded(marks["back"] - marks["up"]) if "back" in marks else None,
         "keys_on_both": both,
+        "keys_on_neither": neither,
+        "receipts_mismatched": mismatched,
         "not_accepted": args.n - states.get(State.ACCEPTED.value, 0),
         "states": states,
         "primary": {k: stats["primary"].get(k) for k in
                     ("accepted_keys", "keys_accepted_twice", "lost_responses")},
         "fallback": {k: stats["fallback"].get(k) for k in
-                     ("accepted_keys", "keys_accepted_twice")},
+                     ("accepted_keys", "keys_accepted_twice", "quota_violations")},
+        "fallback_quota": args.fallback_quota or None,
         "pacer_target_per_s": rounded(target),
         "rate_before": rate(counts.get("at_down", 0), "began", "down"),
         "rate_during": rate(counts.get("at_up", 0) - counts.get("at_down", 0), "down", "up"),
@@ -176,7 +198,10 @@ def summary(r: dict[str, Any]) -> str:
             f"{r['down_s']} s, {r['kills']} kills; fallback took over {r['took_over_s']} s "
             f"after (target < 2), primary back {r['back_s']} s after its return (target "
             f"< 30); keys on both {r['keys_on_both']} (target 0), not accepted "
-            f"{r['not_accepted']} (target 0); rate before/during/after {r['rate_before']} / "
+            f"{r['not_accepted']} (target 0), receipts not the sandbox's "
+            f"{r['receipts_mismatched']} (target 0), seconds over the fallback's quota "
+            f"{r['fallback']['quota_violations']} (target 0); rate before/during/after "
+            f"{r['rate_before']} / "
             f"{r['rate_during']} / {r['rate_after']} per s (pacer target "
             f"{r['pacer_target_per_s']})")
 
@@ -198,10 +223,18 @@ def main() -> None:
                         help="channels.<name>.failover.open_s")
     parser.add_argument("--lost", type=float, default=0.05,
                         help="the share of the primary's answers dropped after accepting")
+    parser.add_argument("--fallback-quota", type=int, default=0,
+                        help="the fallback's own quota, per s, in the sandbox and in "
+                             "failover.quotas (0: none)")
     parser.add_argument("--kill-every-s", type=float, default=0.0,
                         help="SIGKILL a worker this often (0: never)")
+    parser.add_argument("--max-kills", type=int, default=0,
+                        help="kill at most this many times (0: no bound)")
     parser.add_argument("--guard-s", type=float, default=900.0,
                         help="give up after this long")
+    parser.add_argument("--store-as-is", action="store_true",
+                        help="use the PostgreSQL --store as given (a database or schema "
+                             "the caller made and drops), not a fresh one beside it")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--out", type=Path, help="also write the JSON report here")
     finish(parser.parse_args(), run, summary, "tidings-failover-")
