@@ -7,8 +7,8 @@ refused, a DNS or TLS failure, a 5xx, credentials refused, the request never lef
 Nothing else moves a send:
 
 - ``Uncertain`` (the request left, no answer came) may have been accepted: it is
-  settled on the provider it went to (a lookup by key, webhook evidence, the channel's
-  uncertain policy) and sent elsewhere only once that provider is proven not to have
+  settled by evidence (a lookup by key on every provider of the channel, webhook
+  evidence, the channel's uncertain policy) and sent again only once no provider has
   it. A timeout is never a reason to fail over; that is how a failover sends twice.
 - ``RateLimited`` pauses the channel, as without fallbacks: the quota is the
   provider's own word about when to come back. Unless the channel says to fail over on

@@ -4,10 +4,12 @@ provider before proves it did not accept it (``tidings.core.failover``).
 ``FailoverProvider`` is what the worker and the reconciler of a channel with
 ``fallbacks`` talk to. A send goes to the first provider whose circuit takes it; an
 answer that proves non-acceptance counts against that provider's circuit and the same
-send goes on to the next, at once, under the same key (nothing left the first). Any
-other answer is the send's outcome, wherever it came from, and the provider that gave
-it is recorded with it (``Failover.carried``, and in the outcome's reason where it is
-not the first provider), so an operator sees which one carried each send.
+send goes on to the next, at once, under the same key (nothing reached the first). Any
+other answer is the send's outcome, wherever it came from, naming the provider that
+gave it (``Accepted.via``, or its reason), so the intent's events say which one carried
+it; ``Failover`` counts what each carried and refused in this process. A provider going
+out or coming back is told to the store (``report``), and what the other processes
+told is read once a second (``hear``): one process's proof spares the others theirs.
 
 Lookups ask every provider by key, first to last, and only a "not found" from every
 one of them is "not found": whichever provider a send went to (a crash can cut a worker
