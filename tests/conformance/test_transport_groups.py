@@ -192,19 +192,25 @@ async def test_depth_names_the_groups_holding_the_most_messages(transport: Trans
                             GroupDepth(lane=1, group="small", ready=1, total=1))
 
 
+async def two_groups_admitted(tmp_path: Path) -> SqliteStore:
+    """A ledger holding intents of two groups of lane 1, admitted (``selected``), the
+    big group first: ``big-1`` .. ``big-3``, ``small-1``."""
+    store = await SqliteStore.open(f"sqlite:///{tmp_path / 'ledger.db'}")
+    await store.migrate(now=T0)
+    await store.intent_admit([
+        IntentDraft(key=key, channel="email", recipient_id=f"r-{key}",
+                    address=f"{key}@example.com", template="t@v1", due_at=T0, lane=1,
+                    group=key.split("-")[0])
+        for key in ("big-1", "big-2", "big-3", "small-1")], now=T0)
+    return store
+
+
 async def test_the_relay_publishes_each_intent_in_its_group(
     transport: Transport, tmp_path: Path,
 ) -> None:
     # Given intents of two groups admitted to the outbox (selected), the big one first
-    store = await SqliteStore.open(f"sqlite:///{tmp_path / 'outbox.db'}")
+    store = await two_groups_admitted(tmp_path)
     try:
-        await store.migrate(now=T0)
-        await store.intent_admit([
-            IntentDraft(key=key, channel="email", recipient_id=f"r-{key}",
-                        address=f"{key}@example.com", template="t@v1", due_at=T0, lane=1,
-                        group=key.split("-")[0])
-            for key in ("big-1", "big-2", "big-3", "small-1")], now=T0)
-
         # When the relay publishes them to the transport
         assert await relay_pass(store, transport, now=T0 + 1, config=RelayConfig()) == 4
     finally:
@@ -220,14 +226,8 @@ async def test_a_lost_message_is_published_again_in_its_intents_group(
 ) -> None:
     # Given intents of two groups published to another queue than this transport (from
     # here, their messages are lost), the big group first
-    store = await SqliteStore.open(f"sqlite:///{tmp_path / 'ledger.db'}")
+    store = await two_groups_admitted(tmp_path)
     try:
-        await store.migrate(now=T0)
-        await store.intent_admit([
-            IntentDraft(key=key, channel="email", recipient_id=f"r-{key}",
-                        address=f"{key}@example.com", template="t@v1", due_at=T0, lane=1,
-                        group=key.split("-")[0])
-            for key in ("big-1", "big-2", "big-3", "small-1")], now=T0)
         assert await relay_pass(store, SqliteTransport(store.db), now=T0,
                                 config=RelayConfig()) == 4
 
