@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from tidings.admission.relay import RelayConfig, relay_pass
 from tidings.core.lanes import EVERY_LANE
 from tidings.core.model import IntentDraft, LaneDepth, OutgoingMessage, Received

@@ -6,6 +6,7 @@ nothing; a replay is a duplicate; an unknown message id is an orphan answered 20
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import logging
 from collections.abc import AsyncIterator, Iterator
@@ -30,6 +31,7 @@ from tidings.core.clock import FakeClock
 from tidings.runtime import Runtime, build_runtime
 from tidings.webhooks import signature_header, twilio_signature
 from tidings.webhooks.metrics import WebhookMetrics, provider_event_families
+from tidings.webhooks.verify import svix_signature
 
 #: A channel on the in-process sandbox, named as such: no channel has a provider by default.
 TWIN = {"provider": {"kind": "sandbox-twin"}}
@@ -42,9 +44,12 @@ PM_USER, PM_PASSWORD = "postmark-hooks", "pm-password-1"
 _SENDGRID_PRIVATE = ec.generate_private_key(ec.SECP256R1())
 SENDGRID_PUBLIC = base64.b64encode(_SENDGRID_PRIVATE.public_key().public_bytes(
     serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)).decode()
+RESEND_KEY = b"resend-signing-key-1"
+RESEND_SECRET = "whsec_" + base64.b64encode(RESEND_KEY).decode()
 ENV = {"TWILIO_AUTH_TOKEN": TWILIO_TOKEN, "TIDINGS_WEBHOOK_SECRETS": HOOK_SECRET,
        "SENDGRID_WEBHOOK_PUBLIC_KEY": SENDGRID_PUBLIC,
-       "POSTMARK_WEBHOOK_USERNAME": PM_USER, "POSTMARK_WEBHOOK_PASSWORD": PM_PASSWORD}
+       "POSTMARK_WEBHOOK_USERNAME": PM_USER, "POSTMARK_WEBHOOK_PASSWORD": PM_PASSWORD,
+       "RESEND_WEBHOOK_SECRET": RESEND_SECRET}
 SECRETS = (TWILIO_TOKEN, HOOK_SECRET, PM_PASSWORD)
 
 
@@ -264,6 +269,33 @@ async def test_postmark_is_verified_by_basic_auth(hooks: Hooks) -> None:
     assert wrong.headers["WWW-Authenticate"] == 'Basic realm="tidings webhooks"'
     assert right.json()["recorded"] == 1
     assert (await hooks.timeline("order-11:c:email"))[-1] == "provider_delivered"
+
+
+def resend_post(body: Any, *, at: float = T0, key: bytes = RESEND_KEY) -> dict[str, Any]:
+    """A Resend event, signed as Resend (Svix) signs it."""
+    raw = json.dumps(body).encode()
+    return {"url": "/v1/webhooks/resend", "content": raw,
+            "headers": {"Content-Type": "application/json", "svix-id": "msg_1",
+                        "svix-timestamp": str(int(at)),
+                        "svix-signature": "v1," + svix_signature(key, "msg_1", int(at), raw)}}
+
+
+async def test_resend_is_verified_the_svix_way_and_its_events_recorded(hooks: Hooks) -> None:
+    receipt = await hooks.send("order-12:c", "email")
+    key = "order-12:c:email"
+    body = {"type": "email.delivered", "created_at": "2026-08-14T09:00:10.000Z",
+            "data": {"email_id": receipt, "to": ["c73@example.com"], "subject": "Shipped",
+                     "tags": {"tidings_key_sha256": hashlib.sha256(key.encode()).hexdigest()}}}
+
+    forged = await hooks.client.post(**resend_post(body, key=b"someone-else"))
+    stale = await hooks.client.post(**resend_post(body, at=T0 - 3600))
+    right = await hooks.client.post(**resend_post(body))
+
+    assert forged.status_code == 401 and "svix-signature" in forged.text
+    assert stale.status_code == 401 and "svix-timestamp" in stale.text
+    assert right.status_code == 200, right.text
+    assert right.json()["recorded"] == 1
+    assert (await hooks.timeline(key))[-1] == "provider_delivered"
 
 
 # ---------------------------------------------------------------- refusals

@@ -15,6 +15,7 @@ from tidings.webhooks.parse import (
     parse,
     parse_generic,
     parse_postmark,
+    parse_resend,
     parse_sendgrid,
     parse_twilio,
     sendgrid_message_id,
@@ -330,3 +331,47 @@ def test_parse_dispatches_by_provider_and_refuses_an_unknown_one() -> None:
     with pytest.raises(InvalidInput) as refused:
         parse("mailgun", body, now=NOW)
     assert refused.value.field == "provider"
+
+
+# ---------------------------------------------------------------- resend
+
+RESEND_BOUNCE = {
+    "type": "email.bounced", "created_at": "2026-08-14T09:00:10.000Z",
+    "data": {"email_id": "4ef9a417-02e9-4d39-ad75-9611e0fcc33c",
+             "to": ["jane@example.com"], "subject": "Your receipt for jane@example.com",
+             "bounce": {"message": "550 5.1.1 jane@example.com: no such user",
+                        "subType": "Suppressed", "type": "Permanent"},
+             "tags": {"tidings_key_sha256": "a" * 64}}}
+
+
+@pytest.mark.parametrize(("kind", "bounce"), [("Permanent", "hard"), ("Transient", "soft"),
+                                              ("Undetermined", "other")])
+def test_a_resend_bounce_is_classed_by_its_type_and_names_no_address(
+        kind: str, bounce: str) -> None:
+    body = {**RESEND_BOUNCE, "data": {**RESEND_BOUNCE["data"],  # type: ignore[dict-item]
+                                      "bounce": {"type": kind, "message": "jane@example.com"}}}
+    parsed = parse_resend(dumps(body), now=NOW)
+    [event] = parsed.events
+    assert (event.provider, event.message_id, event.type, event.bounce) == (
+        "resend", "4ef9a417-02e9-4d39-ad75-9611e0fcc33c", B, bounce)
+    assert event.at == 1786698010.0 and "jane" not in (event.detail or "")
+    # the key's digest, from the tag every send carries, witnesses the acceptance
+    [evidence] = parsed.evidence
+    assert evidence.key_sha256 == "a" * 64 and evidence.accepted
+
+
+def test_resend_sends_opens_and_failures_only_witness_the_key() -> None:
+    for kind, accepted in (("email.sent", True), ("email.opened", True),
+                           ("email.failed", False)):
+        parsed = parse_resend(dumps({**RESEND_BOUNCE, "type": kind}), now=NOW)
+        assert parsed.events == () and parsed.ignored_kinds == (kind,)
+        assert [e.accepted for e in parsed.evidence] == [accepted]
+
+
+@pytest.mark.parametrize(("payload", "field"), [
+    ([], "body"), ({"data": {}}, "body.type"), ({"type": "email.bounced"}, "body.data"),
+    ({"type": "email.delivered", "data": {}}, "body.data.email_id")])
+def test_a_malformed_resend_event_names_the_field(payload: Any, field: str) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        parse_resend(dumps(payload), now=NOW)
+    assert caught.value.field == field

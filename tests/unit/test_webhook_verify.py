@@ -328,13 +328,15 @@ def test_verifiers_are_built_from_the_variables_the_settings_name() -> None:
     settings = WebhookSettings.model_validate({"generic": {"secrets_env": "HOOK_A, HOOK_B"}})
     env = {"TWILIO_AUTH_TOKEN": "tok-1, tok-2", "SENDGRID_WEBHOOK_PUBLIC_KEY": public,
            "POSTMARK_WEBHOOK_USERNAME": "pm", "POSTMARK_WEBHOOK_PASSWORD": "pw",
-           "HOOK_A": "a1", "HOOK_B": "b1,b2"}
+           "HOOK_A": "a1", "HOOK_B": "b1,b2",
+           "RESEND_WEBHOOK_SECRET": "whsec_" + base64.b64encode(b"rk").decode()}
 
     verifiers = verifiers_from(settings, env, FakeClock(NOW))
 
     assert {name: type(v).__name__ for name, v in verifiers.items()} == {
         "twilio": "TwilioVerifier", "sendgrid": "SendGridVerifier",
-        "postmark": "BasicAuthVerifier", "generic": "HmacVerifier"}
+        "postmark": "BasicAuthVerifier", "resend": "SvixVerifier",
+        "generic": "HmacVerifier"}
     for secret in ("a1", "b1", "b2"):
         verifiers["generic"].verify(hmac_request(signature_header(secret, NOW, b"x"), b"x"))
     verifiers["twilio"].verify(twilio_request(
@@ -362,3 +364,12 @@ def test_a_sendgrid_key_that_does_not_load_is_a_settings_error_without_its_value
     assert refused.value.field == "webhooks.sendgrid.public_key_env"
     assert "SENDGRID_WEBHOOK_PUBLIC_KEY" in refused.value.message
     assert "Zm9vYmFy" not in refused.value.message
+
+
+def test_a_resend_secret_that_is_not_one_names_its_setting_not_its_value() -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        verifiers_from(WebhookSettings(), {"RESEND_WEBHOOK_SECRET": "whsec_not*base64!"},
+                       FakeClock(0.0))
+    assert caught.value.field == "webhooks.resend.secret_env"
+    assert "RESEND_WEBHOOK_SECRET" in caught.value.message
+    assert "not*base64" not in caught.value.message

@@ -34,7 +34,7 @@ from tidings.webhooks.verify import SignatureError, WebhookRequest, verifiers_fr
 log = logging.getLogger("tidings.api.webhooks")
 
 WEBHOOK_PATH = "/v1/webhooks/{provider}"
-PROVIDERS = ("twilio", "sendgrid", "postmark", "generic")
+PROVIDERS = ("twilio", "sendgrid", "postmark", "resend", "generic")
 
 
 class WebhookAnswer(BaseModel):

@@ -154,6 +154,7 @@ NOTES: dict[str, str] = {
     "WebhookSettings.twilio": "Twilio status callbacks, see below.",
     "WebhookSettings.sendgrid": "SendGrid's event webhook, see below.",
     "WebhookSettings.postmark": "Postmark webhooks, see below.",
+    "WebhookSettings.resend": "Resend webhooks (Svix signatures), see below.",
     "WebhookSettings.generic": "Any other provider, see below.",
     "PostmarkWebhookSettings.username_env": "Holds the basic-auth user name Postmark sends.",
     "PostmarkWebhookSettings.password_env": "Holds the basic-auth password Postmark sends.",

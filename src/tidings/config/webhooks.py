@@ -39,6 +39,17 @@ class PostmarkWebhookSettings(_Model):
     password_env: str = "POSTMARK_WEBHOOK_PASSWORD"
 
 
+class ResendWebhookSettings(_Model):
+    """Resend's webhooks, signed the Svix way (``svix-id``, ``svix-timestamp``,
+    ``svix-signature``: HMAC-SHA256 over the id, the timestamp and the body)."""
+
+    secret_env: str = "RESEND_WEBHOOK_SECRET"
+    """Holds the endpoint's signing secret as Resend shows it (``whsec_…``); several
+    comma-separated while one is replaced."""
+    tolerance_s: Seconds = 300.0
+    """How far the signed timestamp may be from the server's clock."""
+
+
 class GenericWebhookSettings(_Model):
     """Any other provider: ``X-Tidings-Signature: t=<unix>,v1=<hex HMAC-SHA256>``."""
 
@@ -59,4 +70,5 @@ class WebhookSettings(_Model):
     twilio: TwilioWebhookSettings = TwilioWebhookSettings()
     sendgrid: SendGridWebhookSettings = SendGridWebhookSettings()
     postmark: PostmarkWebhookSettings = PostmarkWebhookSettings()
+    resend: ResendWebhookSettings = ResendWebhookSettings()
     generic: GenericWebhookSettings = GenericWebhookSettings()

@@ -366,6 +366,63 @@ def parse_postmark(body: bytes, *, now: float) -> Parsed:
     return out.parsed()
 
 
+# ---------------------------------------------------------------- resend
+
+#: Resend's event types tidings records (the others: ignored, their key witnessed).
+RESEND_TYPES = {"email.delivered": T.DELIVERED, "email.bounced": T.BOUNCED,
+                "email.complained": T.COMPLAINED}
+#: Resend's word for a message it took and could not send at all.
+RESEND_FAILED = frozenset({"email.failed"})
+
+
+def _resend_tags(data: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A Resend event's tags: an object of names to values (a list of ``{name, value}``
+    as sends give them is read too)."""
+    tags = data.get("tags")
+    if isinstance(tags, dict):
+        return tags
+    if isinstance(tags, list):
+        return {str(t.get("name")): t.get("value") for t in tags if isinstance(t, dict)}
+    return {}
+
+
+def parse_resend(body: bytes, *, now: float) -> Parsed:
+    """One Resend webhook event (``email.delivered``, ``email.bounced``,
+    ``email.complained``; ``email.sent``, opens and clicks witness the key only). The key
+    is the ``tidings_key_sha256`` tag every send carries."""
+    payload = _json(body)
+    if not isinstance(payload, dict):
+        raise InvalidInput("body", "must be a JSON object (one Resend event)")
+    out = _Collector("resend")
+    kind_name = _text(payload, "type", "body")
+    data = payload.get("data")
+    if not isinstance(data, dict):
+        raise InvalidInput("body.data", "must be an object")
+    key_sha256 = _resend_tags(data).get(KEY_SHA256_FIELD)
+    kind = RESEND_TYPES.get(kind_name)
+    if kind is None:
+        out.ignored.append(kind_name)
+        out.witness(key=None, key_sha256=key_sha256, accepted=kind_name not in RESEND_FAILED,
+                    message_id=_optional_id(data, "email_id"), detail=_detail(kind_name))
+        return out.parsed()
+    message_id = _message_id(data, "email_id", "body.data")
+    at = now if payload.get("created_at") is None else _iso(payload["created_at"],
+                                                           "body.created_at")
+    bounce = None
+    raw_bounce = data.get("bounce")
+    details: Mapping[str, Any] = raw_bounce if isinstance(raw_bounce, dict) else {}
+    # Never the recipient or the message text: the address may be in either.
+    detail = _detail(kind_name, details.get("type"), details.get("subType"))
+    if kind is T.BOUNCED:
+        bounce = {"Permanent": Bounce.HARD, "Transient": Bounce.SOFT}.get(
+            str(details.get("type")), Bounce.OTHER)
+    out.events.append(ProviderEvent(provider="resend", message_id=message_id, type=kind,
+                                    at=at, detail=detail, bounce=bounce))
+    out.witness(key=None, key_sha256=key_sha256, accepted=True, message_id=message_id,
+                detail=detail)
+    return out.parsed()
+
+
 # ---------------------------------------------------------------- generic
 
 
@@ -407,7 +464,7 @@ def parse_generic(body: bytes, *, now: float) -> Parsed:
 
 PARSERS: Mapping[str, Callable[..., Parsed]] = {
     "twilio": parse_twilio, "sendgrid": parse_sendgrid, "postmark": parse_postmark,
-    "generic": parse_generic,
+    "resend": parse_resend, "generic": parse_generic,
 }
 
 

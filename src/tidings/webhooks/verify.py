@@ -317,6 +317,74 @@ class HmacVerifier:
         _fresh(field, stamps[0], self._clock, self._tolerance_s)
 
 
+# ---------------------------------------------------------------- svix (resend)
+
+SVIX_ID_HEADER = "svix-id"
+SVIX_TIMESTAMP_HEADER = "svix-timestamp"
+SVIX_SIGNATURE_HEADER = "svix-signature"
+SVIX_SECRET_PREFIX = "whsec_"
+
+
+def svix_key(secret: str) -> bytes:
+    """The key of a Svix signing secret (``whsec_`` and base64, as Resend shows it);
+    ValueError if it is not base64."""
+    try:
+        return base64.b64decode(secret.strip().removeprefix(SVIX_SECRET_PREFIX),
+                                validate=True)
+    except binascii.Error:
+        raise ValueError("is not a signing secret (whsec_ and base64)") from None
+
+
+def svix_signature(key: bytes, message_id: str, timestamp: int, body: bytes) -> str:
+    """The base64 HMAC-SHA256 of ``"<id>.<timestamp>." + body``."""
+    signed = f"{message_id}.{timestamp}.".encode() + body
+    return base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
+
+
+class SvixVerifier:
+    """Webhooks signed the Svix way (Resend's): ``svix-signature: v1,<base64> …`` over
+    the ``svix-id``, the ``svix-timestamp`` and the body, under one of the keys."""
+
+    def __init__(self, keys: Sequence[bytes], *, clock: Clock,
+                 tolerance_s: float = DEFAULT_TOLERANCE_S, provider: str = "resend") -> None:
+        if not keys:
+            raise ConfigurationError(f"webhooks.{provider}.secret_env", "no secret given")
+        self.provider = provider
+        self._keys = tuple(keys)
+        self._clock = clock
+        self._tolerance_s = tolerance_s
+
+    def verify(self, request: WebhookRequest) -> None:
+        """Check the signature under any key, then the timestamp's age."""
+        message_id = request.header(SVIX_ID_HEADER)
+        stamp = request.header(SVIX_TIMESTAMP_HEADER)
+        presented = request.header(SVIX_SIGNATURE_HEADER)
+        for name, value in ((SVIX_ID_HEADER, message_id), (SVIX_TIMESTAMP_HEADER, stamp),
+                            (SVIX_SIGNATURE_HEADER, presented)):
+            if not value or not value.strip():
+                raise SignatureError(f"header.{name}", "is missing")
+        assert message_id is not None and stamp is not None and presented is not None
+        field = f"header.{SVIX_SIGNATURE_HEADER}"
+        signatures = [part.partition(",")[2] for part in presented.split()
+                      if part.startswith("v1,")]
+        if not signatures:
+            raise SignatureError(field, "must carry v1,<base64 HMAC-SHA256>")
+        try:
+            timestamp = int(stamp.strip())
+        except ValueError:
+            raise SignatureError(f"header.{SVIX_TIMESTAMP_HEADER}",
+                                 "must be Unix seconds (an integer)") from None
+        valid = False
+        for key in self._keys:
+            expected = svix_signature(key, message_id.strip(), timestamp, request.body)
+            for signature in signatures:
+                valid |= _same(expected, signature)
+        if not valid:
+            raise SignatureError(field, "does not match the id, the timestamp and the body "
+                                        "under any configured secret")
+        _fresh(f"header.{SVIX_TIMESTAMP_HEADER}", stamp, self._clock, self._tolerance_s)
+
+
 # ---------------------------------------------------------------- basic auth
 
 
@@ -412,6 +480,18 @@ def verifiers_from(settings: WebhookSettings, env: Mapping[str, str],
         BasicAuthVerifier(username, password) if username and password else
         Unconfigured("postmark", "header.Authorization",
                      f"{postmark.username_env} and {postmark.password_env}"))
+    resend = settings.resend
+    svix_keys: list[bytes] = []
+    for index, text in enumerate(_values(env, resend.secret_env)):
+        try:
+            svix_keys.append(svix_key(text))
+        except ValueError as exc:
+            raise ConfigurationError("webhooks.resend.secret_env",
+                                     f"secret {index + 1} in {resend.secret_env} {exc}"
+                                     ) from None
+    verifiers["resend"] = (
+        SvixVerifier(svix_keys, clock=clock, tolerance_s=resend.tolerance_s) if svix_keys
+        else Unconfigured("resend", f"header.{SVIX_SIGNATURE_HEADER}", resend.secret_env))
     secrets = _values(env, settings.generic.secrets_env)
     verifiers["generic"] = (
         HmacVerifier(secrets, clock=clock, tolerance_s=settings.generic.tolerance_s)
