@@ -5,6 +5,7 @@ flight is read by the reconciler when the send turns uncertain."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 from collections.abc import AsyncIterator
@@ -36,12 +37,15 @@ from tidings.webhooks.parse import (
     parse_sendgrid,
     parse_twilio,
 )
+from tidings.webhooks.verify import svix_signature
 
 T0 = 1_786_698_005.0
 BASE = "http://tidings.test"
 TWILIO_TOKEN = "twilio-auth-token-1"
 HOOK_SECRET = "generic-hook-secret"
-ENV = {"TWILIO_AUTH_TOKEN": TWILIO_TOKEN, "TIDINGS_WEBHOOK_SECRETS": HOOK_SECRET}
+RESEND_KEY = b"resend-signing-key"
+ENV = {"TWILIO_AUTH_TOKEN": TWILIO_TOKEN, "TIDINGS_WEBHOOK_SECRETS": HOOK_SECRET,
+       "RESEND_WEBHOOK_SECRET": "whsec_" + base64.b64encode(RESEND_KEY).decode()}
 KEY = "shipment-4821:customer-73:sms"
 
 
@@ -147,6 +151,12 @@ class Hooks:
             "Content-Type": "application/x-www-form-urlencoded",
             "X-Twilio-Signature": twilio_signature(TWILIO_TOKEN, url, params.items())})
 
+    async def resend(self, body: Any) -> httpx.Response:
+        raw, at = dumps(body), int(self.clock.now())
+        return await self.client.post("/v1/webhooks/resend", content=raw, headers={
+            "Content-Type": "application/json", "svix-id": "msg_9", "svix-timestamp": str(at),
+            "svix-signature": "v1," + svix_signature(RESEND_KEY, "msg_9", at, raw)})
+
     async def generic(self, body: Any) -> httpx.Response:
         raw = dumps(body)
         return await self.client.post("/v1/webhooks/generic", content=raw, headers={
@@ -194,6 +204,27 @@ async def test_a_delivery_report_naming_the_key_settles_a_held_send(hooks: Hooks
     # and a repeat of the report changes nothing
     again = await hooks.twilio(KEY, "SM42", "delivered")
     assert again.json()["settled"] == 0 and again.json()["duplicates"] == 1
+
+
+async def test_a_resend_event_settles_a_held_send_by_the_digest_of_its_key(
+        hooks: Hooks) -> None:
+    # given a send whose answer was lost, held (Resend cannot be searched by our key)
+    await hooks.lost("shipment-4821:customer-73")
+    await hooks.reconcile()
+    assert (await hooks.intent(KEY)).state is State.HELD
+
+    # when Resend's signed email.sent event arrives, its tag the digest of our key
+    digest = hashlib.sha256(KEY.encode()).hexdigest()
+    answer = await hooks.resend({"type": "email.sent", "created_at": "2026-08-14T09:00:00Z",
+                                 "data": {"email_id": "re-42", "to": ["c73@example.com"],
+                                          "tags": {"tidings_key_sha256": digest}}})
+
+    # then it is accepted with Resend's id as its receipt, and never sent again
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["settled"] == 1
+    intent = await hooks.intent(KEY)
+    assert (intent.state, intent.receipt) == (State.ACCEPTED, "re-42")
+    assert hooks.provider.sent == [KEY]
 
 
 async def test_a_failed_report_makes_the_send_dead_with_the_reason(hooks: Hooks) -> None:
