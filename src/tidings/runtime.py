@@ -453,17 +453,18 @@ class Runtime:
     def route_pacer(self, channel: str, route: str, limits: PaceLimits) -> Pacer:
         """The pacer of one provider of a channel with fallbacks (its own quota, shared by
         every process through the store as the channel's is)."""
-        timeout = provider_timeout_s(self.settings.channels.get(channel))
-        return Pacer(channel=f"{channel}@{route}", limits=limits, backend=self.store,
-                     clock=self.clock, worker=default_worker_id(f"{channel}@{route}"),
-                     stale_s=max(10.0, 3 * timeout))
+        key = f"{channel}@{route}"
+        return self._pacer(channel, key, limits, default_worker_id(key))
 
     def pacer(self, channel: str, worker_id: str) -> Pacer:
+        return self._pacer(channel, channel, self.limits[channel], worker_id)
+
+    def _pacer(self, channel: str, key: str, limits: PaceLimits, worker_id: str) -> Pacer:
         # Every Store is a pacer backend: processes that share the store share the budget.
         # A process silent for three provider timeouts is dead: its slots go back.
         timeout = provider_timeout_s(self.settings.channels.get(channel))
-        return Pacer(channel=channel, limits=self.limits[channel], backend=self.store,
-                     clock=self.clock, worker=worker_id, stale_s=max(10.0, 3 * timeout))
+        return Pacer(channel=key, limits=limits, backend=self.store, clock=self.clock,
+                     worker=worker_id, stale_s=max(10.0, 3 * timeout))
 
     def composer(self) -> Composer:
         """The send-time gate (preferences, address checks, templates) of every channel."""
